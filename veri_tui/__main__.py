@@ -1,0 +1,5 @@
+"""Allows `python -m veri_tui`, the same as the `veri-tui` console script."""
+
+from veri_tui.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,1 @@
+"""Headless subcommands of `veri-tui`: one module per command, each exposing `run(args)`."""
