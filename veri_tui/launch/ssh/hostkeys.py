@@ -1,0 +1,126 @@
+"""Host key checking against known_hosts: refuse unknown and changed keys, record trust.
+
+An unknown host is refused with its SHA256 fingerprint and the way to trust it
+(`--trust-host FINGERPRINT`); the exception type carries host and fingerprint so the app can
+ask instead. Trust is only accepted for exactly the fingerprint the server presents, and is
+then appended to known_hosts (`[host]:port` form off port 22). A changed key is always refused.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import os
+import tempfile
+from pathlib import Path
+
+import paramiko
+
+from veri_tui.errors import ConfigError, VeriError
+
+
+def fingerprint(key: paramiko.PKey) -> str:
+    """OpenSSH's `SHA256:...` form (unpadded base64 of the key blob's SHA-256)."""
+    digest = hashlib.sha256(key.asbytes()).digest()
+    return "SHA256:" + base64.b64encode(digest).decode().rstrip("=")
+
+
+def known_hosts_path(explicit: str | None = None) -> Path:
+    """The file to check and record in: the caller's, `$VERI_KNOWN_HOSTS`, or the user's."""
+    chosen = explicit or os.environ.get("VERI_KNOWN_HOSTS")
+    return Path(chosen) if chosen else Path.home() / ".ssh" / "known_hosts"
+
+
+class UnknownHostKeyError(VeriError):
+    """The server's key is not in known_hosts; `host` and `fingerprint` let the app ask."""
+
+    def __init__(self, host: str, fingerprint: str, key_type: str, known_hosts: Path) -> None:
+        self.host = host
+        self.fingerprint = fingerprint
+        self.key_type = key_type
+        self.known_hosts = known_hosts
+        super().__init__(
+            ConfigError(
+                "host",
+                f"{host} is not in {known_hosts}; its {key_type} key fingerprint is "
+                f"{fingerprint}. If that is the host you expect, rerun with "
+                f"--trust-host {fingerprint}",
+            )
+        )
+
+
+class ChangedHostKeyError(VeriError):
+    """The server's key differs from the recorded one: possible interception, never accepted."""
+
+    def __init__(self, host: str, expected: str, got: str, known_hosts: Path) -> None:
+        self.host = host
+        self.expected = expected
+        self.got = got
+        super().__init__(
+            ConfigError(
+                "host",
+                f"the host key of {host} CHANGED (known_hosts has {expected}, the server sent "
+                f"{got}); refusing to connect. If the host was really reinstalled, remove the "
+                f"old entry with: ssh-keygen -R '{host}' -f {known_hosts}",
+            )
+        )
+
+
+class TrustPolicy(paramiko.MissingHostKeyPolicy):
+    """paramiko calls this only for hosts absent from known_hosts."""
+
+    def __init__(self, known_hosts: Path, trusted: str | None) -> None:
+        self.known_hosts = known_hosts
+        self.trusted = trusted
+
+    def missing_host_key(self, client: paramiko.SSHClient, hostname: str, key) -> None:
+        got = fingerprint(key)
+        if self.trusted is None:
+            raise UnknownHostKeyError(hostname, got, key.get_name(), self.known_hosts)
+        if self.trusted.strip() != got:
+            raise VeriError(
+                f"--trust-host {self.trusted} does not match the key {hostname} presents "
+                f"({got}); nothing was recorded. Check the fingerprint with the host's owner",
+                key="trust_host",
+            )
+        record_host_key(self.known_hosts, hostname, key)
+        client.get_host_keys().add(hostname, key.get_name(), key)
+
+
+def record_host_key(path: Path, hostname: str, key: paramiko.PKey) -> None:
+    """Append `hostname keytype base64` to known_hosts, written aside and renamed into place."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    old = path.read_bytes() if path.exists() else b""
+    if old and not old.endswith(b"\n"):
+        old += b"\n"
+    line = f"{hostname} {key.get_name()} {key.get_base64()}\n".encode()
+    fd, tmp = tempfile.mkstemp(prefix=".known_hosts.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(old + line)
+            fh.flush()
+            os.fsync(fh.fileno())
+        # Keep the original mode (ssh wants 0600 or 0644, and mkstemp makes 0600).
+        if path.exists():
+            os.chmod(tmp, path.stat().st_mode & 0o777)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def load_known_hosts(client: paramiko.SSHClient, path: Path) -> None:
+    """Load the file into the client, naming the file and line on a parse failure."""
+    if not path.exists():
+        return
+    try:
+        client.load_host_keys(str(path))
+    except (OSError, paramiko.SSHException, ValueError) as exc:
+        raise VeriError(f"cannot read known_hosts: {exc}; fix or move it", key=str(path)) from exc
+
+
+def changed_key_error(exc: paramiko.BadHostKeyException, known_hosts: Path) -> ChangedHostKeyError:
+    """Turn paramiko's exception into the user-facing refusal."""
+    return ChangedHostKeyError(
+        exc.hostname, fingerprint(exc.expected_key), fingerprint(exc.key), known_hosts
+    )
