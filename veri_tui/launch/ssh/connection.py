@@ -59,13 +59,34 @@ def command_line(argv: list[str]) -> str:
     return shlex.join(str(a) for a in argv)
 
 
+def _connect_error(exc: BaseException, spec: HostSpec, kh: Path, timeout: float) -> BaseException:
+    """The one-line VeriError for a failed connect (other exceptions pass through)."""
+    where = f"{spec.user}@{spec.hostname}:{spec.port}"
+    if isinstance(exc, VeriError):
+        return exc
+    if isinstance(exc, paramiko.BadHostKeyException):
+        return changed_key_error(exc, kh)
+    # "No authentication methods available" is paramiko's way to say it found no key at all.
+    if isinstance(exc, paramiko.AuthenticationException) or "authentication methods" in str(exc):
+        tried = ", ".join(spec.identity_files) or "the agent and ~/.ssh/id_*"
+        return VeriError(
+            f"{where}: authentication failed ({exc}); tried {tried}. Add an IdentityFile "
+            "for this host in ~/.ssh/config or load the key into ssh-agent",
+            key="host",
+        )
+    if isinstance(exc, TimeoutError):
+        return VeriError(f"{where}: timed out after {timeout:g} s; is it reachable?", "host")
+    if isinstance(exc, (OSError, EOFError, paramiko.SSHException)):
+        return VeriError(f"{where}: cannot connect ({exc or type(exc).__name__})", "host")
+    return exc
+
+
 def _open_client(spec: HostSpec, sock, trust: str | None, timeout: float) -> paramiko.SSHClient:
-    """Authenticate one hop; maps paramiko's failures to one-line VeriErrors."""
+    """Authenticate one hop; paramiko's failures become one-line VeriErrors."""
     kh = known_hosts_path(spec.known_hosts)
     client = paramiko.SSHClient()
     load_known_hosts(client, kh)
     client.set_missing_host_key_policy(TrustPolicy(kh, trust))
-    where = f"{spec.user}@{spec.hostname}:{spec.port}"
     try:
         client.connect(
             spec.hostname,
@@ -80,28 +101,9 @@ def _open_client(spec: HostSpec, sock, trust: str | None, timeout: float) -> par
             look_for_keys=not spec.identity_files,
             allow_agent=not spec.identities_only,
         )
-    except VeriError:
+    except BaseException as exc:
         client.close()
-        raise
-    except paramiko.BadHostKeyException as exc:
-        client.close()
-        raise changed_key_error(exc, kh) from exc
-    except paramiko.AuthenticationException as exc:
-        client.close()
-        tried = ", ".join(spec.identity_files) or "the agent and ~/.ssh/id_*"
-        raise VeriError(
-            f"{where}: authentication failed ({exc}); tried {tried}. Add an IdentityFile "
-            "for this host in ~/.ssh/config or load the key into ssh-agent",
-            key="host",
-        ) from exc
-    except TimeoutError as exc:
-        client.close()
-        raise VeriError(
-            f"{where}: timed out after {timeout:g} s; is it reachable?", "host"
-        ) from exc
-    except (OSError, paramiko.SSHException, EOFError) as exc:
-        client.close()
-        raise VeriError(f"{where}: cannot connect ({exc or type(exc).__name__})", "host") from exc
+        raise _connect_error(exc, spec, kh, timeout) from exc
     return client
 
 
