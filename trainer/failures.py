@@ -1,0 +1,299 @@
+"""Turn what a failed torchrun left behind into one failure report naming the first failing rank.
+
+Three sources, most precise first (docs/interfaces.md section 2, field notes "torchrun and
+failures"):
+
+1. the trainer's own records, ``failures/rank-<r>.json`` (nanosecond ``time_ns``, ``code``,
+   ``peer_failure``; also written for ``BaseException``s that torch elastic's ``record`` misses);
+2. torch elastic's ``error.json`` files under the ``--log-dir`` (whole-second timestamps,
+   written non-atomically, so a partial file is skipped rather than trusted);
+3. torchrun's failure summary in ``torchrun.log``: the only trace of a rank killed by a signal.
+
+Ranks that failed only because a peer died (gloo/nccl "Connection closed", timeouts, or the
+SIGTERM torchrun itself sent while shutting the group down) are demoted, so the report blames
+the rank that started it. Stdlib only: this runs in the supervisor, which never imports torch.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import re
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from trainer.errors import ATTRIBUTION
+
+#: Substrings (lower case) of a message that mean "my peer went away", not "I broke".
+PEER_PATTERNS = (
+    "connection closed",
+    "connection reset",
+    "broken pipe",
+    "connection refused",
+    "timed out",
+    "timeout",
+    "communicator was aborted",
+    "ncclremoteerror",
+    "socket closed",
+)
+
+#: Exception type names (from the "<Type>: <msg>" text) whose code is known without a record.
+TYPE_CODES = {
+    "OutOfMemoryError": "CUDA_OOM",
+    "DataError": "DATA_ERROR",
+    "ModelLoadError": "MODEL_LOAD_ERROR",
+    "ConfigError": "CONFIG_ERROR",
+}
+
+_SIGNAL_NAMES = {1: "SIGHUP", 2: "SIGINT", 6: "SIGABRT", 9: "SIGKILL", 11: "SIGSEGV", 15: "SIGTERM"}
+
+
+@dataclass
+class Candidate:
+    """One rank's failure as one source saw it."""
+
+    rank: int
+    local_rank: int
+    node: int
+    time_ns: int
+    precise: bool  # nanosecond clock (trainer record) vs whole seconds (elastic, summary)
+    type: str
+    code: str
+    message: str
+    peer: bool
+    traceback: str = ""
+
+    def sort_key(self) -> tuple[int, int, int, int]:
+        # Whole-second sources cannot order events inside one second: compare seconds first,
+        # let a precise record win a tie (a signal's summary time is when torchrun noticed).
+        return (self.time_ns // 10**9, 0 if self.precise else 1, self.time_ns, self.rank)
+
+
+def is_peer_message(text: str) -> bool:
+    """True when an error text only says that a peer process disappeared."""
+    low = text.lower()
+    return any(p in low for p in PEER_PATTERNS)
+
+
+def _split_type(text: str) -> tuple[str, str]:
+    """'OutOfMemoryError: CUDA out of memory' -> ('OutOfMemoryError', 'CUDA out of memory')."""
+    head, sep, rest = text.partition(": ")
+    if sep and re.fullmatch(r"[A-Za-z_][\w.]*", head):
+        return head.rsplit(".", 1)[-1], rest
+    return "", text
+
+
+def _code_for(type_name: str, message: str) -> tuple[str, bool]:
+    if type_name in TYPE_CODES:
+        return TYPE_CODES[type_name], False
+    if "out of memory" in message.lower():
+        return "CUDA_OOM", False
+    if is_peer_message(message):
+        return "COMM_ERROR", True
+    return "UNKNOWN", False
+
+
+def _load_json(path: str | Path) -> dict[str, Any] | None:
+    """A JSON object from a file, or None for a missing, partial or non-object file."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def trainer_records(job_dir: Path) -> list[Candidate]:
+    """The trainer's own per-rank records (failures/rank-<r>.json)."""
+    out = []
+    for path in sorted((job_dir / "failures").glob("rank-*.json")):
+        rec = _load_json(path)
+        if rec is None or "rank" not in rec:
+            continue
+        type_name = str(rec.get("type") or "")
+        message = str(rec.get("message") or "")
+        code = str(rec.get("code") or _code_for(type_name, message)[0])
+        rank = int(rec["rank"])
+        out.append(
+            Candidate(
+                rank=rank,
+                local_rank=int(rec.get("local_rank", rank)),
+                node=int(rec.get("node", 0)),
+                time_ns=int(rec.get("time_ns") or 0),
+                precise=True,
+                type=type_name,
+                code=code if code in ATTRIBUTION else "UNKNOWN",
+                message=message,
+                peer=bool(rec.get("peer_failure", False)),
+                traceback=str(rec.get("traceback") or ""),
+            )
+        )
+    return out
+
+
+def elastic_records(log_dir: Path, nproc_per_node: int, node: int = 0) -> list[Candidate]:
+    """torch elastic's error.json files; the local rank is the folder name."""
+    out = []
+    for path in sorted(glob.glob(str(log_dir / "*" / "attempt_*" / "*" / "error.json"))):
+        rec = _load_json(path)
+        msg = rec.get("message") if rec else None
+        if not isinstance(msg, dict):
+            continue  # partial or foreign file: the summary or a trainer record covers the rank
+        try:
+            local_rank = int(Path(path).parent.name)
+        except ValueError:
+            continue
+        extra = msg.get("extraInfo") or {}
+        type_name, message = _split_type(str(msg.get("message") or ""))
+        code, peer = _code_for(type_name, message)
+        out.append(
+            Candidate(
+                rank=node * nproc_per_node + local_rank,
+                local_rank=local_rank,
+                node=node,
+                time_ns=int(extra.get("timestamp") or 0) * 10**9,
+                precise=False,
+                type=type_name,
+                code=code,
+                message=message,
+                peer=peer,
+                traceback=str(extra.get("py_callstack") or ""),
+            )
+        )
+    return out
+
+
+_ENTRY = re.compile(
+    r"time\s*:\s*(?P<time>\S+)\s*\n"
+    r"\s*host\s*:\s*(?P<host>\S*)\s*\n"
+    r"\s*rank\s*:\s*(?P<rank>\d+)\s*\(local_rank:\s*(?P<local>\d+)\)\s*\n"
+    r"\s*exitcode\s*:\s*(?P<code>-?\d+)\s*\(pid:\s*(?P<pid>\d+)\)[^\n]*\n"
+    r"\s*error_file\s*:\s*(?P<file>[^\n]*)\n"
+    r"\s*traceback\s*:\s*(?P<tb>[^\n]*)"
+)
+_CLOSING = re.compile(r"Sending process (\d+) closing signal (SIG\w+)")
+
+
+def summary_records(torchrun_log: Path, nproc_per_node: int) -> list[Candidate]:
+    """Every rank in torchrun's failure summary: the only trace of a signal or a bare exit,
+    and the fallback when a rank's error file is partial (a readable one takes precedence)."""
+    try:
+        text = torchrun_log.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return []
+    # Ranks torchrun itself signalled while shutting the group down are victims, not causes.
+    closed = {int(pid) for pid, _sig in _CLOSING.findall(text)}
+    seen, out = set(), []
+    for m in _ENTRY.finditer(text):
+        rank, exitcode, pid = int(m["rank"]), int(m["code"]), int(m["pid"])
+        if rank in seen:
+            continue  # a rank's first entry is its root cause; later ones repeat it
+        seen.add(rank)
+        try:
+            when = int(time.mktime(time.strptime(m["time"], "%Y-%m-%d_%H:%M:%S"))) * 10**9
+        except ValueError:
+            when = 0
+        if exitcode < 0:
+            sig = -exitcode
+            name = _SIGNAL_NAMES.get(sig, f"signal {sig}")
+            code, message = "RANK_LOST", f"killed by signal {sig} ({name}), pid {pid}"
+        else:
+            code, message = "UNKNOWN", f"exited with code {exitcode}, pid {pid}"
+        out.append(
+            Candidate(
+                rank=rank,
+                local_rank=int(m["local"]),
+                node=rank // max(nproc_per_node, 1),
+                time_ns=when,
+                precise=False,
+                type="",
+                code=code,
+                message=message,
+                peer=pid in closed,
+                traceback=m["tb"].strip(),
+            )
+        )
+    return out
+
+
+def first_failure(candidates: list[Candidate]) -> Candidate | None:
+    """One candidate per rank (the most precise source wins), then the earliest non-peer one."""
+    by_rank: dict[int, Candidate] = {}
+    for cand in candidates:  # callers pass the most precise source first
+        if cand.rank in by_rank:
+            kept = by_rank[cand.rank]
+            if not kept.traceback and cand.traceback:
+                kept.traceback = cand.traceback
+            continue
+        by_rank[cand.rank] = cand
+    ranked = sorted(by_rank.values(), key=Candidate.sort_key)
+    causes = [c for c in ranked if not c.peer]
+    return (causes or ranked or [None])[0]
+
+
+def _last_line(path: Path) -> str:
+    try:
+        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return ""
+    return next((ln.strip() for ln in reversed(lines) if ln.strip()), "")
+
+
+def analyze(job_dir: Path, world_size: int, nproc_per_node: int, exit_code: int) -> dict[str, Any]:
+    """The ``error`` object of job.json for a failed job (docs/interfaces.md section 2)."""
+    job_dir = Path(job_dir)
+    cands = (
+        trainer_records(job_dir)
+        + elastic_records(job_dir / "elastic", nproc_per_node)
+        + summary_records(job_dir / "torchrun.log", nproc_per_node)
+    )
+    first = first_failure(cands)
+    if first is None:
+        last = _last_line(job_dir / "torchrun.log") or "no output"
+        return {
+            "code": "UNKNOWN",
+            "attribution": ATTRIBUTION["UNKNOWN"],
+            "message": f"torchrun exited with code {exit_code}: {last}",
+            "rank": None,
+            "node": None,
+            "local_rank": None,
+            "world_size": world_size,
+            "traceback": "",
+            "summary": f"job failed: torchrun exited with code {exit_code}: {last}",
+        }
+    text = first.message.strip().splitlines()[0] if first.message.strip() else ""
+    what = f"{first.type}: {text}" if first.type else text
+    summary = (
+        f"rank {first.rank}/{world_size} (node {first.node}, local_rank {first.local_rank}) "
+        f"failed: {what[:500]}"
+    )
+    return {
+        "code": first.code,
+        "attribution": ATTRIBUTION.get(first.code, ATTRIBUTION["UNKNOWN"]),
+        "message": first.message,
+        "rank": first.rank,
+        "node": first.node,
+        "local_rank": first.local_rank,
+        "world_size": world_size,
+        "traceback": first.traceback,
+        "summary": summary,
+    }
+
+
+def append_report(log_path: Path, error: dict[str, Any], plan_line: str) -> None:
+    """Append the summary line, the plan line and the rank's traceback to the rank-0 log."""
+    lines = [error["summary"]]
+    if plan_line:
+        lines.append(plan_line)
+    if error.get("traceback"):
+        lines.append(str(error["traceback"]).rstrip("\n"))
+    with open(log_path, "a", encoding="utf-8") as fh:
+        # A rank killed mid-write may leave a partial last line: start the report on its own.
+        if log_path.exists() and log_path.stat().st_size:
+            with open(log_path, "rb") as rf:
+                rf.seek(-1, os.SEEK_END)
+                if rf.read(1) != b"\n":
+                    fh.write("\n")
+        fh.write("\n".join(lines) + "\n")

@@ -1,0 +1,79 @@
+"""`veri-tui jobs`, `veri-tui logs JOB [-f]` and `veri-tui cancel JOB`.
+
+All three read the job folder through the launch facade, so they work from any process at any
+time after launch (the CLI that launched a job may be long gone). An unknown job id is a
+VeriError: one `error: job: ...` line and exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import Any
+
+from veri_tui.launch import jobs
+
+
+def run(args: argparse.Namespace) -> int:
+    """Dispatch on args.command: jobs, logs or cancel."""
+    if args.command == "jobs":
+        return list_jobs(args.json)
+    if args.command == "logs":
+        return show_log(args.job, args.follow)
+    return cancel(args.job)
+
+
+def _row(rec: dict[str, Any]) -> list[str]:
+    spec = rec.get("spec") or {}
+    error = rec.get("error") or {}
+    model = os.path.basename(str(spec.get("model") or "").rstrip("/")) or "-"
+    return [
+        rec.get("job_id", "?"),
+        rec.get("status", "?"),
+        rec.get("host") or "local",
+        str(spec.get("method", "-")),
+        f"{spec.get('gpu_count', '?')}x {spec.get('gpu', '?')}",
+        model,
+        error.get("code", ""),
+    ]
+
+
+def list_jobs(as_json: bool) -> int:
+    """Print every job, newest first: a table, or one JSON list of job records."""
+    records = jobs.list_jobs()
+    if as_json:
+        print(json.dumps(records, indent=2))
+        return 0
+    if not records:
+        print("no jobs yet; start one with `veri-tui launch`")
+        return 0
+    rows = [["JOB", "STATUS", "HOST", "METHOD", "GPUS", "MODEL", "ERROR"]]
+    rows += [_row(r) for r in records]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    for r in rows:
+        print("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
+    return 0
+
+
+def show_log(job_id: str, follow: bool) -> int:
+    """Print the rank-0 log; with follow, keep printing complete lines until the job ends."""
+    if not follow:
+        sys.stdout.buffer.write(jobs.read_log(job_id, 0))
+        sys.stdout.flush()
+        return 0
+    for line in jobs.follow_log(job_id):
+        print(line.text, flush=True)
+    return 0
+
+
+def cancel(job_id: str) -> int:
+    """End every rank of the job and report how it ended."""
+    before = jobs.get_job(job_id)["status"]
+    final = jobs.cancel(job_id)
+    if before in ("succeeded", "failed", "cancelled") and not final.get("lost"):
+        print(f"job {job_id} had already ended: {final['status']}")
+    else:
+        print(f"job {job_id} {final['status']}")
+    return 0

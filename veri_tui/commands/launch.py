@@ -1,0 +1,56 @@
+"""`veri-tui launch`: validate, plan and start a job detached; print its id.
+
+With --wait the rank-0 log is followed to the end and the exit status tells the outcome
+(0 succeeded, 1 failed or cancelled, the failure summary on stderr). Interrupting the wait
+leaves the job running: it is detached, and `veri-tui cancel` ends it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from veri_tui.launch import jobs
+from veri_tui.launch.spec import check_plan
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run `veri-tui launch`; VeriError (bad input) propagates to the CLI's exit 2."""
+    from veri_tui.plan import load_job_config, plan_job
+
+    job = load_job_config(
+        args.config,
+        model=args.model,
+        method=args.method,
+        gpu=args.gpu,
+        gpu_count=args.gpu_count,
+        dataset=args.dataset,
+        output=args.output,
+        sets=args.sets,
+    )
+    check_plan(job)  # every submit refusal at once, before the model is even read
+    record = plan_job(job)
+    job_id = jobs.launch(job, record, host=args.host, trust_host=args.trust_host)
+    if args.json and not args.wait:
+        print(json.dumps(jobs.get_job(job_id)))
+        return 0
+    print(job_id, flush=True)
+    if not args.wait:
+        return 0
+    try:
+        for line in jobs.follow_log(job_id):
+            print(line.text, flush=True)
+    except KeyboardInterrupt:
+        print(f"stopped following; job {job_id} keeps running (veri-tui cancel {job_id})",
+              file=sys.stderr)  # fmt: skip
+        return 130
+    final = jobs.get_job(job_id)
+    if args.json:
+        print(json.dumps(final))
+    if final["status"] == "succeeded":
+        return 0
+    error = final.get("error") or {}
+    detail = error.get("summary") or final["status"]
+    print(f"job {job_id} {final['status']}: {detail}", file=sys.stderr)
+    return 1

@@ -1,0 +1,112 @@
+"""The launch facade used by the CLI and the app: start, list, read, follow and cancel jobs.
+
+Local jobs go to `LocalTarget`; ``host`` goes to the SSH target in ``veri_tui.launch.ssh``,
+looked up lazily (paramiko is imported only when a host is used). The seam with the SSH module
+is documented in docs/jobs.md: ``launch(job_config, plan_record, host=..., trust_host=...,
+wait=...) -> job_id``, ``list_jobs() -> records`` (each with ``host`` set) and
+``target_for_job(job_id) -> Target | None``.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Iterator
+from types import ModuleType
+from typing import Any
+
+from veri_tui.errors import VeriError
+from veri_tui.launch.local import LocalTarget
+from veri_tui.launch.records import LogLine
+from veri_tui.launch.spec import build_record, new_job_id
+
+
+def _ssh() -> ModuleType:
+    """The SSH target module, imported on first use; a clear error while it is missing."""
+    try:
+        mod = importlib.import_module("veri_tui.launch.ssh")
+    except ImportError as exc:
+        if exc.name and exc.name.startswith("veri_tui.launch.ssh"):
+            raise VeriError(
+                "launching over SSH is not available in this build; run without --host",
+                key="host",
+            ) from None
+        raise
+    if not hasattr(mod, "launch"):
+        raise VeriError(
+            "launching over SSH is not available in this build; run without --host", key="host"
+        )
+    return mod
+
+
+def launch(
+    job_config: Any,
+    plan_record: Any,
+    host: str | None = None,
+    trust_host: str | None = None,
+    wait: bool = False,
+) -> str:
+    """Validate, write the job folder and start the job detached; returns the job id.
+
+    ``job_config`` is a veri_tui.plan.JobConfig, ``plan_record`` its PlanRecord. Raises
+    VeriError for anything `plan` refuses, a model not on disk or a missing dataset, before
+    anything starts. ``wait`` blocks until the job has ended.
+    """
+    if host is not None:
+        return _ssh().launch(job_config, plan_record, host=host, trust_host=trust_host, wait=wait)
+    target = LocalTarget()
+    job_id = new_job_id()
+    record = build_record(job_config, plan_record, job_id, target.job_dir(job_id))
+    target.start(record)
+    if wait:
+        target.wait(job_id)
+    return job_id
+
+
+def _remote_module() -> ModuleType | None:
+    try:
+        return _ssh()
+    except VeriError:
+        return None
+
+
+def list_jobs() -> list[dict[str, Any]]:
+    """Local jobs, then the remote jobs this machine launched (when SSH support is present)."""
+    jobs = LocalTarget().list_jobs()
+    ssh = _remote_module()
+    if ssh is not None and hasattr(ssh, "list_jobs"):
+        jobs += ssh.list_jobs()
+    return jobs
+
+
+def target_for(job_id: str) -> Any:
+    """The target holding ``job_id``: local when its folder is here, else the SSH module's."""
+    local = LocalTarget()
+    if (local.job_dir(job_id) / "job.json").is_file():
+        return local
+    ssh = _remote_module()
+    remote = ssh.target_for_job(job_id) if ssh and hasattr(ssh, "target_for_job") else None
+    if remote is None:
+        raise VeriError(f"no job {job_id}; `veri-tui jobs` lists them", key="job")
+    return remote
+
+
+def get_job(job_id: str) -> dict[str, Any]:
+    """The job's record (job.json, with a lost supervisor reported as failed)."""
+    return target_for(job_id).get_job(job_id)
+
+
+def read_log(job_id: str, offset: int = 0) -> bytes:
+    """The rank-0 log from byte ``offset`` to its current end."""
+    return target_for(job_id).read_log(job_id, offset)
+
+
+def follow_log(job_id: str, offset: int = 0) -> Iterator[LogLine]:
+    """Complete rank-0 log lines from ``offset`` until the job ends (``LogLine.end`` is the
+    offset to resume from)."""
+    return target_for(job_id).follow_log(job_id, offset)
+
+
+def cancel(job_id: str) -> dict[str, Any]:
+    """End every rank of the job; returns the final record (status cancelled unless it had
+    already ended)."""
+    return target_for(job_id).cancel(job_id)

@@ -1,0 +1,158 @@
+"""The local target: detached jobs on this machine, one folder each under $VERI_HOME/jobs.
+
+A job is started as ``python -m trainer.supervise --job <job_dir>/job.json`` in its own
+session (setsid), stdin from /dev/null and output to a file, so it outlives the CLI or app
+that launched it and ignores the SIGHUP of a closing terminal (torchrun dies on SIGHUP even
+under nohup: field notes). All state is read back from the folder, never kept in memory.
+The SSH target mirrors these methods (docs/jobs.md).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from trainer.supervise import (
+    GRACE_S,
+    TERMINAL,
+    end_processes,
+    job_processes,
+    now_iso,
+    pid_alive,
+    read_pid,
+    update_job,
+    write_json_atomic,
+)
+from veri_tui.errors import VeriError
+from veri_tui.launch.records import LogLine, follow_lines, read_record
+from veri_tui.launch.spec import veri_home
+
+# Supervisors this process started: polled so that a long-lived launcher (the app) reaps them
+# instead of collecting zombies.
+_children: list[subprocess.Popen[bytes]] = []
+
+
+def _reap() -> None:
+    _children[:] = [p for p in _children if p.poll() is None]
+
+
+class LocalTarget:
+    """Jobs on this machine. ``home`` defaults to $VERI_HOME (~/.veri)."""
+
+    name = "local"
+
+    def __init__(self, home: Path | None = None) -> None:
+        self.home = Path(home) if home is not None else veri_home()
+
+    @property
+    def jobs_dir(self) -> Path:
+        return self.home / "jobs"
+
+    def job_dir(self, job_id: str) -> Path:
+        """The folder of ``job_id``; refuses ids that would leave the jobs folder."""
+        if not job_id or "/" in job_id or job_id.startswith("."):
+            raise VeriError(f"{job_id!r} is not a job id; `veri-tui jobs` lists them", key="job")
+        return self.jobs_dir / job_id
+
+    def start(self, record: dict[str, Any]) -> str:
+        """Create the job folder from ``record`` (built by veri_tui.launch.spec, paths set for
+        ``self.job_dir(record['job_id'])``) and start its supervisor detached; returns the id."""
+        job_id = record["job_id"]
+        final = self.job_dir(job_id)
+        # Build the folder aside and rename it in, so `jobs` never lists a half-made job.
+        tmp = self.jobs_dir / f".{job_id}.tmp"
+        (tmp / "pids").mkdir(parents=True)
+        (tmp / "failures").mkdir()
+        write_json_atomic(tmp / "job.json", record)
+        os.rename(tmp, final)
+        with open(final / "supervisor.log", "ab") as out:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "trainer.supervise", "--job", str(final / "job.json")],
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                cwd=final,
+                start_new_session=True,
+            )
+        _reap()
+        _children.append(proc)
+        return job_id
+
+    def list_jobs(self) -> list[dict[str, Any]]:
+        """Every job's record, newest first (ids sort by creation time)."""
+        _reap()
+        if not self.jobs_dir.is_dir():
+            return []
+        out = []
+        for d in sorted(self.jobs_dir.iterdir(), reverse=True):
+            if d.name.startswith(".") or not (d / "job.json").is_file():
+                continue
+            try:
+                out.append(read_record(d))
+            except VeriError:
+                continue  # a foreign or damaged folder must not hide the other jobs
+        return out
+
+    def get_job(self, job_id: str) -> dict[str, Any]:
+        """The job's record as its folder says now; VeriError for an unknown id."""
+        _reap()
+        return read_record(self.job_dir(job_id))
+
+    def read_log(self, job_id: str, offset: int = 0) -> bytes:
+        """The rank-0 log from byte ``offset`` to its current end (b"" if not written yet)."""
+        path = self.job_dir(job_id) / "log.txt"
+        self.get_job(job_id)  # unknown id -> VeriError
+        try:
+            with open(path, "rb") as fh:
+                fh.seek(offset)
+                return fh.read()
+        except FileNotFoundError:
+            return b""
+
+    def follow_log(self, job_id: str, offset: int = 0, poll_s: float = 0.2) -> Iterator[LogLine]:
+        """Complete log lines from ``offset`` on, ending when the job has ended."""
+        self.get_job(job_id)
+        return follow_lines(
+            lambda off: self.read_log(job_id, off),
+            lambda: self.get_job(job_id)["status"] in TERMINAL,
+            offset,
+            poll_s,
+        )
+
+    def wait(self, job_id: str, poll_s: float = 0.2) -> dict[str, Any]:
+        """Block until the job has ended; returns its final record."""
+        while (record := self.get_job(job_id))["status"] not in TERMINAL:
+            time.sleep(poll_s)
+        return record
+
+    def cancel(self, job_id: str, grace: float = GRACE_S) -> dict[str, Any]:
+        """End every process of the job (SIGTERM, SIGKILL after ``grace``); status cancelled.
+
+        The supervisor does the work when it is alive. When it is gone (or does not finish in
+        time) this process ends torchrun and the ranks itself and records the cancel.
+        """
+        record = self.get_job(job_id)
+        job_dir = self.job_dir(job_id)
+        job_path = job_dir / "job.json"
+        if record["status"] in TERMINAL and not (record.get("lost") and job_processes(job_path)):
+            return record  # ended already (a lost job is swept only while ranks survive it)
+        sup = read_pid(job_dir / "supervisor.pid")
+        if sup and pid_alive(sup):
+            os.kill(sup, signal.SIGTERM)
+            deadline = time.monotonic() + grace + 3.0
+            while time.monotonic() < deadline and pid_alive(sup):
+                _reap()
+                time.sleep(0.1)
+        record = read_record(job_dir)
+        if record["status"] in TERMINAL and not record.get("lost") and not job_processes(job_path):
+            return record
+        if sup and pid_alive(sup):
+            os.kill(sup, signal.SIGKILL)
+        end_processes(job_path, grace=min(grace, 2.0))
+        return update_job(job_path, status="cancelled", ended_at=now_iso())

@@ -1,0 +1,128 @@
+"""Build the job record (job.json) from a JobConfig and its PlanRecord, refusing bad input.
+
+The record is the one contract between this side and the trainer (docs/interfaces.md
+section 2): every path in it is absolute, the model is a local directory, and the plan header
+is copied verbatim so the trainer prints exactly what `veri-tui plan` printed.
+Validate-before-start: `launch` refuses what `plan` refuses, plus a model that is not on disk,
+a dataset that is missing, and an output directory that already holds something.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import time
+from pathlib import Path
+from typing import Any
+
+from veri_tui.errors import ConfigError, VeriError
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+#: The bundled dataset each method trains on when no --dataset is given.
+BUNDLED_DATASETS = {
+    "sft_text": REPO_ROOT / "assets" / "data" / "sft.jsonl",
+    "dpo": REPO_ROOT / "assets" / "data" / "dpo.jsonl",
+}
+
+
+def new_job_id() -> str:
+    """Sortable by creation time (UTC, seconds), with a random suffix against collisions."""
+    return time.strftime("%Y%m%d-%H%M%S", time.gmtime()) + "-" + secrets.token_hex(2)
+
+
+def veri_home() -> Path:
+    """$VERI_HOME, default ~/.veri: where job folders live."""
+    return Path(os.environ.get("VERI_HOME") or Path.home() / ".veri").expanduser()
+
+
+def _dataset_path(method: str, dataset: str | None) -> tuple[Path | None, ConfigError | None]:
+    if dataset:
+        path = Path(dataset).expanduser().resolve()
+        if not path.is_file():
+            return None, ConfigError("dataset", f"{dataset}: no such file; pass an existing JSONL")
+        return path, None
+    bundled = BUNDLED_DATASETS.get(method)
+    if bundled is None or not bundled.is_file():
+        return None, ConfigError("dataset", f"no bundled dataset for {method}; pass --dataset")
+    return bundled, None
+
+
+def _model_path(model: str | None, info: dict[str, Any]) -> tuple[Path | None, ConfigError | None]:
+    raw = info.get("path")
+    if not raw:
+        return None, ConfigError(
+            "model",
+            f"{model} is not on this machine (only its Hub metadata was read); "
+            f"download it (huggingface-cli download {model}) or pass --model DIR",
+        )
+    path = Path(raw).expanduser().resolve()
+    if not (path / "config.json").is_file():
+        return None, ConfigError("model", f"{path}: no config.json there; pass a model directory")
+    return path, None
+
+
+def _output_path(output: str | None, job_dir: Path) -> tuple[Path, ConfigError | None]:
+    if not output:
+        return job_dir / "output", None
+    path = Path(output).expanduser().resolve()
+    if path.exists() and (not path.is_dir() or any(path.iterdir())):
+        return path, ConfigError(
+            "output", f"{path} already exists and is not empty; choose another --output"
+        )
+    return path, None
+
+
+def check_plan(job: Any) -> None:
+    """Raise VeriError with every submit refusal of the planning core, as `plan` does."""
+    from veri_tui.plan import validate
+
+    errors = validate(job)
+    if errors:
+        raise VeriError(list(errors))
+
+
+def build_record(
+    job: Any, plan_record: Any, job_id: str, job_dir: Path, host: str | None = None
+) -> dict[str, Any]:
+    """The job.json record for ``job`` planned as ``plan_record``; raises VeriError.
+
+    ``job`` is a veri_tui.plan.JobConfig and ``plan_record`` its PlanRecord (typed loosely so
+    this module imports nothing heavy). Paths are resolved on this machine.
+    """
+    check_plan(job)
+    plan = plan_record.to_dict()
+    model, e_model = _model_path(job.model, plan.get("model") or {})
+    dataset, e_data = _dataset_path(job.method, job.dataset)
+    output, e_out = _output_path(job.output, job_dir)
+    problems = [e for e in (e_model, e_data, e_out) if e is not None]
+    if problems:
+        raise VeriError(problems)
+    resolved = dict(plan["resolved_parallelism"])
+    header = [*plan.get("header_lines", []), plan["plan_line"]]
+    spec = {
+        "method": job.method,
+        "model": job.model or str(model),
+        "model_path": str(model),
+        "dataset": str(dataset),
+        "output_dir": str(output),
+        "gpu": job.gpu,
+        "gpu_count": int(job.gpu_count),
+        "nproc_per_node": int(job.gpu_count),
+        "device": "auto",
+        "hyperparameters": job.hyperparameters.model_dump(mode="json", exclude_none=True),
+        "resolved_parallelism": resolved,
+        "plan_header": header,
+        "states_bytes_per_gpu": plan.get("states_bytes_per_gpu"),
+    }
+    return {
+        "job_id": job_id,
+        "status": "pending",
+        "created_at": time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime()),
+        "started_at": None,
+        "ended_at": None,
+        "host": host,
+        "spec": spec,
+        "resolved_parallelism": dict(resolved),
+        "error": None,
+    }
