@@ -1,0 +1,41 @@
+"""The Textual app: `create_app` (used by the CLI, pilot tests and snapshots) and `run_app`.
+
+Importing this package stays cheap: Textual and the screens load inside `create_app`, and
+nothing in the app ever imports torch (a test checks it in a subprocess).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from veri_tui.app.app import VeriApp
+
+
+def create_app(
+    *,
+    veri_home: str | Path | None = None,
+    model: str | None = None,
+    workdir: str | Path | None = None,
+    theme: str = "textual-dark",
+) -> VeriApp:
+    """The one app factory. `veri_home` also becomes $VERI_HOME for the launch facade."""
+    from veri_tui.app.app import VeriApp
+
+    if veri_home is not None:
+        os.environ["VERI_HOME"] = str(veri_home)
+    home = Path(os.environ.get("VERI_HOME") or Path.home() / ".veri").expanduser()
+    return VeriApp(
+        veri_home=home,
+        model=model,
+        workdir=Path(workdir) if workdir else None,
+        theme=theme,
+    )
+
+
+def run_app() -> int:
+    """Run the app in the terminal (plain `veri-tui`); returns the exit status."""
+    result = create_app().run()
+    return int(result or 0)

@@ -1,0 +1,115 @@
+"""The Textual app object: screens, global bindings, command palette entries, recent models.
+
+Thin on purpose: screens compose widgets, the planning core plans, the launch facade runs
+jobs. The app holds only what every screen shares (VERI_HOME, the working directory for
+exports, the recently used models).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable
+from pathlib import Path
+
+from textual.app import App, SystemCommand
+from textual.binding import Binding
+from textual.screen import Screen
+
+RECENT_MAX = 8
+
+
+class VeriApp(App[int]):
+    """veri-tui: plan, launch and watch multi-GPU fine-tuning."""
+
+    CSS_PATH = "veri.tcss"
+    TITLE = "veri-tui"
+    BINDINGS = [
+        Binding("ctrl+b", "jobs", "Jobs"),
+        Binding("ctrl+t", "toggle_theme", "Theme"),
+    ]
+
+    def __init__(
+        self,
+        *,
+        veri_home: Path,
+        model: str | None = None,
+        workdir: Path | None = None,
+        theme: str = "textual-dark",
+    ) -> None:
+        super().__init__()
+        self.veri_home = veri_home
+        self.workdir = workdir or Path.cwd()
+        self.initial_model = model
+        self.theme = theme
+
+    def on_mount(self) -> None:
+        from veri_tui.app.screens.plan_editor import PlanEditorScreen
+
+        self.push_screen(PlanEditorScreen(self.initial_model))
+
+    # -- shared state ----------------------------------------------------------------
+
+    @property
+    def recent_path(self) -> Path:
+        return self.veri_home / "app" / "recent.json"
+
+    def recent_models(self) -> list[str]:
+        """Models picked before, newest first (a missing or broken file means none)."""
+        try:
+            data = json.loads(self.recent_path.read_text())
+        except (OSError, ValueError):
+            return []
+        return [str(m) for m in data if isinstance(m, str)] if isinstance(data, list) else []
+
+    def remember_model(self, model: str) -> None:
+        """Put `model` first in the recent list (written aside, then renamed into place)."""
+        models = [model] + [m for m in self.recent_models() if m != model]
+        self.recent_path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.recent_path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(models[:RECENT_MAX]))
+        os.replace(tmp, self.recent_path)
+
+    # -- actions -----------------------------------------------------------------------
+
+    def action_jobs(self) -> None:
+        from veri_tui.app.screens.jobs import JobsScreen
+
+        if not isinstance(self.screen, JobsScreen):
+            self.push_screen(JobsScreen())
+
+    def action_toggle_theme(self) -> None:
+        self.theme = "textual-light" if self.theme == "textual-dark" else "textual-dark"
+
+    def open_monitor(self, job_id: str) -> None:
+        """Show the run monitor of `job_id` (after a launch, or from the jobs screen)."""
+        from veri_tui.app.screens.monitor import MonitorScreen
+
+        self.push_screen(MonitorScreen(job_id))
+
+    def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
+        """Command palette: the app's actions, plus the plan editor's when it is showing."""
+        yield from super().get_system_commands(screen)
+        yield SystemCommand("Jobs", "List local and remote jobs; reattach", self.action_jobs)
+        yield SystemCommand("Toggle light/dark theme", "", self.action_toggle_theme)
+        from veri_tui.app.screens.plan_editor import PlanEditorScreen
+
+        if isinstance(screen, PlanEditorScreen):
+            yield SystemCommand(
+                "Pick model", "Bundled, HF cache, recent, path or Hub id", screen.action_pick_model
+            )
+            yield SystemCommand(
+                "Launch", "Choose target, dataset, output; preflight", screen.action_launch
+            )
+            yield SystemCommand(
+                "Pin resolved plan", "Copy resolved_parallelism into the knobs", screen.action_pin
+            )
+            yield SystemCommand(
+                "Export veri.toml", "Write the job to ./veri.toml", screen.action_export
+            )
+            for i, sugg in enumerate((screen.record or {}).get("suggestions") or [], start=1):
+                yield SystemCommand(
+                    f"Apply suggestion {i}: {sugg.get('text', '')}",
+                    "Put its values into the knobs",
+                    lambda n=i: screen.action_apply_suggestion(n),
+                )

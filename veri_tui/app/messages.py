@@ -1,0 +1,75 @@
+"""Messages that thread workers post back to the UI thread.
+
+Workers never touch widgets: they read files, headers, hosts and job records, then post one
+of these small dataclass messages, and the screen that owns the worker updates its widgets
+in the handler (on the UI thread). Every message carries the data it reports, not handles.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from textual.message import Message
+
+
+@dataclass
+class ModelInfoRead(Message):
+    """The safetensors headers of `model` were read (info set) or could not be (error set);
+    model None is the bundled tiny model."""
+
+    model: str | None
+    info: Any = None
+    error: str | None = None
+
+
+@dataclass
+class ModelsListed(Message):
+    """Candidate models for the picker: rows of (source, name, detail)."""
+
+    rows: list[tuple[str, str, str]] = field(default_factory=list)
+
+
+@dataclass
+class JobUpdate(Message):
+    """A snapshot of a job: its record, new log lines since the last update, new metrics."""
+
+    job_id: str
+    record: dict[str, Any] | None
+    lines: list[str] = field(default_factory=list)
+    metrics: list[dict[str, Any]] = field(default_factory=list)
+    error: str | None = None
+
+
+@dataclass
+class JobsListed(Message):
+    """The job records found locally and on the configured hosts."""
+
+    jobs: list[dict[str, Any]] = field(default_factory=list)
+    error: str | None = None
+
+
+@dataclass
+class HostsListed(Message):
+    """Host aliases found in ~/.ssh/config (the launch screen's target list)."""
+
+    hosts: list[str] = field(default_factory=list)
+    error: str | None = None
+
+
+@dataclass
+class PreflightDone(Message):
+    """Preflight checks for a target: (name, ok, detail) rows, or a refusal."""
+
+    checks: list[tuple[str, bool, str]] = field(default_factory=list)
+    error: str | None = None
+    host_key: tuple[str, str] | None = None  # (host, fingerprint) of an unknown host key
+
+
+@dataclass
+class Launched(Message):
+    """The launcher started a job (job_id set) or refused it (error set)."""
+
+    job_id: str | None = None
+    error: str | None = None
+    host_key: tuple[str, str] | None = None

@@ -1,0 +1,1 @@
+"""Screens of the veri-tui app: each composes widgets and routes their messages."""

@@ -1,0 +1,50 @@
+"""The host-key trust dialog: an unknown SSH host shows its fingerprint and asks once.
+
+Trust is given for exactly the fingerprint shown (the launcher records it in known_hosts);
+a changed key is never offered here, the launcher refuses it outright.
+"""
+
+from __future__ import annotations
+
+from textual import on
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical
+from textual.screen import ModalScreen
+from textual.widgets import Button, Static
+
+
+class HostKeyScreen(ModalScreen[bool]):
+    """Dismisses with True when the user trusts `fingerprint` for `host`."""
+
+    BINDINGS = [
+        Binding("y", "trust", "Trust"),
+        Binding("n,escape", "refuse", "Refuse"),
+    ]
+
+    def __init__(self, host: str, fingerprint: str) -> None:
+        super().__init__()
+        self.host = host
+        self.fingerprint = fingerprint
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="dialog"):
+            yield Static(f"Unknown host {self.host}", classes="dialog-title")
+            yield Static(
+                f"Its key fingerprint is\n  {self.fingerprint}\n"
+                "Compare it with the host's own `ssh-keygen -lf` output. Trust it and "
+                "record it in known_hosts?"
+            )
+            with Horizontal(classes="dialog-buttons"):
+                yield Button("Trust (y)", id="trust", variant="warning")
+                yield Button("Refuse (n)", id="refuse")
+
+    def action_trust(self) -> None:
+        self.dismiss(True)
+
+    def action_refuse(self) -> None:
+        self.dismiss(False)
+
+    @on(Button.Pressed)
+    def _pressed(self, event: Button.Pressed) -> None:
+        self.dismiss(event.button.id == "trust")

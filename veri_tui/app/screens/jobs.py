@@ -1,0 +1,94 @@
+"""The jobs screen: local and remote jobs in one table; Enter reattaches the monitor.
+
+Listing reads job folders and may reach SSH hosts, so it runs in a thread worker.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.screen import Screen
+from textual.widgets import DataTable, Footer, Static
+
+from veri_tui.app.messages import JobsListed
+
+
+def job_row(rec: dict[str, Any]) -> tuple[str, ...]:
+    """Table cells for one job record: id, status, where, method, model, plan (dp/zero)."""
+    spec = rec.get("spec") or {}
+    rp = rec.get("resolved_parallelism") or spec.get("resolved_parallelism") or {}
+    err = rec.get("error") or {}
+    status = str(rec.get("status", "?"))
+    if status == "failed" and err.get("code"):
+        status = f"failed {err['code']}"
+    model = str(spec.get("model", ""))
+    plan = f"dp={rp.get('data_parallel_size', '?')} z={rp.get('zero_stage', '?')}"
+    return (
+        str(rec.get("job_id", "?")),
+        status,
+        str(rec.get("host") or "local"),
+        str(spec.get("method", "")),
+        model if len(model) < 28 else "..." + model[-25:],
+        plan,
+    )
+
+
+class JobsScreen(Screen):
+    """Every job veri-tui knows of, newest first."""
+
+    BINDINGS = [
+        Binding("enter", "open", "Open", show=True),
+        Binding("r", "refresh", "Refresh"),
+        Binding("escape", "app.pop_screen", "Back"),
+    ]
+
+    def compose(self) -> ComposeResult:
+        yield Static("Jobs: Enter opens the run monitor", id="jobs-title")
+        table: DataTable[str] = DataTable(id="jobs-table", cursor_type="row")
+        table.add_columns("job", "status", "where", "method", "model", "plan")
+        yield table
+        yield Static("", id="jobs-note")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.action_refresh()
+
+    def action_refresh(self) -> None:
+        self.query_one("#jobs-note", Static).update("reading jobs...")
+        self.list_jobs()
+
+    @work(thread=True, exclusive=True, group="list-jobs")
+    def list_jobs(self) -> None:
+        from veri_tui.launch import jobs
+
+        try:
+            self.post_message(JobsListed(list(jobs.list_jobs())))
+        except Exception as exc:  # noqa: BLE001 - shown in the note line
+            self.post_message(JobsListed(error=str(exc)))
+
+    def on_jobs_listed(self, message: JobsListed) -> None:
+        table = self.query_one(DataTable)
+        table.clear()
+        records = sorted(message.jobs, key=lambda r: str(r.get("job_id", "")), reverse=True)
+        for rec in records:
+            table.add_row(*job_row(rec), key=str(rec.get("job_id")))
+        note = message.error or f"{len(records)} job{'s' * (len(records) != 1)}"
+        self.query_one("#jobs-note", Static).update(note)
+
+    @on(DataTable.RowSelected)
+    def _selected(self, event: DataTable.RowSelected) -> None:
+        self._open(str(event.row_key.value))
+
+    def action_open(self) -> None:
+        table = self.query_one(DataTable)
+        if table.row_count:
+            key = table.coordinate_to_cell_key(table.cursor_coordinate).row_key
+            self._open(str(key.value))
+
+    def _open(self, job_id: str) -> None:
+        from veri_tui.app.screens.monitor import MonitorScreen
+
+        self.app.push_screen(MonitorScreen(job_id))

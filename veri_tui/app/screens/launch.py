@@ -1,0 +1,221 @@
+"""The launch screen: target (local or a ~/.ssh/config host), dataset, output, preflight,
+host-key trust, confirm.
+
+Preflight and launch run in thread workers: they read files, may open an SSH connection,
+and start processes. An unknown host key comes back as a message and opens the trust
+dialog; the fingerprint the user accepts is passed on to the launcher (`trust_host`).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical
+from textual.screen import Screen
+from textual.widgets import Button, Footer, Input, Label, Select, Static
+
+from veri_tui import plan as core
+from veri_tui.app.messages import HostsListed, Launched, PreflightDone
+from veri_tui.errors import VeriError
+
+LOCAL = "local"
+
+
+def _host_key_of(exc: BaseException) -> tuple[str, str] | None:
+    """(host, fingerprint) when `exc` is the SSH module's unknown-host-key refusal."""
+    host, fp = getattr(exc, "host", None), getattr(exc, "fingerprint", None)
+    return (str(host), str(fp)) if host and fp else None
+
+
+class LaunchScreen(Screen):
+    """Confirm where and on what the planned job runs, then start it."""
+
+    BINDINGS = [
+        Binding("ctrl+l", "confirm", "Launch now"),
+        Binding("ctrl+r", "preflight", "Re-check"),
+        Binding("escape", "app.pop_screen", "Back"),
+    ]
+
+    def __init__(self, fields: dict[str, Any], info: Any) -> None:
+        super().__init__()
+        self.fields = fields
+        self.info = info
+        self.trusted: dict[str, str] = {}  # host -> fingerprint the user accepted
+        self.ready = False
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="launch-form"):
+            yield Static("Launch", classes="form-section")
+            yield Static("", id="launch-plan")
+            with Horizontal(classes="field-line"):
+                yield Label("target", classes="field-label")
+                yield Select([(LOCAL, LOCAL)], value=LOCAL, allow_blank=False, id="target")
+            with Horizontal(classes="field-line"):
+                yield Label("dataset", classes="field-label")
+                yield Input(placeholder="JSONL file (empty: bundled sample)", id="dataset")
+            with Horizontal(classes="field-line"):
+                yield Label("output dir", classes="field-label")
+                yield Input(placeholder="empty: <job folder>/output", id="output")
+            yield Static("Preflight", classes="form-section")
+            yield Static("checking...", id="preflight")
+            with Horizontal(id="launch-actions"):
+                yield Button("Launch ^l", id="confirm", variant="primary", disabled=True)
+                yield Button("Back esc", id="back")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.list_hosts()
+        self.action_preflight()
+
+    # -- inputs ------------------------------------------------------------------------
+
+    @work(thread=True, group="hosts")
+    def list_hosts(self) -> None:
+        """Host aliases from the SSH client config (wildcard patterns are not targets)."""
+        try:
+            from veri_tui.launch.ssh.hosts import load_config
+
+            names = sorted(h for h in load_config().get_hostnames() if not set("*?!") & set(h))
+            self.post_message(HostsListed(names))
+        except (OSError, VeriError) as exc:
+            self.post_message(HostsListed(error=str(exc)))
+
+    def on_hosts_listed(self, message: HostsListed) -> None:
+        options = [(LOCAL, LOCAL)] + [(h, h) for h in message.hosts]
+        self.query_one("#target", Select).set_options(options)
+
+    def job_fields(self) -> dict[str, Any]:
+        """The editor's fields plus this screen's dataset and output."""
+        out = dict(self.fields)
+        for key in ("dataset", "output"):
+            value = self.query_one(f"#{key}", Input).value.strip()
+            if value:
+                out[key] = value
+        return out
+
+    @property
+    def host(self) -> str | None:
+        value = self.query_one("#target", Select).value
+        return None if value in (LOCAL, Select.BLANK) else str(value)
+
+    @on(Input.Changed)
+    @on(Select.Changed)
+    def _inputs_changed(self) -> None:
+        self.action_preflight()
+
+    # -- preflight ---------------------------------------------------------------------
+
+    def action_preflight(self) -> None:
+        self.ready = False
+        self.query_one("#confirm", Button).disabled = True
+        self.query_one("#preflight", Static).update("checking...")
+        self.preflight(self.job_fields(), self.host)
+
+    @work(thread=True, exclusive=True, group="preflight")
+    def preflight(self, fields: dict[str, Any], host: str | None) -> None:
+        """Plan, inputs and target checks; each row is (check, ok, detail)."""
+        checks: list[tuple[str, bool, str]] = []
+        try:
+            job = core.job_from_fields(fields)
+            record = core.plan_job(job, self.info)
+            checks.append(("plan", True, record.to_dict()["plan_line"]))
+            if host is None:
+                from veri_tui.launch.spec import build_record
+
+                # A dry run of the record the launcher will write: it resolves and checks the
+                # model directory, the dataset and the output dir without starting anything.
+                with tempfile.TemporaryDirectory() as tmp:
+                    rec = build_record(job, record, "preflight", Path(tmp) / "job")
+                checks.append(("model", True, rec["spec"]["model_path"]))
+                checks.append(("dataset", True, rec["spec"]["dataset"]))
+                checks.append(("output", True, str(fields.get("output") or "job folder")))
+                has_torch = importlib.util.find_spec("torch") is not None
+                checks.append(("torch", has_torch, "installed" if has_torch else "missing"))
+                runner = shutil.which("torchrun")
+                checks.append(("torchrun", bool(runner), runner or "not on PATH"))
+            else:
+                from veri_tui.launch.ssh.connection import Connection
+
+                conn = Connection.open(host, trust=self.trusted.get(host))
+                try:
+                    ok = conn.probe()
+                finally:
+                    conn.close()
+                checks.append(("ssh", ok, f"{host} answers" if ok else f"{host} does not answer"))
+        except VeriError as exc:
+            key = _host_key_of(exc)
+            if key is not None:
+                self.post_message(PreflightDone(checks, error=str(exc), host_key=key))
+                return
+            checks += [(e.key, False, e.message) for e in exc.errors]
+        self.post_message(PreflightDone(checks))
+
+    def on_preflight_done(self, message: PreflightDone) -> None:
+        if message.host_key is not None:
+            self._ask_trust(*message.host_key, then=self.action_preflight)
+            self.query_one("#preflight", Static).update(message.error or "")
+            return
+        rows = [f"{'ok  ' if ok else 'FAIL'} {name}: {info}" for name, ok, info in message.checks]
+        self.query_one("#preflight", Static).update("\n".join(rows))
+        self.ready = bool(message.checks) and all(ok for _, ok, _ in message.checks)
+        self.query_one("#confirm", Button).disabled = not self.ready
+
+    def _ask_trust(self, host: str, fingerprint: str, then: Any) -> None:
+        from veri_tui.app.screens.host_key import HostKeyScreen
+
+        def answered(trust: bool | None) -> None:
+            if trust:
+                self.trusted[self.host or host] = fingerprint
+                then()
+
+        self.app.push_screen(HostKeyScreen(host, fingerprint), answered)
+
+    # -- launch ------------------------------------------------------------------------
+
+    def action_confirm(self) -> None:
+        if not self.ready:
+            self.notify("preflight has not passed", severity="error")
+            return
+        self.query_one("#confirm", Button).disabled = True
+        self.notify("launching...")
+        self.start(self.job_fields(), self.host)
+
+    @work(thread=True, exclusive=True, group="launch")
+    def start(self, fields: dict[str, Any], host: str | None) -> None:
+        from veri_tui.launch import jobs
+
+        try:
+            job = core.job_from_fields(fields)
+            record = core.plan_job(job, self.info)
+            trust = self.trusted.get(host) if host else None
+            self.post_message(Launched(jobs.launch(job, record, host=host, trust_host=trust)))
+        except VeriError as exc:
+            self.post_message(
+                Launched(error="; ".join(map(str, exc.errors)), host_key=_host_key_of(exc))
+            )
+
+    def on_launched(self, message: Launched) -> None:
+        if message.host_key is not None:
+            self._ask_trust(*message.host_key, then=self.action_confirm)
+            return
+        if message.error or not message.job_id:
+            self.notify(message.error or "launch failed", severity="error", timeout=10)
+            self.query_one("#confirm", Button).disabled = not self.ready
+            return
+        self.app.pop_screen()
+        self.app.open_monitor(message.job_id)  # type: ignore[attr-defined]
+
+    @on(Button.Pressed, "#confirm")
+    def _confirm_pressed(self) -> None:
+        self.action_confirm()
+
+    @on(Button.Pressed, "#back")
+    def _back_pressed(self) -> None:
+        self.app.pop_screen()

@@ -1,0 +1,184 @@
+"""The run monitor: plan line pinned on top, progress and ETA, loss chart, rank-0 log tail,
+and the failure panel when the job failed. Cancel ends every rank; detach leaves it running.
+
+A thread worker follows the job through the launch facade (`veri_tui.launch.jobs`): it polls
+the job record and the new rank-0 log lines, picks the metric lines out, and posts one
+`JobUpdate` per poll. The screen only renders what the updates carry.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from datetime import datetime
+from typing import Any
+
+from textual import work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.screen import Screen
+from textual.widgets import Footer, Log, ProgressBar, Static
+from textual.worker import get_current_worker
+
+from veri_tui.app.messages import JobUpdate
+from veri_tui.app.widgets.charts import LossChart
+from veri_tui.app.widgets.failure_panel import FailurePanel
+
+TERMINAL = ("succeeded", "failed", "cancelled")
+POLL_S = 0.25
+
+
+def metric_of(line: str) -> dict[str, Any] | None:
+    """The metric object of a rank-0 log line, or None for any other line."""
+    if not line.startswith("{"):
+        return None
+    try:
+        obj = json.loads(line)
+    except ValueError:
+        return None
+    return obj if isinstance(obj, dict) and "step" in obj and "loss" in obj else None
+
+
+def fmt_duration(seconds: float) -> str:
+    """`1m05s` / `42s` / `1h02m`: short enough for the status line at 80 columns."""
+    s = max(0, int(round(seconds)))
+    if s >= 3600:
+        return f"{s // 3600}h{s % 3600 // 60:02d}m"
+    return f"{s // 60}m{s % 60:02d}s" if s >= 60 else f"{s}s"
+
+
+def _ts(text: str | None) -> float | None:
+    if not text:
+        return None
+    try:
+        return datetime.fromisoformat(text).timestamp()
+    except ValueError:
+        return None
+
+
+def plan_line_of(record: dict[str, Any]) -> str:
+    """The `plan: dp=...` line the job was launched with (last line of its plan header)."""
+    header = (record.get("spec") or {}).get("plan_header") or []
+    lines = [h for h in header if str(h).startswith("plan:")]
+    return str(lines[-1]) if lines else "plan: (not recorded)"
+
+
+class MonitorScreen(Screen):
+    """Watches one job until it ends (or the user detaches)."""
+
+    BINDINGS = [
+        Binding("c", "cancel_job", "Cancel job"),
+        Binding("d,escape", "detach", "Detach"),
+    ]
+
+    def __init__(self, job_id: str) -> None:
+        super().__init__()
+        self.job_id = job_id
+        self.record: dict[str, Any] | None = None
+        self.metrics: list[dict[str, Any]] = []
+        self.status = "pending"
+
+    def compose(self) -> ComposeResult:
+        yield Static(f"job {self.job_id}", id="mon-plan")
+        yield Static("status: connecting", id="mon-status")
+        yield ProgressBar(total=None, show_eta=False, show_percentage=True, id="progress")
+        yield LossChart(id="loss")
+        yield FailurePanel(id="failure")
+        yield Log(id="log-tail", max_lines=2000)
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.query_one(FailurePanel).display = False
+        self.follow()
+
+    @work(thread=True, exclusive=True, group="follow")
+    def follow(self) -> None:
+        """Poll the job record and log until the job ends and its log is drained."""
+        from veri_tui.launch import jobs
+        from veri_tui.launch.records import split_lines
+
+        worker = get_current_worker()
+        offset = 0
+        while not worker.is_cancelled:
+            try:
+                # The record first: once it says the job ended, the log read after it holds
+                # everything, so an empty read then means the log is drained.
+                record = jobs.get_job(self.job_id)
+                found, offset = split_lines(jobs.read_log(self.job_id, offset), offset)
+            except Exception as exc:  # noqa: BLE001 - shown on screen; the poll goes on
+                self.post_message(JobUpdate(self.job_id, None, error=str(exc)))
+                time.sleep(1.0)
+                continue
+            lines = [line.text for line in found]
+            metrics = [m for m in map(metric_of, lines) if m is not None]
+            self.post_message(JobUpdate(self.job_id, record, lines, metrics))
+            if record.get("status") in TERMINAL and not found:
+                # A last line without its newline will never be completed now: show it.
+                rest = jobs.read_log(self.job_id, offset).decode("utf-8", "replace")
+                if rest.strip():
+                    self.post_message(JobUpdate(self.job_id, record, [rest.rstrip("\n")]))
+                return
+            time.sleep(POLL_S)
+
+    def on_job_update(self, update: JobUpdate) -> None:
+        if update.error:
+            self.query_one("#mon-status", Static).update(f"status: {update.error}")
+            return
+        if update.record is not None:
+            self.record = update.record
+            self.status = str(update.record.get("status", "pending"))
+            self.query_one("#mon-plan", Static).update(plan_line_of(update.record))
+            self.query_one(FailurePanel).error = (
+                update.record.get("error") if self.status == "failed" else None
+            )
+        if update.lines:
+            self.query_one(Log).write_lines(update.lines)
+        if update.metrics:
+            self.metrics += update.metrics
+            self.query_one(LossChart).points = tuple(
+                (int(m["step"]), float(m["loss"])) for m in self.metrics
+            )
+        self._show_progress()
+
+    def _show_progress(self) -> None:
+        rec = self.record or {}
+        last = self.metrics[-1] if self.metrics else {}
+        step, total = int(last.get("step", 0)), last.get("total_steps")
+        bar = self.query_one(ProgressBar)
+        if total:
+            bar.update(total=int(total), progress=step)
+        where = rec.get("host") or "local"
+        parts = [f"job {self.job_id} on {where}", f"status {self.status}"]
+        if total:
+            parts.append(f"step {step}/{total}")
+        started, ended = _ts(rec.get("started_at")), _ts(rec.get("ended_at"))
+        if self.status in TERMINAL and started and ended:
+            parts.append(f"took {fmt_duration(ended - started)}")
+        elif started and step and total:
+            elapsed = time.time() - started
+            parts.append(f"ETA {fmt_duration(elapsed / step * (int(total) - step))}")
+        if last.get("tokens_per_s"):
+            parts.append(f"{float(last['tokens_per_s']):.0f} tok/s")
+        self.query_one("#mon-status", Static).update("  ".join(parts))
+        self.set_class(self.status == "failed", "-failed")
+
+    def action_detach(self) -> None:
+        """Leave the job running; the jobs screen can reattach later."""
+        self.app.pop_screen()
+
+    def action_cancel_job(self) -> None:
+        if self.status in TERMINAL:
+            self.notify(f"job already {self.status}")
+            return
+        self.cancel_job()
+
+    @work(thread=True, group="cancel")
+    def cancel_job(self) -> None:
+        """Cancel through the facade (it ends every rank, locally or over SSH)."""
+        from veri_tui.launch import jobs
+
+        try:
+            jobs.cancel(self.job_id)
+            self.app.call_from_thread(self.notify, f"cancelling {self.job_id}")
+        except Exception as exc:  # noqa: BLE001 - shown to the user
+            self.app.call_from_thread(self.notify, str(exc), severity="error")

@@ -1,0 +1,212 @@
+"""The plan editor: the model, every knob, and what the planning core says about them.
+
+Each edit re-runs `job_from_fields` + `validate` (+ `plan_job` and `throughput_sweep` when
+the knobs are valid) on the UI thread: they are pure arithmetic on the model's parameter
+counts, well under a millisecond (benchmarks/bench_app_start.py measures it). Reading the
+model's headers is I/O and runs in a thread worker.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical
+from textual.screen import Screen
+from textual.widgets import Button, Footer, Static
+
+from veri_tui import plan as core
+from veri_tui.app.messages import ModelInfoRead
+from veri_tui.app.widgets.knob_fields import FIELD_KEYS
+from veri_tui.app.widgets.knob_form import KnobForm
+from veri_tui.app.widgets.plan_view import PlanView
+from veri_tui.errors import ConfigError, VeriError
+
+SWEEP_GPU_COUNTS = (1, 2, 4, 8)
+
+
+class PlanEditorScreen(Screen):
+    """Home screen: pick a model, edit knobs, see the plan; launch from here."""
+
+    BINDINGS = [
+        Binding("ctrl+l", "launch", "Launch"),
+        Binding("ctrl+o", "pick_model", "Model"),
+        Binding("ctrl+r", "pin", "Pin plan"),
+        Binding("ctrl+y", "apply_suggestion(1)", "Apply fix"),
+        Binding("ctrl+s", "export", "Export toml"),
+    ]
+
+    def __init__(self, model: str | None = None, initial: dict[str, Any] | None = None) -> None:
+        super().__init__()
+        job = core.load_job_config(None, model=model)
+        self.model: str | None = job.model  # None: the bundled tiny model
+        self.info: Any = None
+        self.errors: list[ConfigError] = []
+        self.job: Any = None
+        self.record: dict[str, Any] | None = None
+        self._initial = {"method": job.method, "gpu": job.gpu, "gpu_count": job.gpu_count}
+        self._initial.update(initial or {})
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="plan-head"):
+            yield Static(f"model {self.model_label}: reading headers...", id="model-line")
+            yield Static("", id="plan-line")
+        with Horizontal(id="plan-body"):
+            yield KnobForm(list(core.GPU_CATALOG), self._initial, id="form")
+            with Vertical(id="side"):
+                with Horizontal(id="actions"):
+                    yield Button("Launch ^l", id="launch", variant="primary", disabled=True)
+                    yield Button("Model ^o", id="pick")
+                    yield Button("Pin ^r", id="pin")
+                yield PlanView(id="plan-view")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.read_model(self.model)
+
+    # -- model -------------------------------------------------------------------------
+
+    @property
+    def model_label(self) -> str:
+        return self.model or "tiny-model (bundled)"
+
+    @work(thread=True, exclusive=True, group="model-info")
+    def read_model(self, model: str | None) -> None:
+        """Read the safetensors headers (local files or Hub metadata) off the UI thread."""
+        try:
+            self.post_message(ModelInfoRead(model, core.read_model_info(model)))
+        except VeriError as exc:
+            self.post_message(ModelInfoRead(model, error=str(exc)))
+
+    def on_model_info_read(self, message: ModelInfoRead) -> None:
+        if message.model != self.model:
+            return  # a late answer for a model the user already left
+        line = self.query_one("#model-line", Static)
+        if message.error:
+            self.info = None
+            line.update(f"model {self.model_label}: {message.error}")
+        else:
+            self.info = message.info
+            line.update(f"model {self.model_label}: {message.info.parameter_count:,} parameters")
+        self.recompute()
+
+    def set_model(self, model: str) -> None:
+        """Switch to another model; the plan waits for its headers."""
+        self.model, self.info, self.record = model, None, None
+        self.query_one("#model-line", Static).update(f"model {model}: reading headers...")
+        self.recompute()
+        self.read_model(model)
+
+    # -- planning ----------------------------------------------------------------------
+
+    def fields(self) -> dict[str, Any]:
+        """The form's values plus the model: what `job_from_fields` takes."""
+        values = self.query_one(KnobForm).values()
+        return {**values, "model": self.model} if self.model else values
+
+    @on(KnobForm.Changed)
+    def recompute(self) -> None:
+        """Validate and plan the knobs as they stand; show errors beside their fields."""
+        self.job, self.record = None, None
+        try:
+            self.job = core.job_from_fields(self.fields())
+            self.errors = list(core.validate(self.job))
+        except VeriError as exc:
+            self.errors = list(exc.errors)
+        by_key: dict[str, list[str]] = {}
+        for err in self.errors:
+            by_key.setdefault(err.key, []).append(err.message)
+        leftover = self.query_one(KnobForm).set_errors(by_key)
+        view = self.query_one(PlanView)
+        view.show_errors([f"{k}: {m}" for k in leftover for m in by_key[k]])
+        plan_line = self.query_one("#plan-line", Static)
+        sweep: list[dict[str, Any]] = []
+        current = None
+        if self.errors:
+            n = len(self.errors)
+            plan_line.update(f"plan refused: {n} error{'s' * (n != 1)}; fix the marked fields")
+        elif self.info is None:
+            plan_line.update("plan: waiting for the model's parameter counts")
+        else:
+            rec = core.plan_job(self.job, self.info)
+            self.record = rec.to_dict()
+            plan_line.update(self.record["plan_line"])
+            sweep = list(core.throughput_sweep(self.job, self.info, SWEEP_GPU_COUNTS))
+            rp = self.record.get("resolved_parallelism") or {}
+            current = (int(self.job.gpu_count), int(rp.get("zero_stage", 0)))
+        plan_line.set_class(bool(self.errors), "-refused")
+        view.show_record(self.record, sweep, current)
+        self.query_one("#launch", Button).disabled = not self.can_launch
+
+    @property
+    def can_launch(self) -> bool:
+        """Launch needs a valid job and a plan (so the model's headers were read)."""
+        return not self.errors and self.record is not None
+
+    # -- actions -----------------------------------------------------------------------
+
+    def action_pin(self) -> None:
+        """Copy resolved_parallelism into the knobs, so "auto" becomes an explicit choice."""
+        if not self.record:
+            self.notify("no plan to pin yet", severity="warning")
+            return
+        rp = self.record.get("resolved_parallelism") or {}
+        self.query_one(KnobForm).set_values({k: v for k, v in rp.items() if k in FIELD_KEYS})
+        self.notify("pinned the resolved plan into the knobs")
+
+    def action_apply_suggestion(self, number: int) -> None:
+        """Apply suggestion `number` (1-based): its `set` dict goes into the knobs."""
+        sugg = (self.record or {}).get("suggestions") or []
+        if not 1 <= number <= len(sugg):
+            self.notify("no suggestion to apply", severity="warning")
+            return
+        self.query_one(KnobForm).set_values(sugg[number - 1]["set"])
+        self.notify(f"applied: {sugg[number - 1].get('text', '')}")
+
+    def action_export(self) -> None:
+        """Write the job as veri.toml in the working directory (aside, then renamed)."""
+        if self.job is None:
+            self.notify("fix the marked fields before exporting", severity="error")
+            return
+        target = Path(self.app.workdir) / "veri.toml"  # type: ignore[attr-defined]
+        text = core.job_to_toml(self.job)
+        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".veri.toml.")
+        with os.fdopen(fd, "w") as fh:
+            fh.write(text)
+        os.replace(tmp, target)
+        self.notify(f"wrote {target}")
+
+    def action_pick_model(self) -> None:
+        from veri_tui.app.screens.model_picker import ModelPickerScreen
+
+        def chosen(model: str | None) -> None:
+            if model:
+                self.app.remember_model(model)  # type: ignore[attr-defined]
+                self.set_model(model)
+
+        self.app.push_screen(ModelPickerScreen(self.model), chosen)
+
+    def action_launch(self) -> None:
+        if not self.can_launch:
+            self.notify("launch is disabled until every field is valid", severity="error")
+            return
+        from veri_tui.app.screens.launch import LaunchScreen
+
+        self.app.push_screen(LaunchScreen(self.fields(), self.info))
+
+    @on(Button.Pressed, "#launch")
+    def _launch_pressed(self) -> None:
+        self.action_launch()
+
+    @on(Button.Pressed, "#pick")
+    def _pick_pressed(self) -> None:
+        self.action_pick_model()
+
+    @on(Button.Pressed, "#pin")
+    def _pin_pressed(self) -> None:
+        self.action_pin()

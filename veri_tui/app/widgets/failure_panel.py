@@ -1,0 +1,57 @@
+"""The failure panel of the run monitor: who failed, with which code, and whose fault.
+
+Reads the `error` object of a failed job record (interfaces section 2): `summary` (the
+`rank r/n (node, local_rank) failed: ...` line), `code`, `attribution`, `rank`, `node`,
+`local_rank`, `world_size`, `message` and `traceback`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.text import Text
+from textual.reactive import reactive
+from textual.widget import Widget
+
+# Platform failures are credited back: say so, the user should not debug those.
+_ATTRIBUTION_NOTE = {
+    "customer": "the job's input or settings: fix and relaunch",
+    "platform": "the machine or network: not your job's fault, credited back",
+    "pending": "not classified yet",
+}
+
+
+class FailurePanel(Widget):
+    """Shown only for a failed job; the traceback is trimmed to its last lines."""
+
+    error: reactive[dict[str, Any] | None] = reactive(None, layout=True)
+    max_traceback_lines: int = 12
+
+    def watch_error(self, error: dict[str, Any] | None) -> None:
+        self.display = error is not None
+
+    def render(self) -> Text:
+        err = self.error or {}
+        code = err.get("code") or "UNKNOWN"
+        attribution = err.get("attribution") or "pending"
+        out = Text()
+        out.append("FAILED ", style="bold red")
+        out.append(f"code {code}", style="bold")
+        out.append(f"  attribution {attribution}", style="bold")
+        out.append(f" ({_ATTRIBUTION_NOTE.get(attribution, '')})\n", style="dim")
+        if err.get("rank") is not None:
+            world = err.get("world_size", "?")
+            out.append(
+                f"rank {err['rank']}/{world} (node {err.get('node', 0)}, "
+                f"local_rank {err.get('local_rank', err['rank'])})\n"
+            )
+        summary = err.get("summary") or err.get("message") or ""
+        if summary:
+            out.append(f"{summary}\n")
+        if err.get("message") and err.get("message") not in summary:
+            out.append(f"{err['message']}\n")
+        tb = (err.get("traceback") or "").rstrip().splitlines()
+        if tb:
+            out.append("traceback (last lines):\n", style="dim")
+            out.append("\n".join(tb[-self.max_traceback_lines :]), style="dim")
+        return out

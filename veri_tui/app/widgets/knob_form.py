@@ -1,0 +1,126 @@
+"""The plan editor's form: one row per key (label, editor, the key's errors beneath it).
+
+The form only collects raw values as typed and shows the errors it is given; parsing and
+checking belong to `veri_tui.plan.job_from_fields` / `validate`. Empty inputs, `auto` and
+switches left at their default are not sent, so the core applies its own defaults and
+"not set" stays distinguishable from "set to the default" (the sharding-knob refusals care).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from textual import on
+from textual.app import ComposeResult
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.message import Message
+from textual.widgets import Input, Label, Select, Static, Switch
+
+from veri_tui.app.widgets.knob_fields import FIELDS, FieldSpec
+
+
+class KnobForm(VerticalScroll):
+    """Every job field and knob; posts `KnobForm.Changed` after any edit."""
+
+    @dataclass
+    class Changed(Message):
+        """Some value changed; `values` is what `values()` returns now."""
+
+        values: dict[str, Any]
+
+    def __init__(self, gpu_names: list[str], initial: dict[str, Any], **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._gpu_names = gpu_names
+        self._initial = initial
+
+    def compose(self) -> ComposeResult:
+        for spec in FIELDS:
+            if spec.section:
+                yield Static(spec.section, classes="form-section")
+            with Vertical(classes="field", id=f"row-{spec.key}"):
+                with Horizontal(classes="field-line"):
+                    yield Label(spec.label, classes="field-label")
+                    yield self._editor(spec)
+                yield Static("", classes="field-error", id=f"err-{spec.key}")
+
+    def _editor(self, spec: FieldSpec) -> Input | Select[str] | Switch:
+        wid = f"knob-{spec.key}"
+        value = self._initial.get(spec.key, spec.default)
+        if spec.kind == "switch":
+            return Switch(value=bool(value), id=wid, tooltip=spec.hint)
+        if spec.kind == "select":
+            options = spec.options or tuple(self._gpu_names)
+            value = str(value) if value is not None and str(value) in options else options[0]
+            return Select(
+                [(o, o) for o in options],
+                value=value,
+                allow_blank=False,
+                id=wid,
+                tooltip=spec.hint,
+            )
+        text = "" if value is None else str(value)
+        return Input(text, placeholder=spec.hint, id=wid, tooltip=spec.hint)
+
+    def on_mount(self) -> None:
+        self._show_for_method(self.values().get("method", "sft_text"))
+
+    def values(self) -> dict[str, Any]:
+        """The keys the user set, as raw form values (strings, or bools for switches)."""
+        out: dict[str, Any] = {}
+        for spec in FIELDS:
+            row = self.query_one(f"#row-{spec.key}")
+            if not row.display:
+                continue
+            widget = self.query_one(f"#knob-{spec.key}")
+            if isinstance(widget, Switch):
+                if widget.value != spec.default:
+                    out[spec.key] = widget.value
+            elif isinstance(widget, Select):
+                value = widget.value
+                if spec.key in ("method", "gpu") or value != spec.default:
+                    out[spec.key] = value
+            elif isinstance(widget, Input) and widget.value.strip():
+                out[spec.key] = widget.value.strip()
+        return out
+
+    def set_values(self, values: dict[str, Any]) -> None:
+        """Put values into their editors (pin, suggestions); posts one Changed afterwards."""
+        with self.prevent(Input.Changed, Select.Changed, Switch.Changed):
+            for key, value in values.items():
+                widgets = self.query(f"#knob-{key}")
+                if not widgets:
+                    continue
+                widget = widgets.first()
+                if isinstance(widget, Switch):
+                    widget.value = bool(value)
+                elif isinstance(widget, Select):
+                    widget.value = str(value)
+                elif isinstance(widget, Input):
+                    widget.value = "" if value is None else str(value)
+        self._show_for_method(self.values().get("method", "sft_text"))
+        self.post_message(self.Changed(self.values()))
+
+    def set_errors(self, errors: dict[str, list[str]]) -> list[str]:
+        """Show each key's messages under its field; returns the keys no visible field shows."""
+        for spec in FIELDS:
+            box = self.query_one(f"#err-{spec.key}", Static)
+            messages = errors.get(spec.key, [])
+            box.update("\n".join(messages))
+            box.set_class(bool(messages), "-shown")
+        shown = {s.key for s in FIELDS if self.query_one(f"#row-{s.key}").display}
+        return [key for key in errors if key not in shown]
+
+    def _show_for_method(self, method: str) -> None:
+        for spec in FIELDS:
+            if spec.methods:
+                self.query_one(f"#row-{spec.key}").display = method in spec.methods
+
+    @on(Input.Changed)
+    @on(Select.Changed)
+    @on(Switch.Changed)
+    def _changed(self, event: Message) -> None:
+        event.stop()
+        if isinstance(event, Select.Changed) and event.select.id == "knob-method":
+            self._show_for_method(str(event.value))
+        self.post_message(self.Changed(self.values()))

@@ -1,0 +1,78 @@
+"""The right-hand side of the plan editor: errors, memory, warnings, suggestions, charts.
+
+Fed one plan record dict (`PlanRecord.to_dict()`) plus the throughput sweep; it renders,
+it never computes. Suggestions are numbered so the screen's "apply" binding can name one.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.containers import VerticalScroll
+from textual.widgets import Static
+
+from veri_tui.app.widgets.charts import ThroughputChart
+from veri_tui.app.widgets.memory_bar import MemoryBar
+
+
+def decision_trace(record: dict[str, Any]) -> list[str]:
+    """The header lines and decision trace of a record, as lines of text."""
+    lines = [str(x) for x in record.get("header_lines") or []]
+    rp = record.get("resolved_parallelism") or {}
+    for key in ("decision_trace", "trace", "decision"):
+        trace = rp.get(key, record.get(key))
+        if isinstance(trace, list):
+            lines += [f"  {t}" if isinstance(t, str) else f"  {t}" for t in trace]
+            break
+        if isinstance(trace, str):
+            lines.append(f"  {trace}")
+            break
+    return lines
+
+
+class PlanView(VerticalScroll):
+    """Everything the plan says about the knobs as they stand."""
+
+    def compose(self) -> ComposeResult:
+        yield Static("", id="general-errors", classes="errors")
+        yield MemoryBar(id="memory")
+        yield Static("", id="warnings", classes="warnings")
+        yield Static("", id="suggestions")
+        yield ThroughputChart(id="throughput")
+        yield Static("", id="trace", classes="trace")
+
+    def show_errors(self, lines: list[str]) -> None:
+        """Errors that have no field of their own in the form (model, dataset, ...)."""
+        box = self.query_one("#general-errors", Static)
+        box.update("\n".join(lines))
+        box.display = bool(lines)
+
+    def show_record(
+        self,
+        record: dict[str, Any] | None,
+        sweep: list[dict[str, Any]],
+        current: tuple[int, int] | None,
+    ) -> None:
+        """Render a plan record (None: no valid plan right now, keep the panes empty)."""
+        self.query_one(MemoryBar).record = record
+        chart = self.query_one(ThroughputChart)
+        chart.sweep = tuple(sweep)
+        chart.current = current
+        record = record or {}
+        warnings = [str(w) for w in record.get("warnings") or []]
+        self.query_one("#warnings", Static).update(
+            Text("\n".join(f"warning: {w}" for w in warnings), style="yellow")
+        )
+        self.query_one("#warnings").display = bool(warnings)
+        sugg = record.get("suggestions") or []
+        text = Text()
+        if sugg:
+            text.append("Nothing fits. Suggestions (ctrl+y applies 1):\n", style="bold")
+            for i, s in enumerate(sugg[:9], start=1):
+                text.append(f" {i}. {s.get('text', s.get('set'))}\n")
+        self.query_one("#suggestions", Static).update(text)
+        self.query_one("#suggestions").display = bool(sugg)
+        trace = decision_trace(record)
+        self.query_one("#trace", Static).update("\n".join(trace))
