@@ -1,0 +1,111 @@
+"""The memory model of contracts section 3, case by case, as exact integers."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from veri_tui.plan import GPU_CATALOG, get_gpu
+from veri_tui.plan.memory import estimate_states
+from veri_tui.plan.model_info import ModelInfo
+
+
+def ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def test_budget_figures() -> None:
+    assert f"{get_gpu('L4-24GB').budget_bytes / 1e9:.1f}" == "15.3"
+    assert f"{get_gpu('H100-80GB').budget_bytes / 1e9:.1f}" == "54.5"
+    assert get_gpu("L4-24GB").budget_bytes == (24 * 10**9 - 2 * 1024**3) * 7 // 10
+    assert get_gpu("custom-48GB").budget_bytes == (48 * 10**9 - 2 * 1024**3) * 7 // 10
+
+
+def test_catalog_names_follow_the_seed() -> None:
+    assert list(GPU_CATALOG) == [
+        "L4-24GB",
+        "A10G-24GB",
+        "A100-40GB",
+        "A100-80GB",
+        "H100-80GB",
+        "H200-141GB",
+        "B200-180GB",
+    ]
+    for gpu in GPU_CATALOG.values():
+        assert gpu.memory_bytes == int(gpu.name.split("-")[1][:-2]) * 10**9
+        assert gpu.bf16_dense_tflops and gpu.busbw_gbps > 0
+
+
+CASES = list(itertools.product(("bf16", "fp32"), (0, 2, 3), (0, 16), ("sft_text", "dpo")))
+
+
+@pytest.mark.parametrize(("precision", "stage", "rank", "method"), CASES)
+def test_states_per_case(
+    infos: dict[str, ModelInfo], precision: str, stage: int, rank: int, method: str
+) -> None:
+    info = infos["qwen3-0.6b"]
+    n, dp = info.parameter_count, 4
+    b = {"bf16": 8, "fp32": 16}[precision]
+    if rank:
+        a = rank * info.lora_in_out_sum
+        sharded, compute, trainable = 2 * n + b * a, n + a, a
+    else:
+        sharded, compute, trainable = b * n, n, n
+    expected = {
+        0: sharded,
+        2: 2 * compute + ceil_div(sharded, dp),
+        3: ceil_div(sharded, dp),
+    }[stage]
+    if method == "dpo" and rank == 0:
+        expected += 2 * n  # the reference model, whole on every GPU
+    est = estimate_states(
+        info, precision=precision, zero_stage=stage, dp=dp, lora_rank=rank, dpo=method == "dpo"
+    )
+    assert est.states_bytes_per_gpu == expected
+    assert est.trainable_parameter_count == trainable
+    assert est.host_bytes_per_node == 0
+
+
+def test_seed_worked_figure_8b_on_4_gpus(infos: dict[str, ModelInfo]) -> None:
+    # "plan: dp=4 zero_stage=3 ... (auto: 8.0 GB states/GPU)": an 8B-class bf16 model.
+    info = infos["llama-3.1-8b"]
+    est = estimate_states(info, precision="bf16", zero_stage=3, dp=4)
+    assert est.states_bytes_per_gpu == 8 * 8_030_261_248 // 4
+    assert f"{est.states_bytes_per_gpu / 1e9:.1f}" == "16.1"
+    qwen = estimate_states(infos["qwen3-0.6b"], precision="bf16", zero_stage=0, dp=4)
+    assert f"{qwen.states_bytes_per_gpu / 1e9:.1f}" == "4.8"
+
+
+@pytest.mark.parametrize(("precision", "rank"), [("bf16", 0), ("fp32", 0), ("bf16", 16)])
+def test_cpu_offload_moves_states_to_host(
+    infos: dict[str, ModelInfo], precision: str, rank: int
+) -> None:
+    info = infos["llama-3.1-8b"]
+    n = info.parameter_count
+    on = estimate_states(
+        info, precision=precision, zero_stage=3, dp=4, lora_rank=rank, cpu_offload=True
+    )
+    off = estimate_states(info, precision=precision, zero_stage=3, dp=4, lora_rank=rank)
+    b = {"bf16": 8, "fp32": 16}[precision]
+    whole = b * n if rank == 0 else 2 * n + b * info.adapter_parameters(rank)
+    assert on.host_bytes_per_node == whole  # 4 ranks on one node hold all shards
+    # GPU keeps two bf16 units in flight plus the gradient of the unit being reduced.
+    unit = info.largest_layer_parameters
+    w = {"bf16": 2, "fp32": 4}[precision]
+    grads = unit if rank == 0 else -(-info.adapter_parameters(rank) // info.layer_count)
+    assert on.states_bytes_per_gpu == 4 * unit + w * grads
+    if rank == 0:
+        assert on.states_bytes_per_gpu < off.states_bytes_per_gpu
+    else:
+        # Llama-8B's root unit (embedding + lm_head, 1.05B) outweighs a LoRA shard on 4 GPUs:
+        # offloading does not help there, and the estimate says so.
+        assert on.states_bytes_per_gpu > off.states_bytes_per_gpu
+
+
+def test_dpo_lora_has_no_reference_copy(infos: dict[str, ModelInfo]) -> None:
+    info = infos["qwen3-0.6b"]
+    sft = estimate_states(info, precision="bf16", zero_stage=0, dp=2, lora_rank=8)
+    dpo = estimate_states(info, precision="bf16", zero_stage=0, dp=2, lora_rank=8, dpo=True)
+    assert sft.states_bytes_per_gpu == dpo.states_bytes_per_gpu
+    assert not dpo.dpo_reference

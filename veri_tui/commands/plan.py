@@ -1,0 +1,62 @@
+"""`veri-tui plan`: the plan header and plan line (or the --json record) for one job.
+
+Headless and light: it imports the planning core only (no torch, no textual).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from veri_tui.plan import load_job_config, plan_job
+from veri_tui.plan.memory import gb
+from veri_tui.plan.record import PlanRecord
+
+
+def summary_lines(rec: PlanRecord) -> list[str]:
+    """Activation and throughput lines printed after the plan (text mode)."""
+    out = []
+    act = rec.activations
+    if act.get("known"):
+        out.append(
+            f"activations: {gb(act['bytes_per_gpu'])}/GPU at mbs={act['micro_batch_size']} x "
+            f"{act['sequence_length']} tokens (checkpointing "
+            f"{'on' if act['gradient_checkpointing'] else 'off'}; on: "
+            f"{gb(act['with_checkpointing_bytes'])}, off: "
+            f"{gb(act['without_checkpointing_bytes'])}); largest mbs that fits: "
+            f"{act['max_micro_batch_size']}"
+        )
+    tp = rec.throughput
+    if tp.get("known"):
+        bound = ", communication-bound" if tp["communication_bound"] else ""
+        out.append(
+            f"throughput: ~{tp['tokens_per_s']:,.0f} tokens/s, step {tp['step_time_s']:.2f} s "
+            f"(compute {tp['compute_s']:.2f} s + exposed communication "
+            f"{tp['exposed_communication_s']:.2f} s), scaling efficiency "
+            f"{tp['scaling_efficiency']:.0%}{bound}"
+        )
+    elif tp:
+        out.append(f"throughput: not estimated ({tp.get('reason')})")
+    return out
+
+
+def run(args: argparse.Namespace) -> int:
+    """Plan the job described by the parsed options; print text or JSON; exit status."""
+    job = load_job_config(
+        args.config,
+        model=args.model,
+        method=args.method,
+        gpu=args.gpu,
+        gpu_count=args.gpu_count,
+        dataset=args.dataset,
+        output=args.output,
+        sets=args.sets,
+    )
+    rec = plan_job(job)
+    if args.json:
+        json.dump(rec.to_dict(), sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        print("\n".join(rec.lines() + summary_lines(rec)))
+    return 0

@@ -1,0 +1,93 @@
+"""Activation memory per GPU for one micro-batch: shown beside the plan, never used by auto.
+
+Per token, for a Llama-style decoder layer with SDPA/flash attention (no s x s scores kept),
+bf16 compute and HF's RMSNorm (which keeps an fp32 copy of its input), the tensors saved for
+backward are, in bytes:
+  norms:     2 x (2h bf16 in + 2h bf16 out + 4h fp32 copy)          = 16h
+  attention: q (2qd) + k, v (2 x 2kvd) + attention output (2qd)     = 4qd + 4kvd
+             + the softmax log-sum-exp, fp32 per head               = 4a
+  MLP:       gate, silu(gate), up, silu(gate) x up (4 x 2I)         = 8I
+With gradient checkpointing each layer keeps only its bf16 input (2h) and one layer is
+recomputed at a time. Logits and loss: bf16 logits (2V), the fp32 upcast for the loss (4V)
+and its fp32 gradient (4V) = 10V per token. Derivation and sources: docs/planning.md.
+"""
+
+from __future__ import annotations
+
+from veri_tui.plan.gpus import GPU
+from veri_tui.plan.memory import COMPUTE_BYTES, UNITS_IN_FLIGHT
+from veri_tui.plan.model_info import ModelInfo
+
+LOGITS_BYTES_PER_VOCAB = 2 + 4 + 4
+FINAL_NORM_BYTES_PER_HIDDEN = 2 + 2 + 4
+
+
+def layer_bytes_per_token(info: ModelInfo) -> int:
+    """Bytes one decoder layer saves for backward, per token, without checkpointing."""
+    h, i_size, a = info.hidden_size, info.intermediate_size, info.num_attention_heads
+    qd = a * info.head_dim or h
+    kvd = info.num_key_value_heads * info.head_dim or h
+    return 16 * h + 4 * qd + 4 * kvd + 4 * a + 8 * i_size
+
+
+def bytes_per_token(info: ModelInfo, gradient_checkpointing: bool) -> int:
+    """Peak activation bytes per token in one micro-batch, logits and loss included."""
+    per_layer = layer_bytes_per_token(info)
+    layers = max(info.layer_count, 1)
+    if gradient_checkpointing:
+        body = layers * 2 * info.hidden_size + per_layer
+    else:
+        body = layers * per_layer
+    root = FINAL_NORM_BYTES_PER_HIDDEN * info.hidden_size
+    return body + root + LOGITS_BYTES_PER_VOCAB * info.vocab_size
+
+
+def sequence_length(method: str, max_seq_length: int, max_length: int) -> int:
+    """Tokens per sample in one forward: DPO runs chosen and rejected together."""
+    return 2 * max_length if method == "dpo" else max_seq_length
+
+
+def estimate_activations(
+    info: ModelInfo,
+    gpu: GPU,
+    *,
+    method: str,
+    micro_batch_size: int,
+    max_seq_length: int,
+    max_length: int,
+    gradient_checkpointing: bool,
+    zero_stage: int,
+    states_bytes: int,
+) -> dict:
+    """Activation bytes per GPU, with and without checkpointing, and the largest mbs that fits.
+
+    What is left for activations is the memory after the 2 GiB reserve, minus the states and,
+    at stage 3, the gathered units in flight (two bf16 layers).
+    """
+    seq = sequence_length(method, max_seq_length, max_length)
+    known = info.hidden_size > 0 and info.vocab_size > 0
+    tokens = micro_batch_size * seq
+    with_gc = bytes_per_token(info, True) * tokens if known else 0
+    without_gc = bytes_per_token(info, False) * tokens if known else 0
+    transient = (
+        UNITS_IN_FLIGHT * COMPUTE_BYTES * info.largest_layer_parameters if zero_stage == 3 else 0
+    )
+    available = gpu.usable_bytes - states_bytes - transient
+    current = with_gc if gradient_checkpointing else without_gc
+    per_sample = bytes_per_token(info, gradient_checkpointing) * seq if known else 0
+    max_mbs = max(available, 0) // per_sample if per_sample else None
+    return {
+        "known": known,
+        "sequence_length": seq,
+        "micro_batch_size": micro_batch_size,
+        "tokens_per_micro_batch": tokens,
+        "gradient_checkpointing": gradient_checkpointing,
+        "bytes_per_gpu": current,
+        "with_checkpointing_bytes": with_gc,
+        "without_checkpointing_bytes": without_gc,
+        "logits_and_loss_bytes": LOGITS_BYTES_PER_VOCAB * info.vocab_size * tokens,
+        "transient_gather_bytes": transient,
+        "available_bytes": available,
+        "fits": known and current <= available,
+        "max_micro_batch_size": max_mbs,
+    }

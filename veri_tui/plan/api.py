@@ -1,0 +1,101 @@
+"""The notebook / script API: one call from job fields to the plan record.
+
+    >>> from veri_tui.plan import plan
+    >>> rec = plan(model="Qwen/Qwen3-0.6B", gpu="L4-24GB", gpu_count=4, lora_rank=16)
+    >>> print(rec.plan_line)
+
+Errors raise `veri_tui.errors.VeriError`, whose `.errors` lists every refusal.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from veri_tui.errors import VeriError
+from veri_tui.plan.config import job_from_fields
+from veri_tui.plan.gpus import get_gpu
+from veri_tui.plan.knobs import JobConfig
+from veri_tui.plan.model_info import ModelInfo
+from veri_tui.plan.record import PlanRecord
+from veri_tui.plan.resolve import batch_sizes, states_for
+from veri_tui.plan.throughput import estimate_throughput
+from veri_tui.plan.validate import validate
+
+
+def plan(
+    model: str | None = None,
+    method: str = "sft_text",
+    gpu: str = "L4-24GB",
+    gpu_count: int = 1,
+    dataset: str | None = None,
+    output: str | None = None,
+    **hyperparameters: Any,
+) -> PlanRecord:
+    """Plan a job from its fields; the record is what `veri-tui plan --json` prints.
+
+    `model` is a local checkpoint folder or a Hub id (None: the bundled tiny model); every
+    knob of `Hyperparameters` may be passed by name (e.g. `zero_stage=3, lora_rank=16`).
+    Raises VeriError carrying every refusal.
+    """
+    from veri_tui.plan.resolve import plan_job
+
+    fields = {
+        "model": model,
+        "method": method,
+        "gpu": gpu,
+        "gpu_count": gpu_count,
+        "dataset": dataset,
+        "output": output,
+        **hyperparameters,
+    }
+    return plan_job(job_from_fields(fields))
+
+
+def throughput_sweep(
+    job: JobConfig,
+    info: ModelInfo,
+    gpu_counts: Iterable[int],
+    stages: Iterable[int] = (0, 2, 3),
+) -> list[dict[str, Any]]:
+    """Throughput (and states) of this job at each gpu_count x zero_stage.
+
+    Single-GPU rows have stage 0 only (nothing to shard). Each row is the throughput dict
+    plus `states_bytes_per_gpu` and `fits`. Global batch: the job's gbs if pinned and
+    divisible, else mbs x grad_acc x gpu_count.
+    """
+    gpu = get_gpu(job.gpu)
+    hp = job.hyperparameters
+    rows: list[dict[str, Any]] = []
+    stages = tuple(stages)
+    for n in gpu_counts:
+        variant = job.model_copy(update={"gpu_count": n})
+        variant.hyperparameters = hp.model_copy(update={"data_parallel_size": None})
+        if hp.global_batch_size and hp.global_batch_size % (hp.micro_batch_size * n):
+            variant.hyperparameters.global_batch_size = None
+        errors = validate(variant.model_copy(update={"hyperparameters": variant.hyperparameters}))
+        bad = [e for e in errors if e.key not in ("zero_stage", "cpu_offload")]
+        if bad:
+            raise VeriError(bad)
+        mbs, ga, _ = batch_sizes(variant)
+        for z in stages if n > 1 else (0,):
+            est = states_for(variant, info, z)
+            row = estimate_throughput(
+                info,
+                gpu,
+                method=job.method,
+                gpu_count=n,
+                zero_stage=z,
+                precision=hp.precision,
+                lora_rank=hp.lora_rank,
+                micro_batch_size=mbs,
+                gradient_accumulation_steps=ga,
+                max_seq_length=hp.max_seq_length,
+                max_length=hp.max_length,
+                gradient_checkpointing=hp.gradient_checkpointing,
+                cpu_offload=hp.cpu_offload and z == 3,
+            )
+            row["states_bytes_per_gpu"] = est.states_bytes_per_gpu
+            row["fits"] = est.states_bytes_per_gpu <= gpu.budget_bytes
+            rows.append(row)
+    return rows

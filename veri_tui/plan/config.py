@@ -1,0 +1,197 @@
+"""Building a JobConfig from a veri.toml, command-line options, `--set` pairs or a form.
+
+All problems are collected and raised together as one VeriError, each naming its key (or
+the file and line) and the fix. Unknown keys name the closest known key.
+"""
+
+from __future__ import annotations
+
+import difflib
+import tomllib
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from veri_tui.errors import ConfigError, VeriError
+from veri_tui.plan.knobs import JOB_KEYS, Hyperparameters, JobConfig
+
+HP_KEYS = tuple(sorted(set(Hyperparameters.model_fields) | {"batch_size"}))
+ALL_KEYS = tuple(sorted(set(HP_KEYS) | set(JOB_KEYS)))
+
+
+def closest_key(key: str, known: Sequence[str] = ALL_KEYS) -> str:
+    """The way out for a misspelt key: 'did you mean X?' or the list of keys."""
+    match = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
+    if match:
+        return f"unknown key; did you mean {match[0]!r}?"
+    return "unknown key; see `veri-tui plan --help` and docs/planning.md for the known keys"
+
+
+def parse_value(text: str) -> Any:
+    """Type a `--set` value the way TOML would (16 -> int, false -> bool), else keep text."""
+    raw = text.strip()
+    if raw.lower() in ("true", "false"):
+        return raw.lower() == "true"
+    if raw.lower() in ("none", "null"):
+        return None
+    try:
+        return tomllib.loads(f"v = {raw}")["v"]
+    except tomllib.TOMLDecodeError:
+        return raw
+
+
+def parse_sets(sets: Sequence[str]) -> tuple[dict[str, Any], list[ConfigError]]:
+    """`KEY=VALUE` pairs into a dict; malformed pairs become errors."""
+    out: dict[str, Any] = {}
+    errors: list[ConfigError] = []
+    for item in sets:
+        key, sep, value = item.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            errors.append(ConfigError("--set", f"{item!r}: expected KEY=VALUE, e.g. lora_rank=16"))
+            continue
+        out[key] = parse_value(value)
+    return out, errors
+
+
+def read_toml(path: Path) -> dict[str, Any]:
+    """A veri.toml as a dict; unreadable or invalid files raise one error naming the file."""
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise VeriError(ConfigError(str(path), f"cannot read: {exc.strerror or exc}")) from None
+    try:
+        return tomllib.loads(data.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        msg = f"not UTF-8 text (byte {exc.start}); save the file as UTF-8"
+        raise VeriError(ConfigError(str(path), msg)) from None
+    except tomllib.TOMLDecodeError as exc:
+        raise VeriError(ConfigError(str(path), f"invalid TOML: {exc}")) from None
+
+
+def _split_fields(fields: Mapping[str, Any], errors: list[ConfigError]) -> dict[str, Any]:
+    """Mixed job + hyperparameter fields into JobConfig's nested shape; unknown keys -> errors."""
+    job: dict[str, Any] = {}
+    hp: dict[str, Any] = {}
+    for key, value in fields.items():
+        if key in JOB_KEYS:
+            job[key] = value
+        elif key in HP_KEYS:
+            hp[key] = value
+        else:
+            errors.append(ConfigError(key, closest_key(key)))
+    if "batch_size" in hp and "micro_batch_size" in hp:
+        if hp["batch_size"] != hp["micro_batch_size"]:
+            msg = "batch_size is an alias of micro_batch_size; set only micro_batch_size"
+            errors.append(ConfigError("batch_size", msg))
+        hp.pop("batch_size")
+    job["hyperparameters"] = hp
+    return job
+
+
+def _pydantic_errors(exc: ValidationError) -> list[ConfigError]:
+    """One ConfigError per pydantic error, keyed by the knob (not the nested path)."""
+    out = []
+    for err in exc.errors(include_url=False):
+        loc = [str(p) for p in err["loc"] if p != "hyperparameters"]
+        # Union errors carry the member type in the path (zero_stage.literal['auto']).
+        key = loc[0] if loc else "input"
+        key = "micro_batch_size" if key == "batch_size" else key
+        value = err.get("input")
+        shown = f" (got {value!r})" if not isinstance(value, dict) else ""
+        msg = err["msg"]
+        if key == "zero_stage":
+            msg = 'expected "auto", 0, 2 or 3'
+        out.append(ConfigError(key, f"{msg}{shown}"))
+    # A union member failing twice reports the same key twice; keep the first.
+    seen: set[str] = set()
+    return [e for e in out if not (e.key in seen or seen.add(e.key))]
+
+
+def job_from_fields(fields: Mapping[str, Any]) -> JobConfig:
+    """A JobConfig from raw values as typed in a form: job fields and knobs at top level.
+
+    Empty strings and None mean "not set" (the default applies). Raises VeriError with every
+    type error and unknown key found.
+    """
+    errors: list[ConfigError] = []
+    cleaned = {k: v for k, v in fields.items() if v is not None and v != ""}
+    nested = _split_fields(cleaned, errors)
+    try:
+        job = JobConfig.model_validate(nested)
+    except ValidationError as exc:
+        errors.extend(_pydantic_errors(exc))
+        raise VeriError(errors) from None
+    if errors:
+        raise VeriError(errors)
+    return job
+
+
+def load_job_config(
+    config_path: str | Path | None = None,
+    *,
+    model: str | None = None,
+    method: str | None = None,
+    gpu: str | None = None,
+    gpu_count: int | None = None,
+    dataset: str | None = None,
+    output: str | None = None,
+    sets: Sequence[str] = (),
+) -> JobConfig:
+    """A JobConfig from a veri.toml (job keys on top, knobs under [method]) plus options.
+
+    Precedence: `--set` over command-line options over the file. Relative paths in the file
+    (model, dataset, output) are taken relative to the file's folder.
+    """
+    fields: dict[str, Any] = {}
+    errors: list[ConfigError] = []
+    if config_path is not None:
+        path = Path(config_path)
+        data = read_toml(path)
+        section = data.pop("method", None)
+        if isinstance(section, dict):
+            # [method] may carry `name = "dpo"` (or `type`) to pick the method in the table.
+            for name_key in ("name", "type"):
+                if name_key in section:
+                    fields["method"] = section.pop(name_key)
+            fields.update(section)
+        elif section is not None:
+            fields["method"] = section
+        for key in ("hyperparameters",):
+            if isinstance(data.get(key), dict):
+                fields.update(data.pop(key))
+        fields.update(data)
+        for key in ("model", "dataset", "output"):
+            value = fields.get(key)
+            if not isinstance(value, str) or not value or Path(value).is_absolute():
+                continue
+            candidate = path.parent / value
+            # A model may be a Hub id (org/name): only a path that exists or starts with "."
+            # is taken as a folder beside the file.
+            if key != "model" or value.startswith(".") or candidate.exists():
+                fields[key] = str(candidate.resolve())
+    options = {
+        "model": model,
+        "method": method,
+        "gpu": gpu,
+        "gpu_count": gpu_count,
+        "dataset": dataset,
+        "output": output,
+    }
+    fields.update({k: v for k, v in options.items() if v is not None})
+    overrides, set_errors = parse_sets(sets)
+    errors.extend(set_errors)
+    if "batch_size" in overrides:
+        fields.pop("micro_batch_size", None)
+    if "micro_batch_size" in overrides:
+        fields.pop("batch_size", None)
+    fields.update(overrides)
+    try:
+        job = job_from_fields(fields)
+    except VeriError as exc:
+        raise VeriError(errors + exc.errors) from None
+    if errors:
+        raise VeriError(errors)
+    return job

@@ -1,0 +1,125 @@
+"""Model-state memory per GPU (contracts section 3), as exact integers.
+
+bytes/param: bf16 = 2 weights + 2 grads + 4 AdamW (m, v) = 8; fp32 master = 4 + 4 + 8 = 16.
+  stage 0 (DDP):          bytes/param x N, whole on every GPU
+  stage 2 (FSDP2, no reshard after forward): 2 x N (bf16 compute copy, whole)
+                          + bytes/param x N / dp
+  stage 3 (FSDP2):        bytes/param x N / dp
+LoRA: the frozen base costs 2 bytes/param, the adapters the precision's bytes/param; both are
+divided as above. DPO full fine-tune adds the reference model, 2 x N, whole on every GPU.
+Divisions are exact (rounded up once, at the end). FSDP2 pads each parameter's dim 0 to a
+multiple of dp, so a rank can hold up to (dp - 1) rows per parameter more than N / dp: a
+fraction of a percent on real models, documented rather than modelled.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+from veri_tui.plan.model_info import ModelInfo
+
+BYTES_PER_PARAM = {"bf16": 8, "fp32": 16}
+WEIGHT_BYTES = {"bf16": 2, "fp32": 4}
+FROZEN_BYTES = 2  # frozen base and DPO reference: bf16, no grads, no optimizer states
+COMPUTE_BYTES = 2  # gathered / compute copies are bf16 in every precision
+# FSDP2 keeps the unit being computed and the next one (prefetch) gathered at once.
+UNITS_IN_FLIGHT = 2
+
+
+def _ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+@dataclass
+class MemoryEstimate:
+    """Per-GPU model-state bytes for one (precision, stage, dp, LoRA, method, offload)."""
+
+    zero_stage: int
+    data_parallel_size: int
+    precision: str
+    lora_rank: int
+    dpo_reference: bool
+    cpu_offload: bool
+    parameter_count: int
+    trainable_parameter_count: int
+    states_bytes_per_gpu: int
+    host_bytes_per_node: int
+    components: dict[str, int] = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        """JSON form (the `memory_estimate` of resolved_parallelism)."""
+        return asdict(self)
+
+
+def estimate_states(
+    info: ModelInfo,
+    *,
+    precision: str,
+    zero_stage: int,
+    dp: int,
+    lora_rank: int = 0,
+    dpo: bool = False,
+    cpu_offload: bool = False,
+    gpus_per_node: int | None = None,
+) -> MemoryEstimate:
+    """States per GPU for this layout; see the module docstring for the formulas."""
+    n = info.parameter_count
+    b = BYTES_PER_PARAM[precision]
+    w = WEIGHT_BYTES[precision]
+    dp = max(dp, 1)
+    div = 1 if zero_stage == 0 else dp
+    if lora_rank > 0:
+        a = info.adapter_parameters(lora_rank)
+        trainable = a
+        sharded_total = FROZEN_BYTES * n + b * a
+        compute_params = n + a
+        parts = {
+            "frozen_base": FROZEN_BYTES * n,
+            "weights": w * a,
+            "gradients": w * a,
+            "optimizer": 2 * w * a,
+        }
+    else:
+        trainable = n
+        sharded_total = b * n
+        compute_params = n
+        parts = {"weights": w * n, "gradients": w * n, "optimizer": 2 * w * n}
+    components = {k: _ceil_div(v, div) for k, v in parts.items()}
+    reference = FROZEN_BYTES * n if dpo and lora_rank == 0 else 0
+    host = 0
+    if cpu_offload:
+        # Everything sharded lives on the host; the GPU holds the units in flight: their bf16
+        # weights (current + prefetched) and the gradient of the unit being reduced.
+        unit = info.largest_layer_parameters
+        unit_trainable = unit if lora_rank == 0 else _ceil_div(trainable, max(info.layer_count, 1))
+        in_flight = UNITS_IN_FLIGHT * COMPUTE_BYTES * unit + w * unit_trainable
+        components = {"in_flight": in_flight}
+        states = in_flight
+        per_node = min(dp, gpus_per_node or dp)
+        host = _ceil_div(sharded_total * per_node, dp)
+    elif zero_stage == 2:
+        components["compute_copy"] = COMPUTE_BYTES * compute_params
+        states = COMPUTE_BYTES * compute_params + _ceil_div(sharded_total, dp)
+    else:
+        states = _ceil_div(sharded_total, div)
+    if reference:
+        components["reference"] = reference
+        states += reference
+    return MemoryEstimate(
+        zero_stage=zero_stage,
+        data_parallel_size=dp,
+        precision=precision,
+        lora_rank=lora_rank,
+        dpo_reference=bool(reference),
+        cpu_offload=cpu_offload,
+        parameter_count=n,
+        trainable_parameter_count=trainable,
+        states_bytes_per_gpu=states,
+        host_bytes_per_node=host,
+        components=components,
+    )
+
+
+def gb(nbytes: int | float) -> str:
+    """Bytes as decimal GB with one decimal, as shown everywhere (10^9 bytes)."""
+    return f"{nbytes / 1e9:.1f} GB"

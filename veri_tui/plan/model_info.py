@@ -1,0 +1,150 @@
+"""What the planner knows about a model: parameter counts from safetensors headers + config.
+
+Counts come from header shapes only (dtypes mix, so byte sizes would lie). From config.json
+we take the architecture figures the activation and throughput estimates need. The LoRA
+targets are the ones the bundled trainer adapts (see LORA_TARGETS), so adapter sizes here
+match what it allocates.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from veri_tui.plan.headers import TensorInfo
+
+# Linear layers inside the decoder blocks that LoRA adapts; the trainer uses this same list.
+LORA_TARGETS = (
+    "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj",
+    "qkv_proj", "gate_up_proj",
+)  # fmt: skip
+_LAYER = re.compile(r"(?:^|\.)(?:layers|h|blocks|block)\.(\d+)\.")
+_EMBED = re.compile(r"(?:embed_tokens|wte|word_embeddings|tok_embeddings)\.weight$")
+_HEAD = re.compile(r"(?:^|\.)(?:lm_head|output|embed_out)\.weight$")
+
+
+class ModelInfo(BaseModel):
+    """Parameter counts and architecture of one checkpoint; JSON-ready."""
+
+    source: str = Field(description="the model as given (path or Hub id)")
+    path: str | None = Field(None, description="local checkpoint folder, None if Hub-only")
+    files: list[str] = Field(default_factory=list, description="safetensors files read")
+    parameter_count: int = Field(description="N: every tensor in the checkpoint, tied once")
+    embedding_parameters: int = 0
+    lm_head_parameters: int = Field(0, description="untied output head (0 when tied)")
+    tied_embeddings: bool = False
+    tied_note: str | None = None
+    layer_count: int = Field(0, description="decoder layers found in the header")
+    largest_layer_parameters: int = Field(
+        0, description="largest FSDP unit: one decoder layer, or the root when larger"
+    )
+    lora_in_out_sum: int = Field(0, description="sum of in + out over LoRA-targeted linears")
+    lora_target_count: int = 0
+    lora_target_modules: list[str] = Field(default_factory=list)
+    model_type: str | None = None
+    hidden_size: int = 0
+    intermediate_size: int = 0
+    num_attention_heads: int = 0
+    num_key_value_heads: int = 0
+    head_dim: int = 0
+    vocab_size: int = 0
+    max_position_embeddings: int | None = None
+    dtypes: dict[str, int] = Field(default_factory=dict, description="parameters per dtype")
+
+    def adapter_parameters(self, rank: int) -> int:
+        """LoRA parameters at this rank: rank x (in + out) per targeted linear."""
+        return rank * self.lora_in_out_sum
+
+    def summary(self) -> str:
+        """One line: name and N in billions."""
+        n = self.parameter_count
+        return f"{self.source}: {n:,} parameters ({n / 1e9:.2f}B)"
+
+
+def _cfg_int(config: dict[str, Any], *keys: str, default: int = 0) -> int:
+    for key in keys:
+        value = config.get(key)
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    return default
+
+
+def build_model_info(
+    source: str,
+    tensors: Iterable[TensorInfo],
+    config: dict[str, Any],
+    *,
+    path: str | None,
+    files: list[str],
+) -> ModelInfo:
+    """Count everything from the tensors; read architecture figures from config.json."""
+    # Multimodal configs nest the language model's figures under text_config.
+    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
+    tie = bool(text.get("tie_word_embeddings", config.get("tie_word_embeddings", True)))
+    by_name = {t.name: t for t in tensors}
+    embed = [t for t in by_name.values() if _EMBED.search(t.name)]
+    heads = [t for t in by_name.values() if _HEAD.search(t.name) and not _LAYER.search(t.name)]
+    note = None
+    skip: set[str] = set()
+    if tie and embed and heads:
+        # transformers ties the head to the embedding at load: one tensor, counted once.
+        skip = {h.name for h in heads}
+        note = "tie_word_embeddings: lm_head and the embedding are one tensor, counted once"
+    elif tie and embed and not heads:
+        note = "tied embeddings: the output head reuses the embedding"
+    total = 0
+    dtypes: dict[str, int] = {}
+    layers: dict[int, int] = {}
+    root = 0
+    in_out = 0
+    target_count = 0
+    modules: set[str] = set()
+    for t in by_name.values():
+        if t.name in skip:
+            continue
+        n = t.numel
+        total += n
+        dtypes[t.dtype] = dtypes.get(t.dtype, 0) + n
+        m = _LAYER.search(t.name)
+        if m is None:
+            root += n
+            continue
+        layers[int(m.group(1))] = layers.get(int(m.group(1)), 0) + n
+        parts = t.name.split(".")
+        if len(t.shape) == 2 and parts[-1] == "weight" and parts[-2] in LORA_TARGETS:
+            out_f, in_f = t.shape
+            in_out += in_f + out_f
+            target_count += 1
+            modules.add(parts[-2])
+    head_dim = _cfg_int(text, "head_dim")
+    heads_n = _cfg_int(text, "num_attention_heads", "n_head")
+    hidden = _cfg_int(text, "hidden_size", "n_embd", "d_model")
+    if not head_dim and heads_n:
+        head_dim = hidden // heads_n
+    return ModelInfo(
+        source=source,
+        path=path,
+        files=files,
+        parameter_count=total,
+        embedding_parameters=sum(t.numel for t in embed),
+        lm_head_parameters=sum(t.numel for t in heads if t.name not in skip),
+        tied_embeddings=tie and bool(embed) and (bool(skip) or not heads),
+        tied_note=note,
+        layer_count=len(layers),
+        largest_layer_parameters=max([root, *layers.values()]),
+        lora_in_out_sum=in_out,
+        lora_target_count=target_count,
+        lora_target_modules=sorted(modules),
+        model_type=text.get("model_type") or config.get("model_type"),
+        hidden_size=hidden,
+        intermediate_size=_cfg_int(text, "intermediate_size", "n_inner", "ffn_dim"),
+        num_attention_heads=heads_n,
+        num_key_value_heads=_cfg_int(text, "num_key_value_heads", default=heads_n),
+        head_dim=head_dim,
+        vocab_size=_cfg_int(text, "vocab_size"),
+        max_position_embeddings=_cfg_int(text, "max_position_embeddings", "n_positions") or None,
+        dtypes=dtypes,
+    )

@@ -1,0 +1,107 @@
+"""PlanRecord: the resolved plan, as `veri-tui plan --json` prints it and the job spec holds it.
+
+The plan line format is fixed by contracts section 4; the header lines before it say the
+parameter count, the budget and the decision. A record renders as text in a terminal or
+rich console and as a small table in a notebook.
+"""
+
+from __future__ import annotations
+
+import html
+from dataclasses import dataclass, field
+from typing import Any
+
+# The knobs of resolved_parallelism that, copied into hyperparameters, pin the plan.
+PIN_KEYS = (
+    "data_parallel_size",
+    "zero_stage",
+    "micro_batch_size",
+    "gradient_accumulation_steps",
+    "global_batch_size",
+    "precision",
+    "gradient_checkpointing",
+    "cpu_offload",
+)
+
+
+def plan_line(rp: dict[str, Any], states_bytes: int) -> str:
+    """`plan: dp=... (<auto|requested>: <x.x> GB states/GPU)` exactly as contracts s.4."""
+    how = "auto" if rp["zero_stage_requested"] == "auto" else "requested"
+    gc = "on" if rp["gradient_checkpointing"] else "off"
+    return (
+        f"plan: dp={rp['data_parallel_size']} zero_stage={rp['zero_stage']} tp=1 cp=1 "
+        f"mbs={rp['micro_batch_size']} grad_acc={rp['gradient_accumulation_steps']} "
+        f"gbs={rp['global_batch_size']} precision={rp['precision']} "
+        f"gradient_checkpointing={gc} ({how}: {states_bytes / 1e9:.1f} GB states/GPU)"
+    )
+
+
+@dataclass
+class PlanRecord:
+    """Everything `veri-tui plan` decides for one job; `to_dict()` is its JSON form."""
+
+    parameter_count: int
+    trainable_parameter_count: int
+    budget_bytes: int
+    states_bytes_per_gpu: int
+    host_bytes_per_node: int
+    fits: bool
+    header_lines: list[str]
+    plan_line: str
+    warnings: list[str]
+    suggestions: list[dict[str, Any]]
+    activations: dict[str, Any]
+    throughput: dict[str, Any]
+    resolved_parallelism: dict[str, Any]
+    job: dict[str, Any]
+    model: dict[str, Any]
+    gpu: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON object of contracts section 4 (plain types only)."""
+        return {
+            "parameter_count": self.parameter_count,
+            "trainable_parameter_count": self.trainable_parameter_count,
+            "budget_bytes": self.budget_bytes,
+            "states_bytes_per_gpu": self.states_bytes_per_gpu,
+            "host_bytes_per_node": self.host_bytes_per_node,
+            "fits": self.fits,
+            "header_lines": list(self.header_lines),
+            "plan_line": self.plan_line,
+            "warnings": list(self.warnings),
+            "suggestions": [dict(s) for s in self.suggestions],
+            "activations": dict(self.activations),
+            "throughput": dict(self.throughput),
+            "resolved_parallelism": dict(self.resolved_parallelism),
+            "job": dict(self.job),
+            "model": dict(self.model),
+            "gpu": dict(self.gpu),
+        }
+
+    def pinned_hyperparameters(self) -> dict[str, Any]:
+        """The resolved knobs, ready to copy into hyperparameters to pin this plan."""
+        return {k: self.resolved_parallelism[k] for k in PIN_KEYS}
+
+    def lines(self) -> list[str]:
+        """Header, plan line, then warnings: what `veri-tui plan` prints."""
+        return [*self.header_lines, self.plan_line, *(f"warning: {w}" for w in self.warnings)]
+
+    def __str__(self) -> str:
+        return "\n".join(self.lines())
+
+    def __rich__(self) -> str:
+        # rich renders a returned str as text; no rich import keeps the core light.
+        return str(self)
+
+    def _repr_html_(self) -> str:
+        rows = [
+            ("plan", self.plan_line),
+            *(("", line) for line in self.header_lines),
+            *(("warning", w) for w in self.warnings),
+        ]
+        body = "".join(
+            f"<tr><th style='text-align:left'>{html.escape(k)}</th>"
+            f"<td style='text-align:left'><code>{html.escape(v)}</code></td></tr>"
+            for k, v in rows
+        )
+        return f"<table>{body}</table>"

@@ -1,0 +1,185 @@
+"""From a validated job and its model info to the resolved plan ("auto" decided).
+
+zero_stage "auto" = 0 if the stage-0 states fit the budget, else 3 (contracts section 3);
+cpu_offload implies 3. When the chosen layout does not fit, the plan still resolves and a
+warning names the ways out, each priced in `suggestions`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from veri_tui.errors import VeriError
+from veri_tui.plan.activations import estimate_activations
+from veri_tui.plan.gpus import GPU, get_gpu
+from veri_tui.plan.knobs import JobConfig
+from veri_tui.plan.memory import MemoryEstimate, estimate_states, gb
+from veri_tui.plan.model_info import ModelInfo
+from veri_tui.plan.record import PlanRecord, plan_line
+from veri_tui.plan.sources import read_model_info
+from veri_tui.plan.suggest import suggestions_for
+from veri_tui.plan.throughput import estimate_throughput
+from veri_tui.plan.validate import validate
+
+GPUS_PER_NODE = 8
+
+
+def batch_sizes(job: JobConfig) -> tuple[int, int, int]:
+    """(mbs, grad_acc, gbs) with the contract's defaults filled in (inputs validated)."""
+    hp = job.hyperparameters
+    n = max(job.gpu_count, 1)
+    mbs, ga, gbs = hp.micro_batch_size, hp.gradient_accumulation_steps, hp.global_batch_size
+    if ga is None:
+        ga = gbs // (mbs * n) if gbs is not None else 1
+    return mbs, ga, mbs * ga * n
+
+
+def states_for(job: JobConfig, info: ModelInfo, zero_stage: int) -> MemoryEstimate:
+    """The memory model for this job at a given stage."""
+    hp = job.hyperparameters
+    return estimate_states(
+        info,
+        precision=hp.precision,
+        zero_stage=zero_stage,
+        dp=job.gpu_count,
+        lora_rank=hp.lora_rank,
+        dpo=job.method == "dpo",
+        cpu_offload=hp.cpu_offload and zero_stage == 3,
+        gpus_per_node=GPUS_PER_NODE,
+    )
+
+
+def choose_stage(job: JobConfig, info: ModelInfo, gpu: GPU) -> tuple[int, list[str]]:
+    """The zero stage this job runs with, and why (the decision trace)."""
+    hp = job.hyperparameters
+    budget = gpu.budget_bytes
+    if hp.zero_stage != "auto":
+        return int(hp.zero_stage), [f"zero_stage {hp.zero_stage} requested"]
+    if hp.cpu_offload:
+        return 3, ["cpu_offload keeps sharded states in host memory: zero_stage 3"]
+    s0 = states_for(job, info, 0).states_bytes_per_gpu
+    if s0 <= budget:
+        return 0, [f"stage-0 states {gb(s0)}/GPU fit the {gb(budget)} budget: data parallel"]
+    if job.gpu_count == 1:
+        return 0, [f"stage-0 states {gb(s0)} exceed the {gb(budget)} budget; one GPU cannot shard"]
+    s3 = states_for(job, info, 3).states_bytes_per_gpu
+    return 3, [
+        f"stage-0 states {gb(s0)}/GPU exceed the {gb(budget)} budget: "
+        f"shard with zero_stage 3 ({gb(s3)}/GPU over {job.gpu_count} GPUs)"
+    ]
+
+
+def _header(job: JobConfig, info: ModelInfo, gpu: GPU, est: MemoryEstimate, trace: list[str]):
+    hp = job.hyperparameters
+    if hp.lora_rank:
+        kind = f"LoRA rank {hp.lora_rank} on {info.lora_target_count} linears"
+    else:
+        kind = "full fine-tune"
+    tied = "; tied embeddings counted once" if info.tied_embeddings else ""
+    usable = gpu.memory_bytes / 1e9
+    return [
+        f"model: {info.source}: {info.parameter_count:,} parameters "
+        f"({info.parameter_count / 1e9:.2f}B), {est.trainable_parameter_count:,} trainable "
+        f"({kind}){tied}",
+        f"budget: {gb(gpu.budget_bytes)}/GPU on {gpu.name} x{job.gpu_count} "
+        f"(70% of {usable:.1f} GB after a 2 GiB reserve)",
+        f"decision: {trace[-1]}",
+    ]
+
+
+def _notes(job: JobConfig) -> list[str]:
+    hp, out = job.hyperparameters, []
+    if job.method == "sft_text" and "max_length" in hp.model_fields_set:
+        out.append("max_length applies to dpo; sft_text truncates at max_seq_length")
+    if job.method == "dpo" and "max_seq_length" in hp.model_fields_set:
+        out.append("max_seq_length applies to sft_text; dpo truncates at max_length")
+    for key in ("use_unsloth", "load_in_4bit", "use_liger"):
+        if getattr(hp, key):
+            out.append(f"{key} is not supported by the bundled trainer and is ignored")
+    return out
+
+
+def plan_job(job: JobConfig, info: ModelInfo | None = None) -> PlanRecord:
+    """Validate, read the model (unless given), decide, and return the plan record."""
+    errors = validate(job)
+    if errors:
+        raise VeriError(errors)
+    if info is None:
+        info = read_model_info(job.model)
+    gpu = get_gpu(job.gpu)
+    hp = job.hyperparameters
+    mbs, ga, gbs = batch_sizes(job)
+    stage, trace = choose_stage(job, info, gpu)
+    est = states_for(job, info, stage)
+    fits = est.states_bytes_per_gpu <= gpu.budget_bytes
+    warnings = _notes(job)
+    suggestions: list[dict[str, Any]] = []
+    if not fits:
+        suggestions = suggestions_for(job, info, gpu, stage)
+        ways = "; ".join(s["text"] for s in suggestions) or "a GPU with more memory"
+        warnings.insert(
+            0,
+            f"model states {gb(est.states_bytes_per_gpu)}/GPU exceed the "
+            f"{gb(gpu.budget_bytes)} budget at zero_stage {stage}; the job may run out of "
+            f"memory. Ways out: {ways}",
+        )
+        trace.append(f"does not fit: {gb(est.states_bytes_per_gpu)}/GPU > {gb(gpu.budget_bytes)}")
+    if info.tied_note:
+        trace.append(info.tied_note)
+    rp: dict[str, Any] = {
+        "data_parallel_size": job.gpu_count,
+        "zero_stage": stage,
+        "micro_batch_size": mbs,
+        "gradient_accumulation_steps": ga,
+        "global_batch_size": gbs,
+        "precision": hp.precision,
+        "gradient_checkpointing": hp.gradient_checkpointing,
+        "cpu_offload": hp.cpu_offload,
+        "zero_stage_requested": hp.zero_stage,
+        "memory_estimate": est.to_dict(),
+        "decision_trace": trace,
+    }
+    common = {
+        "method": job.method,
+        "micro_batch_size": mbs,
+        "max_seq_length": hp.max_seq_length,
+        "max_length": hp.max_length,
+        "gradient_checkpointing": hp.gradient_checkpointing,
+    }
+    activations = estimate_activations(
+        info, gpu, zero_stage=stage, states_bytes=est.states_bytes_per_gpu, **common
+    )
+    throughput = estimate_throughput(
+        info,
+        gpu,
+        gpu_count=job.gpu_count,
+        zero_stage=stage,
+        precision=hp.precision,
+        lora_rank=hp.lora_rank,
+        gradient_accumulation_steps=ga,
+        cpu_offload=hp.cpu_offload,
+        **common,
+    )
+    if activations["known"] and not activations["fits"]:
+        warnings.append(
+            f"activations {gb(activations['bytes_per_gpu'])}/GPU at mbs={mbs} do not fit beside "
+            f"the states; largest micro_batch_size that fits: {activations['max_micro_batch_size']}"
+        )
+    return PlanRecord(
+        parameter_count=info.parameter_count,
+        trainable_parameter_count=est.trainable_parameter_count,
+        budget_bytes=gpu.budget_bytes,
+        states_bytes_per_gpu=est.states_bytes_per_gpu,
+        host_bytes_per_node=est.host_bytes_per_node,
+        fits=fits,
+        header_lines=_header(job, info, gpu, est, trace[:1]),
+        plan_line=plan_line(rp, est.states_bytes_per_gpu),
+        warnings=warnings,
+        suggestions=suggestions,
+        activations=activations,
+        throughput=throughput,
+        resolved_parallelism=rp,
+        job=job.model_dump(mode="json"),
+        model=info.model_dump(mode="json"),
+        gpu=gpu.to_dict(),
+    )

@@ -1,0 +1,130 @@
+"""Step time and tokens/s: compute plus the data-parallel communication that is not hidden.
+
+compute per micro-batch = FLOPs / (peak x MAX_MFU) + layers x LAYER_OVERHEAD_S
+  (a fixed per-layer cost: kernel launches and small ops; it is why efficiency grows with
+  the tokens in a micro-batch)
+communication (busbw from the GPU catalog; all-reduce moves 2(n-1)/n of the bytes, all-gather
+and reduce-scatter (n-1)/n):
+  zero_stage 0 and 2: one all-reduce of the trainable gradients per optimizer step, hidden
+    behind the last micro-batch's backward up to OVERLAP of it
+  zero_stage 3: per micro-batch, the bf16 weights all-gathered in forward and again in
+    backward plus a reduce-scatter of the gradients; the backward ones hide behind backward
+    up to OVERLAP, the forward ones are counted exposed (conservative: FSDP2 prefetches one
+    unit ahead, which on the slow links where the choice matters does not keep up)
+Constants and their sources: docs/planning.md.
+"""
+
+from __future__ import annotations
+
+from veri_tui.plan.activations import sequence_length
+from veri_tui.plan.gpus import GPU
+from veri_tui.plan.memory import COMPUTE_BYTES, WEIGHT_BYTES
+from veri_tui.plan.model_info import ModelInfo
+
+MAX_MFU = 0.55  # well-tuned dense bf16 training reaches ~40-55% model FLOPs utilisation
+LAYER_OVERHEAD_S = 0.25e-3  # ~50 kernels per layer (fwd + bwd) x ~5 us launch each
+OVERLAP = 0.8  # share of backward time that communication kernels can run under
+BUCKET_BYTES = 25 * 2**20  # DDP's default gradient bucket (bucket_cap_mb=25)
+HOST_LINK_GBPS = 25.0  # PCIe Gen4 x16 host<->device copies, used by cpu_offload
+
+
+def flops_per_token(info: ModelInfo, seq: int, *, lora: bool, gc: bool, dpo: bool) -> dict:
+    """Hardware FLOPs per token: forward, backward, recompute, DPO reference forward."""
+    matmul_params = info.parameter_count - info.embedding_parameters
+    if info.tied_embeddings:
+        matmul_params += info.vocab_size * info.hidden_size  # the head still multiplies
+    qd = info.num_attention_heads * info.head_dim or info.hidden_size
+    fwd = 2 * matmul_params + 4 * info.layer_count * qd * seq  # PaLM: 6N + 12*L*H*Q*T total
+    # Frozen weights (LoRA) need activation gradients but no weight gradients.
+    bwd = fwd if lora else 2 * fwd
+    recompute = fwd if gc else 0
+    reference = fwd if dpo else 0
+    return {
+        "forward": fwd,
+        "backward": bwd,
+        "recompute": recompute,
+        "reference": reference,
+        "total": fwd + bwd + recompute + reference,
+    }
+
+
+def _collective_s(nbytes: float, n: int, gpu: GPU, kind: str, count: int = 1) -> float:
+    if n <= 1 or nbytes <= 0:
+        return 0.0
+    factor = 2 * (n - 1) / n if kind == "all_reduce" else (n - 1) / n
+    return nbytes * factor / (gpu.busbw_gbps * 1e9) + count * gpu.latency_us * 1e-6
+
+
+def estimate_throughput(
+    info: ModelInfo,
+    gpu: GPU,
+    *,
+    method: str,
+    gpu_count: int,
+    zero_stage: int,
+    precision: str,
+    lora_rank: int,
+    micro_batch_size: int,
+    gradient_accumulation_steps: int,
+    max_seq_length: int,
+    max_length: int,
+    gradient_checkpointing: bool,
+    cpu_offload: bool = False,
+) -> dict:
+    """One plan's step time, tokens/s, compute/communication split and scaling efficiency."""
+    if gpu.bf16_dense_tflops is None:
+        return {"known": False, "reason": f"{gpu.name} has no known peak; pick a catalog GPU"}
+    n = max(gpu_count, 1)
+    seq = sequence_length(method, max_seq_length, max_length)
+    lora = lora_rank > 0
+    f = flops_per_token(info, seq, lora=lora, gc=gradient_checkpointing, dpo=method == "dpo")
+    tokens_mb = micro_batch_size * seq
+    peak = gpu.bf16_dense_tflops * 1e12 * MAX_MFU
+    overhead = max(info.layer_count, 1) * LAYER_OVERHEAD_S
+    mb_s = f["total"] * tokens_mb / peak + overhead
+    bwd_s = (f["backward"] + f["recompute"]) * tokens_mb / peak
+    ga = gradient_accumulation_steps
+    compute_s = ga * mb_s
+    trainable = info.adapter_parameters(lora_rank) if lora else info.parameter_count
+    grad_bytes = WEIGHT_BYTES[precision] * trainable
+    raw_comm = exposed = 0.0
+    if n > 1 and zero_stage in (0, 2):
+        buckets = max(1, -(-grad_bytes // BUCKET_BYTES))
+        raw_comm = _collective_s(grad_bytes, n, gpu, "all_reduce", buckets)
+        exposed = max(0.0, raw_comm - OVERLAP * bwd_s)
+    elif n > 1 and zero_stage == 3:
+        units = max(info.layer_count, 1) + 1
+        gather_bytes = COMPUTE_BYTES * info.parameter_count
+        fwd_c = _collective_s(gather_bytes, n, gpu, "all_gather", units)
+        bwd_c = _collective_s(gather_bytes, n, gpu, "all_gather", units)
+        bwd_c += _collective_s(grad_bytes, n, gpu, "reduce_scatter", units)
+        raw_comm = ga * (fwd_c + bwd_c)
+        exposed = ga * (fwd_c + max(0.0, bwd_c - OVERLAP * bwd_s))
+    if cpu_offload:
+        # Sharded weights come in twice (forward, backward), gradients go out once.
+        moved = (2 * COMPUTE_BYTES * info.parameter_count + grad_bytes) / n
+        host_s = ga * moved / (HOST_LINK_GBPS * 1e9)
+        raw_comm += host_s
+        exposed += host_s
+    step_s = compute_s + exposed
+    gbs = micro_batch_size * ga * n
+    tokens_step = gbs * seq
+    single_s = (gbs // micro_batch_size) * mb_s  # one GPU doing the same optimizer batch
+    return {
+        "known": True,
+        "gpu_count": n,
+        "zero_stage": zero_stage,
+        "sequence_length": seq,
+        "tokens_per_micro_batch": tokens_mb,
+        "flops_per_token": f["total"],
+        "compute_s": compute_s,
+        "communication_s": raw_comm,
+        "exposed_communication_s": exposed,
+        "step_time_s": step_s,
+        "tokens_per_step": tokens_step,
+        "tokens_per_s": tokens_step / step_s,
+        "compute_fraction": compute_s / step_s,
+        "scaling_efficiency": single_s / (n * step_s),
+        "communication_bound": exposed > compute_s,
+        "mfu": f["total"] * tokens_step / (step_s * n * gpu.bf16_dense_tflops * 1e12),
+    }

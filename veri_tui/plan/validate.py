@@ -1,0 +1,136 @@
+"""Validation at submit: the seed's refusal list (contracts section 2), all found at once.
+
+Each refusal names its key and the way out. Nothing here reads the model: these are the
+checks a service makes before any GPU is billed.
+"""
+
+from __future__ import annotations
+
+import difflib
+
+from veri_tui.errors import ConfigError, VeriError
+from veri_tui.plan.gpus import get_gpu
+from veri_tui.plan.knobs import METHODS, METHODS_OTHER, MULTI_GPU_KEYS, JobConfig
+
+PRECISIONS = ("bf16", "fp32")
+NOT_AVAILABLE_PRECISIONS = ("fp16", "fp8")
+
+
+def _method_errors(job: JobConfig) -> list[ConfigError]:
+    if job.method in METHODS_OTHER:
+        hp = job.hyperparameters
+        multi = [k for k in MULTI_GPU_KEYS if k in hp.model_fields_set]
+        if job.gpu_count > 1:
+            multi.insert(0, "gpu_count")
+        if multi:
+            msg = (
+                f"{job.method} runs its own layout: the multi-GPU keys "
+                f"({', '.join(multi)}) are not accepted; remove them or use sft_text / dpo"
+            )
+        else:
+            msg = f"{job.method} is not supported by the bundled trainer; use sft_text or dpo"
+        return [ConfigError("method", msg)]
+    if job.method not in METHODS:
+        close = difflib.get_close_matches(job.method, METHODS, n=1)
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        return [ConfigError("method", f"unknown method {job.method!r}; {hint}use sft_text or dpo")]
+    return []
+
+
+def _parallel_errors(job: JobConfig) -> list[ConfigError]:
+    hp = job.hyperparameters
+    n = job.gpu_count
+    errs: list[ConfigError] = []
+    if n < 1:
+        return [ConfigError("gpu_count", f"must be at least 1 (got {n})")]
+    dp = hp.data_parallel_size
+    if dp is not None and dp != n:
+        # tp, cp and pp always run at 1 here (other values are refused below), so the
+        # product the launcher checks is dp alone.
+        errs.append(
+            ConfigError(
+                "data_parallel_size",
+                f"TP*CP*DP*PP={dp} != WORLD_SIZE={n}; "
+                f"set data_parallel_size to {n} (= gpu_count) or leave it unset",
+            )
+        )
+    for key, name in (
+        ("tensor_parallel_size", "tensor parallelism"),
+        ("context_parallel_size", "context parallelism"),
+        ("pipeline_parallel_size", "pipeline parallelism"),
+        ("expert_parallel_size", "expert parallelism"),
+    ):
+        value = getattr(hp, key)
+        if value != 1:
+            errs.append(ConfigError(key, f"{name} is not available (got {value}); set it to 1"))
+    z = hp.zero_stage
+    if z == 1:
+        errs.append(
+            ConfigError(
+                "zero_stage",
+                "ZeRO-1 is not available; use zero_stage 2, which costs no extra communication",
+            )
+        )
+    elif z != "auto" and z not in (0, 2, 3):
+        errs.append(ConfigError("zero_stage", f'expected "auto", 0, 2 or 3 (got {z!r})'))
+    if hp.cpu_offload and z == 0:
+        errs.append(
+            ConfigError("cpu_offload", "needs sharding: set zero_stage 3 (or auto), or drop it")
+        )
+    if n == 1:
+        if z in (2, 3):
+            errs.append(
+                ConfigError("zero_stage", f"zero_stage {z} shards across GPUs: needs gpu_count > 1")
+            )
+        if hp.cpu_offload:
+            errs.append(ConfigError("cpu_offload", "a sharding knob: needs gpu_count > 1"))
+    else:
+        for key in ("use_unsloth", "load_in_4bit", "use_liger"):
+            if getattr(hp, key):
+                errs.append(ConfigError(key, "single GPU only: set it to false or gpu_count 1"))
+    return errs
+
+
+def _batch_errors(job: JobConfig) -> list[ConfigError]:
+    hp = job.hyperparameters
+    n = max(job.gpu_count, 1)
+    mbs, ga, gbs = hp.micro_batch_size, hp.gradient_accumulation_steps, hp.global_batch_size
+    if gbs is None:
+        return []
+    if ga is not None:
+        want = mbs * ga * n
+        if gbs != want:
+            return [
+                ConfigError(
+                    "global_batch_size",
+                    f"{gbs} != micro_batch_size x gradient_accumulation_steps x gpu_count "
+                    f"= {mbs} x {ga} x {n} = {want}; set it to {want} or drop one of them",
+                )
+            ]
+    elif gbs % (mbs * n):
+        lo = max(mbs * n, gbs // (mbs * n) * mbs * n)
+        return [
+            ConfigError(
+                "global_batch_size",
+                f"{gbs} is not a multiple of micro_batch_size x gpu_count = {mbs} x {n}; "
+                f"use {lo} or {lo + mbs * n}",
+            )
+        ]
+    return []
+
+
+def validate(job: JobConfig) -> list[ConfigError]:
+    """Every submit refusal for this job (empty list: accepted)."""
+    errs = _method_errors(job)
+    try:
+        get_gpu(job.gpu)
+    except VeriError as exc:
+        errs.extend(exc.errors)
+    errs.extend(_parallel_errors(job))
+    errs.extend(_batch_errors(job))
+    p = job.hyperparameters.precision
+    if p in NOT_AVAILABLE_PRECISIONS:
+        errs.append(ConfigError("precision", f"{p} is not available; use bf16 or fp32"))
+    elif p not in PRECISIONS:
+        errs.append(ConfigError("precision", f"unknown precision {p!r}; use bf16 or fp32"))
+    return errs
