@@ -69,6 +69,14 @@ def choose_stage(job: JobConfig, info: ModelInfo, gpu: GPU) -> tuple[int, list[s
     ]
 
 
+def human_count(n: int) -> str:
+    """0.60B, 156.0K: the scale of a parameter count at a glance."""
+    for unit, scale in (("B", 1e9), ("M", 1e6), ("K", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.2f}{unit}" if unit == "B" else f"{n / scale:.1f}{unit}"
+    return str(n)
+
+
 def _header(job: JobConfig, info: ModelInfo, gpu: GPU, est: MemoryEstimate, trace: list[str]):
     hp = job.hyperparameters
     if hp.lora_rank:
@@ -79,7 +87,7 @@ def _header(job: JobConfig, info: ModelInfo, gpu: GPU, est: MemoryEstimate, trac
     usable = gpu.memory_bytes / 1e9
     return [
         f"model: {info.source}: {info.parameter_count:,} parameters "
-        f"({info.parameter_count / 1e9:.2f}B), {est.trainable_parameter_count:,} trainable "
+        f"({human_count(info.parameter_count)}), {est.trainable_parameter_count:,} trainable "
         f"({kind}){tied}",
         f"budget: {gb(gpu.budget_bytes)}/GPU on {gpu.name} x{job.gpu_count} "
         f"(70% of {usable:.1f} GB after a 2 GiB reserve)",
