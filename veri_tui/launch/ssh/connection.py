@@ -52,6 +52,15 @@ class Result:
         return lines[-1] if lines else f"exit status {self.exit_status}"
 
 
+def exited(conn: Connection, chan: paramiko.Channel) -> bool:
+    """True when the remote command really ended (an exit status arrived, connection alive).
+
+    paramiko sets `status_event` on a channel closed by a dying connection too, with
+    `exit_status` left at -1, so the event alone cannot tell "ended" from "dropped".
+    """
+    return chan.exit_status != -1 and conn.transport.is_active()
+
+
 def command_line(argv: list[str]) -> str:
     """The only way a remote command is built: every argument quoted, nothing interpreted."""
     if not argv:
@@ -243,13 +252,11 @@ class Connection:
             while chan.recv_stderr_ready():
                 err.append(chan.recv_stderr(65536))
             pending = chan.recv_ready() or chan.recv_stderr_ready()
+            # A closed channel also sets status_event: only a received status counts.
             if chan.status_event.is_set() and not pending:
-                return Result(chan.recv_exit_status(), b"".join(out), b"".join(err))
-            # Closed without an exit status: the server died, or the command was killed.
-            if chan.closed and not pending:
-                if not self.transport.is_active():
+                if not exited(self, chan) and not self.transport.is_active():
                     raise ConnectionLost(self.spec.alias, "the connection closed mid-command")
-                return Result(-1, b"".join(out), b"".join(err))
+                return Result(chan.exit_status, b"".join(out), b"".join(err))
             if time.monotonic() > deadline:
                 raise ConnectionLost(self.spec.alias, "no answer before the deadline")
             select.select([chan], [], [], 0.2)
