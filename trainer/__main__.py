@@ -1,0 +1,56 @@
+"""Rank entry: `torchrun --nproc-per-node N -m trainer --job <job_dir>/job.json`.
+
+Each rank writes its pid, runs the loop, and on any failure writes its own failure record
+(failures/rank-<r>.json, nanosecond time) before the exception propagates to torch
+elastic's `record`, which writes the elastic error file for `Exception`s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from torch.distributed.elastic.multiprocessing.errors import record
+
+from trainer.config import from_spec, load_spec
+from trainer.report import RankContext, RankLog, write_failure, write_pid
+
+
+def _parse(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m trainer", description=__doc__.splitlines()[0])
+    parser.add_argument("--job", required=True, type=Path, help="job.json (or a bare spec)")
+    return parser.parse_args(argv)
+
+
+@record
+def main(argv: list[str] | None = None) -> int:
+    """Run one rank; failures are recorded, then re-raised for torchrun to see."""
+    args = _parse(argv)
+    job_dir = args.job.resolve().parent
+    ctx = RankContext.from_env(job_dir)
+    log = RankLog(ctx)  # writes on rank 0 only
+    try:
+        write_pid(ctx)
+        cfg = from_spec(load_spec(args.job), job_dir)
+        from trainer.loop import train  # after the spec is read: a bad spec fails fast
+
+        train(cfg, ctx, log)
+    except SystemExit as exc:
+        if exc.code not in (0, None):
+            write_failure(ctx, exc)
+        raise
+    except BaseException as exc:  # DCP's CheckpointException is a BaseException
+        write_failure(ctx, exc)
+        raise
+    finally:
+        log.close()
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

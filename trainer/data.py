@@ -1,0 +1,190 @@
+"""Datasets: read and check the whole JSONL file, tokenize, and cut global batches.
+
+sft_text rows carry `text`, or `messages` (rendered through the tokenizer's chat template,
+loss on assistant turns only), or `prompt` + `completion` (loss on the completion only).
+dpo rows carry `prompt`, `chosen`, `rejected`. Every row is checked before training: the
+first bad one raises DataError naming the file and line. Batches are cut from a seeded
+permutation per epoch, so every rank knows every global batch and reads only its part.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from trainer.errors import DataError
+
+IGNORE = -100
+
+
+@dataclass
+class Example:
+    """One tokenized sequence; labels are IGNORE where no loss is taken."""
+
+    input_ids: list[int]
+    labels: list[int]
+
+
+def read_rows(path: Path) -> list[tuple[int, dict[str, Any]]]:
+    """(line number, row) for every non-empty line; DataError on unreadable JSON."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise DataError(f"{path}: dataset file not found") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise DataError(f"{path}: cannot read the dataset ({exc})") from None
+    rows = []
+    for no, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except ValueError as exc:
+            raise DataError(f"{path} line {no}: not valid JSON ({exc})") from None
+        if not isinstance(row, dict):
+            raise DataError(f"{path} line {no}: a row must be a JSON object")
+        rows.append((no, row))
+    if not rows:
+        raise DataError(f"{path}: the dataset has no rows")
+    return rows
+
+
+def _str(row: dict[str, Any], key: str, where: str) -> str:
+    value = row.get(key)
+    if not isinstance(value, str) or not value:
+        raise DataError(f"{where}: `{key}` must be a non-empty string")
+    return value
+
+
+def _ids(tok: Any, text: str, first: bool) -> list[int]:
+    # Special tokens (e.g. a BOS) only at the start of a sequence, never between segments.
+    return list(tok(text, add_special_tokens=first)["input_ids"])
+
+
+def _segments_to_example(segments: list[tuple[list[int], bool]], max_len: int) -> Example:
+    ids: list[int] = []
+    labels: list[int] = []
+    for seg, train in segments:
+        ids += seg
+        labels += seg if train else [IGNORE] * len(seg)
+    return Example(ids[:max_len], labels[:max_len])
+
+
+def _messages(tok: Any, row: dict[str, Any], where: str) -> list[tuple[list[int], bool]]:
+    msgs = row["messages"]
+    if not isinstance(msgs, list) or not msgs:
+        raise DataError(f"{where}: `messages` must be a non-empty list")
+    for i, m in enumerate(msgs):
+        ok = isinstance(m, dict) and m.get("role") in ("system", "user", "assistant")
+        if not ok or not isinstance(m.get("content"), str):
+            raise DataError(
+                f"{where}: messages[{i}] needs a role (system/user/assistant) and string content"
+            )
+    if not any(m["role"] == "assistant" for m in msgs):
+        raise DataError(f"{where}: `messages` has no assistant turn to train on")
+    if getattr(tok, "chat_template", None) is None:
+        raise DataError(f"{where}: `messages` rows need a tokenizer with a chat template")
+    segments: list[tuple[list[int], bool]] = []
+    done = ""
+    for i, m in enumerate(msgs):
+        if m["role"] != "assistant":
+            continue
+        # Render incrementally: the text up to the generation prompt is context, the rest of
+        # the assistant turn (content and end marker) is what the loss is taken on.
+        prompt = tok.apply_chat_template(msgs[:i], tokenize=False, add_generation_prompt=True)
+        full = tok.apply_chat_template(msgs[: i + 1], tokenize=False)
+        if not prompt.startswith(done) or not full.startswith(prompt):
+            raise DataError(f"{where}: the chat template does not render turns as prefixes")
+        segments.append((_ids(tok, prompt[len(done) :], not done), False))
+        segments.append((_ids(tok, full[len(prompt) :], False), True))
+        done = full
+    return segments
+
+
+def encode_sft(tok: Any, row: dict[str, Any], where: str, max_len: int) -> Example:
+    """One sft_text row -> Example (EOS appended to text and completions)."""
+    eos = [tok.eos_token_id]
+    if "messages" in row:
+        ex = _segments_to_example(_messages(tok, row, where), max_len)
+    elif "prompt" in row or "completion" in row:
+        p, c = _str(row, "prompt", where), _str(row, "completion", where)
+        ex = _segments_to_example(
+            [(_ids(tok, p, True), False), (_ids(tok, c, False) + eos, True)], max_len
+        )
+    elif "text" in row:
+        ex = _segments_to_example(
+            [(_ids(tok, _str(row, "text", where), True) + eos, True)], max_len
+        )
+    else:
+        raise DataError(
+            f"{where}: an sft_text row needs `text`, `messages` or `prompt`+`completion`"
+        )
+    if sum(lab != IGNORE for lab in ex.labels[1:]) == 0:
+        raise DataError(f"{where}: no tokens left to train on within max_seq_length={max_len}")
+    return ex
+
+
+def encode_dpo(tok: Any, row: dict[str, Any], where: str, max_len: int) -> tuple[Example, Example]:
+    """One dpo row -> (chosen, rejected) Examples sharing the prompt."""
+    prompt = _ids(tok, _str(row, "prompt", where), True)
+    pair = []
+    for key in ("chosen", "rejected"):
+        ex = _segments_to_example(
+            [(prompt, False), (_ids(tok, _str(row, key, where), False) + [tok.eos_token_id], True)],
+            max_len,
+        )
+        if sum(lab != IGNORE for lab in ex.labels[1:]) == 0:
+            raise DataError(
+                f"{where}: the prompt leaves no `{key}` tokens within max_length={max_len}"
+            )
+        pair.append(ex)
+    return pair[0], pair[1]
+
+
+def load_dataset(path: Path, method: str, tok: Any, max_len: int) -> list[Any]:
+    """Check and tokenize the whole file: Examples (sft_text) or (chosen, rejected) pairs."""
+    out = []
+    for no, row in read_rows(path):
+        where = f"{Path(path).name} line {no}"
+        if method == "dpo":
+            out.append(encode_dpo(tok, row, where, max_len))
+        else:
+            out.append(encode_sft(tok, row, where, max_len))
+    return out
+
+
+def epoch_order(n: int, seed: int, epoch: int) -> list[int]:
+    """The row order of one epoch: a permutation fixed by seed and epoch."""
+    g = torch.Generator().manual_seed(seed * 100_003 + epoch)
+    return torch.randperm(n, generator=g).tolist()
+
+
+def global_batch(n: int, gbs: int, seed: int, step: int) -> list[int]:
+    """Row indices of optimizer step `step` (0-based); the last partial batch is dropped."""
+    per_epoch = n // gbs
+    epoch, k = divmod(step, per_epoch)
+    return epoch_order(n, seed, epoch)[k * gbs : (k + 1) * gbs]
+
+
+def rank_slice(batch: list[int], micro: int, rank: int, dp: int, mbs: int) -> list[int]:
+    """This rank's rows of micro-step `micro`: any mbs x ga x dp split covers `batch` once."""
+    start = (micro * dp + rank) * mbs
+    return batch[start : start + mbs]
+
+
+def collate(examples: list[Example], pad_id: int) -> dict[str, torch.Tensor]:
+    """Right-pad to the longest sequence; padding carries no loss and no attention."""
+    width = max(len(e.input_ids) for e in examples)
+    ids = torch.full((len(examples), width), pad_id, dtype=torch.long)
+    labels = torch.full((len(examples), width), IGNORE, dtype=torch.long)
+    mask = torch.zeros((len(examples), width), dtype=torch.long)
+    for i, e in enumerate(examples):
+        n = len(e.input_ids)
+        ids[i, :n] = torch.tensor(e.input_ids)
+        labels[i, :n] = torch.tensor(e.labels)
+        mask[i, :n] = 1
+    return {"input_ids": ids, "labels": labels, "attention_mask": mask}

@@ -1,0 +1,84 @@
+"""Test-only fault injection, read from the environment variable VERI_FAULT.
+
+This is how the tests "mock only CUDA": a rank raises exactly what a GPU failure raises,
+at a chosen optimizer step, and everything around it (records, torchrun, supervisor) is
+real. VERI_FAULT is a comma-separated list of `kind:rank:step`:
+
+- `oom:R:S`   rank R raises torch.OutOfMemoryError (a CUDA OOM message) at step S
+- `raise:R:S` rank R raises RuntimeError at step S
+- `kill:R:S`  rank R sends itself SIGKILL at step S (leaves no record, like a lost rank)
+- `ckpt_kill:R:S` rank R SIGKILLs itself during the checkpoint save of step S, after the
+  checkpoint data is written and before the commit (rename into place)
+- `ckpt_raise:R:S` rank R raises DCP's CheckpointException (a BaseException) while saving
+  the checkpoint of step S
+
+Step S counts optimizer steps from 1; a step fault fires before that step's forward pass.
+Unset (the normal case) costs one dictionary lookup per step.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from dataclasses import dataclass
+
+KINDS = ("oom", "raise", "kill", "ckpt_kill", "ckpt_raise")
+
+
+@dataclass(frozen=True)
+class Fault:
+    """One planned fault."""
+
+    kind: str
+    rank: int
+    step: int
+
+
+def parse(value: str | None) -> list[Fault]:
+    """Parse VERI_FAULT; a malformed value is a ValueError (tests must not typo silently)."""
+    faults = []
+    for part in (value or "").split(","):
+        if not part.strip():
+            continue
+        bits = part.strip().split(":")
+        if len(bits) != 3 or bits[0] not in KINDS:
+            raise ValueError(f"VERI_FAULT: {part!r} is not kind:rank:step with kind in {KINDS}")
+        faults.append(Fault(bits[0], int(bits[1]), int(bits[2])))
+    return faults
+
+
+class FaultPlan:
+    """The faults that concern this rank."""
+
+    def __init__(self, rank: int, value: str | None = None) -> None:
+        value = os.environ.get("VERI_FAULT") if value is None else value
+        self.faults = [f for f in parse(value) if f.rank == rank]
+
+    def at_step(self, step: int) -> None:
+        """Fire a step fault planned for `step`, if any."""
+        self._fire(step, ("oom", "raise", "kill"))
+
+    def in_checkpoint(self, step: int) -> None:
+        """Fire a checkpoint fault planned for the save of `step`, if any."""
+        self._fire(step, ("ckpt_kill", "ckpt_raise"))
+
+    def _fire(self, step: int, kinds: tuple[str, ...]) -> None:
+        for f in self.faults:
+            if f.step != step or f.kind not in kinds:
+                continue
+            if f.kind in ("kill", "ckpt_kill"):
+                os.kill(os.getpid(), signal.SIGKILL)
+            if f.kind == "oom":
+                import torch
+
+                raise torch.OutOfMemoryError(
+                    "CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity "
+                    "of 79.11 GiB of which 1.02 GiB is free. (injected by VERI_FAULT)"
+                )
+            if f.kind == "raise":
+                raise RuntimeError(f"injected failure at step {step} (VERI_FAULT)")
+            if f.kind == "ckpt_raise":
+                from torch.distributed.checkpoint.api import CheckpointException
+
+                cause = RuntimeError("unexpected pos 512 vs 448 (injected by VERI_FAULT)")
+                raise CheckpointException("checkpoint save failed", {f.rank: (cause, None)})

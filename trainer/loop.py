@@ -1,0 +1,218 @@
+"""The training loop of one rank: build everything, step, checkpoint, save the artifact.
+
+A step's loss is averaged over the target tokens (sft) or pairs (dpo) of the GLOBAL batch:
+each micro-batch's loss sum is divided by the global count (all-reduced first) and scaled
+by the world size, because DDP and FSDP2 average gradients over ranks. So any mbs x
+grad_acc x dp split of the same global batch gives the same update.
+"""
+
+from __future__ import annotations
+
+import math
+import resource
+import time
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from trainer import checkpoint, data, losses
+from trainer.artifact import save_artifact
+from trainer.config import TrainConfig
+from trainer.errors import ConfigError
+from trainer.faults import FaultPlan
+from trainer.measure import StateMeter
+from trainer.model import (
+    build_policy,
+    build_reference,
+    decoder_layers,
+    load_tokenizer,
+    resolve_model_dir,
+)
+from trainer.parallelize import (
+    Runtime,
+    autocast,
+    grad_sync,
+    init_runtime,
+    offload_active,
+    unwrap,
+    wrap_policy,
+    wrap_reference,
+)
+from trainer.report import RankContext, RankLog
+
+
+def lr_factor(step: int, warmup: int, total: int) -> float:
+    """Linear warmup to 1, then cosine to 0 at `total` (step counts from 0)."""
+    if step < warmup:
+        return (step + 1) / warmup
+    progress = (step - warmup) / max(1, total - warmup)
+    return 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))
+
+
+def peak_mem_bytes(device: torch.device) -> int:
+    """Peak allocated GPU memory, or the process's peak RSS on CPU."""
+    if device.type == "cuda":
+        return int(torch.cuda.max_memory_allocated(device))
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def train(cfg: TrainConfig, ctx: RankContext, log: RankLog) -> None:
+    """Run the planned job on this rank."""
+    for line in cfg.plan_header:
+        log.info(line)
+    rt = init_runtime(cfg)
+    torch.manual_seed(cfg.seed)
+    path = resolve_model_dir(cfg.model_path)
+    tok = load_tokenizer(path)
+    rows = data.load_dataset(cfg.dataset, cfg.method, tok, cfg.max_length)
+    gbs = cfg.global_batch_size
+    if len(rows) < gbs:
+        raise ConfigError(f"global_batch_size: {gbs} is more than the dataset's {len(rows)} rows")
+    per_epoch = len(rows) // gbs
+    total = cfg.max_steps or cfg.num_epochs * per_epoch
+    backend = "nccl" if rt.device.type == "cuda" else "gloo"
+    log.info(f"data: {cfg.dataset} ({len(rows)} rows, {per_epoch} steps/epoch, {total} steps)")
+    log.info(f"device: {rt.device.type} x{rt.world_size} ({backend})")
+    if cfg.cpu_offload and not offload_active(cfg, rt):
+        log.info(
+            "cpu_offload: CPUOffloadPolicy needs an accelerator; on CPU the states already "
+            "live in host memory, so this run goes without it"
+        )
+    model = wrap_policy(build_policy(cfg, path), cfg, rt)
+    ref = None
+    if cfg.method == "dpo" and not cfg.lora_rank:
+        ref = wrap_reference(build_reference(path), cfg, rt)
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(s, cfg.warmup_steps, total))
+    start = _resume(cfg, model, opt, sched, log) if cfg.resume else 0
+    meter = StateMeter(ctx, step=min(2, total))
+    if ref is not None and meter.enabled:
+        decoder_layers(ref)[0].register_forward_hook(meter.reference_hook(ref))
+    stepper = _Stepper(cfg, rt, model, ref, opt, tok.pad_token_id, rows, meter)
+    faults = FaultPlan(rt.rank)
+    for step in range(start, total):
+        faults.at_step(step + 1)
+        t0 = time.perf_counter()
+        loss, grad_norm, tokens = stepper.step(step)
+        lr = sched.get_last_lr()[0]
+        sched.step()
+        log.metric(
+            {
+                "step": step + 1,
+                "total_steps": total,
+                "loss": round(loss, 6),
+                "lr": lr,
+                "grad_norm": round(grad_norm, 6),
+                "tokens_per_s": round(tokens / (time.perf_counter() - t0), 1),
+                "peak_mem_bytes": peak_mem_bytes(rt.device),
+            }
+        )
+        if cfg.checkpoint_steps and (step + 1) % cfg.checkpoint_steps == 0:
+            extra = {"scheduler": sched.state_dict(), "data_position": step + 1, "seed": cfg.seed}
+            lora, keep = bool(cfg.lora_rank), cfg.keep_checkpoints
+            checkpoint.save(
+                cfg.ckpt_dir, step + 1, model, opt, extra, lora=lora, keep=keep, faults=faults
+            )
+            log.info(f"checkpoint: step-{step + 1} committed")
+    save_artifact(model, tok, cfg.output_dir, lora=bool(cfg.lora_rank), precision=cfg.precision)
+    log.info(f"artifact: {cfg.output_dir}")
+
+
+def _resume(cfg: TrainConfig, model: Any, opt: Any, sched: Any, log: RankLog) -> int:
+    """Load the newest complete checkpoint, if any; return the step to continue from."""
+    found = checkpoint.latest(cfg.ckpt_dir)
+    if found is None:
+        log.info("resume: no complete checkpoint, starting from step 0")
+        return 0
+    state = checkpoint.load(cfg.ckpt_dir, found, model, opt, lora=bool(cfg.lora_rank))
+    sched.load_state_dict(state["scheduler"])
+    log.info(f"resume: from checkpoint step-{found}")
+    return int(state["data_position"])
+
+
+class _Stepper:
+    """One optimizer step: forward/backward over this rank's micro-batches, clip, update."""
+
+    def __init__(
+        self,
+        cfg: TrainConfig,
+        rt: Runtime,
+        model: torch.nn.Module,
+        ref: torch.nn.Module | None,
+        opt: torch.optim.Optimizer,
+        pad_id: int,
+        rows: list[Any],
+        meter: StateMeter,
+    ) -> None:
+        self.cfg, self.rt, self.model, self.ref, self.opt = cfg, rt, model, ref, opt
+        self.pad_id, self.rows, self.meter = pad_id, rows, meter
+        self.params = [p for p in model.parameters() if p.requires_grad]
+        self.reference = _reference_fn(model, ref)
+
+    def _micro_batches(self, step: int) -> list[list[Any]]:
+        cfg, rt = self.cfg, self.rt
+        batch = data.global_batch(len(self.rows), cfg.global_batch_size, cfg.seed, step)
+        slices = [
+            data.rank_slice(batch, m, rt.rank, rt.world_size, cfg.micro_batch_size)
+            for m in range(cfg.gradient_accumulation_steps)
+        ]
+        return [[self.rows[i] for i in s] for s in slices]
+
+    def _loss(self, mb: list[Any]) -> torch.Tensor:
+        cfg, dev = self.cfg, self.rt.device
+        if cfg.method == "sft_text":
+            return losses.sft_loss_sum(self.model, mb, self.pad_id, dev)
+        loss, _ = losses.dpo_loss_sum(self.model, mb, self.pad_id, dev, cfg.beta, self.reference)
+        return loss
+
+    def step(self, step: int) -> tuple[float, float, float]:
+        """Run step `step` (0-based); returns (loss, grad_norm, global input tokens)."""
+        cfg, rt = self.cfg, self.rt
+        micro = self._micro_batches(step)
+        flat = [e for mb in micro for e in mb]
+        if cfg.method == "dpo":
+            flat = [e for pair in flat for e in pair]
+        local = [losses.count_targets(flat), sum(len(e.input_ids) for e in flat)]
+        counts = torch.tensor(local, dtype=torch.float64, device=rt.device)
+        dist.all_reduce(counts)  # the global target count, before any backward
+        targets, tokens = counts.tolist()
+        denom = targets if cfg.method == "sft_text" else float(cfg.global_batch_size)
+        measuring = self.meter.active(step + 1)
+        loss_sum = torch.zeros((), dtype=torch.float64, device=rt.device)
+        last = len(micro) - 1
+        for m, mb in enumerate(micro):
+            with grad_sync(self.model, m == last):
+                with autocast(cfg, rt):
+                    loss = self._loss(mb)
+                if measuring and m == last:
+                    self.meter.after_forward(self.model, cfg.zero_stage)
+                # DDP and FSDP2 average over ranks: scale so the sum over ranks is the mean.
+                (loss * (rt.world_size / denom)).backward()
+            loss_sum += loss.detach().double()
+        if measuring:
+            self.meter.after_backward(self.model, self.opt)
+            self.meter.reference_rest(self.ref, cfg.zero_stage)
+        norm = torch.nn.utils.clip_grad_norm_(self.params, cfg.max_grad_norm)
+        norm = norm.full_tensor() if hasattr(norm, "full_tensor") else norm
+        self.opt.step()
+        self.opt.zero_grad(set_to_none=True)
+        dist.all_reduce(loss_sum)
+        if measuring:
+            extra = {"zero_stage": cfg.zero_stage, "precision": cfg.precision}
+            self.meter.write({**extra, "lora_rank": cfg.lora_rank, "method": cfg.method})
+        return float(loss_sum) / denom, float(norm), tokens
+
+
+def _reference_fn(model: torch.nn.Module, ref: torch.nn.Module | None) -> Any:
+    """DPO reference log-probs: the frozen copy, or the policy with adapters disabled."""
+    if ref is not None:
+        return lambda b: losses.sequence_logps(ref, b)
+    inner = unwrap(model)  # call the PeftModel itself: no DDP bookkeeping for a no-grad pass
+
+    def with_adapters_off(b: dict[str, torch.Tensor]) -> torch.Tensor:
+        with inner.disable_adapter():
+            return losses.sequence_logps(inner, b)
+
+    return with_adapters_off

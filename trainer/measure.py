@@ -1,0 +1,92 @@
+"""Measured per-rank model-state bytes, as contracts section 3 defines them.
+
+Enabled by VERI_MEASURE_STATES=1 (tests and benchmarks). At one optimizer step (the second,
+so optimizer states exist, or the last when there is only one) each rank writes
+measured/rank-<r>.json with the bytes it holds, counted tensor by tensor:
+
+- params / grads / optimizer: the local shards after backward (whole tensors under DDP);
+- compute_copy (stage 2): the unsharded bf16 parameters held from forward through backward,
+  measured after the last micro-batch's forward;
+- ref_gathered (DPO full fine-tune): the reference model's parameters while gathered for its
+  forward; ref_shard: what it keeps between forwards (its shard under FSDP2, 0 at stage 0,
+  where ref_gathered already is the whole persistent copy).
+
+`total` sums every component; nothing is left out to match the plan.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+import torch
+from torch import nn
+
+from trainer.report import RankContext, atomic_write
+
+
+def tensor_bytes(t: torch.Tensor | None) -> int:
+    """Bytes of the local data of a tensor (a DTensor's local shard)."""
+    if t is None:
+        return 0
+    local = getattr(t, "_local_tensor", t)
+    return local.numel() * local.element_size()
+
+
+def _is_sharded(t: torch.Tensor) -> bool:
+    return hasattr(t, "_local_tensor")
+
+
+class StateMeter:
+    """Collects the components during one step and writes them once."""
+
+    def __init__(self, ctx: RankContext, step: int) -> None:
+        self.ctx = ctx
+        self.step = step
+        self.enabled = os.environ.get("VERI_MEASURE_STATES") == "1"
+        self.values: dict[str, int] = {}
+
+    def active(self, step: int) -> bool:
+        """Whether `step` (1-based) is the measured one."""
+        return self.enabled and step == self.step
+
+    def after_forward(self, model: nn.Module, zero_stage: int) -> None:
+        """Stage 2: the compute copy is the set of parameters currently unsharded."""
+        if zero_stage == 2:
+            self.values["compute_copy"] = sum(
+                tensor_bytes(p) for p in model.parameters() if not _is_sharded(p)
+            )
+
+    def reference_hook(self, ref: nn.Module) -> Any:
+        """A forward hook on a submodule of the reference: sees it gathered."""
+
+        def hook(*_: Any) -> None:
+            if "ref_gathered" not in self.values:
+                self.values["ref_gathered"] = sum(
+                    tensor_bytes(p) for p in ref.parameters() if not _is_sharded(p)
+                )
+
+        return hook
+
+    def after_backward(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> None:
+        """Params, grads and optimizer states as they are held after backward."""
+        params = list(model.parameters())
+        self.values["params"] = sum(tensor_bytes(p) for p in params)
+        self.values["grads"] = sum(tensor_bytes(p.grad) for p in params)
+        states = [v for st in optimizer.state.values() for v in st.values()]
+        self.values["optimizer"] = sum(tensor_bytes(v) for v in states if torch.is_tensor(v))
+
+    def reference_rest(self, ref: nn.Module | None, zero_stage: int) -> None:
+        """What the reference keeps between its forwards (its shard under FSDP2)."""
+        if ref is not None and zero_stage in (2, 3):
+            self.values["ref_shard"] = sum(tensor_bytes(p) for p in ref.parameters())
+
+    def write(self, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+        """measured/rank-<r>.json with every component and their total."""
+        record: dict[str, Any] = {"rank": self.ctx.rank, "step": self.step, **self.values}
+        record["total"] = sum(self.values.values())
+        record.update(extra or {})
+        path = self.ctx.job_dir / "measured" / f"rank-{self.ctx.rank}.json"
+        atomic_write(path, json.dumps(record))
+        return record

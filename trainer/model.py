@@ -1,0 +1,144 @@
+"""Load the model and tokenizer, apply LoRA and gradient checkpointing as planned.
+
+Dtypes follow contracts section 3: precision bf16 keeps bf16 parameters (so AdamW keeps
+bf16 states); fp32 keeps fp32 master parameters. Under LoRA the frozen base is always bf16
+and only the adapters take the precision's dtype.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from trainer.config import TrainConfig
+from trainer.errors import ModelLoadError
+
+LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+def resolve_model_dir(model: str) -> Path:
+    """A local directory, or a Hub id already in the local HF cache (never downloads)."""
+    path = Path(model).expanduser()
+    if path.is_dir():
+        return path
+    if path.is_absolute() or model.startswith("."):
+        raise ModelLoadError(f"model {model}: directory not found")
+    try:
+        from huggingface_hub import snapshot_download
+
+        return Path(snapshot_download(model, local_files_only=True))
+    except Exception as exc:  # noqa: BLE001 - any cache miss is the same user-facing problem
+        raise ModelLoadError(
+            f"model {model}: not a local directory and not in the Hugging Face cache "
+            f"({type(exc).__name__}); download it first or pass a directory"
+        ) from None
+
+
+def check_model_files(path: Path) -> None:
+    """config.json and every safetensors file the index names must exist."""
+    if not (path / "config.json").is_file():
+        raise ModelLoadError(f"model {path}: config.json is missing")
+    index = path / "model.safetensors.index.json"
+    if index.is_file():
+        try:
+            files = set(json.loads(index.read_text())["weight_map"].values())
+        except (OSError, ValueError, KeyError) as exc:
+            raise ModelLoadError(f"model {index}: unreadable index ({exc})") from None
+        for name in sorted(files):
+            if not (path / name).is_file():
+                raise ModelLoadError(f"model {path}: {index.name} names {name}, which is missing")
+    elif not (path / "model.safetensors").is_file():
+        raise ModelLoadError(f"model {path}: no model.safetensors (or sharded index) found")
+
+
+def load_tokenizer(path: Path) -> Any:
+    """AutoTokenizer with a pad token (EOS when the tokenizer has none)."""
+    from transformers import AutoTokenizer
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # progress bars would fill torchrun.log on every rank
+
+    try:
+        tok = AutoTokenizer.from_pretrained(path)
+    except Exception as exc:  # noqa: BLE001 - transformers raises many types here
+        raise ModelLoadError(f"model {path}: cannot load the tokenizer ({exc})") from None
+    if tok.pad_token_id is None:
+        tok.pad_token = tok.eos_token
+    return tok
+
+
+def load_base(path: Path, dtype: torch.dtype) -> nn.Module:
+    """AutoModelForCausalLM on CPU with SDPA attention; ModelLoadError on failure."""
+    from transformers import AutoModelForCausalLM
+
+    check_model_files(path)
+    try:
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, attn_implementation="sdpa")
+    except Exception as exc:  # noqa: BLE001 - a corrupt file can raise anything
+        raise ModelLoadError(f"model {path}: cannot load the weights ({exc})") from None
+    model.config.use_cache = False
+    return model
+
+
+def lora_targets(model: nn.Module) -> list[str]:
+    """The attention and MLP projections this architecture actually has."""
+    names = {
+        name.rsplit(".", 1)[-1] for name, m in model.named_modules() if isinstance(m, nn.Linear)
+    }
+    return [t for t in LORA_TARGETS if t in names]
+
+
+def build_policy(cfg: TrainConfig, path: Path) -> nn.Module:
+    """The model being trained: full fine-tune, or a PEFT LoRA model over a frozen base."""
+    train_dtype = torch.bfloat16 if cfg.precision == "bf16" else torch.float32
+    model = load_base(path, torch.bfloat16 if cfg.lora_rank else train_dtype)
+    if cfg.gradient_checkpointing:
+        # Non-reentrant checkpointing works with FSDP2, DDP and frozen (LoRA) inputs.
+        kwargs = {"use_reentrant": False}
+        if hasattr(model, "activation_checkpointing_enable"):  # transformers >= 5.x name
+            model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+        else:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+    if not cfg.lora_rank:
+        return model
+    from peft import LoraConfig, get_peft_model
+
+    targets = lora_targets(model)
+    if not targets:
+        raise ModelLoadError(f"model {path}: none of {LORA_TARGETS} found for LoRA")
+    lora = LoraConfig(
+        r=cfg.lora_rank,
+        lora_alpha=cfg.lora_alpha,
+        lora_dropout=0.0,
+        target_modules=targets,
+        task_type="CAUSAL_LM",
+    )
+    # autocast_adapter_dtype=False: we choose the adapter dtype (the precision's), not peft.
+    model = get_peft_model(model, lora, autocast_adapter_dtype=False)
+    for p in model.parameters():
+        if p.requires_grad:
+            p.data = p.data.to(train_dtype)
+    return model
+
+
+def build_reference(path: Path) -> nn.Module:
+    """A frozen bf16 copy of the base for DPO full fine-tune (2 bytes/param)."""
+    ref = load_base(path, torch.bfloat16)
+    ref.eval()
+    ref.requires_grad_(False)
+    return ref
+
+
+def decoder_layers(model: nn.Module) -> list[nn.Module]:
+    """The transformer blocks (by the model's own `_no_split_modules`), in order."""
+    names: set[str] = set()
+    for m in model.modules():
+        names.update(getattr(m, "_no_split_modules", None) or [])
+    layers = [m for m in model.modules() if type(m).__name__ in names]
+    if not layers:
+        raise ModelLoadError("model: cannot find its decoder layers to shard per layer")
+    return layers

@@ -1,0 +1,140 @@
+"""Process group, device, and the planned data-parallel wrapping (DDP or FSDP2).
+
+zero_stage 0: DDP (gradients as bucket views, so no second gradient copy is held).
+zero_stage 2: FSDP2 per decoder layer then the root, reshard_after_forward=False (the
+bf16 compute copy stays through backward, weights/grads/optimizer sharded).
+zero_stage 3: FSDP2 per decoder layer then the root, resharding after forward.
+precision fp32: fp32 sharded master params, bf16 all-gather/compute, fp32 reduce.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from trainer.config import TrainConfig
+from trainer.errors import ConfigError
+from trainer.model import decoder_layers
+
+
+@dataclass
+class Runtime:
+    """The process group facts a rank needs."""
+
+    device: torch.device
+    rank: int
+    world_size: int
+    mesh: Any = None
+
+
+def init_runtime(cfg: TrainConfig) -> Runtime:
+    """Pick cuda+nccl or cpu+gloo (device auto), join the process group, check dp."""
+    want_cuda = cfg.device == "cuda" or (cfg.device == "auto" and torch.cuda.is_available())
+    if cfg.device == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("device: cuda requested but no CUDA device is available")
+    world = int(os.environ.get("WORLD_SIZE", 1))
+    if world != cfg.data_parallel_size:
+        raise ConfigError(
+            f"data_parallel_size: TP*CP*DP*PP={cfg.data_parallel_size} != WORLD_SIZE={world}"
+        )
+    if want_cuda:
+        local = int(os.environ.get("LOCAL_RANK", 0))
+        torch.cuda.set_device(local)
+        device = torch.device("cuda", local)
+    else:
+        device = torch.device("cpu")
+    if not dist.is_initialized():
+        if "MASTER_ADDR" not in os.environ:  # plain `python -m trainer`: a group of one
+            os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()))
+            os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0")
+        backend = "nccl" if want_cuda else "gloo"
+        dist.init_process_group(backend, device_id=device if want_cuda else None)
+    rt = Runtime(device=device, rank=dist.get_rank(), world_size=dist.get_world_size())
+    if cfg.zero_stage in (2, 3):
+        from torch.distributed.device_mesh import init_device_mesh
+
+        rt.mesh = init_device_mesh(device.type, (rt.world_size,))
+    return rt
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def offload_active(cfg: TrainConfig, rt: Runtime) -> bool:
+    """CPUOffloadPolicy needs an accelerator (field notes): only on CUDA."""
+    return cfg.cpu_offload and cfg.zero_stage in (2, 3) and rt.device.type == "cuda"
+
+
+def wrap_policy(model: nn.Module, cfg: TrainConfig, rt: Runtime) -> nn.Module:
+    """Apply the planned parallelism to the trained model; returns the module to call."""
+    if cfg.zero_stage == 0:
+        model.to(rt.device)
+        if rt.world_size == 1:
+            return model  # one process: DDP would only add hooks
+        from torch.nn.parallel import DistributedDataParallel as DDP
+
+        ids = [rt.device.index] if rt.device.type == "cuda" else None
+        return DDP(model, device_ids=ids, gradient_as_bucket_view=True)
+    from torch.distributed.fsdp import (
+        CPUOffloadPolicy,
+        MixedPrecisionPolicy,
+        OffloadPolicy,
+        fully_shard,
+    )
+
+    kw: dict[str, Any] = {"mesh": rt.mesh, "reshard_after_forward": cfg.zero_stage == 3}
+    if cfg.precision == "fp32":
+        kw["mp_policy"] = MixedPrecisionPolicy(
+            param_dtype=torch.bfloat16, reduce_dtype=torch.float32
+        )
+    kw["offload_policy"] = CPUOffloadPolicy() if offload_active(cfg, rt) else OffloadPolicy()
+    for layer in decoder_layers(model):
+        fully_shard(layer, **kw)
+    fully_shard(model, **kw)
+    return model
+
+
+def wrap_reference(ref: nn.Module, cfg: TrainConfig, rt: Runtime) -> nn.Module:
+    """DPO full fine-tune reference: whole at stage 0, else sharded as one unit."""
+    if cfg.zero_stage == 0:
+        return ref.to(rt.device)
+    from torch.distributed.fsdp import fully_shard
+
+    fully_shard(ref, mesh=rt.mesh, reshard_after_forward=True)
+    return ref
+
+
+def unwrap(model: nn.Module) -> nn.Module:
+    """The module under a DDP wrapper (FSDP2 wraps in place)."""
+    return getattr(model, "module", model)
+
+
+@contextlib.contextmanager
+def grad_sync(model: nn.Module, sync: bool) -> Iterator[None]:
+    """Skip gradient communication on all but the last micro-batch of a step."""
+    if hasattr(model, "no_sync") and not sync:
+        with model.no_sync():
+            yield
+        return
+    if hasattr(model, "set_requires_gradient_sync"):
+        model.set_requires_gradient_sync(sync)
+    yield
+
+
+def autocast(cfg: TrainConfig, rt: Runtime) -> contextlib.AbstractContextManager:
+    """fp32 master weights at stage 0 compute in bf16 (FSDP2 casts via its policy)."""
+    if cfg.precision == "fp32" and cfg.zero_stage == 0:
+        return torch.autocast(rt.device.type, dtype=torch.bfloat16)
+    return contextlib.nullcontext()

@@ -1,0 +1,174 @@
+"""What a rank reports: the rank-0 log and metrics, pid files, and per-rank failure records.
+
+The failure record (docs/interfaces.md section 2) is the trainer's own, written atomically
+with a nanosecond timestamp before the exception propagates: torch elastic's `record` only
+sees `Exception`s and stamps whole seconds, and the supervisor must tell the first failing
+rank from peers that merely saw its connection close.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TextIO
+
+from trainer.errors import TrainerError
+
+# Substrings of gloo/nccl/c10d errors a rank sees when a *peer* went away or stalled.
+_PEER_MARKERS = (
+    "connection closed",
+    "connection reset",
+    "connection refused",
+    "broken pipe",
+    "timed out",
+    "timeout",
+    "socket closed",
+    "remote process exited",
+    "nccl communicator was aborted",
+    "read error",
+    "unhandled system error",
+)
+_HARDWARE_MARKERS = ("ecc error", "fallen off the bus", "xid", "nvlink error", "hardware error")
+
+
+@dataclass(frozen=True)
+class RankContext:
+    """Who this process is in the job (torchrun's environment)."""
+
+    rank: int
+    local_rank: int
+    node: int
+    world_size: int
+    job_dir: Path
+
+    @classmethod
+    def from_env(cls, job_dir: Path) -> RankContext:
+        """Read RANK, LOCAL_RANK, GROUP_RANK and WORLD_SIZE (1 process when unset)."""
+        env = os.environ
+        return cls(
+            rank=int(env.get("RANK", 0)),
+            local_rank=int(env.get("LOCAL_RANK", 0)),
+            node=int(env.get("GROUP_RANK", 0)),
+            world_size=int(env.get("WORLD_SIZE", 1)),
+            job_dir=Path(job_dir),
+        )
+
+
+def atomic_write(path: Path, text: str) -> None:
+    """Write beside `path`, fsync, rename into place: readers never see half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "w", encoding="utf-8") as fh:
+        fh.write(text)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+def write_pid(ctx: RankContext) -> None:
+    """pids/rank-<r>: lets cancel end workers that torchrun lost track of."""
+    atomic_write(ctx.job_dir / "pids" / f"rank-{ctx.rank}", f"{os.getpid()}\n")
+
+
+def _chain(exc: BaseException) -> list[BaseException]:
+    out, seen = [], set()
+    cur: BaseException | None = exc
+    while cur is not None and id(cur) not in seen:
+        seen.add(id(cur))
+        out.append(cur)
+        # DCP's CheckpointException keeps the per-rank causes as (exception, trace) pairs.
+        failures = getattr(cur, "failures", None)
+        if isinstance(failures, dict):
+            for pair in failures.values():
+                inner = pair[0] if isinstance(pair, tuple) else pair
+                if isinstance(inner, BaseException):
+                    out.append(inner)
+        cur = cur.__cause__ or cur.__context__
+    return out
+
+
+def classify(exc: BaseException) -> tuple[str, bool]:
+    """(error code, peer_failure) for an exception that ended a rank."""
+    import torch  # late: the supervisor imports this module's siblings without torch
+
+    chain = _chain(exc)
+    for e in chain:
+        if isinstance(e, TrainerError):
+            return e.code, False
+    for e in chain:
+        if isinstance(e, torch.OutOfMemoryError) or "CUDA out of memory" in str(e):
+            return "CUDA_OOM", False
+    text = " ".join(str(e).lower() for e in chain)
+    if any(m in text for m in _HARDWARE_MARKERS):
+        return "HARDWARE_ERROR", False
+    comm_types = tuple(
+        t for t in (getattr(torch.distributed, "DistError", None),) if isinstance(t, type)
+    )
+    if any(m in text for m in _PEER_MARKERS) or any(isinstance(e, comm_types) for e in chain):
+        return "COMM_ERROR", True
+    return "UNKNOWN", False
+
+
+def failure_record(ctx: RankContext, exc: BaseException) -> dict[str, Any]:
+    """The per-rank record of docs/interfaces.md section 2."""
+    code, peer = classify(exc)
+    message = exc.message if isinstance(exc, TrainerError) else str(exc)
+    return {
+        "rank": ctx.rank,
+        "local_rank": ctx.local_rank,
+        "node": ctx.node,
+        "world_size": ctx.world_size,
+        "time_ns": time.time_ns(),
+        "type": type(exc).__name__,
+        "code": code,
+        "message": message.strip().splitlines()[0] if message.strip() else type(exc).__name__,
+        "peer_failure": peer,
+        "traceback": "".join(traceback.format_exception(exc)),
+    }
+
+
+def write_failure(ctx: RankContext, exc: BaseException) -> dict[str, Any]:
+    """Write failures/rank-<r>.json atomically; never raises (we are already failing)."""
+    record = failure_record(ctx, exc)
+    try:
+        atomic_write(ctx.job_dir / "failures" / f"rank-{ctx.rank}.json", json.dumps(record))
+    except OSError:
+        pass
+    return record
+
+
+class RankLog:
+    """Rank 0's log.txt and metrics.jsonl (append, flushed per line); other ranks: no-op."""
+
+    def __init__(self, ctx: RankContext) -> None:
+        self.ctx = ctx
+        self._log: TextIO | None = None
+        self._metrics: TextIO | None = None
+        if ctx.rank == 0:
+            ctx.job_dir.mkdir(parents=True, exist_ok=True)
+            self._log = open(ctx.job_dir / "log.txt", "a", encoding="utf-8")
+            self._metrics = open(ctx.job_dir / "metrics.jsonl", "a", encoding="utf-8")
+
+    def info(self, line: str) -> None:
+        """One human-readable line in log.txt (rank 0 only)."""
+        if self._log is not None:
+            self._log.write(line.rstrip("\n") + "\n")
+            self._log.flush()
+
+    def metric(self, record: dict[str, Any]) -> None:
+        """One JSON metric line in both log.txt and metrics.jsonl (rank 0 only)."""
+        line = json.dumps(record)
+        self.info(line)
+        if self._metrics is not None:
+            self._metrics.write(line + "\n")
+            self._metrics.flush()
+
+    def close(self) -> None:
+        """Close the files (rank 0)."""
+        for fh in (self._log, self._metrics):
+            if fh is not None:
+                fh.close()
