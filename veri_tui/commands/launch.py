@@ -12,7 +12,7 @@ import json
 import sys
 
 from veri_tui.launch import jobs
-from veri_tui.launch.spec import check_plan
+from veri_tui.launch.spec import check_job
 
 
 def run(args: argparse.Namespace) -> int:
@@ -29,7 +29,7 @@ def run(args: argparse.Namespace) -> int:
         output=args.output,
         sets=args.sets,
     )
-    check_plan(job)  # every submit refusal at once, before the model is even read
+    check_job(job)  # every refusal at once, before the model is even read
     record = plan_job(job)
     job_id = jobs.launch(job, record, host=args.host, trust_host=args.trust_host)
     if args.json and not args.wait:

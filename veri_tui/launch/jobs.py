@@ -15,7 +15,7 @@ from types import ModuleType
 from typing import Any
 
 from veri_tui.errors import VeriError
-from veri_tui.launch.local import LocalTarget
+from veri_tui.launch.local import LocalTarget, check_devices
 from veri_tui.launch.records import LogLine
 from veri_tui.launch.spec import build_record, new_job_id
 
@@ -53,6 +53,7 @@ def launch(
     """
     if host is not None:
         return _ssh().launch(job_config, plan_record, host=host, trust_host=trust_host, wait=wait)
+    check_devices(int(job_config.gpu_count))
     target = LocalTarget()
     job_id = new_job_id()
     record = build_record(job_config, plan_record, job_id, target.job_dir(job_id))

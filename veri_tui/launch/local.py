@@ -10,6 +10,7 @@ The SSH target mirrors these methods (docs/jobs.md).
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -40,6 +41,26 @@ _children: list[subprocess.Popen[bytes]] = []
 
 def _reap() -> None:
     _children[:] = [p for p in _children if p.poll() is None]
+
+
+def check_devices(gpu_count: int) -> None:
+    """Refuse more GPUs than this machine has. Without NVIDIA GPUs the trainer runs
+    ``gpu_count`` CPU processes (gloo), so any count is allowed there."""
+    if shutil.which("nvidia-smi") is None:
+        return
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", "-L"], capture_output=True, text=True, timeout=15, check=False
+        ).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return  # a broken driver shows up as the trainer's own failure, with its message
+    have = sum(1 for line in out.splitlines() if line.startswith("GPU "))
+    if 0 < have < gpu_count:
+        raise VeriError(
+            f"asks for {gpu_count} GPUs but this machine has {have} (nvidia-smi -L); "
+            "lower --gpu-count or launch on a bigger machine with --host",
+            key="gpu_count",
+        )
 
 
 class LocalTarget:

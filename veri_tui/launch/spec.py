@@ -73,13 +73,17 @@ def _output_path(output: str | None, job_dir: Path) -> tuple[Path, ConfigError |
     return path, None
 
 
-def check_plan(job: Any) -> None:
-    """Raise VeriError with every submit refusal of the planning core, as `plan` does."""
+def check_job(job: Any) -> None:
+    """Raise VeriError with every refusal found before the model is read: the planning core's
+    submit rules (what `plan` refuses), a missing dataset, an output dir already in use."""
     from veri_tui.plan import validate
 
-    errors = validate(job)
+    errors = list(validate(job))
+    data_problem = _dataset_path(job.method, job.dataset)[1]
+    output_problem = _output_path(job.output, REPO_ROOT)[1]
+    errors += [p for p in (data_problem, output_problem) if p is not None]
     if errors:
-        raise VeriError(list(errors))
+        raise VeriError(errors)
 
 
 def build_record(
@@ -90,16 +94,17 @@ def build_record(
     ``job`` is a veri_tui.plan.JobConfig and ``plan_record`` its PlanRecord (typed loosely so
     this module imports nothing heavy). Paths are resolved on this machine.
     """
-    check_plan(job)
+    check_job(job)
     plan = plan_record.to_dict()
-    model, e_model = _model_path(job.model, plan.get("model") or {})
-    dataset, e_data = _dataset_path(job.method, job.dataset)
-    output, e_out = _output_path(job.output, job_dir)
-    problems = [e for e in (e_model, e_data, e_out) if e is not None]
-    if problems:
-        raise VeriError(problems)
+    model, problem = _model_path(job.model, plan.get("model") or {})
+    if problem is not None:
+        raise VeriError(problem)
+    dataset = _dataset_path(job.method, job.dataset)[0]
+    output = _output_path(job.output, job_dir)[0]
     resolved = dict(plan["resolved_parallelism"])
-    header = [*plan.get("header_lines", []), plan["plan_line"]]
+    # What `veri-tui plan` prints: the log must carry the "does not fit" warning too.
+    warnings = [f"warning: {w}" for w in plan.get("warnings", [])]
+    header = [*plan.get("header_lines", []), plan["plan_line"], *warnings]
     spec = {
         "method": job.method,
         "model": job.model or str(model),
