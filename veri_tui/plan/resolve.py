@@ -95,8 +95,15 @@ def _header(job: JobConfig, info: ModelInfo, gpu: GPU, est: MemoryEstimate, trac
     ]
 
 
-def _notes(job: JobConfig) -> list[str]:
+def _notes(job: JobConfig, info: ModelInfo) -> list[str]:
     hp, out = job.hyperparameters, []
+    length_key = "max_length" if job.method == "dpo" else "max_seq_length"
+    limit = info.max_position_embeddings
+    if limit and getattr(hp, length_key) > limit:
+        out.append(
+            f"{length_key}={getattr(hp, length_key)} exceeds the model's "
+            f"max_position_embeddings ({limit}); estimates assume full-length samples"
+        )
     if job.method == "sft_text" and "max_length" in hp.model_fields_set:
         out.append("max_length applies to dpo; sft_text truncates at max_seq_length")
     if job.method == "dpo" and "max_seq_length" in hp.model_fields_set:
@@ -120,7 +127,7 @@ def plan_job(job: JobConfig, info: ModelInfo | None = None) -> PlanRecord:
     stage, trace = choose_stage(job, info, gpu)
     est = states_for(job, info, stage)
     fits = est.states_bytes_per_gpu <= gpu.budget_bytes
-    warnings = _notes(job)
+    warnings = _notes(job, info)
     suggestions: list[dict[str, Any]] = []
     if not fits:
         suggestions = suggestions_for(job, info, gpu, stage)

@@ -24,7 +24,6 @@ from veri_tui.plan.model_info import ModelInfo
 MAX_MFU = 0.55  # well-tuned dense bf16 training reaches ~40-55% model FLOPs utilisation
 LAYER_OVERHEAD_S = 0.25e-3  # ~50 kernels per layer (fwd + bwd) x ~5 us launch each
 OVERLAP = 0.8  # share of backward time that communication kernels can run under
-BUCKET_BYTES = 25 * 2**20  # DDP's default gradient bucket (bucket_cap_mb=25)
 HOST_LINK_GBPS = 25.0  # PCIe Gen4 x16 host<->device copies, used by cpu_offload
 
 
@@ -89,8 +88,8 @@ def estimate_throughput(
     grad_bytes = WEIGHT_BYTES[precision] * trainable
     raw_comm = exposed = 0.0
     if n > 1 and zero_stage in (0, 2):
-        buckets = max(1, -(-grad_bytes // BUCKET_BYTES))
-        raw_comm = _collective_s(grad_bytes, n, gpu, "all_reduce", buckets)
+        # DDP's gradient buckets stream back to back under backward: one latency shows.
+        raw_comm = _collective_s(grad_bytes, n, gpu, "all_reduce", 1)
         exposed = max(0.0, raw_comm - OVERLAP * bwd_s)
     elif n > 1 and zero_stage == 3:
         units = max(info.layer_count, 1) + 1

@@ -1,0 +1,126 @@
+"""Activation and throughput estimates: the qualitative claims of the seed's advice."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from veri_tui.plan import get_gpu, job_from_fields, plan, throughput_sweep
+from veri_tui.plan.activations import estimate_activations
+from veri_tui.plan.model_info import ModelInfo
+
+
+def sweep(info: ModelInfo, path: Path, gpu: str, counts=(1, 4), **knobs: Any) -> list[dict]:
+    job = job_from_fields({"model": str(path), "gpu": gpu, **knobs})
+    return throughput_sweep(job, info, counts)
+
+
+@pytest.fixture
+def qwen(infos: dict[str, ModelInfo], model_dirs: dict[str, Path]) -> tuple[ModelInfo, Path]:
+    return infos["qwen3-0.6b"], model_dirs["qwen3-0.6b"]
+
+
+def dp_efficiency(qwen, gpu: str, **knobs: Any) -> float:
+    rows = sweep(*qwen, gpu, counts=(4,), **knobs)
+    return next(r for r in rows if r["zero_stage"] == 0)["scaling_efficiency"]
+
+
+def test_l4_efficiency_rises_with_micro_batch_and_sequence(qwen) -> None:
+    by_mbs = [dp_efficiency(qwen, "L4-24GB", micro_batch_size=m) for m in (1, 2, 4, 8)]
+    assert by_mbs == sorted(by_mbs) and by_mbs[0] < 0.9 < by_mbs[-1]
+    by_seq = [dp_efficiency(qwen, "L4-24GB", max_seq_length=s) for s in (256, 512, 1024, 2048)]
+    assert by_seq == sorted(by_seq) and by_seq[0] < by_seq[-1]
+
+
+def test_l4_small_batches_are_communication_bound(qwen) -> None:
+    rows = sweep(*qwen, "L4-24GB", counts=(4,), max_seq_length=256)
+    assert next(r for r in rows if r["zero_stage"] == 0)["communication_bound"]
+
+
+@pytest.mark.parametrize("mbs", [1, 4])
+def test_nvlink_scales_closer_to_linear(qwen, mbs: int) -> None:
+    pcie = dp_efficiency(qwen, "L4-24GB", micro_batch_size=mbs, max_seq_length=512)
+    for gpu in ("A100-80GB", "H100-80GB"):
+        assert dp_efficiency(qwen, gpu, micro_batch_size=mbs, max_seq_length=512) > pcie
+
+
+KNOB_GRID = list(
+    itertools.product(
+        ("L4-24GB", "A100-80GB", "H100-80GB"),
+        (1, 4),  # micro_batch_size
+        (256, 2048),  # max_seq_length
+        ({}, {"lora_rank": 16}, {"precision": "fp32"}, {"gradient_accumulation_steps": 4}),
+    )
+)
+
+
+@pytest.mark.parametrize(("gpu", "mbs", "seq", "extra"), KNOB_GRID)
+def test_zero3_never_faster_than_dp(qwen, gpu: str, mbs: int, seq: int, extra: dict) -> None:
+    rows = sweep(*qwen, gpu, counts=(2, 4, 8), micro_batch_size=mbs, max_seq_length=seq, **extra)
+    for n in (2, 4, 8):
+        by_stage = {r["zero_stage"]: r for r in rows if r["gpu_count"] == n}
+        assert by_stage[3]["step_time_s"] >= by_stage[0]["step_time_s"]
+        assert by_stage[3]["tokens_per_s"] <= by_stage[0]["tokens_per_s"]
+
+
+def test_throughput_fields(qwen) -> None:
+    (row,) = [r for r in sweep(*qwen, "L4-24GB", counts=(4,)) if r["zero_stage"] == 3]
+    assert row["step_time_s"] == pytest.approx(row["compute_s"] + row["exposed_communication_s"])
+    assert row["tokens_per_s"] == pytest.approx(row["tokens_per_step"] / row["step_time_s"])
+    assert 0 < row["compute_fraction"] <= 1 and 0 < row["scaling_efficiency"] <= 1
+    assert row["states_bytes_per_gpu"] == 8 * 596_049_920 // 4
+
+
+def test_custom_gpu_has_no_throughput(qwen) -> None:
+    rec = plan(model=str(qwen[1]), gpu="custom-48GB", gpu_count=2)
+    assert rec.throughput["known"] is False and "custom-48GB" in rec.throughput["reason"]
+    assert rec.budget_bytes == (48 * 10**9 - 2 * 1024**3) * 7 // 10
+
+
+def act(info: ModelInfo, **kw: Any) -> dict:
+    args = {
+        "method": "sft_text",
+        "micro_batch_size": 1,
+        "max_seq_length": 2048,
+        "max_length": 1024,
+        "gradient_checkpointing": True,
+        "zero_stage": 0,
+        "states_bytes": 0,
+    }
+    return estimate_activations(info, get_gpu("L4-24GB"), **{**args, **kw})
+
+
+def test_activations_scale_and_checkpointing(infos: dict[str, ModelInfo]) -> None:
+    info = infos["llama-3.1-8b"]
+    one, two = act(info), act(info, micro_batch_size=2)
+    assert two["bytes_per_gpu"] == 2 * one["bytes_per_gpu"]
+    assert one["without_checkpointing_bytes"] > 3 * one["with_checkpointing_bytes"]
+    # Logits and loss: 10 bytes per vocab entry per token (bf16 logits, fp32 copy, fp32 grad).
+    assert one["logits_and_loss_bytes"] == 10 * 128256 * 2048
+    assert one["logits_and_loss_bytes"] < one["with_checkpointing_bytes"]
+    # DPO runs chosen + rejected: twice the tokens of max_length.
+    dpo = act(info, method="dpo", max_length=1024)
+    assert dpo["sequence_length"] == 2048 and dpo["bytes_per_gpu"] == one["bytes_per_gpu"]
+
+
+def test_largest_micro_batch_fits_beside_states(infos: dict[str, ModelInfo]) -> None:
+    info = infos["qwen3-0.6b"]
+    states = 8 * info.parameter_count
+    a = act(info, states_bytes=states)
+    m = a["max_micro_batch_size"]
+    assert m >= 1
+    assert act(info, states_bytes=states, micro_batch_size=m)["fits"]
+    assert not act(info, states_bytes=states, micro_batch_size=m + 1)["fits"]
+    # Without checkpointing far fewer samples fit.
+    assert act(info, states_bytes=states, gradient_checkpointing=False)["max_micro_batch_size"] < m
+
+
+def test_activations_never_change_the_decision(qwen) -> None:
+    small = plan(model=str(qwen[1]), gpu_count=4, micro_batch_size=1)
+    huge = plan(model=str(qwen[1]), gpu_count=4, micro_batch_size=512)
+    assert small.resolved_parallelism["zero_stage"] == huge.resolved_parallelism["zero_stage"]
+    assert not huge.activations["fits"]
+    assert any("largest micro_batch_size that fits" in w for w in huge.warnings)
