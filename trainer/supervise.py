@@ -19,7 +19,7 @@ import signal
 import subprocess
 import sys
 import time
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +31,8 @@ GRACE_S = 5.0  # SIGTERM -> SIGKILL; cancel must end every rank within 10 s
 
 def now_iso() -> str:
     """UTC time as ISO-8601 with seconds, the form job.json uses."""
-    return datetime.now(UTC).isoformat(timespec="seconds")
+    # timezone.utc, not datetime.UTC: the GPU machine's Python may be older than 3.11.
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")  # noqa: UP017
 
 
 def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
@@ -165,12 +166,11 @@ class Supervisor:
 
     def command(self, spec: dict[str, Any]) -> list[str]:
         """The torchrun command line; ``--standalone`` picks a free rendezvous port per job."""
-        module = os.environ.get("VERI_TRAINER_MODULE", "trainer")
         return [
             sys.executable, "-m", "torch.distributed.run", "--standalone",
             "--nproc-per-node", str(int(spec.get("nproc_per_node") or spec["gpu_count"])),
             "--log-dir", str(self.job_dir / "elastic"),
-            "-m", module, "--job", str(self.job_path),
+            "-m", "trainer", "--job", str(self.job_path),
         ]  # fmt: skip
 
     def environment(self) -> dict[str, str]:

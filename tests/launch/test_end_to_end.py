@@ -14,8 +14,8 @@ import time
 from pathlib import Path
 
 import pytest
+from launch_helpers import leftover_pids, wait_ended, wait_for
 
-from tests.launch.conftest import leftover_pids, wait_ended, wait_for
 from trainer.supervise import pid_alive, read_pid
 from veri_tui.launch import jobs
 from veri_tui.launch.local import LocalTarget

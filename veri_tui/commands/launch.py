@@ -1,7 +1,8 @@
 """`veri-tui launch`: validate, plan and start a job detached; print its id.
 
 With --wait the rank-0 log is followed to the end and the exit status tells the outcome
-(0 succeeded, 1 failed or cancelled, the failure summary on stderr). Interrupting the wait
+(0 succeeded, 1 failed or cancelled, the failure summary on stderr). With --json, stdout is
+one JSON job record instead (the final one with --wait). Interrupting the wait
 leaves the job running: it is detached, and `veri-tui cancel` ends it.
 """
 
@@ -32,9 +33,11 @@ def run(args: argparse.Namespace) -> int:
     check_job(job)  # every refusal at once, before the model is even read
     record = plan_job(job)
     job_id = jobs.launch(job, record, host=args.host, trust_host=args.trust_host)
-    if args.json and not args.wait:
-        print(json.dumps(jobs.get_job(job_id)))
-        return 0
+    if args.json:
+        # One JSON object on stdout: the record now, or the final one with --wait.
+        final = _wait_quietly(job_id) if args.wait else jobs.get_job(job_id)
+        print(json.dumps(final))
+        return 0 if not args.wait or final["status"] == "succeeded" else 1
     print(job_id, flush=True)
     if not args.wait:
         return 0
@@ -46,11 +49,15 @@ def run(args: argparse.Namespace) -> int:
               file=sys.stderr)  # fmt: skip
         return 130
     final = jobs.get_job(job_id)
-    if args.json:
-        print(json.dumps(final))
     if final["status"] == "succeeded":
         return 0
     error = final.get("error") or {}
     detail = error.get("summary") or final["status"]
     print(f"job {job_id} {final['status']}: {detail}", file=sys.stderr)
     return 1
+
+
+def _wait_quietly(job_id: str) -> dict:
+    for _line in jobs.follow_log(job_id):
+        pass  # following is how any target (local or SSH) tells that the job has ended
+    return jobs.get_job(job_id)

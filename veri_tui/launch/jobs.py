@@ -56,6 +56,8 @@ def launch(
     check_devices(int(job_config.gpu_count))
     target = LocalTarget()
     job_id = new_job_id()
+    while target.job_dir(job_id).exists():  # same second, same random suffix: draw again
+        job_id = new_job_id()
     record = build_record(job_config, plan_record, job_id, target.job_dir(job_id))
     target.start(record)
     if wait:

@@ -1,0 +1,38 @@
+"""Helpers for the job-side tests: wait for a job, and find any process it left behind
+(pid files and /proc, the same search cancel uses)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from trainer.supervise import job_processes, pid_alive, read_pid
+from veri_tui.launch.local import LocalTarget
+
+
+def wait_for(pred: Callable[[], Any], timeout: float, what: str) -> Any:
+    """Poll ``pred`` until it returns something truthy; fail the test after ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = pred()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+def leftover_pids(job_dir: Path) -> list[int]:
+    """Every live process of the job: supervisor, torchrun, ranks (by pid file and /proc)."""
+    pids = job_processes(job_dir / "job.json")
+    sup = read_pid(job_dir / "supervisor.pid")
+    return pids + ([sup] if sup and pid_alive(sup) else [])
+
+
+def wait_ended(target: LocalTarget, job_id: str, timeout: float = 60) -> dict:
+    """The job's record once it has ended."""
+    terminal = ("succeeded", "failed", "cancelled")
+    return wait_for(
+        lambda: (r := target.get_job(job_id))["status"] in terminal and r, timeout, "job end"
+    )

@@ -1,0 +1,113 @@
+"""The job record built from a plan, and the headless commands' answers to bad input, all
+without starting a job (the end-to-end file starts real ones)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from test_records import make_job
+
+from veri_tui.cli import main
+from veri_tui.errors import VeriError
+from veri_tui.launch.spec import BUNDLED_DATASETS, REPO_ROOT, build_record
+from veri_tui.plan import load_job_config, plan_job
+
+
+def test_record_has_absolute_paths_defaults_and_the_plan_header(tmp_path: Path) -> None:
+    job = load_job_config(None, method="dpo", gpu_count=2, sets=["lora_rank=4", "max_steps=3"])
+    plan = plan_job(job)
+    rec = build_record(job, plan, "20261129-000001-aaaa", tmp_path / "job")
+    spec = rec["spec"]
+    assert rec["status"] == "pending" and rec["host"] is None and rec["error"] is None
+    assert spec["model_path"] == str(REPO_ROOT / "assets" / "tiny-model")
+    assert spec["dataset"] == str(BUNDLED_DATASETS["dpo"])
+    assert spec["output_dir"] == str(tmp_path / "job" / "output")
+    assert (spec["gpu_count"], spec["nproc_per_node"], spec["device"]) == (2, 2, "auto")
+    assert spec["plan_header"] == plan.lines()
+    assert spec["hyperparameters"]["lora_rank"] == 4 and spec["hyperparameters"]["max_steps"] == 3
+    assert rec["resolved_parallelism"] == spec["resolved_parallelism"]
+    assert spec["resolved_parallelism"] == plan.to_dict()["resolved_parallelism"]
+    json.dumps(rec)  # plain JSON all the way down
+
+
+def test_model_known_only_from_hub_metadata_is_refused(tmp_path: Path) -> None:
+    job = load_job_config(None, gpu_count=1)
+    plan = plan_job(job)
+    hub_only = SimpleNamespace(to_dict=lambda: dict(plan.to_dict(), model={"path": None}))
+    with pytest.raises(VeriError) as exc:
+        build_record(job.model_copy(update={"model": "Qwen/Qwen3-0.6B"}), hub_only, "x", tmp_path)
+    assert exc.value.lines() == [
+        "error: model: Qwen/Qwen3-0.6B is not on this machine (only its Hub metadata was read); "
+        "download it (huggingface-cli download Qwen/Qwen3-0.6B) or pass --model DIR"
+    ]
+
+
+def test_launch_refuses_every_problem_at_once_and_starts_nothing(home, tmp_path, capsys):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "old.bin").write_bytes(b"x")
+    argv = ["launch", "--gpu-count", "2", "--set", "zero_stage=1", "--dataset", "/nope.jsonl"]
+    assert main([*argv, "--output", str(out)]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert [ln.split(":")[1].strip() for ln in err] == ["zero_stage", "dataset", "output"]
+    assert err[1] == "error: dataset: /nope.jsonl: no such file; pass an existing JSONL"
+    assert not (home / "jobs").exists()
+
+
+@pytest.mark.parametrize("argv", [["logs", "nope"], ["logs", "nope", "-f"], ["cancel", "nope"]])
+def test_unknown_job_is_one_error_line_and_exit_2(home, capsys, argv) -> None:
+    assert main(argv) == 2
+    assert capsys.readouterr().err == "error: job: no job nope; `veri-tui jobs` lists them\n"
+
+
+def test_jobs_logs_and_cancel_read_the_folder(home: Path, capsys) -> None:
+    assert main(["jobs"]) == 0
+    assert "no jobs yet" in capsys.readouterr().out
+    job_dir = make_job(home, "20261129-000001-aaaa", status="failed")
+    rec = json.loads((job_dir / "job.json").read_text())
+    rec["spec"].update(method="sft_text", gpu="L4-24GB", model="/m/tiny-model/")
+    rec["error"] = {"code": "CUDA_OOM", "summary": "rank 1/2 (node 0, local_rank 1) failed: X"}
+    (job_dir / "job.json").write_text(json.dumps(rec))
+    (job_dir / "log.txt").write_bytes(b'plan: dp=2\n{"step": 1}\nlast, no newline')
+    assert main(["jobs"]) == 0
+    table = capsys.readouterr().out.splitlines()
+    assert table[0].split() == ["JOB", "STATUS", "HOST", "METHOD", "GPUS", "MODEL", "ERROR"]
+    assert table[1].split() == [
+        "20261129-000001-aaaa",
+        "failed",
+        "local",
+        "sft_text",
+        "2x",
+        "L4-24GB",
+        "tiny-model",
+        "CUDA_OOM",
+    ]
+    assert main(["jobs", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)[0]["error"]["code"] == "CUDA_OOM"
+    assert main(["logs", "20261129-000001-aaaa"]) == 0
+    assert capsys.readouterr().out == 'plan: dp=2\n{"step": 1}\nlast, no newline'
+    assert main(["logs", "20261129-000001-aaaa", "-f"]) == 0  # ended: prints all, returns
+    assert capsys.readouterr().out.splitlines() == ["plan: dp=2", '{"step": 1}', "last, no newline"]
+    assert main(["cancel", "20261129-000001-aaaa"]) == 0
+    assert "had already ended: failed" in capsys.readouterr().out
+
+
+def test_job_side_imports_stay_light() -> None:
+    # The supervisor runs on a GPU image without pydantic/paramiko/textual and must start fast;
+    # the launch side never loads textual, nor paramiko until a host is used.
+    code = (
+        "import sys, json\n"
+        "import trainer.supervise, trainer.failures\n"
+        "heavy = ('torch', 'pydantic', 'paramiko', 'textual')\n"
+        "sup = sorted(m for m in heavy if m in sys.modules)\n"
+        "import veri_tui.launch.jobs, veri_tui.commands.jobs, veri_tui.commands.launch\n"
+        "rest = sorted(m for m in heavy if m != 'pydantic' and m in sys.modules)\n"
+        "print(json.dumps([sup, rest]))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert json.loads(out.stdout) == [[], []]
