@@ -142,13 +142,20 @@ class LaunchScreen(Screen):
                 checks.append(("torchrun", bool(runner), runner or "not on PATH"))
             else:
                 from veri_tui.launch.ssh.connection import Connection
+                from veri_tui.launch.ssh.preflight import run_preflight
 
                 conn = Connection.open(host, trust=self.trusted.get(host))
                 try:
-                    ok = conn.probe()
+                    pf = run_preflight(
+                        conn,
+                        model=job.model,
+                        gpu_count=int(job.gpu_count),
+                        full_finetune=not job.hyperparameters.lora_rank,
+                    )
                 finally:
                     conn.close()
-                checks.append(("ssh", ok, f"{host} answers" if ok else f"{host} does not answer"))
+                checks += [("host", True, line) for line in pf.summary()]
+                checks += [(e.key, False, e.message) for e in pf.problems]
         except VeriError as exc:
             key = _host_key_of(exc)
             if key is not None:

@@ -8,8 +8,6 @@ model's headers is I/O and runs in a thread worker.
 
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -21,8 +19,8 @@ from textual.screen import Screen
 from textual.widgets import Button, Footer, Static
 
 from veri_tui import plan as core
+from veri_tui.app.export import write_veri_toml
 from veri_tui.app.messages import ModelInfoRead
-from veri_tui.app.widgets.knob_fields import FIELD_KEYS
 from veri_tui.app.widgets.knob_form import KnobForm
 from veri_tui.app.widgets.plan_view import PlanView
 from veri_tui.errors import ConfigError, VeriError
@@ -136,7 +134,12 @@ class PlanEditorScreen(Screen):
             rec = core.plan_job(self.job, self.info)
             self.record = rec.to_dict()
             plan_line.update(self.record["plan_line"])
-            sweep = list(core.throughput_sweep(self.job, self.info, SWEEP_GPU_COUNTS))
+            try:
+                sweep = list(core.throughput_sweep(self.job, self.info, SWEEP_GPU_COUNTS))
+            except VeriError as exc:
+                # Some pinned batch knobs only make sense at the chosen gpu_count; the chart
+                # then says why it is empty rather than hiding the plan.
+                self.notify(f"throughput sweep: {exc}", severity="warning", timeout=4)
             rp = self.record.get("resolved_parallelism") or {}
             current = (int(self.job.gpu_count), int(rp.get("zero_stage", 0)))
         plan_line.set_class(bool(self.errors), "-refused")
@@ -156,7 +159,7 @@ class PlanEditorScreen(Screen):
             self.notify("no plan to pin yet", severity="warning")
             return
         rp = self.record.get("resolved_parallelism") or {}
-        self.query_one(KnobForm).set_values({k: v for k, v in rp.items() if k in FIELD_KEYS})
+        self.query_one(KnobForm).set_values({k: rp[k] for k in core.PIN_KEYS if k in rp})
         self.notify("pinned the resolved plan into the knobs")
 
     def action_apply_suggestion(self, number: int) -> None:
@@ -173,12 +176,11 @@ class PlanEditorScreen(Screen):
         if self.job is None:
             self.notify("fix the marked fields before exporting", severity="error")
             return
-        target = Path(self.app.workdir) / "veri.toml"  # type: ignore[attr-defined]
-        text = core.job_to_toml(self.job)
-        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".veri.toml.")
-        with os.fdopen(fd, "w") as fh:
-            fh.write(text)
-        os.replace(tmp, target)
+        try:
+            target = write_veri_toml(self.job, Path(self.app.workdir))  # type: ignore[attr-defined]
+        except OSError as exc:
+            self.notify(f"cannot write veri.toml: {exc}", severity="error")
+            return
         self.notify(f"wrote {target}")
 
     def action_pick_model(self) -> None:

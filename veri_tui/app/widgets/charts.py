@@ -1,8 +1,9 @@
 """Terminal charts drawn with plotext and shown as plain text in a widget.
 
 plotext 6 draws into one global figure, so charts are only ever built on the UI thread (in
-`render`). They are built colorless: the widget's own text color then follows the theme, so
-the chart reads the same in light and dark themes, and snapshots are stable.
+`render`). The "simple" plotext theme sets foreground colors only, so the app theme's
+background shows through in light and dark themes; series are also told apart by their
+marker characters, which keeps them distinct without color.
 """
 
 from __future__ import annotations
@@ -23,29 +24,34 @@ def render_chart(
     height: int,
     title: str,
     x_ticks: Sequence[float] | None = None,
-) -> str:
-    """One line chart as text; each series draws lines unless it has a marker (points)."""
+) -> Text:
+    """One line chart; a series with a marker character draws its lines in that character
+    (so series stay apart without color), a marker on a single point draws just the point."""
     import plotext as plt  # deferred: the app starts without paying for plotext
 
     fig = plt.figure
     fig.clear()
     plt.terminal.limit(False, False)
     fig.plot_size(max(width, 20), max(height, 6))
+    fig.theme("simple")  # foreground colors only: the theme's background shows through
     for label, xs, ys, marker in series:
         if not xs:
             continue
         sig = fig.signal(list(xs), list(ys), marker=marker) if marker else fig.signal(xs, ys)
         sig = sig.label(label) if label else sig
-        fig.draw(sig if marker else sig.lines())
+        fig.draw(sig.lines() if len(xs) > 1 else sig)
     if x_ticks:
         fig.ruler("x").ticks(list(x_ticks))
+    fig.legend(False)  # plotext's box hides data at this size; callers print a key line
     fig.title(title)
-    return fig.build().string(colorless=True).rstrip("\n")
+    return Text.from_ansi(fig.build().string().rstrip("\n"))
 
 
 def throughput_points(sweep: Sequence[dict[str, Any]], stage: int) -> tuple[list, list, list]:
     """(gpu_counts, tokens/s, scaling efficiency) of one zero_stage from a throughput sweep."""
-    rows = sorted((r for r in sweep if r.get("zero_stage") == stage), key=lambda r: r["gpu_count"])
+    # Rows of a GPU without a known peak carry `known: False` and no numbers: skip them.
+    mine = (r for r in sweep if r.get("known", True) and r.get("zero_stage") == stage)
+    rows = sorted(mine, key=lambda r: r["gpu_count"])
     xs = [r["gpu_count"] for r in rows]
     tps = [float(r.get("tokens_per_s") or 0.0) for r in rows]
     eff = [float(r.get("scaling_efficiency") or 0.0) for r in rows]
@@ -60,23 +66,34 @@ class ThroughputChart(Widget):
 
     def render(self) -> Text:
         if not self.sweep:
-            return Text("throughput: waiting for a plan", style="dim")
-        width, half = self.size.width, max(8, self.size.height // 2)
-        charts = []
-        for metric, title in (("tps", "tokens/s vs gpu_count"), ("eff", "scaling efficiency")):
+            return Text("throughput: no estimate for these knobs", style="dim")
+        key = (self.sweep, self.current, self.size)
+        if key != self._cache_key:  # plotext builds take ~15 ms: only when something changed
+            self._cache_key, self._cache = key, self._build()
+        return self._cache
+
+    def _build(self) -> Text:
+        width, half = self.size.width, max(8, (self.size.height - 1) // 2)
+        ticks = sorted({r["gpu_count"] for r in self.sweep if "gpu_count" in r})
+        out = Text("lines: 0/2/3 = zero_stage 0/2/3", style="bold")
+        if self.current is not None:
+            out.append(f"   X = this plan ({self.current[0]} GPUs, zero_stage {self.current[1]})")
+        for pick, title in ((1, "tokens/s vs gpu_count"), (2, "scaling efficiency vs gpu_count")):
             series: list[Series] = []
             for stage in (0, 2, 3):
-                xs, tps, eff = throughput_points(self.sweep, stage)
-                series.append((f"zero {stage}", xs, tps if metric == "tps" else eff, None))
+                xs, *ys = throughput_points(self.sweep, stage)
+                series.append((f"zero {stage}", xs, ys[pick - 1], str(stage)))
             if self.current is not None:
                 gpus, stage = self.current
-                xs, tps, eff = throughput_points(self.sweep, stage)
+                xs, *ys = throughput_points(self.sweep, stage)
                 if gpus in xs:
-                    y = (tps if metric == "tps" else eff)[xs.index(gpus)]
-                    series.append(("now", [gpus], [y], "X"))
-            ticks = sorted({r["gpu_count"] for r in self.sweep})
-            charts.append(render_chart(series, width, half, title, ticks))
-        return Text("\n".join(charts))
+                    series.append(("now", [gpus], [ys[pick - 1][xs.index(gpus)]], "X"))
+            out.append("\n")
+            out.append_text(render_chart(series, width, half, title, ticks))
+        return out
+
+    _cache_key: object = None
+    _cache: Text = Text()
 
 
 class LossChart(Widget):
@@ -89,4 +106,4 @@ class LossChart(Widget):
             return Text("loss: no step reported yet", style="dim")
         xs = [p[0] for p in self.points]
         ys = [p[1] for p in self.points]
-        return Text(render_chart([("", xs, ys, None)], self.size.width, self.size.height, "loss"))
+        return render_chart([("", xs, ys, None)], self.size.width, self.size.height, "loss")

@@ -13,12 +13,12 @@ from rich.text import Text
 from textual.reactive import reactive
 from textual.widget import Widget
 
+from veri_tui.plan.memory import gb
+
 
 def fmt_gb(nbytes: float | int | None) -> str:
-    """Bytes as the product shows them: `8.0 GB` (10^9 bytes, one decimal)."""
-    if nbytes is None:
-        return "?"
-    return f"{nbytes / 1e9:.1f} GB"
+    """Bytes as the product shows them (`8.0 GB`, the core's format); `?` when unknown."""
+    return "?" if nbytes is None else gb(nbytes)
 
 
 def activation_bytes(record: dict[str, Any]) -> int | None:

@@ -1,0 +1,115 @@
+"""Process start to first rendered frame: veri-tui's app against a bare Textual app.
+
+Each run starts a fresh Python process that builds the app and runs it headless; an
+autopilot (called by Textual once the app is ready, i.e. after the first frame) prints a
+marker line. The parent times from spawning the process to reading the marker, so the
+figure includes interpreter start, imports, composing and the first frame. For veri-tui it
+also times the first frame that shows a plan line (the model's headers are read in a
+worker after the first frame). Runs alternate between the two apps; medians are reported.
+
+    python benchmarks/bench_app_start.py [--runs 9]
+
+Target (issue 5): veri-tui's first frame within 1.5x of the bare app's. Results go into
+docs/app.md by hand, with the machine they were measured on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+BARE = """
+from textual.app import App
+from textual.widgets import Footer, Header, Static
+
+class Bare(App):
+    def compose(self):
+        yield Header()
+        yield Static("hello")
+        yield Footer()
+
+async def pilot(p):
+    print("FRAME", flush=True)
+    p.app.exit()
+
+Bare().run(headless=True, size=(120, 40), auto_pilot=pilot)
+"""
+
+VERI = """
+import asyncio, sys
+from veri_tui.app import create_app
+
+app = create_app()
+
+async def pilot(p):
+    print("FRAME", flush=True)
+    for _ in range(2000):
+        line = str(p.app.screen.query_one("#plan-line").render())
+        if line.startswith("plan: dp="):
+            print("PLAN", flush=True)
+            break
+        await asyncio.sleep(0.005)
+    print("TORCH" if "torch" in sys.modules else "NOTORCH", flush=True)
+    p.app.exit()
+
+app.run(headless=True, size=(120, 40), auto_pilot=pilot)
+"""
+
+
+def one_run(code: str, env: dict[str, str]) -> dict[str, float | str]:
+    """Seconds from spawn to each marker line the child prints."""
+    start = time.perf_counter()
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+        text=True,
+    )
+    marks: dict[str, float | str] = {}
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        word = line.strip()
+        if word in ("FRAME", "PLAN"):
+            marks[word] = time.perf_counter() - start
+        elif word in ("TORCH", "NOTORCH"):
+            marks["torch"] = word
+    err = proc.stderr.read() if proc.stderr else ""
+    if proc.wait() != 0 or "FRAME" not in marks:
+        raise SystemExit(f"benchmark child failed:\n{err}")
+    return marks
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=9)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as home:
+        env = dict(os.environ, VERI_HOME=home, HF_HUB_OFFLINE="1")
+        one_run(BARE, env)  # warm the OS file cache for both before timing
+        one_run(VERI, env)
+        bare, veri, plan = [], [], []
+        torch_seen = False
+        for _ in range(args.runs):
+            bare.append(float(one_run(BARE, env)["FRAME"]))
+            marks = one_run(VERI, env)
+            veri.append(float(marks["FRAME"]))
+            plan.append(float(marks.get("PLAN", float("nan"))))
+            torch_seen |= marks.get("torch") == "TORCH"
+    b, v, p = statistics.median(bare), statistics.median(veri), statistics.median(plan)
+    print(f"runs: {args.runs} each, alternating; python {sys.version.split()[0]}")
+    print(f"bare Textual app, first frame:      {b * 1000:7.0f} ms (median)")
+    print(f"veri-tui, first frame:              {v * 1000:7.0f} ms (median)  ratio {v / b:.2f}x")
+    print(f"veri-tui, first frame with a plan:  {p * 1000:7.0f} ms (median)  ratio {p / b:.2f}x")
+    print(f"torch imported by the app: {'YES' if torch_seen else 'no'}")
+    print("target: first frame <= 1.5x bare:", "met" if v <= 1.5 * b else "NOT met")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,162 @@
+"""The plan editor against the real planning core and the bundled tiny model."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from conftest import write_big_model
+from textual.widgets import Button, Input, Select, Static
+
+from veri_tui.app import create_app
+from veri_tui.app.screens.model_picker import ModelPickerScreen
+from veri_tui.app.screens.plan_editor import PlanEditorScreen
+from veri_tui.app.widgets.charts import ThroughputChart
+from veri_tui.app.widgets.memory_bar import MemoryBar
+
+
+async def _settle(pilot) -> None:
+    await pilot.app.workers.wait_for_complete()
+    await pilot.pause()
+
+
+def _plan_line(screen) -> str:
+    return str(screen.query_one("#plan-line", Static).render())
+
+
+def _error(screen, key: str) -> str:
+    return str(screen.query_one(f"#err-{key}", Static).render())
+
+
+async def _type(pilot, key: str, text: str) -> None:
+    """Clear an input and type into it with the keyboard, as a user would."""
+    inp = pilot.app.screen.query_one(f"#knob-{key}", Input)
+    inp.focus()
+    inp.value = ""
+    await pilot.press(*text)
+    await pilot.pause()
+
+
+async def test_opens_on_bundled_model_and_replans_as_you_type(veri_home: Path) -> None:
+    app = create_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await _settle(pilot)
+        screen = app.screen
+        assert isinstance(screen, PlanEditorScreen)
+        assert "tiny-model (bundled)" in str(screen.query_one("#model-line", Static).render())
+        assert _plan_line(screen).startswith("plan: dp=1 zero_stage=0 ")
+        assert screen.query_one(MemoryBar).record is not None
+        assert screen.query_one(ThroughputChart).sweep
+        assert not screen.query_one("#launch", Button).disabled
+
+        screen.query_one("#knob-gpu", Select).value = "L4-24GB"
+        await _type(pilot, "gpu_count", "4")
+        assert _plan_line(screen).startswith("plan: dp=4 zero_stage=0 ")
+        assert "gbs=4" in _plan_line(screen)
+
+        screen.query_one("#knob-zero_stage", Select).value = "1"
+        await pilot.pause()
+        assert "zero_stage" in _error(screen, "zero_stage") or _error(screen, "zero_stage")
+        assert screen.query_one("#err-zero_stage").has_class("-shown")
+        assert screen.query_one("#launch", Button).disabled
+        assert _plan_line(screen).startswith("plan refused")
+        await pilot.press("ctrl+l")  # refused: stays on the editor
+        assert isinstance(app.screen, PlanEditorScreen)
+
+        screen.query_one("#knob-zero_stage", Select).value = "3"
+        await pilot.pause()
+        assert not screen.query_one("#err-zero_stage").has_class("-shown")
+        assert not screen.query_one("#launch", Button).disabled
+        assert "zero_stage=3" in _plan_line(screen) and "(requested:" in _plan_line(screen)
+
+
+async def test_data_parallel_rule_and_pin(veri_home: Path) -> None:
+    app = create_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await _settle(pilot)
+        screen = app.screen
+        await _type(pilot, "gpu_count", "2")
+        await _type(pilot, "data_parallel_size", "3")
+        assert "TP*CP*DP*PP=3 != WORLD_SIZE=2" in _error(screen, "data_parallel_size")
+        await _type(pilot, "data_parallel_size", "")
+        assert not _error(screen, "data_parallel_size")
+        auto_line = _plan_line(screen)
+        assert "(auto:" in auto_line
+        await pilot.press("ctrl+r")
+        await pilot.pause()
+        assert screen.query_one("#knob-data_parallel_size", Input).value == "2"
+        assert screen.query_one("#knob-zero_stage", Select).value == "0"
+        assert _plan_line(screen) == auto_line.replace("(auto:", "(requested:")
+
+
+async def test_suggestion_applied_with_one_key(veri_home: Path, tmp_path: Path) -> None:
+    big = write_big_model(tmp_path / "big-model")
+    app = create_app(model=str(big))
+    async with app.run_test(size=(120, 40)) as pilot:
+        await _settle(pilot)
+        screen = app.screen
+        record = screen.record
+        assert record is not None and not record["fits"]
+        assert record["suggestions"]
+        text = str(screen.query_one("#suggestions", Static).render())
+        first = record["suggestions"][0]
+        assert first["text"] in text
+        await pilot.press("ctrl+y")
+        await pilot.pause()
+        for key, value in first["set"].items():
+            widget = screen.query_one(f"#knob-{key}")
+            assert str(widget.value).lower() == str(value).lower()
+        assert screen.record is not None
+        assert screen.record["states_bytes_per_gpu"] == first["states_bytes_per_gpu"]
+
+
+async def test_export_writes_a_toml_that_plans_the_same(veri_home: Path, tmp_path: Path) -> None:
+    from veri_tui.plan import load_job_config, plan_job, read_model_info
+
+    app = create_app(workdir=tmp_path)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await _settle(pilot)
+        await _type(pilot, "gpu_count", "2")
+        await _type(pilot, "lora_rank", "8")
+        line = _plan_line(app.screen)
+        await pilot.press("ctrl+s")
+        await pilot.pause()
+    job = load_job_config(tmp_path / "veri.toml")
+    assert plan_job(job, read_model_info(job.model)).plan_line == line
+    assert not list(tmp_path.glob(".veri.toml.*"))
+
+
+async def test_model_picker(veri_home: Path, tmp_path: Path) -> None:
+    big = write_big_model(tmp_path / "big-model", layers=2)
+    app = create_app()
+    async with app.run_test(size=(100, 30)) as pilot:
+        await _settle(pilot)
+        await pilot.press("ctrl+o")
+        await _settle(pilot)
+        picker = app.screen
+        assert isinstance(picker, ModelPickerScreen)
+        details = str(picker.query_one("#model-details", Static).render())
+        assert "Qwen3ForCausalLM" in details and "parameters" in details
+        inp = picker.query_one("#model-input", Input)
+        inp.focus()
+        await pilot.press(*"nobody/no-such-model", "enter")
+        await _settle(pilot)
+        assert "HF_HUB_OFFLINE" in str(picker.query_one("#model-details", Static).render())
+        inp.value = ""
+        await pilot.press(*str(big), "enter")
+        await _settle(pilot)
+        editor = app.screen
+        assert isinstance(editor, PlanEditorScreen)
+        assert editor.model == str(big)
+        assert editor.record is not None
+        assert app.recent_models()[0] == str(big)
+
+
+async def test_theme_toggle_and_palette_entries(veri_home: Path) -> None:
+    app = create_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await _settle(pilot)
+        await pilot.press("ctrl+t")
+        assert app.theme == "textual-light"
+        titles = [c.title for c in app.get_system_commands(app.screen)]
+        for title in ("Launch", "Pin resolved plan", "Export veri.toml", "Pick model", "Jobs"):
+            assert title in titles
