@@ -1,0 +1,59 @@
+"""Jobs on a GPU machine reached by SSH (paramiko): hosts, host keys, preflight, remote jobs.
+
+The seam with the launch facade (docs/jobs.md): `launch(job_config, plan_record, host=...,
+trust_host=..., wait=...) -> job_id`, `list_jobs() -> records` (each with `host` set) and
+`target_for_job(job_id) -> RemoteTarget | None`. Details in docs/ssh.md.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from veri_tui.errors import VeriError
+from veri_tui.launch.ssh import registry
+from veri_tui.launch.ssh.hostkeys import ChangedHostKeyError, UnknownHostKeyError
+from veri_tui.launch.ssh.launch import launch
+from veri_tui.launch.ssh.target import RemoteTarget
+
+__all__ = [
+    "ChangedHostKeyError",
+    "RemoteTarget",
+    "UnknownHostKeyError",
+    "launch",
+    "list_jobs",
+    "target_for_job",
+]
+
+
+def target_for_job(job_id: str) -> RemoteTarget | None:
+    """The SSH target of a job this machine launched over SSH, None for any other id."""
+    job = registry.load(job_id)
+    return RemoteTarget(job.host) if job is not None else None
+
+
+def list_jobs() -> list[dict[str, Any]]:
+    """Every remote job launched from here, newest first, refreshed from its host.
+
+    A job whose host cannot be reached is listed from the last record seen, with
+    `stale: true`; jobs already ended are not asked again.
+    """
+    out: list[dict[str, Any]] = []
+    targets: dict[str, RemoteTarget | None] = {}
+    for job in registry.all_jobs():
+        record = dict(job.record, host=job.host)
+        if record.get("status") not in ("succeeded", "failed", "cancelled") or record.get("lost"):
+            if job.host not in targets:
+                targets[job.host] = RemoteTarget(job.host)
+            target = targets[job.host]
+            try:
+                if target is None:
+                    raise VeriError("unreachable", key="host")
+                record = target.get_job(job.job_id)
+            except VeriError:
+                targets[job.host] = None  # unreachable: do not wait on it for every job
+                record["stale"] = True
+        out.append(record)
+    for target in targets.values():
+        if target is not None:
+            target.close()
+    return out

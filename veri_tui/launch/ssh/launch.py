@@ -1,0 +1,160 @@
+"""Launching a job over SSH: preflight, plan for the detected GPU, upload, start detached.
+
+The job folder is built aside on the remote host (`.<id>.tmp`: the trainer package, the
+dataset, the bundled model when none was given, job.json) and renamed into place with
+`posix_rename`, so the remote folder never holds a half-made job. The supervisor is started
+with `setsid nohup ... >file 2>&1 </dev/null & echo $!` (it must outlive the SSH session:
+field notes), every path quoted.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import posixpath
+import time
+from pathlib import Path
+from typing import Any
+
+from veri_tui.errors import VeriError
+from veri_tui.launch.spec import BUNDLED_DATASETS, check_job, new_job_id
+from veri_tui.launch.ssh import files, registry
+from veri_tui.launch.ssh.connection import Connection, command_line
+from veri_tui.launch.ssh.preflight import Preflight, remote_python, run_preflight
+from veri_tui.launch.ssh.target import RemoteTarget
+
+
+def _trainer_package() -> Path:
+    spec = importlib.util.find_spec("trainer")
+    if spec is None or not spec.submodule_search_locations:
+        raise VeriError("the bundled trainer package is not installed here", key="trainer")
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def _dataset(job: Any) -> Path:
+    if job.dataset:
+        return Path(job.dataset).expanduser().resolve()
+    return BUNDLED_DATASETS[job.method]
+
+
+def plan_for_host(job: Any, pf: Preflight) -> tuple[Any, Any]:
+    """The job as it will run on the host (detected GPU with its real memory) and its plan."""
+    from veri_tui.plan import plan_job, read_model_info
+
+    if pf.gpu_name:
+        job = job.model_copy(update={"gpu": pf.gpu_name})
+    info = pf.model_info if pf.model_info is not None else read_model_info(None)
+    return job, plan_job(job, info)
+
+
+def remote_record(
+    job: Any, plan: Any, job_id: str, job_dir: str, model_path: str, host: str, pf: Preflight
+) -> dict[str, Any]:
+    """job.json for the remote folder: the same keys as a local record, remote paths."""
+    data = plan.to_dict()
+    output = job.output or posixpath.join(job_dir, "output")
+    resolved = dict(data["resolved_parallelism"])
+    warnings = [f"warning: {w}" for w in data.get("warnings", [])]
+    spec = {
+        "method": job.method,
+        "model": job.model or "tiny-model (bundled)",
+        "model_path": model_path,
+        "dataset": posixpath.join(job_dir, "data", _dataset(job).name),
+        "output_dir": output,
+        "gpu": job.gpu,
+        "gpu_count": int(job.gpu_count),
+        "nproc_per_node": int(job.gpu_count),
+        "device": "auto",
+        "hyperparameters": job.hyperparameters.model_dump(mode="json", exclude_none=True),
+        "resolved_parallelism": resolved,
+        "plan_header": [*data.get("header_lines", []), data["plan_line"], *warnings],
+        "states_bytes_per_gpu": data.get("states_bytes_per_gpu"),
+    }
+    return {
+        "job_id": job_id,
+        "status": "pending",
+        "created_at": time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime()),
+        "started_at": None,
+        "ended_at": None,
+        "host": host,
+        "spec": spec,
+        "resolved_parallelism": dict(resolved),
+        "error": None,
+        "preflight": pf.summary(),
+    }
+
+
+def _upload(conn: Connection, job: Any, record: dict[str, Any], job_dir: str) -> None:
+    """Build the folder as `.<id>.tmp` beside its final place, then rename it in."""
+    sftp = conn.sftp()
+    tmp = posixpath.join(posixpath.dirname(job_dir), f".{record['job_id']}.tmp")
+    for sub in ("pids", "failures", "data", "pkg"):
+        files.makedirs(sftp, posixpath.join(tmp, sub))
+    files.upload_package(sftp, _trainer_package(), posixpath.join(tmp, "pkg", "trainer"))
+    dataset = _dataset(job)
+    files.upload_file(sftp, dataset, posixpath.join(tmp, "data", dataset.name))
+    if not job.model:
+        from veri_tui.plan.sources import bundled_tiny_model
+
+        files.makedirs(sftp, posixpath.join(tmp, "model"))
+        for src in sorted(bundled_tiny_model().iterdir()):
+            if src.is_file():
+                files.upload_file(sftp, src, posixpath.join(tmp, "model", src.name))
+    files.write_json(sftp, posixpath.join(tmp, "job.json"), record)
+    sftp.posix_rename(tmp, job_dir)
+
+
+def start_supervisor(conn: Connection, job_dir: str, python: str) -> int:
+    """Start the supervisor detached from the session; returns its pid."""
+    run = command_line(
+        ["setsid", "nohup", "env", f"PYTHONPATH={posixpath.join(job_dir, 'pkg')}", python,
+         "-m", "trainer.supervise", "--job", posixpath.join(job_dir, "job.json")]
+    )  # fmt: skip
+    out = command_line([posixpath.join(job_dir, "supervisor.log")])
+    res = conn.run_line(f"{run} >{out} 2>&1 </dev/null & echo $!", timeout=30)
+    try:
+        return int(res.stdout.split()[-1])
+    except (ValueError, IndexError):
+        raise VeriError(f"starting the job failed: {res.error_line()}", key="host") from None
+
+
+def launch(
+    job_config: Any,
+    plan_record: Any = None,
+    *,
+    host: str,
+    trust_host: str | None = None,
+    wait: bool = False,
+) -> str:
+    """Preflight `host`, plan for what it has, upload and start; returns the job id.
+
+    `plan_record` (planned on this machine) is not reused: the plan is made again from the
+    model's headers read on the host and the GPU detected there.
+    """
+    check_job(job_config)
+    conn = Connection.open(host, trust=trust_host)
+    try:
+        dataset = _dataset(job_config)
+        pf = run_preflight(
+            conn,
+            model=job_config.model,
+            gpu_count=int(job_config.gpu_count),
+            full_finetune=not job_config.hyperparameters.lora_rank,
+            dataset_bytes=dataset.stat().st_size,
+        )
+        pf.check()
+        job, plan = plan_for_host(job_config, pf)
+        job_id = new_job_id()
+        jobs_dir = posixpath.join(pf.veri_home, "jobs")
+        files.makedirs(conn.sftp(), jobs_dir)
+        job_dir = posixpath.join(jobs_dir, job_id)
+        model_path = pf.model_path or posixpath.join(job_dir, "model")
+        record = remote_record(job, plan, job_id, job_dir, model_path, host, pf)
+        _upload(conn, job, record, job_dir)
+        python = remote_python()
+        pid = start_supervisor(conn, job_dir, python)
+        registry.save(registry.RemoteJob(job_id, host, job_dir, pid, python, record))
+        if wait:
+            RemoteTarget(host, conn=conn).wait(job_id)
+        return job_id
+    finally:
+        conn.close()

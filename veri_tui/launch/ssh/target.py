@@ -1,0 +1,157 @@
+"""The SSH target: the local target's methods (docs/jobs.md), run against a remote job folder.
+
+State is read from the remote job folder over SFTP (job.json, supervisor.pid, log.txt); the
+log is followed with the resumable tail; cancel signals the remote supervisor, which ends
+every rank, and falls back to ending them itself (with the uploaded trainer.supervise code)
+when the supervisor is gone. Every command is an argument list quoted with shlex.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from trainer.supervise import GRACE_S, TERMINAL
+from veri_tui.errors import VeriError
+from veri_tui.launch.records import LogLine
+from veri_tui.launch.ssh import files, registry
+from veri_tui.launch.ssh.connection import Connection, ConnectionLost, command_line
+from veri_tui.launch.ssh.tail import follow_remote
+
+MAX_LOG_READ = 64 * 2**20
+
+# Ends what the supervisor would have ended, on the remote host, with the uploaded code.
+CANCEL_SCRIPT = """
+import sys
+from pathlib import Path
+from trainer.supervise import end_processes, now_iso, update_job
+job = Path(sys.argv[1])
+end_processes(job, grace=2.0)
+update_job(job, status="cancelled", ended_at=now_iso())
+"""
+
+
+class RemoteTarget:
+    """Jobs on one SSH host; connects on first use and reconnects after a drop."""
+
+    def __init__(self, host: str, *, trust: str | None = None, conn: Connection | None = None):
+        self.host = host
+        self.name = f"ssh:{host}"
+        self.trust = trust
+        self._conn = conn
+
+    @property
+    def conn(self) -> Connection:
+        if self._conn is None:
+            self._conn = Connection.open(self.host, trust=self.trust)
+        else:
+            try:
+                active = self._conn.transport.is_active()
+            except ConnectionLost:
+                active = False
+            if not active:  # dropped since last use (a frozen one is caught by read timeouts)
+                self._conn.reconnect()
+        return self._conn
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    def _job(self, job_id: str) -> registry.RemoteJob:
+        job = registry.load(job_id)
+        if job is None or job.host != self.host:
+            raise VeriError(f"no job {job_id} on {self.host}; `veri-tui jobs` lists them", "job")
+        return job
+
+    def _supervisor_pid(self, job: registry.RemoteJob) -> int | None:
+        """The pid the supervisor wrote itself, else the one `echo $!` reported at start."""
+        try:
+            raw = files.read_bytes(self.conn.sftp(), f"{job.job_dir}/supervisor.pid", 64)
+            return int(raw.split()[0])
+        except (FileNotFoundError, ValueError, IndexError):
+            return job.pid
+
+    def _alive(self, pid: int | None) -> bool:
+        return pid is not None and self.conn.run(["kill", "-0", str(pid)]).exit_status == 0
+
+    def get_job(self, job_id: str) -> dict[str, Any]:
+        """The remote job.json now, with a vanished supervisor reported as a lost job."""
+        job = self._job(job_id)
+        path = f"{job.job_dir}/job.json"
+        try:
+            record = files.read_json(self.conn.sftp(), path)
+        except FileNotFoundError:
+            raise VeriError(f"{path} is gone from {self.host}", key="job") from None
+        if record.get("status") not in TERMINAL and not self._alive(self._supervisor_pid(job)):
+            record = files.read_json(self.conn.sftp(), path)  # it may have just finished
+            if record.get("status") not in TERMINAL:
+                record = lost_record(record, f"its supervisor on {self.host} is gone")
+        record["host"] = self.host
+        job.record = record
+        registry.save(job)
+        return record
+
+    def list_jobs(self) -> list[dict[str, Any]]:
+        """This machine's jobs on this host, newest first."""
+        return [self.get_job(j.job_id) for j in registry.all_jobs() if j.host == self.host]
+
+    def read_log(self, job_id: str, offset: int = 0) -> bytes:
+        """The rank-0 log from byte `offset` to its current end (b"" before it exists)."""
+        job = self._job(job_id)
+        try:
+            return files.read_bytes(
+                self.conn.sftp(), f"{job.job_dir}/log.txt", MAX_LOG_READ, offset
+            )
+        except FileNotFoundError:
+            return b""
+
+    def follow_log(self, job_id: str, offset: int = 0, **tail_options: Any) -> Iterator[LogLine]:
+        """Complete log lines from `offset` until the job ends; survives dropped connections."""
+        job = self._job(job_id)
+        return follow_remote(
+            self.conn, f"{job.job_dir}/log.txt", self._supervisor_pid(job), offset, **tail_options
+        )
+
+    def wait(self, job_id: str, poll_s: float = 1.0) -> dict[str, Any]:
+        """Block until the job has ended; returns its final record."""
+        while (record := self.get_job(job_id))["status"] not in TERMINAL:
+            time.sleep(poll_s)
+        return record
+
+    def cancel(self, job_id: str, grace: float = GRACE_S) -> dict[str, Any]:
+        """SIGTERM the remote supervisor (it ends every rank); clean up itself if it is gone."""
+        job = self._job(job_id)
+        record = self.get_job(job_id)
+        if record["status"] in TERMINAL and not record.get("lost"):
+            return record
+        pid = self._supervisor_pid(job)
+        if pid is not None and self._alive(pid):
+            self.conn.run(["kill", "-TERM", str(pid)])
+            deadline = time.monotonic() + grace + 3.0
+            while time.monotonic() < deadline:
+                record = self.get_job(job_id)
+                if record["status"] in TERMINAL and not record.get("lost"):
+                    return record
+                time.sleep(0.3)
+            self.conn.run(["kill", "-KILL", str(pid)])
+        pkg = posixpath.join(job.job_dir, "pkg")
+        line = command_line(
+            ["env", f"PYTHONPATH={pkg}", job.python, "-c", CANCEL_SCRIPT, f"{job.job_dir}/job.json"]
+        )
+        res = self.conn.run_line(line, timeout=30)
+        if res.exit_status != 0:
+            raise VeriError(f"cancel on {self.host} failed: {res.error_line()}", key="job")
+        return self.get_job(job_id)
+
+
+def lost_record(record: dict[str, Any], why: str) -> dict[str, Any]:
+    """The record of a job whose supervisor vanished without recording an outcome."""
+    msg = f"job lost: {why} (machine restarted or process killed)"
+    world = (record.get("spec") or {}).get("gpu_count")
+    error = {"code": "RANK_LOST", "attribution": "platform", "message": msg, "rank": None,
+             "node": None, "local_rank": None, "world_size": world, "traceback": "",
+             "summary": msg}  # fmt: skip
+    return dict(record, status="failed", lost=True, error=error)
