@@ -6,7 +6,6 @@ the file and line) and the fix. Unknown keys name the closest known key.
 
 from __future__ import annotations
 
-import difflib
 import tomllib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -23,6 +22,8 @@ ALL_KEYS = tuple(sorted(set(HP_KEYS) | set(JOB_KEYS)))
 
 def closest_key(key: str, known: Sequence[str] = ALL_KEYS) -> str:
     """The way out for a misspelt key: 'did you mean X?' or the list of keys."""
+    import difflib  # only on errors: keeps `veri-tui plan` startup lean
+
     match = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
     if match:
         return f"unknown key; did you mean {match[0]!r}?"

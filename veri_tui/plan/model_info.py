@@ -10,9 +10,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field
 from typing import Any
-
-from pydantic import BaseModel, Field
 
 from veri_tui.plan.headers import TensorInfo
 
@@ -26,24 +25,29 @@ _EMBED = re.compile(r"(?:embed_tokens|wte|word_embeddings|tok_embeddings)\.weigh
 _HEAD = re.compile(r"(?:^|\.)(?:lm_head|output|embed_out)\.weight$")
 
 
-class ModelInfo(BaseModel):
-    """Parameter counts and architecture of one checkpoint; JSON-ready."""
+@dataclass
+class ModelInfo:
+    """Parameter counts and architecture of one checkpoint (a plain dataclass: cheap to import).
 
-    source: str = Field(description="the model as given (path or Hub id)")
-    path: str | None = Field(None, description="local checkpoint folder, None if Hub-only")
-    files: list[str] = Field(default_factory=list, description="safetensors files read")
-    parameter_count: int = Field(description="N: every tensor in the checkpoint, tied once")
+    parameter_count is N: every tensor in the checkpoint, a tied head counted once.
+    largest_layer_parameters is the largest FSDP unit: one decoder layer, or the root
+    (embeddings, untied head, final norm) when that is larger. lora_in_out_sum is the sum of
+    in + out features over the linears LoRA adapts. dtypes: parameters per header dtype.
+    """
+
+    source: str
+    parameter_count: int
+    path: str | None = None
+    files: list[str] = field(default_factory=list)
     embedding_parameters: int = 0
-    lm_head_parameters: int = Field(0, description="untied output head (0 when tied)")
+    lm_head_parameters: int = 0
     tied_embeddings: bool = False
     tied_note: str | None = None
-    layer_count: int = Field(0, description="decoder layers found in the header")
-    largest_layer_parameters: int = Field(
-        0, description="largest FSDP unit: one decoder layer, or the root when larger"
-    )
-    lora_in_out_sum: int = Field(0, description="sum of in + out over LoRA-targeted linears")
+    layer_count: int = 0
+    largest_layer_parameters: int = 0
+    lora_in_out_sum: int = 0
     lora_target_count: int = 0
-    lora_target_modules: list[str] = Field(default_factory=list)
+    lora_target_modules: list[str] = field(default_factory=list)
     model_type: str | None = None
     hidden_size: int = 0
     intermediate_size: int = 0
@@ -52,7 +56,11 @@ class ModelInfo(BaseModel):
     head_dim: int = 0
     vocab_size: int = 0
     max_position_embeddings: int | None = None
-    dtypes: dict[str, int] = Field(default_factory=dict, description="parameters per dtype")
+    dtypes: dict[str, int] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form (the record's `model`)."""
+        return asdict(self)
 
     def adapter_parameters(self, rank: int) -> int:
         """LoRA parameters at this rank: rank x (in + out) per targeted linear."""

@@ -7,7 +7,6 @@ rich console and as a small table in a notebook.
 
 from __future__ import annotations
 
-import html
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -94,6 +93,8 @@ class PlanRecord:
         return str(self)
 
     def _repr_html_(self) -> str:
+        import html  # notebooks only
+
         rows = [
             ("plan", self.plan_line),
             *(("", line) for line in self.header_lines),

@@ -195,6 +195,6 @@ def plan_job(job: JobConfig, info: ModelInfo | None = None) -> PlanRecord:
         throughput=throughput,
         resolved_parallelism=rp,
         job=job.model_dump(mode="json"),
-        model=info.model_dump(mode="json"),
+        model=info.to_dict(),
         gpu=gpu.to_dict(),
     )

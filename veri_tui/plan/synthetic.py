@@ -91,11 +91,13 @@ def write_checkpoint(
     names = list(tensors)
     if shards <= 1:
         return write_header_only(folder / "model.safetensors", tensors)
-    per = -(-len(names) // shards)
+    if shards > len(names):
+        raise ValueError(f"{shards} shards for {len(names)} tensors")
     weight_map: dict[str, str] = {}
     total = 0
     for k in range(shards):
-        part = names[k * per : (k + 1) * per]
+        # Balanced split: every shard holds at least one tensor.
+        part = names[k * len(names) // shards : (k + 1) * len(names) // shards]
         fname = f"model-{k + 1:05d}-of-{shards:05d}.safetensors"
         total += write_header_only(folder / fname, {n: tensors[n] for n in part})
         weight_map.update(dict.fromkeys(part, fname))

@@ -6,8 +6,6 @@ checks a service makes before any GPU is billed.
 
 from __future__ import annotations
 
-import difflib
-
 from veri_tui.errors import ConfigError, VeriError
 from veri_tui.plan.gpus import get_gpu
 from veri_tui.plan.knobs import METHODS, METHODS_OTHER, MULTI_GPU_KEYS, JobConfig
@@ -31,6 +29,8 @@ def _method_errors(job: JobConfig) -> list[ConfigError]:
             msg = f"{job.method} is not supported by the bundled trainer; use sft_text or dpo"
         return [ConfigError("method", msg)]
     if job.method not in METHODS:
+        import difflib  # only on errors: keeps `veri-tui plan` startup lean
+
         close = difflib.get_close_matches(job.method, METHODS, n=1)
         hint = f"did you mean {close[0]!r}? " if close else ""
         return [ConfigError("method", f"unknown method {job.method!r}; {hint}use sft_text or dpo")]

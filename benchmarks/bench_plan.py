@@ -1,0 +1,91 @@
+"""Benchmark: `veri-tui plan` on a 70B-shaped 30-shard checkpoint, and the planner alone.
+
+Targets (issue 2): the whole command at most 2x `python -c "import pydantic"` measured in the
+same run; the planner call (plan_job with the model info in hand) under 5 ms. The checkpoint
+is header-only (sparse files), shaped like meta-llama/Llama-3.1-70B.
+
+    python benchmarks/bench_plan.py [--runs 15]
+
+Results are copied into docs/planning.md by hand, with the machine they ran on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from veri_tui.plan import job_from_fields, plan_job, read_model_info
+from veri_tui.plan.synthetic import LLAMA_3_1_70B, write_checkpoint
+
+
+def wall_pair(a: list[str], b: list[str], runs: int) -> tuple[list[float], list[float]]:
+    """Wall-clock seconds of fresh processes, the two commands alternated so that load from
+    other work on the machine hits both alike (one warm-up run each)."""
+    subprocess.run(a, check=True, capture_output=True)
+    subprocess.run(b, check=True, capture_output=True)
+    out_a, out_b = [], []
+    for _ in range(runs):
+        for cmd, out in ((a, out_a), (b, out_b)):
+            t0 = time.perf_counter()
+            subprocess.run(cmd, check=True, capture_output=True)
+            out.append(time.perf_counter() - t0)
+    return out_a, out_b
+
+
+def in_process(fn, runs: int) -> list[float]:
+    fn()
+    out = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        fn()
+        out.append(time.perf_counter() - t0)
+    return out
+
+
+def report(name: str, samples: list[float]) -> float:
+    med = statistics.median(samples)
+    print(
+        f"{name:<44} median {med * 1e3:8.2f} ms  (min {min(samples) * 1e3:.2f}, n={len(samples)})"
+    )
+    return med
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", type=int, default=15)
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp) / "llama-3.1-70b"
+        n = write_checkpoint(folder, LLAMA_3_1_70B, shards=30)
+        print(f"checkpoint: {folder} ({n:,} parameters, 30 shards, sparse)")
+        print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs")
+        cli = [sys.executable, "-m", "veri_tui", "plan", "--model", str(folder)]
+        cli += ["--gpu", "H100-80GB", "--gpu-count", "8"]
+        base, cmd = wall_pair([sys.executable, "-c", "import pydantic"], cli, args.runs)
+        pyd = report("python -c 'import pydantic'", base)
+        plan_s = report("veri-tui plan (70B, 30 shards)", cmd)
+        info = read_model_info(str(folder))
+        job = job_from_fields({"model": str(folder), "gpu": "H100-80GB", "gpu_count": 8})
+        read_s = report(
+            "read_model_info (30 headers)",
+            in_process(lambda: read_model_info(str(folder)), args.runs * 4),
+        )
+        call_s = report(
+            "plan_job(job, info) (the planner alone)",
+            in_process(lambda: plan_job(job, info), args.runs * 20),
+        )
+        print(f"ratio plan / import pydantic: {plan_s / pyd:.2f}x (target <= 2x)")
+        print(
+            f"planner alone: {call_s * 1e3:.2f} ms (target < 5 ms); headers {read_s * 1e3:.2f} ms"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
