@@ -4,18 +4,19 @@ file those strings would create is never created."""
 
 from __future__ import annotations
 
+import json
 import shutil
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from trainer.supervise import job_processes
 from veri_tui.launch.spec import BUNDLED_DATASETS
-from veri_tui.launch.ssh import launch, target_for_job
 from veri_tui.launch.ssh.connection import Connection
 from veri_tui.launch.ssh.preflight import run_preflight
-from veri_tui.plan import load_job_config
 from veri_tui.plan.sources import bundled_tiny_model
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(90)]
@@ -48,35 +49,42 @@ def test_arguments_arrive_literally(ssh_env, tmp_path: Path) -> None:
     assert _canaries(tmp_path) == []
 
 
-def test_job_with_hostile_paths_starts_and_cancels(
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "veri_tui", *args], capture_output=True, text=True, timeout=60
+    )
+
+
+def test_cli_job_with_hostile_paths_over_ssh(
     ssh_env, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """launch / logs / jobs / cancel through the CLI and the facade, hostile names throughout."""
     name = "x 'q' \"d\" $(touch CANARY) `touch CANARY`; touch CANARY\nnl"
     monkeypatch.setenv("VERI_REMOTE_HOME", str(tmp_path / f"remote {name}"))
     dataset = tmp_path / f"data {name}.jsonl"
     shutil.copy(BUNDLED_DATASETS["sft_text"], dataset)
     output = tmp_path / f"out {name}"
-    job = load_job_config(
-        None,
-        model=str(bundled_tiny_model()),
-        gpu_count=1,
-        dataset=str(dataset),
-        output=str(output),
-        sets=["max_steps=100000"],
-    )
-    job_id = launch(job, None, host=ssh_env.alias)
-    target = target_for_job(job_id)
-    assert target is not None
-    lines = target.follow_log(job_id)
-    assert next(lines).text.startswith("model: ")  # the job runs: the header came through
-    record = target.cancel(job_id)
-    assert record["status"] == "cancelled"
-    spec = record["spec"]
+    model = str(bundled_tiny_model())
+    job_args = ["--model", model, "--gpu-count", "1", "--dataset", str(dataset)]
+    job_args += ["--output", str(output), "--set", "max_steps=100000"]
+    out = _cli("launch", "--host", ssh_env.alias, *job_args)
+    assert out.returncode == 0, out.stderr
+    job_id = out.stdout.strip()
+    deadline = time.monotonic() + 60
+    while "plan: dp=1" not in (log := _cli("logs", job_id).stdout):
+        assert time.monotonic() < deadline, log
+        time.sleep(0.5)
+    listed = json.loads(_cli("jobs", "--json").stdout)
+    mine = [r for r in listed if r["job_id"] == job_id]
+    assert mine and mine[0]["host"] == ssh_env.alias and mine[0]["status"] == "running"
+    spec = mine[0]["spec"]
     assert spec["output_dir"] == str(output)
-    assert Path(spec["dataset"]).name == dataset.name
     assert Path(spec["dataset"]).read_bytes() == dataset.read_bytes()
-    list(lines)  # the tail ends by itself once the supervisor is gone
+    assert Path(spec["dataset"]).name == dataset.name
+    cancel = _cli("cancel", job_id)
+    assert cancel.stdout.strip() == f"job {job_id} cancelled", cancel.stderr
+    follow = _cli("logs", job_id, "-f")  # ends at once: the job is over
+    assert follow.returncode == 0 and follow.stdout.startswith("model: ")
     job_json = Path(spec["dataset"]).parent.parent / "job.json"
     assert job_processes(job_json) == []  # every rank ended (same machine as the 'remote')
-    target.close()
     assert _canaries(tmp_path) == []
