@@ -87,11 +87,14 @@ class Preflight:
 
     @property
     def gpu_name(self) -> str | None:
-        """The plan's GPU for the detected hardware: `custom-<GB>GB` with its real memory."""
+        """The plan's GPU for the detected hardware: `custom-<GB>GB` with its real memory.
+
+        Three decimals keep the memory to the megabyte; the smallest board bounds the plan.
+        """
         if not self.gpus:
             return None
         smallest = min(g["memory_bytes"] for g in self.gpus)
-        return f"custom-{smallest / 1e9:.1f}GB"
+        return f"custom-{smallest / 1e9:.3f}GB"
 
     def summary(self) -> list[str]:
         """Human lines for the log and the app: what was found on the host."""
@@ -163,6 +166,12 @@ def run_preflight(
     if facts.get("missing"):
         names = " ".join(facts["missing"])
         problems.append(ConfigError("host", f"missing on {host}: {names}; pip install {names}"))
+    if facts.get("torch") and facts.get("nvidia_smi") and not facts.get("cuda"):
+        problems.append(
+            ConfigError("host", f"nvidia-smi on {host} shows {len(facts['nvidia_smi'])} GPUs "
+                        f"but torch {facts['torch']} cannot use CUDA; install a CUDA build "
+                        "of torch there")
+        )  # fmt: skip
     if pf.gpus and len(pf.gpus) < gpu_count:
         problems.append(
             ConfigError("gpu_count", f"{gpu_count} requested but {host} has {len(pf.gpus)} "

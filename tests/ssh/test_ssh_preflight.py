@@ -1,0 +1,107 @@
+"""Preflight on the test sshd: what it finds, each failure in one line, the plan for the GPU.
+
+CUDA is the one thing mocked (this machine has none): a wrapper interpreter loads a
+sitecustomize that makes torch.cuda report two 80 GB boards, and puts a fake nvidia-smi on PATH.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import stat
+import sys
+from pathlib import Path
+
+import pytest
+
+from veri_tui.launch.ssh import preflight
+from veri_tui.launch.ssh.connection import Connection
+from veri_tui.launch.ssh.launch import plan_for_host
+from veri_tui.launch.ssh.preflight import run_preflight
+from veri_tui.plan import load_job_config, read_model_info
+from veri_tui.plan.sources import bundled_tiny_model
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(90)]
+
+FAKE_CUDA = """\
+import torch
+MIB = 81559
+class _Props:
+    total_memory = MIB * 2**20
+torch.cuda.is_available = lambda: True
+torch.cuda.device_count = lambda: 2
+torch.cuda.get_device_name = lambda i=0: "NVIDIA H100 80GB HBM3"
+torch.cuda.get_device_properties = lambda i=0: _Props()
+"""
+
+
+def _script(path: Path, text: str) -> str:
+    path.write_text(text)
+    path.chmod(path.stat().st_mode | stat.S_IXUSR)
+    return str(path)
+
+
+def test_host_facts_and_remote_parameter_count(ssh_env) -> None:
+    conn = Connection.open(ssh_env.alias)
+    model = str(bundled_tiny_model())
+    pf = run_preflight(conn, model=model, gpu_count=2)
+    conn.close()
+    assert pf.problems == []
+    assert pf.facts["python"] == ".".join(map(str, sys.version_info[:3]))
+    assert pf.facts["torch"] == importlib.metadata.version("torch")
+    assert pf.gpus == [] and pf.gpu_name is None  # CPU host: the job runs CPU processes
+    assert pf.model_path == model
+    assert pf.model_info.parameter_count == read_model_info(model).parameter_count
+    assert pf.facts["disk_free_bytes"] > 0
+    assert any(line.startswith("gpus: 0 CUDA") for line in pf.summary())
+
+
+def test_detected_gpus_drive_the_plan(ssh_env, tmp_path: Path, monkeypatch) -> None:
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(FAKE_CUDA)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    _script(bin_dir / "nvidia-smi", "#!/bin/sh\necho 'NVIDIA H100 80GB HBM3, 81559'\n")
+    wrapper_text = (
+        f"#!/bin/sh\nPYTHONPATH='{site}' PATH='{bin_dir}':\"$PATH\" "
+        f"exec '{sys.executable}' \"$@\"\n"
+    )
+    wrapper = _script(tmp_path / "python-cuda", wrapper_text)
+    conn = Connection.open(ssh_env.alias)
+    # nvidia-smi sees boards, torch (a CPU build) cannot use them: refused, saying why.
+    smi_only = _script(tmp_path / "python-smi", wrapper_text.replace(f"PYTHONPATH='{site}' ", ""))
+    monkeypatch.setenv("VERI_REMOTE_PYTHON", smi_only)
+    pf = run_preflight(conn, model=None, gpu_count=1)
+    assert len(pf.problems) == 1 and "cannot use CUDA" in pf.problems[0].message
+    monkeypatch.setenv("VERI_REMOTE_PYTHON", wrapper)
+    pf = run_preflight(conn, model=None, gpu_count=4)
+    conn.close()
+    assert [g["name"] for g in pf.gpus] == ["NVIDIA H100 80GB HBM3"] * 2
+    assert pf.gpu_name == "custom-85.521GB"  # the real memory, 81559 MiB, to the MB
+    assert [e.key for e in pf.problems] == ["gpu_count"]
+    assert "4 requested" in pf.problems[0].message and "2 CUDA GPUs" in pf.problems[0].message
+    job, plan = plan_for_host(load_job_config(None, gpu="L4-24GB", gpu_count=2), pf)
+    assert job.gpu == "custom-85.521GB"
+    real_budget = 0.70 * (81559 * 2**20 - 2 * 2**30)
+    assert abs(plan.to_dict()["budget_bytes"] - real_budget) < 10**6
+
+
+def test_each_failure_is_one_line(ssh_env, tmp_path: Path, monkeypatch) -> None:
+    conn = Connection.open(ssh_env.alias)
+    monkeypatch.setenv("VERI_REMOTE_PYTHON", str(tmp_path / "no such python"))
+    with pytest.raises(preflight.VeriError, match="not found on veri-test") as err:
+        run_preflight(conn, model=None)
+    assert len(err.value.lines()) == 1 and "VERI_REMOTE_PYTHON" in err.value.lines()[0]
+    # -S: no site-packages, so neither torch nor the trainer's libraries import.
+    bare = _script(tmp_path / "bare-python", f"#!/bin/sh\nexec '{sys.executable}' -S \"$@\"\n")
+    monkeypatch.setenv("VERI_REMOTE_PYTHON", bare)
+    monkeypatch.setattr(preflight, "DISK_MARGIN_BYTES", 2**62)
+    pf = run_preflight(conn, model=str(tmp_path / "absent model"), gpu_count=1)
+    conn.close()
+    lines = [str(e) for e in pf.problems]
+    assert len(lines) == 4, lines
+    assert "torch is not importable" in lines[0]
+    assert "missing on veri-test: transformers peft safetensors" in lines[1]
+    assert "absent model not found on veri-test" in lines[2]
+    assert "free some space" in lines[3]
+    assert all("\n" not in line for line in lines)
