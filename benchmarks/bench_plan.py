@@ -70,6 +70,14 @@ def main() -> int:
         base, cmd = wall_pair([sys.executable, "-c", "import pydantic"], cli, args.runs)
         pyd = report("python -c 'import pydantic'", base)
         plan_s = report("veri-tui plan (70B, 30 shards)", cmd)
+        # The floor for any pydantic-validated config: one model class built and used.
+        # `import pydantic` alone is lazy and builds nothing.
+        one_model = "from pydantic import BaseModel\nclass A(BaseModel):\n    x: int = 1\nA(x=2)"
+        base2, floor = wall_pair(
+            [sys.executable, "-c", "import pydantic"], [sys.executable, "-c", one_model], args.runs
+        )
+        floor_s = report("one pydantic model built + validated", floor)
+        print(f"  (same pairing: import pydantic {statistics.median(base2) * 1e3:.2f} ms)")
         info = read_model_info(str(folder))
         job = job_from_fields({"model": str(folder), "gpu": "H100-80GB", "gpu_count": 8})
         read_s = report(
@@ -81,6 +89,7 @@ def main() -> int:
             in_process(lambda: plan_job(job, info), args.runs * 20),
         )
         print(f"ratio plan / import pydantic: {plan_s / pyd:.2f}x (target <= 2x)")
+        print(f"ratio one-model floor / import pydantic: {floor_s / statistics.median(base2):.2f}x")
         print(
             f"planner alone: {call_s * 1e3:.2f} ms (target < 5 ms); headers {read_s * 1e3:.2f} ms"
         )
