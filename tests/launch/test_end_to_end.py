@@ -55,9 +55,12 @@ def test_launch_wait_succeeds_and_logs_plan_then_metrics(home: Path) -> None:
     job_dir = home / "jobs" / job_id
     rec = json.loads((job_dir / "job.json").read_text())
     assert rec["status"] == "succeeded" and rec["error"] is None
-    header = plan_job(load_job_config(None, gpu_count=2, sets=["max_steps=3"])).lines()
+    plan = plan_job(load_job_config(None, gpu_count=2, sets=["max_steps=3"]))
+    header = [*plan.header_lines, plan.plan_line]  # then the plan's warnings, if any
     log = (job_dir / "log.txt").read_text().splitlines()
-    assert log[: len(header)] == header and header[-1].startswith("plan: dp=2 ")
+    assert log[: len(plan.lines())] == plan.lines() and log[len(header) - 1].startswith(
+        "plan: dp=2"
+    )
     metrics = [json.loads(ln) for ln in log if ln.startswith('{"step"')]
     assert [(m["step"], m["total_steps"]) for m in metrics] == [(1, 3), (2, 3), (3, 3)]
     assert log.index(next(ln for ln in log if ln.startswith('{"step"'))) > len(header) - 1

@@ -101,16 +101,40 @@ def build_record(
         raise VeriError(problem)
     dataset = _dataset_path(job.method, job.dataset)[0]
     output = _output_path(job.output, job_dir)[0]
+    return make_record(
+        job,
+        plan_record,
+        job_id,
+        model_path=str(model),
+        dataset=str(dataset),
+        output_dir=str(output),
+        host=host,
+    )
+
+
+def make_record(
+    job: Any,
+    plan_record: Any,
+    job_id: str,
+    *,
+    model_path: str,
+    dataset: str,
+    output_dir: str,
+    host: str | None = None,
+) -> dict[str, Any]:
+    """The job.json record with the paths as given (already checked, and already the paths
+    of the machine that will run it): the one place its layout is written down in code."""
+    plan = plan_record.to_dict()
     resolved = dict(plan["resolved_parallelism"])
     # What `veri-tui plan` prints: the log must carry the "does not fit" warning too.
     warnings = [f"warning: {w}" for w in plan.get("warnings", [])]
     header = [*plan.get("header_lines", []), plan["plan_line"], *warnings]
     spec = {
         "method": job.method,
-        "model": job.model or str(model),
-        "model_path": str(model),
-        "dataset": str(dataset),
-        "output_dir": str(output),
+        "model": job.model or model_path,
+        "model_path": model_path,
+        "dataset": dataset,
+        "output_dir": output_dir,
         "gpu": job.gpu,
         "gpu_count": int(job.gpu_count),
         "nproc_per_node": int(job.gpu_count),
