@@ -20,6 +20,7 @@ import glob
 import json
 import os
 import re
+import signal
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,8 +48,6 @@ TYPE_CODES = {
     "ModelLoadError": "MODEL_LOAD_ERROR",
     "ConfigError": "CONFIG_ERROR",
 }
-
-_SIGNAL_NAMES = {1: "SIGHUP", 2: "SIGINT", 6: "SIGABRT", 9: "SIGKILL", 11: "SIGSEGV", 15: "SIGTERM"}
 
 
 @dataclass
@@ -197,7 +196,10 @@ def summary_records(torchrun_log: Path, nproc_per_node: int) -> list[Candidate]:
             when = 0
         if exitcode < 0:
             sig = -exitcode
-            name = _SIGNAL_NAMES.get(sig, f"signal {sig}")
+            try:
+                name = signal.Signals(sig).name
+            except ValueError:
+                name = "unknown signal"
             code, message = "RANK_LOST", f"killed by signal {sig} ({name}), pid {pid}"
         else:
             code, message = "UNKNOWN", f"exited with code {exitcode}, pid {pid}"
@@ -241,6 +243,23 @@ def _last_line(path: Path) -> str:
     return next((ln.strip() for ln in reversed(lines) if ln.strip()), "")
 
 
+def job_error(
+    code: str, message: str, world_size: int | None, summary: str | None = None
+) -> dict[str, Any]:
+    """An ``error`` object (docs/interfaces.md section 2), the rank fields still empty."""
+    return {
+        "code": code,
+        "attribution": ATTRIBUTION.get(code, ATTRIBUTION["UNKNOWN"]),
+        "message": message,
+        "rank": None,
+        "node": None,
+        "local_rank": None,
+        "world_size": world_size,
+        "traceback": "",
+        "summary": summary or f"job failed: {message}",
+    }
+
+
 def analyze(job_dir: Path, world_size: int, nproc_per_node: int, exit_code: int) -> dict[str, Any]:
     """The ``error`` object of job.json for a failed job (docs/interfaces.md section 2)."""
     job_dir = Path(job_dir)
@@ -252,34 +271,17 @@ def analyze(job_dir: Path, world_size: int, nproc_per_node: int, exit_code: int)
     first = first_failure(cands)
     if first is None:
         last = _last_line(job_dir / "torchrun.log") or "no output"
-        return {
-            "code": "UNKNOWN",
-            "attribution": ATTRIBUTION["UNKNOWN"],
-            "message": f"torchrun exited with code {exit_code}: {last}",
-            "rank": None,
-            "node": None,
-            "local_rank": None,
-            "world_size": world_size,
-            "traceback": "",
-            "summary": f"job failed: torchrun exited with code {exit_code}: {last}",
-        }
+        return job_error("UNKNOWN", f"torchrun exited with code {exit_code}: {last}", world_size)
     text = first.message.strip().splitlines()[0] if first.message.strip() else ""
     what = f"{first.type}: {text}" if first.type else text
     summary = (
         f"rank {first.rank}/{world_size} (node {first.node}, local_rank {first.local_rank}) "
         f"failed: {what[:500]}"
     )
-    return {
-        "code": first.code,
-        "attribution": ATTRIBUTION.get(first.code, ATTRIBUTION["UNKNOWN"]),
-        "message": first.message,
-        "rank": first.rank,
-        "node": first.node,
-        "local_rank": first.local_rank,
-        "world_size": world_size,
-        "traceback": first.traceback,
-        "summary": summary,
-    }
+    error = job_error(first.code, first.message, world_size, summary)
+    error.update(rank=first.rank, node=first.node, local_rank=first.local_rank)
+    error["traceback"] = first.traceback
+    return error
 
 
 def append_report(log_path: Path, error: dict[str, Any], plan_line: str) -> None:

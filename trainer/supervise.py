@@ -184,7 +184,6 @@ class Supervisor:
         """Supervise the job to its end; returns torchrun's exit code (0 on success)."""
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, self._on_signal)
-        signal.signal(signal.SIGHUP, signal.SIG_IGN)  # a closing terminal is not a cancel
         write_text_atomic(self.job_dir / "supervisor.pid", f"{os.getpid()}\n")
         record = json.loads(self.job_path.read_text(encoding="utf-8"))
         if record.get("status") in TERMINAL:
@@ -214,11 +213,12 @@ class Supervisor:
             # torchrun itself was killed: its ranks run on in their own sessions. They are the
             # job, so wait for them (a cancel still ends them), then report the lost agent.
             while job_processes(self.job_path) and not self.cancel_requested:
-                time.sleep(0.2)
+                time.sleep(0.5)  # each check scans /proc: keep it cheap on a busy node
             if self.cancel_requested:
                 end_processes(self.job_path)
                 return self.finish(code, "cancelled", None)
-            error = self.agent_lost(code, spec)
+            msg = f"torchrun was killed by signal {-code}; its ranks were left without their agent"
+            error = failures.job_error("RANK_LOST", msg, int(spec.get("gpu_count") or 1))
         world = int(spec.get("gpu_count") or 1)
         nproc = int(spec.get("nproc_per_node") or world)
         found = failures.analyze(self.job_dir, world, nproc, code)
@@ -228,20 +228,16 @@ class Supervisor:
         failures.append_report(self.job_dir / "log.txt", error, plan_line)
         return self.finish(code, "failed", error)
 
-    def agent_lost(self, code: int, spec: dict[str, Any]) -> dict[str, Any]:
-        """The error for torchrun killed by a signal when no rank recorded a failure."""
-        msg = f"torchrun was killed by signal {-code}; its ranks were left without their agent"
-        return {
-            "code": "RANK_LOST",
-            "attribution": "platform",
-            "message": msg,
-            "rank": None,
-            "node": None,
-            "local_rank": None,
-            "world_size": int(spec.get("gpu_count") or 1),
-            "traceback": "",
-            "summary": f"job failed: {msg}",
-        }
+    def fail_self(self, exc: Exception) -> None:
+        """Record the supervisor's own crash as the job's failure, ending what it started."""
+        error = failures.job_error(
+            "UNKNOWN", f"supervisor error: {type(exc).__name__}: {exc}", None
+        )
+        try:
+            end_processes(self.job_path)
+            self.finish(1, "failed", error)
+        except (OSError, ValueError):
+            pass  # job.json itself is unusable: the launcher reports the job lost
 
     def finish(self, code: int, status: str, error: dict[str, Any] | None) -> int:
         write_text_atomic(self.job_dir / "exit_code", f"{code}\n")
@@ -254,7 +250,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m trainer.supervise", description=__doc__)
     parser.add_argument("--job", required=True, help="path of the job's job.json")
     args = parser.parse_args(argv)
-    code = Supervisor(Path(args.job)).run()
+    supervisor = Supervisor(Path(args.job))
+    try:
+        code = supervisor.run()
+    except Exception as exc:
+        # A broken record or folder must still end as a failed job, not as one that looks
+        # like it is running until it is declared lost.
+        supervisor.fail_self(exc)
+        raise
     return 0 if code == 0 else 1
 
 

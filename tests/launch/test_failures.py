@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -209,3 +211,20 @@ def test_append_report_starts_on_its_own_line(tmp_path: Path) -> None:
         "Traceback",
         "X: y",
     ]
+
+
+def test_a_supervisor_crash_still_ends_the_job_as_failed(tmp_path: Path) -> None:
+    job = tmp_path / "job.json"
+    job.write_text(json.dumps({"status": "pending", "spec": {}}))  # no gpu_count: unusable
+    proc = subprocess.run(
+        [sys.executable, "-m", "trainer.supervise", "--job", str(job)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert proc.returncode != 0 and "KeyError" in proc.stderr
+    rec = json.loads(job.read_text())
+    assert rec["status"] == "failed" and rec["exit_code"] == 1
+    assert (rec["error"]["code"], rec["error"]["attribution"]) == ("UNKNOWN", "pending")
+    assert rec["error"]["summary"] == "job failed: supervisor error: KeyError: 'gpu_count'"

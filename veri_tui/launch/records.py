@@ -16,6 +16,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from trainer.failures import job_error
 from trainer.supervise import TERMINAL, pid_alive, read_pid
 from veri_tui.errors import VeriError
 
@@ -77,23 +78,9 @@ def _epoch(iso: Any) -> float | None:
 
 def _lost(record: dict[str, Any], why: str) -> dict[str, Any]:
     msg = f"job lost: {why} (machine restarted or process killed)"
-    spec = record.get("spec") or {}
-    return dict(
-        record,
-        status="failed",
-        lost=True,
-        error={
-            "code": "RANK_LOST",
-            "attribution": "platform",
-            "message": msg,
-            "rank": None,
-            "node": None,
-            "local_rank": None,
-            "world_size": spec.get("gpu_count"),
-            "traceback": "",
-            "summary": msg,
-        },
-    )
+    world = (record.get("spec") or {}).get("gpu_count")
+    error = job_error("RANK_LOST", msg, world, summary=msg)
+    return dict(record, status="failed", lost=True, error=error)
 
 
 def follow_lines(
