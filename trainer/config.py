@@ -57,6 +57,7 @@ class TrainConfig:
     beta: float = 0.1
     max_length: int = 1024
     checkpoint_steps: int = 0
+    logging_steps: int = 1
     keep_checkpoints: int = 2
     resume: bool = False
     plan_header: list[str] = field(default_factory=list)
@@ -140,7 +141,7 @@ def from_spec(spec: dict[str, Any], job_dir: Path) -> TrainConfig:
     )
     ints = ("zero_stage", "data_parallel_size", "micro_batch_size", "gradient_accumulation_steps")
     ints += ("lora_rank", "warmup_steps", "num_epochs", "max_steps", "seed", "checkpoint_steps")
-    for key in (*ints, "keep_checkpoints"):
+    for key in (*ints, "keep_checkpoints", "logging_steps"):
         if hp.get(key) is not None:
             setattr(cfg, key, _as_int(key, hp[key]))
     for key in ("learning_rate", "weight_decay", "max_grad_norm", "beta", "lora_alpha"):
@@ -164,7 +165,8 @@ def _check(cfg: TrainConfig, hp: dict[str, Any]) -> None:
         raise ConfigError(f"precision: {cfg.precision!r} is not available; use bf16 or fp32")
     if cfg.device not in ("auto", "cpu", "cuda"):
         raise ConfigError(f"device: {cfg.device!r} is not one of auto, cpu, cuda")
-    for key in ("micro_batch_size", "gradient_accumulation_steps", "data_parallel_size"):
+    positive = ("micro_batch_size", "gradient_accumulation_steps", "data_parallel_size")
+    for key in (*positive, "logging_steps", "keep_checkpoints"):
         if getattr(cfg, key) < 1:
             raise ConfigError(f"{key}: must be at least 1")
     if cfg.max_length < 2:

@@ -98,17 +98,12 @@ def train(cfg: TrainConfig, ctx: RankContext, log: RankLog) -> None:
         loss, grad_norm, tokens = stepper.step(step)
         lr = sched.get_last_lr()[0]
         sched.step()
-        log.metric(
-            {
-                "step": step + 1,
-                "total_steps": total,
-                "loss": round(loss, 6),
-                "lr": lr,
-                "grad_norm": round(grad_norm, 6),
-                "tokens_per_s": round(tokens / (time.perf_counter() - t0), 1),
-                "peak_mem_bytes": peak_mem_bytes(rt.device),
-            }
-        )
+        if (step + 1) % cfg.logging_steps == 0 or step + 1 == total:
+            metric = {"step": step + 1, "total_steps": total, "loss": round(loss, 6), "lr": lr}
+            metric["grad_norm"] = round(grad_norm, 6)
+            metric["tokens_per_s"] = round(tokens / (time.perf_counter() - t0), 1)
+            metric["peak_mem_bytes"] = peak_mem_bytes(rt.device)
+            log.metric(metric)
         if cfg.checkpoint_steps and (step + 1) % cfg.checkpoint_steps == 0:
             extra = {"scheduler": sched.state_dict(), "data_position": step + 1, "seed": cfg.seed}
             lora, keep = bool(cfg.lora_rank), cfg.keep_checkpoints
@@ -194,7 +189,9 @@ class _Stepper:
         if measuring:
             self.meter.after_backward(self.model, self.opt)
             self.meter.reference_rest(self.ref, cfg.zero_stage)
-        norm = torch.nn.utils.clip_grad_norm_(self.params, cfg.max_grad_norm)
+        # max_grad_norm 0 turns clipping off; the norm is still reported.
+        clip = cfg.max_grad_norm if cfg.max_grad_norm > 0 else float("inf")
+        norm = torch.nn.utils.clip_grad_norm_(self.params, clip)
         norm = norm.full_tensor() if hasattr(norm, "full_tensor") else norm
         self.opt.step()
         self.opt.zero_grad(set_to_none=True)
@@ -210,6 +207,13 @@ def _reference_fn(model: torch.nn.Module, ref: torch.nn.Module | None) -> Any:
     if ref is not None:
         return lambda b: losses.sequence_logps(ref, b)
     inner = unwrap(model)  # call the PeftModel itself: no DDP bookkeeping for a no-grad pass
+    if hasattr(model, "set_requires_gradient_sync"):
+        # peft's disable_adapter() flips the adapters' requires_grad off. FSDP2 fixes each
+        # group's gradient dtype from requires_grad at its first forward (lazy init), so
+        # that first forward must see the adapters trainable: a one-token warm-up pass.
+        first = next(p for p in model.parameters() if p.requires_grad)
+        with torch.no_grad():
+            model(input_ids=torch.zeros((1, 1), dtype=torch.long, device=first.device))
 
     def with_adapters_off(b: dict[str, torch.Tensor]) -> torch.Tensor:
         with inner.disable_adapter():

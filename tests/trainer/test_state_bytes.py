@@ -1,0 +1,89 @@
+"""Measured per-rank model-state bytes vs the planning core's estimate (contracts section 3).
+
+Every stage x precision x LoRA x method combination on 2 CPU ranks (gloo), measured by the
+trainer itself (VERI_MEASURE_STATES=1) at step 2, compared with `states_bytes_per_gpu` of
+`veri_tui.plan` within 2%. All jobs run in one torchrun (tests/trainer/run_many.py).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from trainer_jobs import REPO, write_job
+
+COMBOS = list(itertools.product(("sft_text", "dpo"), (0, 2, 3), ("bf16", "fp32"), (0, 4)))
+# The DPO reference under FSDP2 keeps its shard (2 bytes/param / dp) between forwards and
+# is gathered whole (2 bytes/param) for each forward; contracts section 3 counts only the
+# whole copy. Measured, not fudged: reported to the lead so the formula can change.
+KNOWN_GAP = {(m, z, p, r) for m, z, p, r in COMBOS if m == "dpo" and z in (2, 3) and r == 0}
+
+
+def _name(combo: tuple) -> str:
+    return "{}-z{}-{}-lora{}".format(*combo)
+
+
+@pytest.fixture(scope="module")
+def measured(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple, dict]:
+    root = tmp_path_factory.mktemp("states")
+    jobs = {}
+    for combo in COMBOS:
+        method, stage, precision, lora = combo
+        jobs[combo] = write_job(
+            root / _name(combo),
+            method=method,
+            dataset="dpo" if method == "dpo" else "text",
+            zero_stage=stage,
+            precision=precision,
+            lora_rank=lora,
+            max_steps=2,
+            micro_batch_size=2,
+        )
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "VERI_MEASURE_STATES": "1"}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2"]
+    cmd += [str(REPO / "tests" / "trainer" / "run_many.py"), *map(str, jobs.values())]
+    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = {}
+    for combo, job in jobs.items():
+        spec = json.loads(job.read_text())["spec"]
+        files = [job.parent / "measured" / f"rank-{r}.json" for r in (0, 1)]
+        ranks = [json.loads(f.read_text()) for f in files]
+        out[combo] = {"plan": spec["states_bytes_per_gpu"], "ranks": ranks}
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize(
+    "combo",
+    [
+        pytest.param(
+            c,
+            id=_name(c),
+            marks=[pytest.mark.xfail(strict=True, reason="DPO reference shard not in contract")]
+            if c in KNOWN_GAP
+            else [],
+        )
+        for c in COMBOS
+    ],
+)
+def test_measured_states_match_plan(measured: dict, combo: tuple) -> None:
+    got = measured[combo]
+    for rank in got["ranks"]:
+        assert rank["total"] == pytest.approx(got["plan"], rel=0.02), (rank, got["plan"])
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_known_gap_is_exactly_the_reference_shard(measured: dict) -> None:
+    """Where the plan and the runtime differ, the difference is the resident ref shard."""
+    for combo in KNOWN_GAP:
+        got = measured[combo]
+        for rank in got["ranks"]:
+            assert rank["ref_shard"] > 0
+            assert rank["total"] - rank["ref_shard"] == pytest.approx(got["plan"], rel=0.02)

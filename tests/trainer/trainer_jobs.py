@@ -1,0 +1,89 @@
+"""Test helpers: write job.json files from the planning core and run the trainer under torchrun.
+
+The spec follows docs/interfaces.md section 2, with the plan header, resolved_parallelism and
+states estimate taken from `veri_tui.plan.plan(...)`, as the launcher would write them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from veri_tui.plan import plan
+
+REPO = Path(__file__).resolve().parents[2]
+TINY = REPO / "assets" / "tiny-model"
+DATA = REPO / "assets" / "data"
+DATASETS = {
+    "text": DATA / "sft.jsonl",
+    "messages": DATA / "sft_messages.jsonl",
+    "prompt_completion": DATA / "sft_prompt_completion.jsonl",
+    "dpo": DATA / "dpo.jsonl",
+}
+# Settings under which the tiny model learns visibly within a few dozen CPU steps.
+FAST = {"learning_rate": 3e-3, "warmup_steps": 2, "gradient_checkpointing": True}
+
+
+def write_job(
+    job_dir: Path,
+    *,
+    method: str = "sft_text",
+    dataset: str | Path = "text",
+    gpu_count: int = 2,
+    model: Path = TINY,
+    **hyperparameters: Any,
+) -> Path:
+    """Plan with veri_tui.plan and write <job_dir>/job.json; returns its path."""
+    hp = {**FAST, **hyperparameters}
+    record = plan(model=str(TINY), method=method, gpu="L4-24GB", gpu_count=gpu_count, **hp)
+    d = record.to_dict()
+    data_path = DATASETS.get(str(dataset), Path(dataset))
+    spec = {
+        "method": method,
+        "model": str(model),
+        "model_path": str(model),
+        "dataset": str(data_path),
+        "output_dir": str(job_dir / "output"),
+        "gpu": "L4-24GB",
+        "gpu_count": gpu_count,
+        "nproc_per_node": gpu_count,
+        "device": "auto",
+        "hyperparameters": hp,
+        "resolved_parallelism": d["resolved_parallelism"],
+        "plan_header": [*d["header_lines"], d["plan_line"]],
+        "states_bytes_per_gpu": d["states_bytes_per_gpu"],
+    }
+    job_dir.mkdir(parents=True, exist_ok=True)
+    path = job_dir / "job.json"
+    job = {"job_id": job_dir.name, "status": "running", "spec": spec, "error": None}
+    path.write_text(json.dumps(job, indent=1))
+    return path
+
+
+def run_trainer(
+    job: Path, nproc: int, env: dict[str, str] | None = None, timeout: float = 120
+) -> subprocess.CompletedProcess:
+    """`torchrun --nproc-per-node N -m trainer --job JOB` with one thread per CPU rank."""
+    full_env = {**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}
+    full_env.pop("VERI_FAULT", None) if "VERI_FAULT" not in (env or {}) else None
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc)]
+    cmd += ["--log-dir", str(job.parent / "elastic"), "-m", "trainer", "--job", str(job)]
+    return subprocess.run(
+        cmd, cwd=REPO, env=full_env, capture_output=True, text=True, timeout=timeout
+    )
+
+
+def metrics(job_dir: Path) -> list[dict[str, Any]]:
+    """The metric lines rank 0 wrote."""
+    path = job_dir / "metrics.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def failure(job_dir: Path, rank: int) -> dict[str, Any] | None:
+    """failures/rank-<r>.json, or None when that rank left none."""
+    path = job_dir / "failures" / f"rank-{rank}.json"
+    return json.loads(path.read_text()) if path.exists() else None
