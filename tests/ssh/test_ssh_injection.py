@@ -16,7 +16,7 @@ import pytest
 from trainer.supervise import job_processes
 from veri_tui.launch.spec import BUNDLED_DATASETS
 from veri_tui.launch.ssh.connection import Connection
-from veri_tui.launch.ssh.preflight import run_preflight
+from veri_tui.launch.ssh.remote_model import locate_model
 from veri_tui.plan.sources import bundled_tiny_model
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(90)]
@@ -42,9 +42,8 @@ def test_arguments_arrive_literally(ssh_env, tmp_path: Path) -> None:
         assert conn.run(["printf", "%s", text]).stdout == text.encode()
     code = "import sys; print(repr(sys.argv[1:]))"
     assert conn.run([sys.executable, "-c", code, *EVIL]).text.strip() == repr(EVIL)
-    pf = run_preflight(conn, model=f"org/{EVIL[1]}", gpu_count=1)
-    assert [e.key for e in pf.problems] == ["model"]
-    assert EVIL[1] in pf.problems[0].message
+    for text in EVIL:  # model ids are looked up over SFTP, never through a shell
+        assert locate_model(conn.sftp(), f"org/{text}", str(tmp_path)) is None
     conn.close()
     assert _canaries(tmp_path) == []
 

@@ -20,6 +20,7 @@ from veri_tui.launch.spec import BUNDLED_DATASETS, check_job, new_job_id
 from veri_tui.launch.ssh import files, registry
 from veri_tui.launch.ssh.connection import Connection, command_line
 from veri_tui.launch.ssh.preflight import Preflight, remote_python, run_preflight
+from veri_tui.launch.ssh.remote_model import expand_home
 from veri_tui.launch.ssh.target import RemoteTarget
 
 
@@ -34,6 +35,20 @@ def _dataset(job: Any) -> Path:
     if job.dataset:
         return Path(job.dataset).expanduser().resolve()
     return BUNDLED_DATASETS[job.method]
+
+
+def _check_output(conn: Connection, job: Any, pf: Preflight) -> Any:
+    """The output dir is a path on the host: `~` expanded there, refused when not empty."""
+    output = expand_home(job.output, pf.home)
+    if not output.startswith("/"):
+        raise VeriError(f"{job.output}: give an absolute or ~/ path on {pf.host}", key="output")
+    sftp = conn.sftp()
+    if files.exists(sftp, output) and (not files.is_dir(sftp, output) or sftp.listdir(output)):
+        raise VeriError(
+            f"{output} already exists on {pf.host} and is not empty; choose another --output",
+            key="output",
+        )
+    return job.model_copy(update={"output": output})
 
 
 def plan_for_host(job: Any, pf: Preflight) -> tuple[Any, Any]:
@@ -142,6 +157,8 @@ def launch(
             dataset_bytes=dataset.stat().st_size,
         )
         pf.check()
+        if job_config.output:
+            job_config = _check_output(conn, job_config, pf)
         job, plan = plan_for_host(job_config, pf)
         job_id = new_job_id()
         jobs_dir = posixpath.join(pf.veri_home, "jobs")
