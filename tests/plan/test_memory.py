@@ -58,7 +58,9 @@ def test_states_per_case(
         3: ceil_div(sharded, dp),
     }[stage]
     if method == "dpo" and rank == 0:
-        expected += 2 * n  # the reference model, whole on every GPU
+        expected += 2 * n  # the reference model, whole on every GPU for its forward
+        if stage:
+            expected += ceil_div(2 * n, dp)  # and its FSDP2 shard, resident (measured)
     est = estimate_states(
         info, precision=precision, zero_stage=stage, dp=dp, lora_rank=rank, dpo=method == "dpo"
     )
@@ -109,3 +111,16 @@ def test_dpo_lora_has_no_reference_copy(infos: dict[str, ModelInfo]) -> None:
     dpo = estimate_states(info, precision="bf16", zero_stage=0, dp=2, lora_rank=8, dpo=True)
     assert sft.states_bytes_per_gpu == dpo.states_bytes_per_gpu
     assert not dpo.dpo_reference
+
+
+def test_dpo_reference_shard_is_resident_under_fsdp2(infos: dict[str, ModelInfo]) -> None:
+    # Measured by the trainer (tests/trainer/test_state_bytes.py): the reference keeps its
+    # 2 x N / dp shard beside the whole copy gathered for its forward.
+    info = infos["qwen3-0.6b"]
+    n = info.parameter_count
+    sft = estimate_states(info, precision="bf16", zero_stage=3, dp=2)
+    dpo = estimate_states(info, precision="bf16", zero_stage=3, dp=2, dpo=True)
+    assert dpo.states_bytes_per_gpu - sft.states_bytes_per_gpu == 2 * n + n
+    assert dpo.components["reference"] == 3 * n
+    ddp = estimate_states(info, precision="bf16", zero_stage=0, dp=2, dpo=True)
+    assert ddp.components["reference"] == 2 * n  # DDP: one whole copy, nothing sharded

@@ -41,8 +41,10 @@ def min_gpu_count(job: JobConfig, info: ModelInfo, gpu: GPU) -> int | None:
         sharded = FROZEN_BYTES * n + b * info.adapter_parameters(hp.lora_rank)
         whole = 0
     else:
-        sharded = b * n
-        whole = FROZEN_BYTES * n if job.method == "dpo" else 0
+        dpo = job.method == "dpo"
+        # A DPO reference is whole on every GPU, and its shard is resident too (memory.py).
+        sharded = b * n + (FROZEN_BYTES * n if dpo else 0)
+        whole = FROZEN_BYTES * n if dpo else 0
     room = gpu.budget_bytes - whole
     if room <= 0:
         return None
@@ -93,6 +95,9 @@ def suggestions_for(job: JobConfig, info: ModelInfo, gpu: GPU, stage: int) -> li
         host = f", {gb(est.host_bytes_per_node)} host memory per node"
         out.append(_entry({"cpu_offload": True}, est.states_bytes_per_gpu, budget, host))
     k = min_gpu_count(job, info, gpu)
+    # Per-part rounding can put the closed form one byte over: step up until it fits.
+    while k is not None and k < MAX_SUGGESTED_GPUS and states(zero_stage=3, dp=k) > budget:
+        k += 1
     if k is not None and k > dp:
         out.append(_entry({"gpu_count": k}, states(zero_stage=3, dp=k), budget))
     if hp.precision == "fp32":
