@@ -59,6 +59,13 @@ def test_launch_refuses_every_problem_at_once_and_starts_nothing(home, tmp_path,
     assert not (home / "jobs").exists()
 
 
+def test_launch_refuses_a_missing_model_path(home: Path, tmp_path: Path, capsys) -> None:
+    assert main(["launch", "--model", str(tmp_path / "no-model"), "--gpu-count", "2"]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].startswith(f"error: model: {tmp_path / 'no-model'}")
+    assert not (home / "jobs").exists()
+
+
 @pytest.mark.parametrize("argv", [["logs", "nope"], ["logs", "nope", "-f"], ["cancel", "nope"]])
 def test_unknown_job_is_one_error_line_and_exit_2(home, capsys, argv) -> None:
     assert main(argv) == 2
