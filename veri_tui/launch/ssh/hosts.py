@@ -129,7 +129,10 @@ def resolve_host(
         identity_files=tuple(os.path.expanduser(p) for p in opts.get("identityfile", [])),
         proxy_jump=tuple(j for j in jumps.split(",") if j and jumps.lower() != "none"),
         proxy_command=opts.get("proxycommand"),
-        known_hosts=known_hosts or (os.path.expanduser(files[0]) if files else None),
+        # The caller's file, then $VERI_KNOWN_HOSTS, then the config's, then ~/.ssh/known_hosts.
+        known_hosts=known_hosts
+        or os.environ.get("VERI_KNOWN_HOSTS")
+        or (os.path.expanduser(files[0]) if files else None),
         connect_timeout=timeout,
         identities_only=opts.get("identitiesonly", "no").lower() == "yes",
     )
