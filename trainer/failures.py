@@ -291,9 +291,14 @@ def append_report(log_path: Path, error: dict[str, Any], plan_line: str) -> None
         lines.append(plan_line)
     if error.get("traceback"):
         lines.append(str(error["traceback"]).rstrip("\n"))
+    append_lines(log_path, lines)
+
+
+def append_lines(log_path: Path, lines: list[str]) -> None:
+    """Append whole lines to the rank-0 log, starting on a fresh line: a rank killed
+    mid-write may have left a partial last line."""
     with open(log_path, "a", encoding="utf-8") as fh:
-        # A rank killed mid-write may leave a partial last line: start the report on its own.
-        if log_path.exists() and log_path.stat().st_size:
+        if log_path.stat().st_size:
             with open(log_path, "rb") as rf:
                 rf.seek(-1, os.SEEK_END)
                 if rf.read(1) != b"\n":

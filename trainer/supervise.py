@@ -204,7 +204,7 @@ class Supervisor:
             time.sleep(0.2)
         if self.cancel_requested:
             end_processes(self.job_path, child=child)
-            return self.finish(child.wait(), "cancelled", None)
+            return self.cancelled(child.wait())
         code = child.returncode
         if code == 0:
             return self.finish(code, "succeeded", None)
@@ -216,7 +216,7 @@ class Supervisor:
                 time.sleep(0.5)  # each check scans /proc: keep it cheap on a busy node
             if self.cancel_requested:
                 end_processes(self.job_path)
-                return self.finish(code, "cancelled", None)
+                return self.cancelled(code)
             msg = f"torchrun was killed by signal {-code}; its ranks were left without their agent"
             error = failures.job_error("RANK_LOST", msg, int(spec.get("gpu_count") or 1))
         world = int(spec.get("gpu_count") or 1)
@@ -238,6 +238,11 @@ class Supervisor:
             self.finish(1, "failed", error)
         except (OSError, ValueError):
             pass  # job.json itself is unusable: the launcher reports the job lost
+
+    def cancelled(self, code: int) -> int:
+        # Said in the log too, so whoever follows it sees why it stopped.
+        failures.append_lines(self.job_dir / "log.txt", ["job cancelled: every rank ended"])
+        return self.finish(code, "cancelled", None)
 
     def finish(self, code: int, status: str, error: dict[str, Any] | None) -> int:
         write_text_atomic(self.job_dir / "exit_code", f"{code}\n")

@@ -159,6 +159,7 @@ def test_cancel_ends_every_rank_within_10s(home: Path) -> None:
     assert out.returncode == 0 and f"job {job_id} cancelled" in out.stdout
     assert time.monotonic() - t0 < 10  # the contract's bound (issue 4)
     assert json.loads((job_dir / "job.json").read_text())["status"] == "cancelled"
+    assert (job_dir / "log.txt").read_text().endswith("\njob cancelled: every rank ended\n")
     assert not leftover_pids(job_dir) and not any(pid_alive(p) for p in ranks)
 
 

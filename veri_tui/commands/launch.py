@@ -51,9 +51,8 @@ def run(args: argparse.Namespace) -> int:
     final = jobs.get_job(job_id)
     if final["status"] == "succeeded":
         return 0
-    error = final.get("error") or {}
-    detail = error.get("summary") or final["status"]
-    print(f"job {job_id} {final['status']}: {detail}", file=sys.stderr)
+    summary = (final.get("error") or {}).get("summary")
+    print(f"job {job_id} {final['status']}" + (f": {summary}" if summary else ""), file=sys.stderr)
     return 1
 
 
