@@ -87,3 +87,24 @@ def failure(job_dir: Path, rank: int) -> dict[str, Any] | None:
     """failures/rank-<r>.json, or None when that rank left none."""
     path = job_dir / "failures" / f"rank-{rank}.json"
     return json.loads(path.read_text()) if path.exists() else None
+
+
+def run_many(jobs: list[Path], env: dict[str, str] | None = None, timeout: float = 240) -> None:
+    """Run several jobs in one 2-rank torchrun (tests/trainer/run_many.py); assert success."""
+    full_env = {**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2"]
+    cmd += [str(REPO / "tests" / "trainer" / "run_many.py"), *map(str, jobs)]
+    proc = subprocess.run(
+        cmd, cwd=REPO, env=full_env, capture_output=True, text=True, timeout=timeout
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+
+
+def checkpoint_tensors(folder: Path) -> dict[str, Any]:
+    """A committed DCP checkpoint's model tensors, read without a process group."""
+    import torch
+    from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+
+    out = folder.parent / f"{folder.name}.pt"
+    dcp_to_torch_save(folder, out)
+    return torch.load(out, weights_only=False)["model"]
