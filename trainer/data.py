@@ -149,7 +149,7 @@ def load_dataset(path: Path, method: str, tok: Any, max_len: int) -> list[Any]:
     """Check and tokenize the whole file: Examples (sft_text) or (chosen, rejected) pairs."""
     out = []
     for no, row in read_rows(path):
-        where = f"{Path(path).name} line {no}"
+        where = f"{path} line {no}"
         if method == "dpo":
             out.append(encode_dpo(tok, row, where, max_len))
         else:

@@ -1,0 +1,88 @@
+"""Per-rank failure records from real 2-rank torchrun jobs (gloo).
+
+Bad input (a malformed data row, a missing weights file) fails on every rank with the
+customer's code; an injected CUDA OOM (VERI_FAULT, the one thing mocked) is blamed on the
+rank that raised it while its peer is marked a peer failure; a checkpoint save that raises
+DCP's CheckpointException (a BaseException) still leaves a record. The end-to-end report
+through the supervisor is tested with the supervisor.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+from trainer_jobs import DATASETS, TINY, failure, run_trainer, write_job
+
+from trainer.errors import ATTRIBUTION
+
+
+def _elastic_error_files(job_dir: Path) -> list[Path]:
+    return sorted((job_dir / "elastic").glob("*/attempt_*/*/error.json"))
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_malformed_row_is_a_data_error_on_every_rank(tmp_path: Path) -> None:
+    lines = DATASETS["text"].read_text().splitlines()
+    lines[6] = '{"text": "unterminated'
+    data = tmp_path / "broken.jsonl"
+    data.write_text("\n".join(lines) + "\n")
+    job = write_job(tmp_path / "job", dataset=data, max_steps=2)
+    proc = run_trainer(job, 2)
+    assert proc.returncode != 0
+    for rank in (0, 1):
+        rec = failure(tmp_path / "job", rank)
+        assert rec["code"] == "DATA_ERROR" and ATTRIBUTION[rec["code"]] == "customer"
+        assert rec["rank"] == rank and rec["local_rank"] == rank and rec["world_size"] == 2
+        assert rec["message"].startswith(f"{data} line 7: not valid JSON")
+        assert not rec["peer_failure"] and rec["time_ns"] > 10**18
+        assert "DataError" in rec["traceback"]
+    assert len(_elastic_error_files(tmp_path / "job")) == 2  # torch elastic's `record` too
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_missing_weights_file_is_a_model_load_error(tmp_path: Path) -> None:
+    model = tmp_path / "model"
+    shutil.copytree(TINY, model)
+    (model / "model.safetensors").unlink()
+    job = write_job(tmp_path / "job", model=model, max_steps=2)
+    proc = run_trainer(job, 2)
+    assert proc.returncode != 0
+    for rank in (0, 1):
+        rec = failure(tmp_path / "job", rank)
+        assert rec["code"] == "MODEL_LOAD_ERROR" and rec["rank"] == rank
+        assert str(model) in rec["message"] and "model.safetensors" in rec["message"]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_injected_oom_blames_its_rank_not_the_peer(tmp_path: Path) -> None:
+    job = write_job(tmp_path / "job", zero_stage=3, max_steps=4)
+    proc = run_trainer(job, 2, env={"VERI_FAULT": "oom:1:2"})
+    assert proc.returncode != 0
+    rec = failure(tmp_path / "job", 1)
+    assert rec["code"] == "CUDA_OOM" and rec["type"] == "OutOfMemoryError"
+    assert rec["message"].startswith("CUDA out of memory. Tried to allocate 2.00 GiB")
+    assert not rec["peer_failure"]
+    peer = failure(tmp_path / "job", 0)  # SIGTERM may end rank 0 before it notices
+    if peer is not None:
+        assert peer["peer_failure"] and peer["code"] == "COMM_ERROR"
+        assert peer["time_ns"] > rec["time_ns"]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_checkpoint_exception_still_leaves_a_record(tmp_path: Path) -> None:
+    job = write_job(tmp_path / "job", max_steps=4, checkpoint_steps=2)
+    proc = run_trainer(job, 2, env={"VERI_FAULT": "ckpt_raise:0:2"})
+    assert proc.returncode != 0
+    rec = failure(tmp_path / "job", 0)
+    assert rec["code"] == "UNKNOWN" and not rec["peer_failure"]
+    assert rec["message"].startswith("checkpoint step-2 failed (")
+    assert "bytes free on the checkpoint disk" in rec["message"]
+    assert "CheckpointException" in rec["traceback"]
+    ckpts = tmp_path / "job" / "checkpoints"
+    assert not (ckpts / "step-2").exists() and not (ckpts / "step-2.tmp").exists()
