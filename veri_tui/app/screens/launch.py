@@ -9,7 +9,6 @@ dialog; the fingerprint the user accepts is passed on to the launcher (`trust_ho
 from __future__ import annotations
 
 import importlib.util
-import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -53,7 +52,6 @@ class LaunchScreen(Screen):
     def compose(self) -> ComposeResult:
         with Vertical(id="launch-form"):
             yield Static("Launch", classes="form-section")
-            yield Static("", id="launch-plan")
             with Horizontal(classes="field-line"):
                 yield Label("target", classes="field-label")
                 yield Select([(LOCAL, LOCAL)], value=LOCAL, allow_blank=False, id="target")
@@ -125,7 +123,7 @@ class LaunchScreen(Screen):
         try:
             job = core.job_from_fields(fields)
             record = core.plan_job(job, self.info)
-            checks.append(("plan", True, record.to_dict()["plan_line"]))
+            checks.append(("plan", True, record.to_dict()["plan_line"].removeprefix("plan: ")))
             if host is None:
                 from veri_tui.launch.spec import build_record
 
@@ -136,10 +134,11 @@ class LaunchScreen(Screen):
                 checks.append(("model", True, rec["spec"]["model_path"]))
                 checks.append(("dataset", True, rec["spec"]["dataset"]))
                 checks.append(("output", True, str(fields.get("output") or "job folder")))
+                # find_spec of a top-level name locates it without importing it (torch stays
+                # out of the app's process); the supervisor runs `python -m torch.distributed.run`.
                 has_torch = importlib.util.find_spec("torch") is not None
-                checks.append(("torch", has_torch, "installed" if has_torch else "missing"))
-                runner = shutil.which("torchrun")
-                checks.append(("torchrun", bool(runner), runner or "not on PATH"))
+                detail = "installed" if has_torch else "missing: pip install torch"
+                checks.append(("torch", has_torch, detail))
             else:
                 from veri_tui.launch.ssh.connection import Connection
                 from veri_tui.launch.ssh.preflight import run_preflight

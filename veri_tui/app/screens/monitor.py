@@ -23,9 +23,10 @@ from textual.worker import get_current_worker
 from veri_tui.app.messages import JobUpdate
 from veri_tui.app.widgets.charts import LossChart
 from veri_tui.app.widgets.failure_panel import FailurePanel
+from veri_tui.errors import VeriError
 
 TERMINAL = ("succeeded", "failed", "cancelled")
-POLL_S = 0.25
+POLL_S = 0.5
 
 
 def metric_of(line: str) -> dict[str, Any] | None:
@@ -89,6 +90,9 @@ class MonitorScreen(Screen):
 
     def on_mount(self) -> None:
         self.query_one(FailurePanel).display = False
+        # Without a total the bar animates at frame rate, which costs the CPU the ranks need:
+        # it appears with the first metric line instead.
+        self.query_one(ProgressBar).display = False
         self.follow()
 
     @work(thread=True, exclusive=True, group="follow")
@@ -99,19 +103,28 @@ class MonitorScreen(Screen):
 
         worker = get_current_worker()
         offset = 0
+        last: dict[str, Any] | None = None
         while not worker.is_cancelled:
             try:
                 # The record first: once it says the job ended, the log read after it holds
                 # everything, so an empty read then means the log is drained.
                 record = jobs.get_job(self.job_id)
                 found, offset = split_lines(jobs.read_log(self.job_id, offset), offset)
-            except Exception as exc:  # noqa: BLE001 - shown on screen; the poll goes on
+            except VeriError as exc:
+                self.post_message(JobUpdate(self.job_id, None, error=str(exc)))
+                if any(e.key == "job" for e in exc.errors):
+                    return  # no such job: nothing will appear by polling
+                time.sleep(1.0)
+                continue
+            except OSError as exc:  # a dropped connection or a file mid-replace: retry
                 self.post_message(JobUpdate(self.job_id, None, error=str(exc)))
                 time.sleep(1.0)
                 continue
             lines = [line.text for line in found]
             metrics = [m for m in map(metric_of, lines) if m is not None]
-            self.post_message(JobUpdate(self.job_id, record, lines, metrics))
+            if lines or record != last:  # an idle poll costs the UI nothing
+                self.post_message(JobUpdate(self.job_id, record, lines, metrics))
+                last = record
             if record.get("status") in TERMINAL and not found:
                 # A last line without its newline will never be completed now: show it.
                 rest = jobs.read_log(self.job_id, offset).decode("utf-8", "replace")
@@ -133,6 +146,9 @@ class MonitorScreen(Screen):
             )
         if update.lines:
             self.query_one(Log).write_lines(update.lines)
+        # The failure panel or the progress bar may appear and shrink the log: keep its tail
+        # (the newest lines) in view once the new layout is known.
+        self.call_after_refresh(self.query_one(Log).scroll_end, animate=False)
         if update.metrics:
             self.metrics += update.metrics
             self.query_one(LossChart).points = tuple(
@@ -147,8 +163,8 @@ class MonitorScreen(Screen):
         bar = self.query_one(ProgressBar)
         if total:
             bar.update(total=int(total), progress=step)
-        where = rec.get("host") or "local"
-        parts = [f"job {self.job_id} on {where}", f"status {self.status}"]
+            bar.display = True
+        parts = [f"status {self.status}"]
         if total:
             parts.append(f"step {step}/{total}")
         started, ended = _ts(rec.get("started_at")), _ts(rec.get("ended_at"))
@@ -159,6 +175,7 @@ class MonitorScreen(Screen):
             parts.append(f"ETA {fmt_duration(elapsed / step * (int(total) - step))}")
         if last.get("tokens_per_s"):
             parts.append(f"{float(last['tokens_per_s']):.0f} tok/s")
+        parts.append(f"job {self.job_id} ({rec.get('host') or 'local'})")
         self.query_one("#mon-status", Static).update("  ".join(parts))
         self.set_class(self.status == "failed", "-failed")
 

@@ -106,4 +106,8 @@ class LossChart(Widget):
             return Text("loss: no step reported yet", style="dim")
         xs = [p[0] for p in self.points]
         ys = [p[1] for p in self.points]
-        return render_chart([("", xs, ys, None)], self.size.width, self.size.height, "loss")
+        # Whole steps on the x axis: at most ~6 ticks, always the first and the last step.
+        every = max(1, -(-(xs[-1] - xs[0]) // 5))
+        ticks = sorted({*range(xs[0], xs[-1], every), xs[-1]})
+        width, height = self.size.width, self.size.height
+        return render_chart([("", xs, ys, None)], width, height, "loss vs step", ticks)

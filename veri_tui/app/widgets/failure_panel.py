@@ -39,13 +39,13 @@ class FailurePanel(Widget):
         out.append(f"code {code}", style="bold")
         out.append(f"  attribution {attribution}", style="bold")
         out.append(f" ({_ATTRIBUTION_NOTE.get(attribution, '')})\n", style="dim")
-        if err.get("rank") is not None:
+        summary = err.get("summary") or err.get("message") or ""
+        if err.get("rank") is not None and not summary.startswith("rank "):
             world = err.get("world_size", "?")
             out.append(
                 f"rank {err['rank']}/{world} (node {err.get('node', 0)}, "
                 f"local_rank {err.get('local_rank', err['rank'])})\n"
             )
-        summary = err.get("summary") or err.get("message") or ""
         if summary:
             out.append(f"{summary}\n")
         if err.get("message") and err.get("message") not in summary:
