@@ -138,8 +138,8 @@ async def test_model_picker(veri_home: Path, tmp_path: Path) -> None:
         assert "Qwen3ForCausalLM" in details and "parameters" in details
         inp = picker.query_one("#model-input", Input)
         inp.focus()
-        inp.value = "nobody/no-such-mode"
-        await pilot.press("l", "enter")
+        inp.value = "nobody/no-such-model"
+        await pilot.press("enter")
         await _settle(pilot)
         assert "HF_HUB_OFFLINE" in str(picker.query_one("#model-details", Static).render())
         inp.value = str(big)
