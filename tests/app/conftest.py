@@ -151,3 +151,25 @@ def _header_only(path: Path, tensors: dict[str, tuple[str, list[int]]]) -> None:
     with path.open("wb") as fh:
         fh.write(struct.pack("<Q", len(blob)) + blob)
         fh.truncate(8 + len(blob) + offset)
+
+
+async def editor_ready(pilot, timeout: float = 20.0) -> None:
+    """Wait for the start screen to give way to the plan editor and its model read to end."""
+    import asyncio
+    import time
+
+    from veri_tui.app.screens.plan_editor import PlanEditorScreen
+
+    deadline = time.monotonic() + timeout
+    while True:
+        screen = pilot.app.screen
+        if isinstance(screen, PlanEditorScreen):
+            await pilot.app.workers.wait_for_complete()
+            await pilot.pause()
+            if screen.info is not None or "headers..." not in str(
+                screen.query_one("#model-line").render()
+            ):
+                return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"the plan editor was not ready within {timeout} s")
+        await asyncio.sleep(0.02)

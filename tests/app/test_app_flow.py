@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import editor_ready
 from textual.widgets import Button, DataTable, Input, ProgressBar, Select, Static
 
 from veri_tui.app import create_app
@@ -84,8 +85,7 @@ async def _launch(pilot, *, max_steps: int, dataset: str | None = None) -> Monit
 async def test_whole_flow_plan_refuse_fix_launch_watch(veri_home: Path) -> None:
     app = create_app()
     async with app.run_test(size=(120, 40)) as pilot:
-        await app.workers.wait_for_complete()
-        await pilot.pause()
+        await editor_ready(pilot)
         editor = app.screen
         assert isinstance(editor, PlanEditorScreen)
         assert "tiny-model (bundled)" in str(editor.query_one("#model-line", Static).render())
@@ -118,7 +118,7 @@ async def test_bad_data_row_shows_failure_panel(veri_home: Path, tmp_path: Path)
     bad.write_text("\n".join(rows[:6] + ['{"text": "unterminated'] + rows[6:]) + "\n")
     app = create_app()
     async with app.run_test(size=(120, 40)) as pilot:
-        await app.workers.wait_for_complete()
+        await editor_ready(pilot)
         monitor = await _launch(pilot, max_steps=3, dataset=str(bad))
         await _wait(pilot, lambda: monitor.status == "failed", 90, "the job to fail")
         await pilot.pause(0.5)
@@ -133,7 +133,7 @@ async def test_bad_data_row_shows_failure_panel(veri_home: Path, tmp_path: Path)
 async def test_quit_during_run_then_reattach_from_jobs(veri_home: Path) -> None:
     app = create_app()
     async with app.run_test(size=(120, 40)) as pilot:
-        await app.workers.wait_for_complete()
+        await editor_ready(pilot)
         monitor = await _launch(pilot, max_steps=8)
         job_id = monitor.job_id
         await _wait(pilot, lambda: monitor.status == "running", 60, "the job to run")
@@ -143,7 +143,7 @@ async def test_quit_during_run_then_reattach_from_jobs(veri_home: Path) -> None:
 
     app = create_app()
     async with app.run_test(size=(120, 40)) as pilot:
-        await app.workers.wait_for_complete()
+        await editor_ready(pilot)
         await pilot.press("ctrl+b")
         await _wait(pilot, lambda: isinstance(app.screen, JobsScreen), 5, "jobs screen")
         table = app.screen.query_one(DataTable)

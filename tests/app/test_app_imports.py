@@ -33,8 +33,6 @@ create_app().run(headless=True, size=(100, 30), auto_pilot=pilot)
 
 @pytest.mark.timeout(60)
 def test_app_process_never_imports_torch(veri_home: Path) -> None:
-    out = subprocess.run(
-        [sys.executable, "-c", SCRIPT], capture_output=True, text=True, timeout=50
-    )
+    out = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, timeout=50)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split() == ["False", "True"], out.stdout + out.stderr[-2000:]

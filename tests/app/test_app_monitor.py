@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from conftest import DATA_ERROR, PLAN_LINE, write_job
+from conftest import DATA_ERROR, PLAN_LINE, editor_ready, write_job
 from textual.widgets import DataTable, Log, ProgressBar, Static
 
 from veri_tui.app import create_app
@@ -23,6 +23,7 @@ async def test_monitor_shows_finished_job(veri_home: Path) -> None:
     write_job(veri_home, "20261129-220000-aaaa")
     app = create_app()
     async with app.run_test(size=(120, 40)) as pilot:
+        await editor_ready(pilot)
         app.open_monitor("20261129-220000-aaaa")
         await _settle(pilot)
         screen = app.screen
@@ -43,6 +44,7 @@ async def test_monitor_failure_panel(veri_home: Path) -> None:
     write_job(veri_home, "20261129-220000-bbbb", status="failed", steps=3, error=DATA_ERROR)
     app = create_app()
     async with app.run_test(size=(120, 40)) as pilot:
+        await editor_ready(pilot)
         app.open_monitor("20261129-220000-bbbb")
         await _settle(pilot)
         panel = app.screen.query_one(FailurePanel)
@@ -58,6 +60,7 @@ async def test_jobs_screen_reattaches(veri_home: Path) -> None:
     write_job(veri_home, "20261129-220000-dddd", status="failed", steps=2, error=DATA_ERROR)
     app = create_app()
     async with app.run_test(size=(100, 30)) as pilot:
+        await editor_ready(pilot)
         await pilot.press("ctrl+b")
         await _settle(pilot)
         assert isinstance(app.screen, JobsScreen)

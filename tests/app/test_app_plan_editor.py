@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from conftest import write_big_model
+from conftest import editor_ready, write_big_model
 from textual.widgets import Button, Input, Select, Static
 
 from veri_tui.app import create_app
@@ -39,7 +39,7 @@ async def _type(pilot, key: str, text: str) -> None:
 async def test_opens_on_bundled_model_and_replans_as_you_type(veri_home: Path) -> None:
     app = create_app()
     async with app.run_test(size=(120, 40)) as pilot:
-        await _settle(pilot)
+        await editor_ready(pilot)
         screen = app.screen
         assert isinstance(screen, PlanEditorScreen)
         assert "tiny-model (bundled)" in str(screen.query_one("#model-line", Static).render())
@@ -72,7 +72,7 @@ async def test_opens_on_bundled_model_and_replans_as_you_type(veri_home: Path) -
 async def test_data_parallel_rule_and_pin(veri_home: Path) -> None:
     app = create_app()
     async with app.run_test(size=(120, 40)) as pilot:
-        await _settle(pilot)
+        await editor_ready(pilot)
         screen = app.screen
         await _type(pilot, "gpu_count", "2")
         await _type(pilot, "data_parallel_size", "3")
@@ -92,7 +92,7 @@ async def test_suggestion_applied_with_one_key(veri_home: Path, tmp_path: Path) 
     big = write_big_model(tmp_path / "big-model")
     app = create_app(model=str(big))
     async with app.run_test(size=(120, 40)) as pilot:
-        await _settle(pilot)
+        await editor_ready(pilot)
         screen = app.screen
         record = screen.record
         assert record is not None and not record["fits"]
@@ -114,7 +114,7 @@ async def test_export_writes_a_toml_that_plans_the_same(veri_home: Path, tmp_pat
 
     app = create_app(workdir=tmp_path)
     async with app.run_test(size=(120, 40)) as pilot:
-        await _settle(pilot)
+        await editor_ready(pilot)
         await _type(pilot, "gpu_count", "2")
         await _type(pilot, "lora_rank", "8")
         line = _plan_line(app.screen)
@@ -129,7 +129,7 @@ async def test_model_picker(veri_home: Path, tmp_path: Path) -> None:
     big = write_big_model(tmp_path / "big-model", layers=2)
     app = create_app()
     async with app.run_test(size=(100, 30)) as pilot:
-        await _settle(pilot)
+        await editor_ready(pilot)
         await pilot.press("ctrl+o")
         await _settle(pilot)
         picker = app.screen
@@ -155,7 +155,7 @@ async def test_model_picker(veri_home: Path, tmp_path: Path) -> None:
 async def test_theme_toggle_and_palette_entries(veri_home: Path) -> None:
     app = create_app()
     async with app.run_test(size=(80, 24)) as pilot:
-        await _settle(pilot)
+        await editor_ready(pilot)
         await pilot.press("ctrl+t")
         assert app.theme == "textual-light"
         titles = [c.title for c in app.get_system_commands(app.screen)]

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import DATA_ERROR, write_job
+from conftest import DATA_ERROR, editor_ready, write_job
 from textual.widgets import Input
 
 from veri_tui.app import create_app
@@ -26,7 +26,7 @@ async def _settled(pilot) -> None:
 @pytest.mark.parametrize("size", SIZES, ids=["120x40", "80x24"])
 def test_plan_editor_snapshot(snap_compare, veri_home: Path, size: tuple[int, int]) -> None:
     async def edit(pilot) -> None:
-        await _settled(pilot)
+        await editor_ready(pilot)
         pilot.app.screen.query_one("#knob-gpu_count", Input).value = "4"
         await pilot.pause()
 
@@ -38,7 +38,7 @@ def test_run_monitor_snapshot(snap_compare, veri_home: Path, size: tuple[int, in
     write_job(veri_home, "20261129-220000-eeee", status="failed", steps=12, error=DATA_ERROR)
 
     async def open_monitor(pilot) -> None:
-        await _settled(pilot)
+        await editor_ready(pilot)
         pilot.app.open_monitor("20261129-220000-eeee")
         await pilot.pause()
         await _settled(pilot)

@@ -44,9 +44,9 @@ class VeriApp(App[int]):
         self.theme = theme
 
     def on_mount(self) -> None:
-        from veri_tui.app.screens.plan_editor import PlanEditorScreen
+        from veri_tui.app.screens.start import StartScreen
 
-        self.push_screen(PlanEditorScreen(self.initial_model))
+        self.push_screen(StartScreen(self.initial_model))
 
     # -- shared state ----------------------------------------------------------------
 
@@ -71,6 +71,14 @@ class VeriApp(App[int]):
         os.replace(tmp, self.recent_path)
 
     # -- actions -----------------------------------------------------------------------
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """No screen changes on the start screen: it replaces itself with the editor."""
+        from veri_tui.app.screens.start import StartScreen
+
+        if action == "jobs" and isinstance(self.screen, StartScreen):
+            return False
+        return True
 
     def action_jobs(self) -> None:
         from veri_tui.app.screens.jobs import JobsScreen

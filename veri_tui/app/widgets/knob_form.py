@@ -38,12 +38,17 @@ class KnobForm(VerticalScroll):
     def compose(self) -> ComposeResult:
         # One grid (label | editor, the error row spanning both) instead of a container per
         # field: a third fewer widgets, which keeps layout after each keystroke fast.
+        method = str(self._initial.get("method") or "sft_text")
         with Grid(id="knob-grid"):
             for spec in FIELDS:
                 if spec.section:
                     yield Static(spec.section, classes="form-section")
-                yield Label(spec.label, classes="field-label", id=f"label-{spec.key}")
-                yield self._editor(spec)
+                label = Label(spec.label, classes="field-label", id=f"label-{spec.key}")
+                editor = self._editor(spec)
+                # Method-specific keys (max_length, beta, ...) start hidden for other methods.
+                label.display = editor.display = not spec.methods or method in spec.methods
+                yield label
+                yield editor
                 yield Static("", classes="field-error", id=f"err-{spec.key}")
 
     def _editor(self, spec: FieldSpec) -> Input | Select[str] | Switch:
@@ -63,9 +68,6 @@ class KnobForm(VerticalScroll):
             )
         text = "" if value is None else str(value)
         return Input(text, placeholder=spec.hint, id=wid, tooltip=spec.hint)
-
-    def on_mount(self) -> None:
-        self._show_for_method(self.values().get("method", "sft_text"))
 
     def values(self) -> dict[str, Any]:
         """The keys the user set, as raw form values (strings, or bools for switches)."""
