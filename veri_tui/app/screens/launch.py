@@ -165,8 +165,12 @@ class LaunchScreen(Screen):
 
     def on_preflight_done(self, message: PreflightDone) -> None:
         if message.host_key is not None:
-            self._ask_trust(*message.host_key, then=self.action_preflight)
-            self.query_one("#preflight", Static).update(message.error or "")
+            host, fingerprint = message.host_key
+            self.query_one("#preflight", Static).update(
+                f"FAIL host: {host} is not in known_hosts (key {fingerprint}); "
+                "not trusted yet, ctrl+r asks again"
+            )
+            self._ask_trust(host, fingerprint, then=self.action_preflight)
             return
         rows = [f"{'ok  ' if ok else 'FAIL'} {name}: {info}" for name, ok, info in message.checks]
         self.query_one("#preflight", Static).update("\n".join(rows))
