@@ -35,6 +35,37 @@ def test_record_has_absolute_paths_defaults_and_the_plan_header(tmp_path: Path) 
     json.dumps(rec)  # plain JSON all the way down
 
 
+def test_remote_record_is_the_local_layout_with_the_host_paths(tmp_path: Path) -> None:
+    from veri_tui.launch.ssh.launch import remote_record
+    from veri_tui.launch.ssh.preflight import Preflight
+
+    job = load_job_config(None, gpu_count=2, sets=["max_steps=3"])
+    plan = plan_job(job)
+    local = build_record(job, plan, "20261129-000001-aaaa", tmp_path / "job")
+    facts = {"python": "3.11.7", "torch": "2.6.0", "disk_free_bytes": 10**10, "disk_path": "/"}
+    pf = Preflight("gpu-box", "python3", facts, "/home/u", "/home/u/.veri")
+    job_dir = "/home/u/.veri/jobs/20261129-000001-aaaa"
+    remote = remote_record(
+        job, plan, "20261129-000001-aaaa", job_dir, f"{job_dir}/model", "gpu-box", pf
+    )
+    assert remote.pop("preflight") == pf.summary()
+    paths = ("model", "model_path", "dataset", "output_dir")
+    assert {k: remote["spec"].pop(k) for k in paths} == {
+        "model": "tiny-model (bundled)",
+        "model_path": f"{job_dir}/model",
+        "dataset": f"{job_dir}/data/sft.jsonl",
+        "output_dir": f"{job_dir}/output",
+    }
+    assert remote.pop("host") == "gpu-box"
+    # Everything else is the local record's: same keys, same plan, same hyperparameters
+    # (created_at aside: the two may fall in different seconds).
+    for rec in (local, remote):
+        rec.pop("created_at")
+    local.pop("host")
+    local["spec"] = {k: v for k, v in local["spec"].items() if k not in paths}
+    assert remote == local
+
+
 def test_model_known_only_from_hub_metadata_is_refused(tmp_path: Path) -> None:
     job = load_job_config(None, gpu_count=1)
     plan = plan_job(job)

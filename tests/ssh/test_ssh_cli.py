@@ -1,24 +1,25 @@
 """The CLI's SSH edges: an unknown host refused with the fingerprint to trust (exit 2, one
-line), and `jobs` still listing a remote job whose host is unreachable (marked stale)."""
+line), `jobs` still listing a remote job whose host is unreachable (marked stale), and
+`launch --host` with a model and --output that only the host has (neither is planned with
+nor checked on this machine)."""
 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
+import os
+import pwd
+import secrets
+import shutil
 from pathlib import Path
 
 import pytest
+from ssh_helpers import cli
 
 from veri_tui.launch.ssh import list_jobs, registry
+from veri_tui.plan import read_model_info
+from veri_tui.plan.sources import bundled_tiny_model
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(60)]
-
-
-def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "veri_tui", *args], capture_output=True, text=True, timeout=60
-    )
 
 
 def test_unknown_host_refused_by_launch(ssh_env, tmp_path: Path, monkeypatch) -> None:
@@ -27,12 +28,12 @@ def test_unknown_host_refused_by_launch(ssh_env, tmp_path: Path, monkeypatch) ->
         ssh_env.ssh_config.read_text().replace(str(ssh_env.known_hosts), str(tmp_path / "kh"))
     )
     monkeypatch.setenv("VERI_SSH_CONFIG", str(config))
-    out = _cli("launch", "--host", ssh_env.alias, "--gpu-count", "1")
+    out = cli("launch", "--host", ssh_env.alias, "--gpu-count", "1")
     assert out.returncode == 2
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: host: ")
     assert "--trust-host SHA256:" in lines[0]
-    wrong = _cli("launch", "--host", ssh_env.alias, "--trust-host", "SHA256:nope")
+    wrong = cli("launch", "--host", ssh_env.alias, "--trust-host", "SHA256:nope")
     assert wrong.returncode == 2 and "does not match" in wrong.stderr
     assert not (tmp_path / "kh").exists()
     assert not (tmp_path / "remote-veri").exists()  # nothing was uploaded
@@ -46,5 +47,43 @@ def test_unreachable_host_listed_stale(ssh_env) -> None:
     [listed] = list_jobs()
     assert listed["stale"] is True and listed["status"] == "running"
     assert listed["host"] == "root@127.0.0.1:1"
-    out = _cli("jobs", "--json")
+    out = cli("jobs", "--json")
     assert json.loads(out.stdout)[0]["stale"] is True
+
+
+@pytest.mark.timeout(150)
+def test_launch_host_uses_a_model_and_output_only_the_host_has(ssh_env, tmp_path: Path) -> None:
+    # The host is this machine, but `~/` means two places: here the CLI's $HOME (a tmp folder),
+    # on the host the remote user's home from the password database (sshd sets HOME from it).
+    # The model is put only there; here the same output name is taken by a non-empty folder.
+    remote_home = Path(pwd.getpwuid(os.getuid()).pw_dir)
+    local_home = tmp_path / "local-home"
+    name = f".veri-test-{secrets.token_hex(4)}"
+    assert local_home / name != remote_home / name
+    (local_home / name / "out").mkdir(parents=True)
+    (local_home / name / "out" / "old.bin").write_bytes(b"x")
+    env = dict(os.environ, HOME=str(local_home))
+    job = ["--model", f"~/{name}/model", "--output", f"~/{name}/out", "--gpu-count", "1"]
+    job += ["--set", "max_steps=1", "--set", "max_seq_length=32"]
+    try:
+        shutil.copytree(bundled_tiny_model(), remote_home / name / "model")
+        # Here, both paths are refused: the model is not on this machine, the output is taken.
+        here = cli("plan", *job[:2], env=env)
+        assert here.returncode == 2 and here.stderr.startswith("error: model: "), here.stderr
+        here = cli("launch", *job, env=env)
+        assert here.returncode == 2 and here.stderr.startswith("error: output: "), here.stderr
+        out = cli("launch", "--host", ssh_env.alias, *job, "--wait", "--json", env=env)
+        assert out.returncode == 0, out.stderr
+        final = json.loads(out.stdout)
+        assert final["status"] == "succeeded", final
+        spec = final["spec"]
+        assert spec["model"] == f"~/{name}/model"
+        assert spec["model_path"] == str(remote_home / name / "model")
+        assert spec["output_dir"] == str(remote_home / name / "out")
+        # Planned on the host, from the model's headers read over SFTP there.
+        count = f"{read_model_info(str(bundled_tiny_model())).parameter_count:,}"
+        assert any(count in line for line in spec["plan_header"])
+        assert (remote_home / name / "out" / "config.json").is_file()
+        assert [p.name for p in (local_home / name / "out").iterdir()] == ["old.bin"]
+    finally:
+        shutil.rmtree(remote_home / name, ignore_errors=True)

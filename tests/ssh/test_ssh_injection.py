@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
+from ssh_helpers import cli
 
 from trainer.supervise import job_processes
 from veri_tui.launch.spec import BUNDLED_DATASETS
@@ -48,12 +48,6 @@ def test_arguments_arrive_literally(ssh_env, tmp_path: Path) -> None:
     assert _canaries(tmp_path) == []
 
 
-def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "veri_tui", *args], capture_output=True, text=True, timeout=60
-    )
-
-
 def test_cli_job_with_hostile_paths_over_ssh(
     ssh_env, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -66,23 +60,23 @@ def test_cli_job_with_hostile_paths_over_ssh(
     model = str(bundled_tiny_model())
     job_args = ["--model", model, "--gpu-count", "1", "--dataset", str(dataset)]
     job_args += ["--output", str(output), "--set", "max_steps=100000"]
-    out = _cli("launch", "--host", ssh_env.alias, *job_args)
+    out = cli("launch", "--host", ssh_env.alias, *job_args)
     assert out.returncode == 0, out.stderr
     job_id = out.stdout.strip()
     deadline = time.monotonic() + 60
-    while "plan: dp=1" not in (log := _cli("logs", job_id).stdout):
+    while "plan: dp=1" not in (log := cli("logs", job_id).stdout):
         assert time.monotonic() < deadline, log
         time.sleep(0.5)
-    listed = json.loads(_cli("jobs", "--json").stdout)
+    listed = json.loads(cli("jobs", "--json").stdout)
     mine = [r for r in listed if r["job_id"] == job_id]
     assert mine and mine[0]["host"] == ssh_env.alias and mine[0]["status"] == "running"
     spec = mine[0]["spec"]
     assert spec["output_dir"] == str(output)
     assert Path(spec["dataset"]).read_bytes() == dataset.read_bytes()
     assert Path(spec["dataset"]).name == dataset.name
-    cancel = _cli("cancel", job_id)
+    cancel = cli("cancel", job_id)
     assert cancel.stdout.strip() == f"job {job_id} cancelled", cancel.stderr
-    follow = _cli("logs", job_id, "-f")  # ends at once: the job is over
+    follow = cli("logs", job_id, "-f")  # ends at once: the job is over
     assert follow.returncode == 0 and follow.stdout.startswith("model: ")
     job_json = Path(spec["dataset"]).parent.parent / "job.json"
     assert job_processes(job_json) == []  # every rank ended (same machine as the 'remote')

@@ -12,26 +12,24 @@ import argparse
 import json
 import sys
 
+from veri_tui.commands.common import job_from_args
 from veri_tui.launch import jobs
 from veri_tui.launch.spec import check_job
 
 
 def run(args: argparse.Namespace) -> int:
     """Run `veri-tui launch`; VeriError (bad input) propagates to the CLI's exit 2."""
-    from veri_tui.plan import load_job_config, plan_job
+    from veri_tui.plan import plan_job
 
-    job = load_job_config(
-        args.config,
-        model=args.model,
-        method=args.method,
-        gpu=args.gpu,
-        gpu_count=args.gpu_count,
-        dataset=args.dataset,
-        output=args.output,
-        sets=args.sets,
-    )
-    check_job(job)  # every refusal at once, before the model is even read
-    record = plan_job(job)
+    job = job_from_args(args)
+    if args.host is None:
+        check_job(job)  # every refusal at once, before the model is even read
+        record = plan_job(job)
+    else:
+        # The model and --output are paths on the host, which this machine may not have: the
+        # SSH launch checks them there and plans after its preflight (the host's GPUs, the
+        # model's headers read over SFTP). Planning here would refuse a model only it holds.
+        record = None
     job_id = jobs.launch(job, record, host=args.host, trust_host=args.trust_host)
     if args.json:
         # One JSON object on stdout: the record now, or the final one with --wait.

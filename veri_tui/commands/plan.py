@@ -9,7 +9,8 @@ import argparse
 import json
 import sys
 
-from veri_tui.plan import load_job_config, plan_job
+from veri_tui.commands.common import job_from_args
+from veri_tui.plan import plan_job
 from veri_tui.plan.memory import gb
 from veri_tui.plan.record import PlanRecord
 
@@ -43,16 +44,7 @@ def summary_lines(rec: PlanRecord) -> list[str]:
 
 def run(args: argparse.Namespace) -> int:
     """Plan the job described by the parsed options; print text or JSON; exit status."""
-    job = load_job_config(
-        args.config,
-        model=args.model,
-        method=args.method,
-        gpu=args.gpu,
-        gpu_count=args.gpu_count,
-        dataset=args.dataset,
-        output=args.output,
-        sets=args.sets,
-    )
+    job = job_from_args(args)
     rec = plan_job(job)
     if args.json:
         json.dump(rec.to_dict(), sys.stdout, indent=2)

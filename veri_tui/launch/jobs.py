@@ -49,7 +49,8 @@ def launch(
 
     ``job_config`` is a veri_tui.plan.JobConfig, ``plan_record`` its PlanRecord. Raises
     VeriError for anything `plan` refuses, a model not on disk or a missing dataset, before
-    anything starts. ``wait`` blocks until the job has ended.
+    anything starts. ``wait`` blocks until the job has ended. With ``host`` the SSH side plans
+    on what the host has (after its preflight), so ``plan_record`` may be None there.
     """
     if host is not None:
         return _ssh().launch(job_config, plan_record, host=host, trust_host=trust_host, wait=wait)

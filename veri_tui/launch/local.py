@@ -31,7 +31,7 @@ from trainer.supervise import (
     write_json_atomic,
 )
 from veri_tui.errors import VeriError
-from veri_tui.launch.records import LogLine, follow_lines, read_record
+from veri_tui.launch.records import LogLine, follow_lines, read_record, wait_until_ended
 from veri_tui.launch.spec import veri_home
 
 # Supervisors this process started: polled so that a long-lived launcher (the app) reaps them
@@ -148,9 +148,7 @@ class LocalTarget:
 
     def wait(self, job_id: str, poll_s: float = 0.2) -> dict[str, Any]:
         """Block until the job has ended; returns its final record."""
-        while (record := self.get_job(job_id))["status"] not in TERMINAL:
-            time.sleep(poll_s)
-        return record
+        return wait_until_ended(lambda: self.get_job(job_id), poll_s)
 
     def cancel(self, job_id: str, grace: float = GRACE_S) -> dict[str, Any]:
         """End every process of the job (SIGTERM, SIGKILL after ``grace``); status cancelled.

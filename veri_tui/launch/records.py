@@ -59,14 +59,14 @@ def read_record(job_dir: Path) -> dict[str, Any]:
         created = _epoch(record.get("created_at"))
         if created is None or time.time() - created < START_TIMEOUT_S:
             return record  # just launched: the supervisor has not written its pid yet
-        return _lost(record, "its supervisor never started")
+        return lost_record(record, "its supervisor never started")
     if pid_alive(pid):
         return record
     # The supervisor may have finished between our two reads: trust the file once more.
     again = json.loads((job_dir / "job.json").read_text(encoding="utf-8"))
     if again.get("status") in TERMINAL:
         return again
-    return _lost(record, f"its supervisor (pid {pid}) is gone without recording an outcome")
+    return lost_record(record, f"its supervisor (pid {pid}) is gone without recording an outcome")
 
 
 def _epoch(iso: Any) -> float | None:
@@ -76,11 +76,20 @@ def _epoch(iso: Any) -> float | None:
         return None
 
 
-def _lost(record: dict[str, Any], why: str) -> dict[str, Any]:
+def lost_record(record: dict[str, Any], why: str) -> dict[str, Any]:
+    """The record of a job whose supervisor vanished without recording an outcome (local or
+    remote): failed, ``lost: true``, error RANK_LOST saying ``why``."""
     msg = f"job lost: {why} (machine restarted or process killed)"
     world = (record.get("spec") or {}).get("gpu_count")
     error = job_error("RANK_LOST", msg, world, summary=msg)
     return dict(record, status="failed", lost=True, error=error)
+
+
+def wait_until_ended(get_job: Callable[[], dict[str, Any]], poll_s: float) -> dict[str, Any]:
+    """Poll ``get_job()`` until the job has ended (either target); returns the final record."""
+    while (record := get_job())["status"] not in TERMINAL:
+        time.sleep(poll_s)
+    return record
 
 
 def follow_lines(

@@ -73,17 +73,31 @@ def _output_path(output: str | None, job_dir: Path) -> tuple[Path, ConfigError |
     return path, None
 
 
-def check_job(job: Any) -> None:
+def check_job(job: Any, *, output_here: bool = True) -> None:
     """Raise VeriError with every refusal found before the model is read: the planning core's
-    submit rules (what `plan` refuses), a missing dataset, an output dir already in use."""
+    submit rules (what `plan` refuses), a missing dataset, an output dir already in use.
+
+    ``output_here=False`` for a job that runs on another machine (--host): its output dir is
+    a path there, checked on that host (veri_tui.launch.ssh), not on this machine.
+    """
     from veri_tui.plan import validate
 
     errors = list(validate(job))
     data_problem = _dataset_path(job.method, job.dataset)[1]
-    output_problem = _output_path(job.output, REPO_ROOT)[1]
+    output_problem = _output_path(job.output, REPO_ROOT)[1] if output_here else None
     errors += [p for p in (data_problem, output_problem) if p is not None]
     if errors:
         raise VeriError(errors)
+
+
+def local_dataset(job: Any) -> Path:
+    """The dataset file on this machine: ``job.dataset`` resolved, else the method's bundled
+    one; VeriError when it is not a file (a remote job uploads it from here)."""
+    path, problem = _dataset_path(job.method, job.dataset)
+    if problem is not None:
+        raise VeriError(problem)
+    assert path is not None
+    return path
 
 
 def build_record(
@@ -92,14 +106,15 @@ def build_record(
     """The job.json record for ``job`` planned as ``plan_record``; raises VeriError.
 
     ``job`` is a veri_tui.plan.JobConfig and ``plan_record`` its PlanRecord (typed loosely so
-    this module imports nothing heavy). Paths are resolved on this machine.
+    this module imports nothing heavy). Paths are checked and resolved on this machine, then
+    `make_record` writes the layout.
     """
     check_job(job)
     plan = plan_record.to_dict()
     model, problem = _model_path(job.model, plan.get("model") or {})
     if problem is not None:
         raise VeriError(problem)
-    dataset = _dataset_path(job.method, job.dataset)[0]
+    dataset = local_dataset(job)
     output = _output_path(job.output, job_dir)[0]
     return make_record(
         job,
@@ -121,9 +136,15 @@ def make_record(
     dataset: str,
     output_dir: str,
     host: str | None = None,
+    model_name: str | None = None,
 ) -> dict[str, Any]:
     """The job.json record with the paths as given (already checked, and already the paths
-    of the machine that will run it): the one place its layout is written down in code."""
+    of the machine that will run it): the one place its layout is written down in code.
+
+    No file is looked at here, so the local launch (after `build_record`'s checks) and the
+    SSH launch (remote paths, checked on the host) share it. ``spec.model`` is the model as
+    the user named it: ``model_name``, else ``job.model``, else ``model_path``.
+    """
     plan = plan_record.to_dict()
     resolved = dict(plan["resolved_parallelism"])
     # What `veri-tui plan` prints: the log must carry the "does not fit" warning too.
@@ -131,7 +152,7 @@ def make_record(
     header = [*plan.get("header_lines", []), plan["plan_line"], *warnings]
     spec = {
         "method": job.method,
-        "model": job.model or model_path,
+        "model": model_name or job.model or model_path,
         "model_path": model_path,
         "dataset": dataset,
         "output_dir": output_dir,

@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import importlib.util
 import posixpath
-import time
 from pathlib import Path
 from typing import Any
 
 from veri_tui.errors import VeriError
-from veri_tui.launch.spec import BUNDLED_DATASETS, check_job, new_job_id
+from veri_tui.launch.spec import check_job, local_dataset, make_record, new_job_id
 from veri_tui.launch.ssh import files, registry
 from veri_tui.launch.ssh.connection import Connection, command_line
 from veri_tui.launch.ssh.preflight import Preflight, remote_python, run_preflight
@@ -29,12 +28,6 @@ def _trainer_package() -> Path:
     if spec is None or not spec.submodule_search_locations:
         raise VeriError("the bundled trainer package is not installed here", key="trainer")
     return Path(next(iter(spec.submodule_search_locations)))
-
-
-def _dataset(job: Any) -> Path:
-    if job.dataset:
-        return Path(job.dataset).expanduser().resolve()
-    return BUNDLED_DATASETS[job.method]
 
 
 def _check_output(conn: Connection, job: Any, pf: Preflight) -> Any:
@@ -64,38 +57,20 @@ def plan_for_host(job: Any, pf: Preflight) -> tuple[Any, Any]:
 def remote_record(
     job: Any, plan: Any, job_id: str, job_dir: str, model_path: str, host: str, pf: Preflight
 ) -> dict[str, Any]:
-    """job.json for the remote folder: the same keys as a local record, remote paths."""
-    data = plan.to_dict()
-    output = job.output or posixpath.join(job_dir, "output")
-    resolved = dict(data["resolved_parallelism"])
-    warnings = [f"warning: {w}" for w in data.get("warnings", [])]
-    spec = {
-        "method": job.method,
-        "model": job.model or "tiny-model (bundled)",
-        "model_path": model_path,
-        "dataset": posixpath.join(job_dir, "data", _dataset(job).name),
-        "output_dir": output,
-        "gpu": job.gpu,
-        "gpu_count": int(job.gpu_count),
-        "nproc_per_node": int(job.gpu_count),
-        "device": "auto",
-        "hyperparameters": job.hyperparameters.model_dump(mode="json", exclude_none=True),
-        "resolved_parallelism": resolved,
-        "plan_header": [*data.get("header_lines", []), data["plan_line"], *warnings],
-        "states_bytes_per_gpu": data.get("states_bytes_per_gpu"),
-    }
-    return {
-        "job_id": job_id,
-        "status": "pending",
-        "created_at": time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime()),
-        "started_at": None,
-        "ended_at": None,
-        "host": host,
-        "spec": spec,
-        "resolved_parallelism": dict(resolved),
-        "error": None,
-        "preflight": pf.summary(),
-    }
+    """job.json for the remote folder: the local record's layout (`spec.make_record`) with
+    remote paths, plus what the preflight found."""
+    record = make_record(
+        job,
+        plan,
+        job_id,
+        model_path=model_path,
+        dataset=posixpath.join(job_dir, "data", local_dataset(job).name),
+        output_dir=job.output or posixpath.join(job_dir, "output"),
+        host=host,
+        model_name=job.model or "tiny-model (bundled)",
+    )
+    record["preflight"] = pf.summary()
+    return record
 
 
 def _upload(conn: Connection, job: Any, record: dict[str, Any], job_dir: str) -> None:
@@ -105,7 +80,7 @@ def _upload(conn: Connection, job: Any, record: dict[str, Any], job_dir: str) ->
     for sub in ("pids", "failures", "data", "pkg"):
         files.makedirs(sftp, posixpath.join(tmp, sub))
     files.upload_package(sftp, _trainer_package(), posixpath.join(tmp, "pkg", "trainer"))
-    dataset = _dataset(job)
+    dataset = local_dataset(job)
     files.upload_file(sftp, dataset, posixpath.join(tmp, "data", dataset.name))
     if not job.model:
         from veri_tui.plan.sources import bundled_tiny_model
@@ -142,13 +117,14 @@ def launch(
 ) -> str:
     """Preflight `host`, plan for what it has, upload and start; returns the job id.
 
-    `plan_record` (planned on this machine) is not reused: the plan is made again from the
-    model's headers read on the host and the GPU detected there.
+    `plan_record` (planned on this machine, or None: the CLI does not plan for a host) is
+    not used: the plan is made from the model's headers read on the host and the GPU detected
+    there. The model and `--output` are paths on the host, checked there, never here.
     """
-    check_job(job_config)
+    check_job(job_config, output_here=False)  # --output is a path on the host: checked there
     conn = Connection.open(host, trust=trust_host)
     try:
-        dataset = _dataset(job_config)
+        dataset = local_dataset(job_config)
         pf = run_preflight(
             conn,
             model=job_config.model,

@@ -15,7 +15,7 @@ from typing import Any
 
 from trainer.supervise import GRACE_S, TERMINAL
 from veri_tui.errors import VeriError
-from veri_tui.launch.records import LogLine
+from veri_tui.launch.records import LogLine, lost_record, wait_until_ended
 from veri_tui.launch.ssh import files, registry
 from veri_tui.launch.ssh.connection import Connection, ConnectionLost, command_line
 from veri_tui.launch.ssh.tail import follow_remote
@@ -117,9 +117,7 @@ class RemoteTarget:
 
     def wait(self, job_id: str, poll_s: float = 1.0) -> dict[str, Any]:
         """Block until the job has ended; returns its final record."""
-        while (record := self.get_job(job_id))["status"] not in TERMINAL:
-            time.sleep(poll_s)
-        return record
+        return wait_until_ended(lambda: self.get_job(job_id), poll_s)
 
     def cancel(self, job_id: str, grace: float = GRACE_S) -> dict[str, Any]:
         """SIGTERM the remote supervisor (it ends every rank); clean up itself if it is gone."""
@@ -145,13 +143,3 @@ class RemoteTarget:
         if res.exit_status != 0:
             raise VeriError(f"cancel on {self.host} failed: {res.error_line()}", key="job")
         return self.get_job(job_id)
-
-
-def lost_record(record: dict[str, Any], why: str) -> dict[str, Any]:
-    """The record of a job whose supervisor vanished without recording an outcome."""
-    msg = f"job lost: {why} (machine restarted or process killed)"
-    world = (record.get("spec") or {}).get("gpu_count")
-    error = {"code": "RANK_LOST", "attribution": "platform", "message": msg, "rank": None,
-             "node": None, "local_rank": None, "world_size": world, "traceback": "",
-             "summary": msg}  # fmt: skip
-    return dict(record, status="failed", lost=True, error=error)
