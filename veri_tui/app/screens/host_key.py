@@ -29,11 +29,12 @@ class HostKeyScreen(ModalScreen[bool]):
 
     def compose(self) -> ComposeResult:
         with Vertical(id="dialog"):
-            yield Static(f"Unknown host {self.host}", classes="dialog-title")
+            yield Static(f"Unknown host {self.host}", classes="dialog-title", markup=False)
             yield Static(
                 f"Its key fingerprint is\n  {self.fingerprint}\n"
                 "Compare it with the host's own `ssh-keygen -lf` output. Trust it and "
-                "record it in known_hosts?"
+                "record it in known_hosts?",
+                markup=False,
             )
             with Horizontal(classes="dialog-buttons"):
                 yield Button("Trust (y)", id="trust", variant="warning")

@@ -46,11 +46,11 @@ class JobsScreen(Screen):
     ]
 
     def compose(self) -> ComposeResult:
-        yield Static("Jobs: Enter opens the run monitor", id="jobs-title")
+        yield Static("Jobs: Enter opens the run monitor", id="jobs-title", markup=False)
         table: DataTable[str] = DataTable(id="jobs-table", cursor_type="row")
         table.add_columns("job", "status", "where", "method", "model", "plan")
         yield table
-        yield Static("", id="jobs-note")
+        yield Static("", id="jobs-note", markup=False)
         yield Footer()
 
     def on_mount(self) -> None:

@@ -51,7 +51,7 @@ class LaunchScreen(Screen):
 
     def compose(self) -> ComposeResult:
         with Vertical(id="launch-form"):
-            yield Static("Launch", classes="form-section")
+            yield Static("Launch", classes="form-section", markup=False)
             with Horizontal(classes="field-line"):
                 yield Label("target", classes="field-label")
                 yield Select([(LOCAL, LOCAL)], value=LOCAL, allow_blank=False, id="target")
@@ -61,8 +61,8 @@ class LaunchScreen(Screen):
             with Horizontal(classes="field-line"):
                 yield Label("output dir", classes="field-label")
                 yield Input(placeholder="empty: <job folder>/output", id="output")
-            yield Static("Preflight", classes="form-section")
-            yield Static("checking...", id="preflight")
+            yield Static("Preflight", classes="form-section", markup=False)
+            yield Static("checking...", id="preflight", markup=False)
             with Horizontal(id="launch-actions"):
                 yield Button("Launch ^l", id="confirm", variant="primary", disabled=True)
                 yield Button("Back esc", id="back")

@@ -59,10 +59,12 @@ class ModelPickerScreen(ModalScreen[str | None]):
 
     def compose(self) -> ComposeResult:
         with Vertical(id="picker"):
-            yield Static("Pick a model: Enter chooses, Esc cancels", classes="dialog-title")
+            yield Static(
+                "Pick a model: Enter chooses, Esc cancels", classes="dialog-title", markup=False
+            )
             yield Input(placeholder="a folder path or a Hub id (org/name), Enter", id="model-input")
             yield OptionList(id="model-list")
-            yield Static("", id="model-details")
+            yield Static("", id="model-details", markup=False)
 
     def on_mount(self) -> None:
         self.list_models(self.app.recent_models())  # type: ignore[attr-defined]

@@ -80,8 +80,8 @@ class MonitorScreen(Screen):
         self.status = "pending"
 
     def compose(self) -> ComposeResult:
-        yield Static(f"job {self.job_id}", id="mon-plan")
-        yield Static("status: connecting", id="mon-status")
+        yield Static(f"job {self.job_id}", id="mon-plan", markup=False)
+        yield Static("status: connecting", id="mon-status", markup=False)
         yield ProgressBar(total=None, show_eta=False, show_percentage=True, id="progress")
         yield LossChart(id="loss")
         yield FailurePanel(id="failure")

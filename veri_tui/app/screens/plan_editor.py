@@ -22,7 +22,7 @@ from veri_tui import plan as core
 from veri_tui.app.export import write_veri_toml
 from veri_tui.app.messages import ModelInfoRead
 from veri_tui.app.widgets.knob_form import KnobForm
-from veri_tui.app.widgets.plan_view import PlanView
+from veri_tui.app.widgets.plan_view import PlanView, show
 from veri_tui.errors import ConfigError, VeriError
 
 SWEEP_GPU_COUNTS = (1, 2, 4, 8)
@@ -52,8 +52,10 @@ class PlanEditorScreen(Screen):
 
     def compose(self) -> ComposeResult:
         with Vertical(id="plan-head"):
-            yield Static(f"model {self.model_label}: reading headers...", id="model-line")
-            yield Static("", id="plan-line")
+            yield Static(
+                f"model {self.model_label}: reading headers...", id="model-line", markup=False
+            )
+            yield Static("", id="plan-line", markup=False)
         with Horizontal(id="plan-body"):
             yield KnobForm(list(core.GPU_CATALOG), self._initial, id="form")
             with Vertical(id="side"):
@@ -127,13 +129,13 @@ class PlanEditorScreen(Screen):
         current = None
         if self.errors:
             n = len(self.errors)
-            plan_line.update(f"plan refused: {n} error{'s' * (n != 1)}; fix the marked fields")
+            show(plan_line, f"plan refused: {n} error{'s' * (n != 1)}; fix the marked fields")
         elif self.info is None:
-            plan_line.update("plan: waiting for the model's parameter counts")
+            show(plan_line, "plan: waiting for the model's parameter counts")
         else:
             rec = core.plan_job(self.job, self.info)
             self.record = rec.to_dict()
-            plan_line.update(self.record["plan_line"])
+            show(plan_line, self.record["plan_line"])
             try:
                 sweep = list(core.throughput_sweep(self.job, self.info, SWEEP_GPU_COUNTS))
             except VeriError as exc:

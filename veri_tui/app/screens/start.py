@@ -22,7 +22,9 @@ class StartScreen(Screen):
 
     def compose(self) -> ComposeResult:
         what = self.model or "the bundled tiny model"
-        yield Static(f"veri-tui: loading the planning core and {what}...", id="start-note")
+        yield Static(
+            f"veri-tui: loading the planning core and {what}...", id="start-note", markup=False
+        )
         yield Footer()
 
     def on_mount(self) -> None:

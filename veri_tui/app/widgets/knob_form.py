@@ -42,14 +42,14 @@ class KnobForm(VerticalScroll):
         with Grid(id="knob-grid"):
             for spec in FIELDS:
                 if spec.section:
-                    yield Static(spec.section, classes="form-section")
+                    yield Static(spec.section, classes="form-section", markup=False)
                 label = Label(spec.label, classes="field-label", id=f"label-{spec.key}")
                 editor = self._editor(spec)
                 # Method-specific keys (max_length, beta, ...) start hidden for other methods.
                 label.display = editor.display = not spec.methods or method in spec.methods
                 yield label
                 yield editor
-                yield Static("", classes="field-error", id=f"err-{spec.key}")
+                yield Static("", classes="field-error", id=f"err-{spec.key}", markup=False)
 
     def _editor(self, spec: FieldSpec) -> Input | Select[str] | Switch:
         wid = f"knob-{spec.key}"

@@ -17,6 +17,13 @@ from veri_tui.app.widgets.charts import ThroughputChart
 from veri_tui.app.widgets.memory_bar import MemoryBar
 
 
+def show(static: Static, content: str | Text) -> None:
+    """Update `static` only when its content changes: every update costs a screen relayout,
+    and most keystrokes change only the plan line."""
+    if static.content != content:
+        static.update(content)
+
+
 def decision_trace(record: dict[str, Any]) -> list[str]:
     """The header lines and decision trace of a record, as lines of text."""
     lines = [str(x) for x in record.get("header_lines") or []]
@@ -36,17 +43,17 @@ class PlanView(VerticalScroll):
     """Everything the plan says about the knobs as they stand."""
 
     def compose(self) -> ComposeResult:
-        yield Static("", id="general-errors", classes="errors")
+        yield Static("", id="general-errors", classes="errors", markup=False)
         yield MemoryBar(id="memory")
-        yield Static("", id="warnings", classes="warnings")
-        yield Static("", id="suggestions")
+        yield Static("", id="warnings", classes="warnings", markup=False)
+        yield Static("", id="suggestions", markup=False)
         yield ThroughputChart(id="throughput")
-        yield Static("", id="trace", classes="trace")
+        yield Static("", id="trace", classes="trace", markup=False)
 
     def show_errors(self, lines: list[str]) -> None:
         """Errors that have no field of their own in the form (model, dataset, ...)."""
         box = self.query_one("#general-errors", Static)
-        box.update("\n".join(lines))
+        show(box, "\n".join(lines))
         box.display = bool(lines)
 
     def show_record(
@@ -56,14 +63,18 @@ class PlanView(VerticalScroll):
         current: tuple[int, int] | None,
     ) -> None:
         """Render a plan record (None: no valid plan right now, keep the panes empty)."""
-        self.query_one(MemoryBar).record = record
+        bar = self.query_one(MemoryBar)
+        if bar.record != record:
+            bar.record = record
         chart = self.query_one(ThroughputChart)
-        chart.sweep = tuple(sweep)
-        chart.current = current
+        if chart.sweep != tuple(sweep) or chart.current != current:
+            chart.sweep = tuple(sweep)
+            chart.current = current
         record = record or {}
         warnings = [str(w) for w in record.get("warnings") or []]
-        self.query_one("#warnings", Static).update(
-            Text("\n".join(f"warning: {w}" for w in warnings), style="yellow")
+        show(
+            self.query_one("#warnings", Static),
+            Text("\n".join(f"warning: {w}" for w in warnings), style="yellow"),
         )
         self.query_one("#warnings").display = bool(warnings)
         sugg = record.get("suggestions") or []
@@ -72,7 +83,7 @@ class PlanView(VerticalScroll):
             text.append("Nothing fits. Suggestions (ctrl+y applies 1):\n", style="bold")
             for i, s in enumerate(sugg[:9], start=1):
                 text.append(f" {i}. {s.get('text', s.get('set'))}\n")
-        self.query_one("#suggestions", Static).update(text)
+        show(self.query_one("#suggestions", Static), text)
         self.query_one("#suggestions").display = bool(sugg)
         trace = decision_trace(record)
-        self.query_one("#trace", Static).update("\n".join(trace))
+        show(self.query_one("#trace", Static), "\n".join(trace))
