@@ -133,6 +133,22 @@ def build_model(vocab_size: int, eos_id: int):
     return model
 
 
+def portable_tokenizer_config(folder: Path) -> None:
+    """Name a class every transformers release knows, and keep the chat template inline.
+
+    transformers 5 writes `TokenizersBackend`, which 4.x cannot resolve; the GPU machine
+    and older installs may run 4.x. Both majors load `PreTrainedTokenizerFast` and read
+    `chat_template` from tokenizer_config.json.
+    """
+    path = folder / "tokenizer_config.json"
+    cfg = json.loads(path.read_text())
+    cfg.pop("backend", None)
+    cfg["tokenizer_class"] = "PreTrainedTokenizerFast"
+    cfg["chat_template"] = CHAT_TEMPLATE
+    cfg["model_max_length"] = 512
+    path.write_text(json.dumps(cfg, indent=2) + "\n")
+
+
 def main(argv: list[str] | None = None) -> None:
     """Write assets/tiny-model and assets/data (or under --out)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -153,6 +169,7 @@ def main(argv: list[str] | None = None) -> None:
     out = args.out / "tiny-model"
     model.save_pretrained(out, safe_serialization=True)
     tok.save_pretrained(out)
+    portable_tokenizer_config(out)
     n = sum(p.numel() for p in model.parameters())
     print(f"wrote {out} ({n} parameters, vocab {vocab}) and {len(sets)} datasets in {data_dir}")
 

@@ -20,6 +20,14 @@ from trainer.errors import ModelLoadError
 LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
 
+def dtype_kwarg(dtype: torch.dtype) -> dict[str, torch.dtype]:
+    """`dtype=` for transformers >= 4.56, `torch_dtype=` before (older ones ignore `dtype`)."""
+    import transformers
+
+    major, minor = (int(x) for x in transformers.__version__.split(".")[:2])
+    return {"dtype": dtype} if (major, minor) >= (4, 56) else {"torch_dtype": dtype}
+
+
 def resolve_model_dir(model: str) -> Path:
     """A local directory, or a Hub id already in the local HF cache (never downloads)."""
     path = Path(model).expanduser()
@@ -77,7 +85,9 @@ def load_base(path: Path, dtype: torch.dtype) -> nn.Module:
 
     check_model_files(path)
     try:
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, attn_implementation="sdpa")
+        model = AutoModelForCausalLM.from_pretrained(
+            path, attn_implementation="sdpa", **dtype_kwarg(dtype)
+        )
     except Exception as exc:  # noqa: BLE001 - a corrupt file can raise anything
         raise ModelLoadError(f"model {path}: cannot load the weights ({exc})") from None
     model.config.use_cache = False
