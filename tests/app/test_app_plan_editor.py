@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from conftest import editor_ready, write_big_model
-from textual.widgets import Button, Input, Select, Static
+from textual.widgets import Button, Input, OptionList, Select, Static
 
 from veri_tui.app import create_app
 from veri_tui.app.screens.model_picker import ModelPickerScreen
@@ -127,6 +127,11 @@ async def test_export_writes_a_toml_that_plans_the_same(veri_home: Path, tmp_pat
 
 async def test_model_picker(veri_home: Path, tmp_path: Path) -> None:
     big = write_big_model(tmp_path / "big-model", layers=2)
+    # A complete snapshot in the (test's own) HF cache is offered as `org/name`.
+    repo = tmp_path / "hf-cache" / "models--acme--tiny-llama"
+    write_big_model(repo / "snapshots" / "abc123", layers=1, hidden=64)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text("abc123")
     app = create_app()
     async with app.run_test(size=(100, 30)) as pilot:
         await editor_ready(pilot)
@@ -134,6 +139,9 @@ async def test_model_picker(veri_home: Path, tmp_path: Path) -> None:
         await _settle(pilot)
         picker = app.screen
         assert isinstance(picker, ModelPickerScreen)
+        options = picker.query_one(OptionList)
+        ids = [options.get_option_at_index(i).id for i in range(options.option_count)]
+        assert ids[1:] == ["acme/tiny-llama"] and ids[0].endswith("tiny-model")
         details = str(picker.query_one("#model-details", Static).render())
         assert "Qwen3ForCausalLM" in details and "parameters" in details
         inp = picker.query_one("#model-input", Input)
