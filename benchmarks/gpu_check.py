@@ -196,6 +196,7 @@ def main(argv: list[str] | None = None) -> int:
     jobs = {k: write_spec(work / k, args, model, data, n, **v) for k, v in runs.items()}
     if args.dry_run:
         print("\n".join(str(j) for j in jobs.values()))
+        print(f"dry run: kept {work} (remove it when done)")
         return 0
     results = []
     for name, job in jobs.items():

@@ -123,6 +123,7 @@ def _resume(cfg: TrainConfig, model: Any, opt: Any, sched: Any, log: RankLog) ->
         return 0
     state = checkpoint.load(cfg.ckpt_dir, found, model, opt, lora=bool(cfg.lora_rank))
     sched.load_state_dict(state["scheduler"])
+    log.rewind(int(state["step"]))
     log.info(f"resume: from checkpoint step-{found}")
     return int(state["data_position"])
 

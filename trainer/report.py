@@ -167,6 +167,26 @@ class RankLog:
             self._metrics.write(line + "\n")
             self._metrics.flush()
 
+    def rewind(self, step: int) -> None:
+        """On resume: drop metric lines past `step` so each step appears once in metrics.jsonl.
+
+        log.txt keeps its whole history (what a person reads); metrics.jsonl is what charts
+        read, and the resumed run writes those steps again.
+        """
+        if self._metrics is None:
+            return
+        self._metrics.close()
+        path = self.ctx.job_dir / "metrics.jsonl"
+        kept = []
+        for line in path.read_text(encoding="utf-8").splitlines():
+            try:
+                if json.loads(line).get("step", 0) <= step:
+                    kept.append(line + "\n")
+            except ValueError:
+                continue  # a torn last line from a killed run
+        atomic_write(path, "".join(kept))
+        self._metrics = open(path, "a", encoding="utf-8")
+
     def close(self) -> None:
         """Close the files (rank 0)."""
         for fh in (self._log, self._metrics):
