@@ -158,3 +158,21 @@ async def test_quit_during_run_then_reattach_from_jobs(veri_home: Path) -> None:
         bar = monitor.query_one(ProgressBar)
         assert (bar.progress, bar.total) == (8, 8)
         assert len(monitor.query_one(LossChart).points) == 8
+
+
+async def test_cancel_from_the_monitor(veri_home: Path) -> None:
+    from veri_tui.launch import jobs
+    from veri_tui.plan import load_job_config, plan_job
+
+    job = load_job_config(None, gpu_count=2, sets=["max_steps=100000"])
+    job_id = jobs.launch(job, plan_job(job))  # started outside the app: the monitor attaches
+    app = create_app()
+    async with app.run_test(size=(100, 30)) as pilot:
+        await editor_ready(pilot)
+        app.open_monitor(job_id)
+        await pilot.pause()
+        monitor = app.screen
+        await _wait(pilot, lambda: monitor.status == "running", 60, "the job to run")
+        await pilot.press("c")
+        await _wait(pilot, lambda: monitor.status == "cancelled", 60, "the job to be cancelled")
+    assert jobs.get_job(job_id)["status"] == "cancelled"

@@ -44,3 +44,11 @@ def test_run_monitor_snapshot(snap_compare, veri_home: Path, size: tuple[int, in
         await _settled(pilot)
 
     assert snap_compare(create_app(), terminal_size=size, run_before=open_monitor)
+
+
+def test_plan_editor_light_theme_snapshot(snap_compare, veri_home: Path) -> None:
+    async def ready(pilot) -> None:
+        await editor_ready(pilot)
+
+    app = create_app(theme="textual-light")
+    assert snap_compare(app, terminal_size=(80, 24), run_before=ready)
