@@ -16,8 +16,7 @@ from conftest import editor_ready
 from textual.widgets import Select, Static
 
 from veri_tui.app import create_app
-from veri_tui.app.screens.host_key import HostKeyScreen
-from veri_tui.app.screens.launch import LaunchScreen
+from veri_tui.app.screens.launch import HostKeyScreen, LaunchScreen
 
 
 def _load_ssh_fixtures():

@@ -3,6 +3,11 @@
 Thin on purpose: screens compose widgets, the planning core plans, the launch facade runs
 jobs. The app holds only what every screen shares (VERI_HOME, the working directory for
 exports, the recently used models).
+
+The first screen is a one-line start screen: importing the planning core (pydantic models)
+and composing the plan editor take several hundred milliseconds on a small machine, so the
+first frame is painted before they happen (benchmarks/bench_app_start.py) and the editor
+replaces the start screen right after.
 """
 
 from __future__ import annotations
@@ -12,11 +17,36 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 
-from textual.app import App, SystemCommand
+from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
 from textual.screen import Screen
+from textual.widgets import Footer, Static
 
 RECENT_MAX = 8
+
+
+class StartScreen(Screen):
+    """Says what is loading; swaps itself for the plan editor after the first refresh."""
+
+    def __init__(self, model: str | None) -> None:
+        super().__init__()
+        self.model = model
+
+    def compose(self) -> ComposeResult:
+        what = self.model or "the bundled tiny model"
+        yield Static(
+            f"veri-tui: loading the planning core and {what}...", id="start-note", markup=False
+        )
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.call_after_refresh(self._open_editor)
+
+    def _open_editor(self) -> None:
+        # Imported here, after the first frame: this is the slow import.
+        from veri_tui.app.screens.plan_editor import PlanEditorScreen
+
+        self.app.switch_screen(PlanEditorScreen(self.model))
 
 
 class VeriApp(App[int]):
@@ -44,8 +74,6 @@ class VeriApp(App[int]):
         self.theme = theme
 
     def on_mount(self) -> None:
-        from veri_tui.app.screens.start import StartScreen
-
         self.push_screen(StartScreen(self.initial_model))
 
     # -- shared state ----------------------------------------------------------------
@@ -74,8 +102,6 @@ class VeriApp(App[int]):
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         """No screen changes on the start screen: it replaces itself with the editor."""
-        from veri_tui.app.screens.start import StartScreen
-
         if action == "jobs" and isinstance(self.screen, StartScreen):
             return False
         return True

@@ -1,6 +1,10 @@
 """The launch screen: target (local or a ~/.ssh/config host), dataset, output, preflight,
 host-key trust, confirm.
 
+The trust dialog shows an unknown host's SHA256 fingerprint and asks once; trust is given
+for exactly that fingerprint (the SSH module records it in known_hosts). A changed key is
+never offered here: the SSH module refuses it outright.
+
 Preflight and launch run in thread workers: they read files, may open an SSH connection,
 and start processes. An unknown host key comes back as a message and opens the trust
 dialog; the fingerprint the user accepts is passed on to the launcher (`trust_host`).
@@ -17,7 +21,7 @@ from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
-from textual.screen import Screen
+from textual.screen import ModalScreen, Screen
 from textual.widgets import Button, Footer, Input, Label, Select, Static
 
 from veri_tui import plan as core
@@ -25,6 +29,43 @@ from veri_tui.app.messages import HostsListed, Launched, PreflightDone
 from veri_tui.errors import VeriError
 
 LOCAL = "local"
+
+
+class HostKeyScreen(ModalScreen[bool]):
+    """Dismisses with True when the user trusts `fingerprint` for `host`."""
+
+    BINDINGS = [
+        Binding("y", "trust", "Trust"),
+        Binding("n,escape", "refuse", "Refuse"),
+    ]
+
+    def __init__(self, host: str, fingerprint: str) -> None:
+        super().__init__()
+        self.host = host
+        self.fingerprint = fingerprint
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="dialog"):
+            yield Static(f"Unknown host {self.host}", classes="dialog-title", markup=False)
+            yield Static(
+                f"Its key fingerprint is\n  {self.fingerprint}\n"
+                "Compare it with the host's own `ssh-keygen -lf` output. Trust it and "
+                "record it in known_hosts?",
+                markup=False,
+            )
+            with Horizontal(classes="dialog-buttons"):
+                yield Button("Trust (y)", id="trust", variant="warning")
+                yield Button("Refuse (n)", id="refuse")
+
+    def action_trust(self) -> None:
+        self.dismiss(True)
+
+    def action_refuse(self) -> None:
+        self.dismiss(False)
+
+    @on(Button.Pressed)
+    def _pressed(self, event: Button.Pressed) -> None:
+        self.dismiss(event.button.id == "trust")
 
 
 def _host_key_of(exc: BaseException) -> tuple[str, str] | None:
@@ -178,8 +219,6 @@ class LaunchScreen(Screen):
         self.query_one("#confirm", Button).disabled = not self.ready
 
     def _ask_trust(self, host: str, fingerprint: str, then: Any) -> None:
-        from veri_tui.app.screens.host_key import HostKeyScreen
-
         def answered(trust: bool | None) -> None:
             if trust:
                 self.trusted[self.host or host] = fingerprint
