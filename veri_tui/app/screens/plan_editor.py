@@ -126,6 +126,7 @@ class PlanEditorScreen(Screen):
         view.show_errors([f"{k}: {m}" for k in leftover for m in by_key[k]])
         plan_line = self.query_one("#plan-line", Static)
         sweep: list[dict[str, Any]] = []
+        sweep_note = ""
         current = None
         if self.errors:
             n = len(self.errors)
@@ -140,12 +141,12 @@ class PlanEditorScreen(Screen):
                 sweep = list(core.throughput_sweep(self.job, self.info, SWEEP_GPU_COUNTS))
             except VeriError as exc:
                 # Some pinned batch knobs only make sense at the chosen gpu_count; the chart
-                # then says why it is empty rather than hiding the plan.
-                self.notify(f"throughput sweep: {exc}", severity="warning", timeout=4)
+                # then says why it is empty, and the plan itself still shows.
+                sweep_note = f"no sweep across gpu_count for these knobs ({exc})"
             rp = self.record.get("resolved_parallelism") or {}
             current = (int(self.job.gpu_count), int(rp.get("zero_stage", 0)))
         plan_line.set_class(bool(self.errors), "-refused")
-        view.show_record(self.record, sweep, current)
+        view.show_record(self.record, sweep, current, sweep_note)
         self.query_one("#launch", Button).disabled = not self.can_launch
 
     @property

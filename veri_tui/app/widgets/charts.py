@@ -64,9 +64,11 @@ class ThroughputChart(Widget):
     sweep: reactive[tuple[dict[str, Any], ...]] = reactive((), layout=True)
     current: reactive[tuple[int, int] | None] = reactive(None)  # (gpu_count, zero_stage)
 
+    note: reactive[str] = reactive("")  # why there is no sweep, when there is none
+
     def render(self) -> Text:
         if not self.sweep:
-            return Text("throughput: no estimate for these knobs", style="dim")
+            return Text(f"throughput chart: {self.note or 'no estimate yet'}", style="dim")
         key = (self.sweep, self.current, self.size)
         if key != self._cache_key:  # plotext builds take ~15 ms: only when something changed
             self._cache_key, self._cache = key, self._build()
