@@ -95,6 +95,7 @@ async def test_whole_flow_plan_refuse_fix_launch_watch(veri_home: Path) -> None:
         editor.query_one("#knob-zero_stage", Select).value = "1"
         await pilot.pause()
         assert editor.query_one("#err-zero_stage").has_class("-shown")
+        assert "ZeRO-1 is not available" in str(editor.query_one("#err-zero_stage").render())
         assert editor.query_one("#launch", Button).disabled
         editor.query_one("#knob-zero_stage", Select).value = "auto"
         await pilot.pause()
