@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from conftest import DATA_ERROR, PLAN_LINE, editor_ready, write_job
+from app_helpers import DATA_ERROR, PLAN_LINE, editor_ready, write_job
 from textual.widgets import DataTable, Log, ProgressBar, Static
 
 from veri_tui.app import create_app

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from conftest import editor_ready, write_big_model
+from app_helpers import editor_ready, write_big_model
 from textual.widgets import Button, Input, OptionList, Select, Static
 
 from veri_tui.app import create_app

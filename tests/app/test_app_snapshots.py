@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import DATA_ERROR, editor_ready, write_job
+from app_helpers import DATA_ERROR, editor_ready, write_job
 from textual.widgets import Input
 
 from veri_tui.app import create_app

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import editor_ready
+from app_helpers import editor_ready
 from textual.widgets import Select, Static
 
 from veri_tui.app import create_app

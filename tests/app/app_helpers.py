@@ -1,0 +1,162 @@
+"""Helpers for the app tests: job folders with fixed data, a header-only big model, and
+waiting for the plan editor.
+
+Job folders follow docs/interfaces.md section 2 with fixed timestamps and losses, so the
+run monitor renders the same frame every time (snapshot tests rely on it). Imported by
+name (`from app_helpers import ...`), not from conftest, so another folder's conftest can
+never shadow it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import struct
+from pathlib import Path
+from typing import Any
+
+PLAN_LINE = (
+    "plan: dp=2 zero_stage=3 tp=1 cp=1 mbs=1 grad_acc=1 gbs=2 precision=bf16 "
+    "gradient_checkpointing=on (auto: 0.0 GB states/GPU)"
+)
+
+
+def write_job(
+    home: Path,
+    job_id: str,
+    *,
+    status: str = "succeeded",
+    steps: int = 20,
+    total: int = 20,
+    error: dict[str, Any] | None = None,
+) -> Path:
+    """A finished job folder as the launcher and trainer leave it, with fixed data."""
+    folder = home / "jobs" / job_id
+    folder.mkdir(parents=True)
+    header = [
+        "model: tiny-model (bundled): 1,234,567 parameters",
+        "budget: 15.3 GB per GPU (L4-24GB)",
+        "decision: states fit one GPU",
+        PLAN_LINE,
+    ]
+    record = {
+        "job_id": job_id,
+        "status": status,
+        "created_at": "2026-11-29T22:00:00+00:00",
+        "started_at": "2026-11-29T22:00:01+00:00",
+        "ended_at": "2026-11-29T22:01:03+00:00",
+        "host": None,
+        "spec": {
+            "method": "sft_text",
+            "model": "tiny-model",
+            "gpu": "L4-24GB",
+            "gpu_count": 2,
+            "plan_header": header,
+            "resolved_parallelism": {"data_parallel_size": 2, "zero_stage": 3},
+        },
+        "resolved_parallelism": {"data_parallel_size": 2, "zero_stage": 3},
+        "error": error,
+    }
+    (folder / "job.json").write_text(json.dumps(record))
+    lines = list(header)
+    for step in range(1, steps + 1):
+        metric = {
+            "step": step,
+            "total_steps": total,
+            "loss": round(3.0 * 0.9**step + 0.5, 4),
+            "lr": 1e-4,
+            "grad_norm": 1.0,
+            "tokens_per_s": 1000.0,
+            "peak_mem_bytes": 1000,
+        }
+        lines.append(json.dumps(metric))
+    if error:
+        lines += [error["summary"], PLAN_LINE, error["traceback"]]
+    (folder / "log.txt").write_text("\n".join(lines) + "\n")
+    return folder
+
+
+DATA_ERROR = {
+    "code": "DATA_ERROR",
+    "attribution": "customer",
+    "message": "sft.jsonl line 7: expected a JSON object with a 'text' field",
+    "rank": 1,
+    "node": 0,
+    "local_rank": 1,
+    "world_size": 2,
+    "summary": "rank 1/2 (node 0, local_rank 1) failed: DataError: sft.jsonl line 7: expected "
+    "a JSON object with a 'text' field",
+    "traceback": 'Traceback (most recent call last):\n  File "trainer/data.py", line 40, in '
+    "load\ntrainer.errors.DataError: sft.jsonl line 7: expected a JSON object",
+}
+
+
+def write_big_model(folder: Path, layers: int = 28, hidden: int = 4096) -> Path:
+    """A header-only 7B-class checkpoint (sparse file): too big for one L4 fully fine-tuned."""
+    folder.mkdir(parents=True)
+    inter, vocab = hidden * 3, 32000
+    tensors: dict[str, tuple[str, list[int]]] = {
+        "model.embed_tokens.weight": ("BF16", [vocab, hidden]),
+        "lm_head.weight": ("BF16", [vocab, hidden]),
+    }
+    for i in range(layers):
+        p = f"model.layers.{i}."
+        for name in ("q_proj", "k_proj", "v_proj", "o_proj"):
+            tensors[p + f"self_attn.{name}.weight"] = ("BF16", [hidden, hidden])
+        for name, shape in (
+            ("gate_proj", [inter, hidden]),
+            ("up_proj", [inter, hidden]),
+            ("down_proj", [hidden, inter]),
+        ):
+            tensors[p + f"mlp.{name}.weight"] = ("BF16", shape)
+    _header_only(folder / "model.safetensors", tensors)
+    config = {
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "hidden_size": hidden,
+        "intermediate_size": inter,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 32,
+        "num_hidden_layers": layers,
+        "vocab_size": vocab,
+        "tie_word_embeddings": False,
+        "max_position_embeddings": 4096,
+    }
+    (folder / "config.json").write_text(json.dumps(config))
+    return folder
+
+
+def _header_only(path: Path, tensors: dict[str, tuple[str, list[int]]]) -> None:
+    """Write the safetensors header, then truncate to full size (the body is a sparse hole)."""
+    header, offset = {}, 0
+    for name, (dtype, shape) in tensors.items():
+        nbytes = math.prod(shape) * 2  # BF16 only here
+        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [offset, offset + nbytes]}
+        offset += nbytes
+    blob = json.dumps(header).encode()
+    blob += b" " * (-len(blob) % 8)
+    with path.open("wb") as fh:
+        fh.write(struct.pack("<Q", len(blob)) + blob)
+        fh.truncate(8 + len(blob) + offset)
+
+
+async def editor_ready(pilot, timeout: float = 20.0) -> None:
+    """Wait for the start screen to give way to the plan editor and its model read to end."""
+    import asyncio
+    import time
+
+    from veri_tui.app.screens.plan_editor import PlanEditorScreen
+
+    deadline = time.monotonic() + timeout
+    while True:
+        screen = pilot.app.screen
+        if isinstance(screen, PlanEditorScreen):
+            await pilot.app.workers.wait_for_complete()
+            await pilot.pause()
+            if screen.info is not None or "headers..." not in str(
+                screen.query_one("#model-line").render()
+            ):
+                return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"the plan editor was not ready within {timeout} s")
+        await asyncio.sleep(0.02)
