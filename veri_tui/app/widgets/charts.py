@@ -4,10 +4,16 @@ plotext 6 draws into one global figure, so charts are only ever built on the UI 
 `render`). The "simple" plotext theme sets foreground colors only, so the app theme's
 background shows through in light and dark themes; series are also told apart by their
 marker characters, which keeps them distinct without color.
+
+Importing plotext takes about a quarter of a second, so it is imported in a thread worker
+the first time a chart has data; until then the chart says it is drawing, and the plan
+line and memory bar do not wait for it.
 """
 
 from __future__ import annotations
 
+import importlib
+import sys
 from collections.abc import Sequence
 from typing import Any
 
@@ -47,6 +53,21 @@ def render_chart(
     return Text.from_ansi(fig.build().string().rstrip("\n"))
 
 
+class ChartWidget(Widget):
+    """A widget drawn by plotext: shows a placeholder while plotext is being imported."""
+
+    def plotext_ready(self) -> bool:
+        """True once plotext is imported; otherwise start importing it off the UI thread."""
+        if "plotext" in sys.modules:
+            return True
+        self.run_worker(self._import_plotext, thread=True, group="plotext", exclusive=True)
+        return False
+
+    def _import_plotext(self) -> None:
+        importlib.import_module("plotext")
+        self.app.call_from_thread(self.refresh)
+
+
 def throughput_points(sweep: Sequence[dict[str, Any]], stage: int) -> tuple[list, list, list]:
     """(gpu_counts, tokens/s, scaling efficiency) of one zero_stage from a throughput sweep."""
     # Rows of a GPU without a known peak carry `known: False` and no numbers: skip them.
@@ -58,7 +79,7 @@ def throughput_points(sweep: Sequence[dict[str, Any]], stage: int) -> tuple[list
     return xs, tps, eff
 
 
-class ThroughputChart(Widget):
+class ThroughputChart(ChartWidget):
     """tokens/s and scaling efficiency against gpu_count for zero_stage 0, 2, 3; `X` = now."""
 
     sweep: reactive[tuple[dict[str, Any], ...]] = reactive((), layout=True)
@@ -69,6 +90,8 @@ class ThroughputChart(Widget):
     def render(self) -> Text:
         if not self.sweep:
             return Text(f"throughput chart: {self.note or 'no estimate yet'}", style="dim")
+        if not self.plotext_ready():
+            return Text("throughput chart: drawing...", style="dim")
         key = (self.sweep, self.current, self.size)
         if key != self._cache_key:  # plotext builds take ~15 ms: only when something changed
             self._cache_key, self._cache = key, self._build()
@@ -98,7 +121,7 @@ class ThroughputChart(Widget):
     _cache: Text = Text()
 
 
-class LossChart(Widget):
+class LossChart(ChartWidget):
     """Training loss against optimizer step, redrawn as metric lines arrive."""
 
     points: reactive[tuple[tuple[int, float], ...]] = reactive(())
@@ -106,6 +129,8 @@ class LossChart(Widget):
     def render(self) -> Text:
         if not self.points:
             return Text("loss: no step reported yet", style="dim")
+        if not self.plotext_ready():
+            return Text("loss chart: drawing...", style="dim")
         xs = [p[0] for p in self.points]
         ys = [p[1] for p in self.points]
         # Whole steps on the x axis: at most ~6 ticks, always the first and the last step.
