@@ -177,6 +177,8 @@ def _check(cfg: TrainConfig, hp: dict[str, Any]) -> None:
             f"global_batch_size: {gbs} != micro_batch_size x gradient_accumulation_steps x "
             f"data_parallel_size = {cfg.global_batch_size}"
         )
+    if cfg.cpu_offload and cfg.zero_stage == 0:
+        raise ConfigError("cpu_offload: needs zero_stage 2 or 3 (offload shards FSDP2 states)")
     if cfg.lora_rank < 0:
         raise ConfigError("lora_rank: must be 0 (full fine-tune) or positive")
     if cfg.lora_alpha is None and cfg.lora_rank:

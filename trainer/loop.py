@@ -145,7 +145,7 @@ class _Stepper:
         self.cfg, self.rt, self.model, self.ref, self.opt = cfg, rt, model, ref, opt
         self.pad_id, self.rows, self.meter = pad_id, rows, meter
         self.params = [p for p in model.parameters() if p.requires_grad]
-        self.reference = _reference_fn(model, ref)
+        self.reference = _reference_fn(model, ref, rt.device)
 
     def _micro_batches(self, step: int) -> list[list[Any]]:
         cfg, rt = self.cfg, self.rt
@@ -203,7 +203,7 @@ class _Stepper:
         return float(loss_sum) / denom, float(norm), tokens
 
 
-def _reference_fn(model: torch.nn.Module, ref: torch.nn.Module | None) -> Any:
+def _reference_fn(model: torch.nn.Module, ref: torch.nn.Module | None, device: torch.device) -> Any:
     """DPO reference log-probs: the frozen copy, or the policy with adapters disabled."""
     if ref is not None:
         return lambda b: losses.sequence_logps(ref, b)
@@ -212,9 +212,8 @@ def _reference_fn(model: torch.nn.Module, ref: torch.nn.Module | None) -> Any:
         # peft's disable_adapter() flips the adapters' requires_grad off. FSDP2 fixes each
         # group's gradient dtype from requires_grad at its first forward (lazy init), so
         # that first forward must see the adapters trainable: a one-token warm-up pass.
-        first = next(p for p in model.parameters() if p.requires_grad)
         with torch.no_grad():
-            model(input_ids=torch.zeros((1, 1), dtype=torch.long, device=first.device))
+            model(input_ids=torch.zeros((1, 1), dtype=torch.long, device=device))
 
     def with_adapters_off(b: dict[str, torch.Tensor]) -> torch.Tensor:
         with inner.disable_adapter():

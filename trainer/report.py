@@ -117,6 +117,10 @@ def failure_record(ctx: RankContext, exc: BaseException) -> dict[str, Any]:
     """The per-rank record of docs/interfaces.md section 2."""
     code, peer = classify(exc)
     message = exc.message if isinstance(exc, TrainerError) else str(exc)
+    causes = getattr(exc, "failures", None)
+    if isinstance(causes, dict) and causes:  # DCP: "CheckpointException ranks:..." says little
+        inner = [pair[0] if isinstance(pair, tuple) else pair for pair in causes.values()]
+        message = f"{type(exc).__name__}: " + "; ".join(f"{type(e).__name__}: {e}" for e in inner)
     return {
         "rank": ctx.rank,
         "local_rank": ctx.local_rank,

@@ -20,7 +20,7 @@ from trainer.errors import ConfigError, DataError, ModelLoadError, TrainerError
 from trainer.faults import parse
 from trainer.loop import lr_factor
 from trainer.model import check_model_files, load_tokenizer, resolve_model_dir
-from trainer.report import RankContext, classify, write_failure
+from trainer.report import RankContext, classify, failure_record, write_failure
 
 
 @pytest.fixture(scope="module")
@@ -62,6 +62,7 @@ def test_resolved_parallelism_wins_and_defaults_apply(tmp_path: Path) -> None:
         ({"hyperparameters": {"micro_batch_size": 2, "global_batch_size": 3}}, "global_batch_size"),
         ({"hyperparameters": {"max_steps": "many"}}, "max_steps"),
         ({"dataset": None}, "dataset"),
+        ({"hyperparameters": {"cpu_offload": True}}, "cpu_offload"),
     ],
 )
 def test_spec_refusals_name_the_key(tmp_path: Path, over: dict, key: str) -> None:
@@ -185,6 +186,12 @@ def test_failure_record_is_written_whole(tmp_path: Path) -> None:
     except TrainerError as exc:
         write_failure(ctx, exc)
     rec = json.loads((tmp_path / "failures" / "rank-3.json").read_text())
+    from torch.distributed.checkpoint.api import CheckpointException
+
+    dcp = CheckpointException("load failed", {0: (RuntimeError("unexpected pos 8"), None)})
+    assert failure_record(ctx, dcp)["message"] == (
+        "CheckpointException: RuntimeError: unexpected pos 8"
+    )
     assert (
         rec["code"] == "CONFIG_ERROR" and rec["node"] == 1 and rec["message"] == "zero_stage: nope"
     )
