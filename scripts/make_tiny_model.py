@@ -123,7 +123,7 @@ def build_model(vocab_size: int, eos_id: int):
         num_attention_heads=4,
         num_key_value_heads=2,
         head_dim=16,
-        max_position_embeddings=512,
+        max_position_embeddings=2048,  # the default max_seq_length fits without a warning
         tie_word_embeddings=False,
         bos_token_id=eos_id,
         eos_token_id=eos_id,
@@ -145,7 +145,7 @@ def portable_tokenizer_config(folder: Path) -> None:
     cfg.pop("backend", None)
     cfg["tokenizer_class"] = "PreTrainedTokenizerFast"
     cfg["chat_template"] = CHAT_TEMPLATE
-    cfg["model_max_length"] = 512
+    cfg["model_max_length"] = 2048
     path.write_text(json.dumps(cfg, indent=2) + "\n")
 
 
