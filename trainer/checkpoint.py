@@ -24,7 +24,7 @@ from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_
 
 from trainer.errors import TrainerError
 from trainer.faults import FaultPlan
-from trainer.report import atomic_write, classify
+from trainer.report import atomic_write, classify, describe
 
 MANIFEST = "manifest.json"
 
@@ -97,7 +97,9 @@ def _purge(root: Path, keep: int) -> None:
 def _disk_note(root: Path) -> str:
     try:
         st = os.statvfs(root)
-        return f"{st.f_bavail * st.f_frsize} bytes free on the checkpoint disk"
+        free, total = st.f_bavail * st.f_frsize, st.f_blocks * st.f_frsize
+        full = " (full)" if free < 0.02 * total else ""
+        return f"{free} of {total} bytes free{full} on the checkpoint disk {root}"
     except OSError:
         return "free space unknown"
 
@@ -125,12 +127,12 @@ def save(
         dcp.save({"model": msd, "optim": osd}, checkpoint_id=str(tmp))
         faults.in_checkpoint(step)
     except BaseException as exc:  # CheckpointException is a BaseException
+        note = _disk_note(root)  # before the cleanup frees the space again
         if rank == 0:
             shutil.rmtree(tmp, ignore_errors=True)
         code, _ = classify(exc)
-        raise TrainerError(
-            code, f"checkpoint step-{step} failed ({_disk_note(root)}): {exc}".splitlines()[0]
-        ) from exc
+        message = f"checkpoint step-{step} failed ({note}): {describe(exc)}"
+        raise TrainerError(code, message) from exc
     dist.barrier()
     if rank == 0:
         _commit(tmp, final, {**extra, "step": step})

@@ -113,14 +113,20 @@ def classify(exc: BaseException) -> tuple[str, bool]:
     return "UNKNOWN", False
 
 
+def describe(exc: BaseException) -> str:
+    """A one-line message; DCP's CheckpointException is described by its causes."""
+    message = exc.message if isinstance(exc, TrainerError) else str(exc)
+    causes = getattr(exc, "failures", None)
+    if isinstance(causes, dict) and causes:  # "CheckpointException ranks:..." says little
+        inner = [pair[0] if isinstance(pair, tuple) else pair for pair in causes.values()]
+        message = f"{type(exc).__name__}: " + "; ".join(f"{type(e).__name__}: {e}" for e in inner)
+    message = message.strip()
+    return message.splitlines()[0] if message else type(exc).__name__
+
+
 def failure_record(ctx: RankContext, exc: BaseException) -> dict[str, Any]:
     """The per-rank record of docs/interfaces.md section 2."""
     code, peer = classify(exc)
-    message = exc.message if isinstance(exc, TrainerError) else str(exc)
-    causes = getattr(exc, "failures", None)
-    if isinstance(causes, dict) and causes:  # DCP: "CheckpointException ranks:..." says little
-        inner = [pair[0] if isinstance(pair, tuple) else pair for pair in causes.values()]
-        message = f"{type(exc).__name__}: " + "; ".join(f"{type(e).__name__}: {e}" for e in inner)
     return {
         "rank": ctx.rank,
         "local_rank": ctx.local_rank,
@@ -129,7 +135,7 @@ def failure_record(ctx: RankContext, exc: BaseException) -> dict[str, Any]:
         "time_ns": time.time_ns(),
         "type": type(exc).__name__,
         "code": code,
-        "message": message.strip().splitlines()[0] if message.strip() else type(exc).__name__,
+        "message": describe(exc),
         "peer_failure": peer,
         "traceback": "".join(traceback.format_exception(exc)),
     }

@@ -9,7 +9,9 @@ through the supervisor is tested with the supervisor.
 
 from __future__ import annotations
 
+import os
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -82,7 +84,32 @@ def test_checkpoint_exception_still_leaves_a_record(tmp_path: Path) -> None:
     rec = failure(tmp_path / "job", 0)
     assert rec["code"] == "UNKNOWN" and not rec["peer_failure"]
     assert rec["message"].startswith("checkpoint step-2 failed (")
-    assert "bytes free on the checkpoint disk" in rec["message"]
+    assert "bytes free on the checkpoint disk" in rec["message"]  # not full: it was injected
     assert "CheckpointException" in rec["traceback"]
     ckpts = tmp_path / "job" / "checkpoints"
     assert not (ckpts / "step-2").exists() and not (ckpts / "step-2.tmp").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_out_of_disk_during_save_is_reported_and_cleaned(tmp_path: Path) -> None:
+    """A 256 KiB tmpfs as the checkpoint folder: DCP fails (its errno is lost), the record
+    says how much space is left, and no partial checkpoint stays behind."""
+    job = write_job(tmp_path / "job", max_steps=3, checkpoint_steps=1)
+    ckpts = tmp_path / "job" / "checkpoints"
+    ckpts.mkdir()
+    mount = ["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(ckpts)]
+    if os.geteuid() != 0 or subprocess.run(mount, capture_output=True).returncode != 0:
+        pytest.skip("needs root to mount a small tmpfs")
+    try:
+        proc = run_trainer(job, 2)
+        leftovers = list(ckpts.iterdir())
+    finally:
+        subprocess.run(["umount", str(ckpts)], check=True)
+    assert proc.returncode != 0 and leftovers == []
+    for rank in (0, 1):
+        rec = failure(tmp_path / "job", rank)
+        assert rec["message"].startswith("checkpoint step-1 failed (")
+        assert f"on the checkpoint disk {ckpts}): CheckpointException: " in rec["message"]
+    # Rank 0 looks before it removes the partial folder; other ranks may look after.
+    assert "bytes free (full) on the checkpoint disk" in failure(tmp_path / "job", 0)["message"]
