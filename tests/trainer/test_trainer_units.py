@@ -17,7 +17,7 @@ from trainer import data
 from trainer.checkpoint import _commit, committed_steps, verify
 from trainer.config import from_spec, load_spec
 from trainer.errors import ConfigError, DataError, ModelLoadError, TrainerError
-from trainer.faults import parse
+from trainer.faults import FaultPlan, parse
 from trainer.loop import lr_factor
 from trainer.model import check_model_files, load_tokenizer, resolve_model_dir
 from trainer.report import RankContext, classify, failure_record, write_failure
@@ -159,6 +159,16 @@ def test_fault_spec_is_checked() -> None:
     ]
     with pytest.raises(ValueError, match="VERI_FAULT"):
         parse("boom:1:2")
+    plan = FaultPlan(1, "oom:1:2,raise:1:3,ckpt_raise:1:4,raise:0:1")
+    plan.at_step(1)  # rank 0's fault is not ours
+    with pytest.raises(torch.OutOfMemoryError, match="^CUDA out of memory. Tried to allocate"):
+        plan.at_step(2)
+    with pytest.raises(RuntimeError, match="injected failure at step 3"):
+        plan.at_step(3)
+    plan.at_step(4)  # a checkpoint fault does not fire between steps
+    with pytest.raises(BaseException, match="unexpected pos 512 vs 448") as err:
+        plan.in_checkpoint(4)
+    assert not isinstance(err.value, Exception)  # DCP's CheckpointException is a BaseException
 
 
 def test_classification() -> None:
