@@ -55,6 +55,10 @@ def init_runtime(cfg: TrainConfig) -> Runtime:
             os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()))
             os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0")
         backend = "nccl" if want_cuda else "gloo"
+        if want_cuda and cfg.cpu_offload:
+            # Offloaded shards and their grads live on the CPU: the grad-norm reduction of
+            # CPU DTensors needs a CPU backend beside nccl (as torchtitan does for offload).
+            backend = "cuda:nccl,cpu:gloo"
         dist.init_process_group(backend, device_id=device if want_cuda else None)
     rt = Runtime(device=device, rank=dist.get_rank(), world_size=dist.get_world_size())
     if cfg.zero_stage in (2, 3):
