@@ -2,19 +2,16 @@
 
 Every stage x precision x LoRA x method combination on 2 CPU ranks (gloo), measured by the
 trainer itself (VERI_MEASURE_STATES=1) at step 2, compared with `states_bytes_per_gpu` of
-`veri_tui.plan` within 2%. All jobs run in one torchrun (tests/trainer/run_many.py).
+`veri_tui.plan` within 2%. All jobs run in one torchrun (trainer_jobs.run_many).
 """
 
 from __future__ import annotations
 
 import itertools
 import json
-import os
-import subprocess
-import sys
 
 import pytest
-from trainer_jobs import REPO, write_job
+from trainer_jobs import run_many, write_job
 
 COMBOS = list(itertools.product(("sft_text", "dpo"), (0, 2, 3), ("bf16", "fp32"), (0, 4)))
 # The DPO reference under FSDP2 keeps its shard (2 bytes/param / dp) between forwards and is
@@ -44,11 +41,7 @@ def measured(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple, dict]:
             max_steps=2,
             micro_batch_size=2,
         )
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "VERI_MEASURE_STATES": "1"}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2"]
-    cmd += [str(REPO / "tests" / "trainer" / "run_many.py"), *map(str, jobs.values())]
-    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=240)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    run_many(list(jobs.values()), env={"VERI_MEASURE_STATES": "1"})
     out = {}
     for combo, job in jobs.items():
         spec = json.loads(job.read_text())["spec"]

@@ -2,6 +2,12 @@
 
 The spec follows docs/interfaces.md section 2, with the plan header, resolved_parallelism and
 states estimate taken from `veri_tui.plan.plan(...)`, as the launcher would write them.
+
+Run as a script under torchrun (`torchrun --nproc-per-node 2 tests/trainer/trainer_jobs.py
+JOB.json ...`), it trains several jobs one after another in ONE torchrun: each through the
+trainer's own `train()`, exactly as `python -m trainer --job` runs it, so only the process
+start and the process group are shared (a torchrun start costs seconds, and the
+state-measurement matrix has two dozen jobs).
 """
 
 from __future__ import annotations
@@ -90,10 +96,10 @@ def failure(job_dir: Path, rank: int) -> dict[str, Any] | None:
 
 
 def run_many(jobs: list[Path], env: dict[str, str] | None = None, timeout: float = 240) -> None:
-    """Run several jobs in one 2-rank torchrun (tests/trainer/run_many.py); assert success."""
+    """Run several jobs in one 2-rank torchrun (this file as a script); assert success."""
     full_env = {**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2"]
-    cmd += [str(REPO / "tests" / "trainer" / "run_many.py"), *map(str, jobs)]
+    cmd += [__file__, *map(str, jobs)]
     proc = subprocess.run(
         cmd, cwd=REPO, env=full_env, capture_output=True, text=True, timeout=timeout
     )
@@ -108,3 +114,25 @@ def checkpoint_tensors(folder: Path) -> dict[str, Any]:
     out = folder.parent / f"{folder.name}.pt"
     dcp_to_torch_save(folder, out)
     return torch.load(out, weights_only=False)["model"]
+
+
+def _train_each(paths: list[str]) -> None:
+    """The script mode: train each job in turn on this rank."""
+    import torch.distributed as dist
+
+    from trainer.config import from_spec, load_spec
+    from trainer.loop import train
+    from trainer.report import RankContext, RankLog
+
+    for p in map(Path, paths):
+        ctx = RankContext.from_env(p.parent)
+        log = RankLog(ctx)
+        try:
+            train(from_spec(load_spec(p), p.parent), ctx, log)
+        finally:
+            log.close()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    _train_each(sys.argv[1:])
