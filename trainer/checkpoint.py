@@ -47,7 +47,9 @@ def _sha256(path: Path) -> str:
 
 def _options(lora: bool) -> StateDictOptions:
     # LoRA: the frozen base is the model directory itself; checkpoint only what trains.
-    return StateDictOptions(ignore_frozen_params=lora)
+    # Loading then leaves the frozen keys alone (strict=False); dcp.load still fails on any
+    # requested (trainable) key the checkpoint lacks.
+    return StateDictOptions(ignore_frozen_params=lora, strict=not lora)
 
 
 def committed_steps(root: Path) -> list[int]:

@@ -1,8 +1,8 @@
 """Real 2-rank torchrun jobs (gloo): every stage, precision, LoRA, cpu_offload, sft and dpo.
 
 Each job's artifact must load with transformers (or peft), generate, and hold exactly the
-weights the run trained: the tensors of the final DCP checkpoint (checkpoint_steps =
-max_steps), which differ from the initial model's.
+weights the run trained: the tensors of the final DCP checkpoint (step 4 of 4), which differ
+from the initial model's. The dpo LoRA job is also the reference for a LoRA resume.
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors.torch import load_file
-from trainer_jobs import TINY, checkpoint_tensors, metrics, run_many, write_job
+from trainer_jobs import TINY, checkpoint_tensors, metrics, run_many, run_trainer, write_job
 
-STEPS = 3
+STEPS = 4
 CASES = {
     # name: (method, dataset, zero_stage, precision, lora_rank, cpu_offload)
     "sft-text-z0-bf16": ("sft_text", "text", 0, "bf16", 0, False),
@@ -42,7 +42,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
             lora_rank=lora,
             cpu_offload=offload,
             max_steps=STEPS,
-            checkpoint_steps=STEPS,
+            checkpoint_steps=2,
             micro_batch_size=2,
         )
     run_many(list(jobs.values()))
@@ -125,3 +125,28 @@ def test_lora_adapter_loads_generates_and_holds_trained_weights(
         assert torch.equal(value, trained[key]), key
     b = [v for k, v in saved.items() if "lora_B" in k]
     assert any(v.abs().sum() > 0 for v in b)  # B starts at zero: nonzero means it trained
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_lora_resume_matches_the_uninterrupted_run(runs: dict[str, Path], tmp_path: Path) -> None:
+    """LoRA checkpoints hold only the adapters (the frozen base is the model folder): a rank
+    killed at step 3 resumes from step-2 and reproduces the uninterrupted run's losses."""
+    method, data, stage, precision, lora, offload = CASES["dpo-z0-fp32-lora"]
+    job = write_job(
+        tmp_path / "killed", method=method, dataset=data, zero_stage=stage, precision=precision,
+        lora_rank=lora, cpu_offload=offload, max_steps=STEPS, checkpoint_steps=2,
+        micro_batch_size=2,
+    )  # fmt: skip
+    assert run_trainer(job, 2, env={"VERI_FAULT": "kill:0:3"}).returncode != 0
+    ckpt = tmp_path / "killed" / "checkpoints" / "step-2"
+    names = set(checkpoint_tensors(ckpt))
+    assert names and all(".lora_A." in n or ".lora_B." in n for n in names)
+    spec = json.loads(job.read_text())
+    spec["spec"]["hyperparameters"]["resume"] = True
+    job.write_text(json.dumps(spec))
+    proc = run_trainer(job, 2)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    got, want = metrics(tmp_path / "killed"), metrics(runs["dpo-z0-fp32-lora"])
+    assert [m["step"] for m in got] == list(range(1, STEPS + 1))
+    assert [m["loss"] for m in got] == [m["loss"] for m in want]
