@@ -86,10 +86,13 @@ async def test_data_parallel_rule_and_pin(veri_home: Path) -> None:
         assert screen.query_one("#knob-data_parallel_size", Input).value == "2"
         assert screen.query_one("#knob-zero_stage", Select).value == "0"
         assert _plan_line(screen) == auto_line.replace("(auto:", "(requested:")
-        # Pinned batch knobs: the core's sweep across gpu_count refuses them (a known core
-        # limit); the chart says so and the plan stays.
+        # Pinned batch knobs (grad_acc=1, gbs=2): the sweep keeps gbs=2, so it draws 1 and 2
+        # GPUs and says why 4 and 8 are not drawn.
+        await _settle(pilot)
         chart = screen.query_one(ThroughputChart)
-        assert chart.sweep or "no sweep across gpu_count" in str(chart.render())
+        assert sorted({r["gpu_count"] for r in chart.sweep if r["known"]}) == [1, 2]
+        shown = str(chart.render())
+        assert "not drawn at 4, 8 GPUs: global_batch_size 2 is not a multiple" in shown
 
 
 async def test_suggestion_applied_with_one_key(veri_home: Path, tmp_path: Path) -> None:

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from veri_tui.errors import VeriError
 from veri_tui.plan import get_gpu, job_from_fields, plan, throughput_sweep
 from veri_tui.plan.activations import estimate_activations
 from veri_tui.plan.model_info import ModelInfo
@@ -78,6 +79,28 @@ def test_custom_gpu_has_no_throughput(qwen) -> None:
     rec = plan(model=str(qwen[1]), gpu="custom-48GB", gpu_count=2)
     assert rec.throughput["known"] is False and "custom-48GB" in rec.throughput["reason"]
     assert rec.budget_bytes == (48 * 10**9 - 2 * 1024**3) * 7 // 10
+
+
+def test_sweep_after_pin_keeps_the_optimizer_batch(qwen) -> None:
+    # Pinning copies grad_acc and gbs together: the sweep keeps gbs, rescales grad_acc, and
+    # skips (saying why) the gpu_counts that gbs does not split over.
+    rec = plan(model=str(qwen[1]), gpu_count=2, global_batch_size=4)
+    pinned = rec.pinned_hyperparameters()
+    assert pinned["gradient_accumulation_steps"] == 2 and pinned["global_batch_size"] == 4
+    rows = sweep(*qwen, "L4-24GB", counts=(1, 2, 4, 8), gpu_count=2, **pinned)
+    drawn = [r for r in rows if r["known"]]
+    assert sorted({r["gpu_count"] for r in drawn}) == [1, 2, 4]
+    assert {r["tokens_per_step"] for r in drawn} == {4 * 2048}
+    (skipped,) = [r for r in rows if r.get("skipped")]
+    assert skipped["gpu_count"] == 8 and "global_batch_size 4" in skipped["reason"]
+    # A single-GPU-only knob skips every multi-GPU point; a refusal at any count raises.
+    rows = sweep(*qwen, "L4-24GB", counts=(1, 2), use_liger=True)
+    assert [r["gpu_count"] for r in rows if r["known"]] == [1]
+    assert [r["reason"] for r in rows if r.get("skipped")] == [
+        "use_liger: single GPU only: set it to false or gpu_count 1"
+    ]
+    with pytest.raises(VeriError, match="tensor parallelism"):
+        sweep(*qwen, "L4-24GB", counts=(1, 2), tensor_parallel_size=2)
 
 
 def act(info: ModelInfo, **kw: Any) -> dict:

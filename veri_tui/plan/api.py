@@ -52,6 +52,36 @@ def plan(
     return plan_job(job_from_fields(fields))
 
 
+# Refusals that hold at one gpu_count and not another: the sweep skips that point. The
+# stage is the sweep's own variable, so the job's zero_stage / cpu_offload rules do not apply.
+PER_COUNT_KEYS = ("global_batch_size", "use_unsloth", "load_in_4bit", "use_liger")
+SWEPT_KEYS = ("zero_stage", "cpu_offload")
+
+
+def _sweep_variant(job: JobConfig, n: int) -> JobConfig:
+    """The job at `n` GPUs with the same optimizer batch: a set global_batch_size is kept and
+    grad_acc is left for `batch_sizes` to rederive (gbs / (mbs x n))."""
+    hp = job.hyperparameters
+    update: dict[str, Any] = {"data_parallel_size": None}
+    if hp.global_batch_size is not None:
+        update["gradient_accumulation_steps"] = None
+    return job.model_copy(update={"gpu_count": n, "hyperparameters": hp.model_copy(update=update)})
+
+
+def _skip_reason(job: JobConfig, errors: list) -> str:
+    hp = job.hyperparameters
+    out = []
+    for e in errors:
+        if e.key == "global_batch_size":
+            out.append(
+                f"global_batch_size {hp.global_batch_size} is not a multiple of "
+                f"micro_batch_size ({hp.micro_batch_size}) x gpu_count"
+            )
+        else:
+            out.append(f"{e.key}: {e.message}")
+    return "; ".join(out)
+
+
 def throughput_sweep(
     job: JobConfig,
     info: ModelInfo,
@@ -61,22 +91,26 @@ def throughput_sweep(
     """Throughput (and states) of this job at each gpu_count x zero_stage.
 
     Single-GPU rows have stage 0 only (nothing to shard). Each row is the throughput dict
-    plus `states_bytes_per_gpu` and `fits`. Global batch: the job's gbs if pinned and
-    divisible, else mbs x grad_acc x gpu_count.
+    plus `states_bytes_per_gpu` and `fits`. Global batch: the job's global_batch_size when
+    set (grad_acc rescaled to keep it), else mbs x grad_acc x gpu_count. A gpu_count where
+    the job cannot run (the gbs does not divide, a single-GPU-only knob) is one row
+    `{"known": False, "skipped": True, "gpu_count": n, "reason": ...}`. Raises VeriError
+    for refusals that hold at every gpu_count (the job itself is refused).
     """
     gpu = get_gpu(job.gpu)
     hp = job.hyperparameters
     rows: list[dict[str, Any]] = []
     stages = tuple(stages)
     for n in gpu_counts:
-        variant = job.model_copy(update={"gpu_count": n})
-        variant.hyperparameters = hp.model_copy(update={"data_parallel_size": None})
-        if hp.global_batch_size and hp.global_batch_size % (hp.micro_batch_size * n):
-            variant.hyperparameters.global_batch_size = None
-        errors = validate(variant.model_copy(update={"hyperparameters": variant.hyperparameters}))
-        bad = [e for e in errors if e.key not in ("zero_stage", "cpu_offload")]
-        if bad:
-            raise VeriError(bad)
+        variant = _sweep_variant(job, n)
+        errors = [e for e in validate(variant) if e.key not in SWEPT_KEYS]
+        fatal = [e for e in errors if e.key not in PER_COUNT_KEYS]
+        if fatal:
+            raise VeriError(fatal)
+        if errors:
+            reason = _skip_reason(job, errors)
+            rows.append({"known": False, "skipped": True, "gpu_count": n, "reason": reason})
+            continue
         mbs, ga, _ = batch_sizes(variant)
         for z in stages if n > 1 else (0,):
             est = states_for(variant, info, z)

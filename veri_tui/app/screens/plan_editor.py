@@ -126,7 +126,6 @@ class PlanEditorScreen(Screen):
         view.show_errors([f"{k}: {m}" for k in leftover for m in by_key[k]])
         plan_line = self.query_one("#plan-line", Static)
         sweep: list[dict[str, Any]] = []
-        sweep_note = ""
         current = None
         if self.errors:
             n = len(self.errors)
@@ -137,16 +136,13 @@ class PlanEditorScreen(Screen):
             rec = core.plan_job(self.job, self.info)
             self.record = rec.to_dict()
             show(plan_line, self.record["plan_line"])
-            try:
-                sweep = list(core.throughput_sweep(self.job, self.info, SWEEP_GPU_COUNTS))
-            except VeriError as exc:
-                # Some pinned batch knobs only make sense at the chosen gpu_count; the chart
-                # then says why it is empty, and the plan itself still shows.
-                sweep_note = f"no sweep across gpu_count for these knobs ({exc})"
+            # A valid job always sweeps: gpu_counts it cannot run at come back as skipped
+            # rows (e.g. a pinned gbs that does not split over 8 GPUs), which the chart names.
+            sweep = core.throughput_sweep(self.job, self.info, SWEEP_GPU_COUNTS)
             rp = self.record.get("resolved_parallelism") or {}
             current = (int(self.job.gpu_count), int(rp.get("zero_stage", 0)))
         plan_line.set_class(bool(self.errors), "-refused")
-        view.show_record(self.record, sweep, current, sweep_note)
+        view.show_record(self.record, sweep, current)
         self.query_one("#launch", Button).disabled = not self.can_launch
 
     @property

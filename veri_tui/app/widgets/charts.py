@@ -85,11 +85,9 @@ class ThroughputChart(ChartWidget):
     sweep: reactive[tuple[dict[str, Any], ...]] = reactive((), layout=True)
     current: reactive[tuple[int, int] | None] = reactive(None)  # (gpu_count, zero_stage)
 
-    note: reactive[str] = reactive("")  # why there is no sweep, when there is none
-
     def render(self) -> Text:
         if not self.sweep:
-            return Text(f"throughput chart: {self.note or 'no estimate yet'}", style="dim")
+            return Text("throughput chart: no estimate yet", style="dim")
         if not self.plotext_ready():
             return Text("throughput chart: drawing...", style="dim")
         key = (self.sweep, self.current, self.size)
@@ -98,11 +96,18 @@ class ThroughputChart(ChartWidget):
         return self._cache
 
     def _build(self) -> Text:
-        width, half = self.size.width, max(8, (self.size.height - 1) // 2)
+        skipped = [r for r in self.sweep if r.get("skipped")]
+        width, half = self.size.width, max(8, (self.size.height - 1 - bool(skipped)) // 2)
         ticks = sorted({r["gpu_count"] for r in self.sweep if "gpu_count" in r})
         out = Text("lines: 0/2/3 = zero_stage 0/2/3", style="bold")
         if self.current is not None:
             out.append(f"   X = this plan ({self.current[0]} GPUs, zero_stage {self.current[1]})")
+        if skipped:
+            # The sweep names the gpu_counts this job cannot run at (a pinned gbs that does
+            # not split, a single-GPU-only knob): say so instead of leaving a silent gap.
+            counts = ", ".join(str(r["gpu_count"]) for r in skipped)
+            reasons = "; ".join(dict.fromkeys(r["reason"] for r in skipped))
+            out.append(f"\nnot drawn at {counts} GPUs: {reasons}", style="dim")
         for pick, title in ((1, "tokens/s vs gpu_count"), (2, "scaling efficiency vs gpu_count")):
             series: list[Series] = []
             for stage in (0, 2, 3):

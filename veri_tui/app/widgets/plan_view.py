@@ -61,14 +61,12 @@ class PlanView(VerticalScroll):
         record: dict[str, Any] | None,
         sweep: list[dict[str, Any]],
         current: tuple[int, int] | None,
-        sweep_note: str = "",
     ) -> None:
         """Render a plan record (None: no valid plan right now, keep the panes empty)."""
         bar = self.query_one(MemoryBar)
         if bar.record != record:
             bar.record = record
         chart = self.query_one(ThroughputChart)
-        chart.note = sweep_note
         if chart.sweep != tuple(sweep) or chart.current != current:
             chart.sweep = tuple(sweep)
             chart.current = current
