@@ -8,6 +8,7 @@ from the initial model's. The dpo LoRA job is also the reference for a LoRA resu
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -130,23 +131,24 @@ def test_lora_adapter_loads_generates_and_holds_trained_weights(
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_lora_resume_matches_the_uninterrupted_run(runs: dict[str, Path], tmp_path: Path) -> None:
-    """LoRA checkpoints hold only the adapters (the frozen base is the model folder): a rank
-    killed at step 3 resumes from step-2 and reproduces the uninterrupted run's losses."""
-    method, data, stage, precision, lora, offload = CASES["dpo-z0-fp32-lora"]
-    job = write_job(
-        tmp_path / "killed", method=method, dataset=data, zero_stage=stage, precision=precision,
-        lora_rank=lora, cpu_offload=offload, max_steps=STEPS, checkpoint_steps=2,
-        micro_batch_size=2,
-    )  # fmt: skip
-    assert run_trainer(job, 2, env={"VERI_FAULT": "kill:0:3"}).returncode != 0
-    ckpt = tmp_path / "killed" / "checkpoints" / "step-2"
-    names = set(checkpoint_tensors(ckpt))
-    assert names and all(".lora_A." in n or ".lora_B." in n for n in names)
-    spec = json.loads(job.read_text())
+    """LoRA checkpoints hold only the adapters (the frozen base is the model folder): a new
+    job given the dpo LoRA run's step-2 checkpoint resumes from it and reproduces that run's
+    steps 3 and 4. (Killing a job mid-save is tested in test_trainer_checkpoints.py.)"""
+    source = runs["dpo-z0-fp32-lora"]
+    spec = json.loads((source / "job.json").read_text())
     spec["spec"]["hyperparameters"]["resume"] = True
+    spec["spec"]["output_dir"] = str(tmp_path / "resumed" / "output")
+    (tmp_path / "resumed" / "checkpoints").mkdir(parents=True)
+    step2 = tmp_path / "resumed" / "checkpoints" / "step-2"
+    shutil.copytree(source / "checkpoints" / "step-2", step2)
+    names = set(checkpoint_tensors(step2))
+    assert names and all(".lora_A." in n or ".lora_B." in n for n in names)
+    (step2.parent / "step-2.pt").unlink()
+    job = tmp_path / "resumed" / "job.json"
     job.write_text(json.dumps(spec))
     proc = run_trainer(job, 2)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    got, want = metrics(tmp_path / "killed"), metrics(runs["dpo-z0-fp32-lora"])
-    assert [m["step"] for m in got] == list(range(1, STEPS + 1))
-    assert [m["loss"] for m in got] == [m["loss"] for m in want]
+    assert "resume: from checkpoint step-2" in (tmp_path / "resumed" / "log.txt").read_text()
+    got, want = metrics(tmp_path / "resumed"), metrics(source)
+    assert [m["step"] for m in got] == [3, 4]
+    assert [m["loss"] for m in got] == [m["loss"] for m in want[2:]]
