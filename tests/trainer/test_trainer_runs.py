@@ -26,6 +26,7 @@ CASES = {
     "dpo-z2-bf16-full": ("dpo", "dpo", 2, "bf16", 0, False),
     "dpo-z0-fp32-lora": ("dpo", "dpo", 0, "fp32", 4, False),
 }
+ACCUMULATE = {"sft-text-z3-fp32-offload": {"micro_batch_size": 1, "gradient_accumulation_steps": 2}}
 METRIC_KEYS = {"step", "total_steps", "loss", "lr", "grad_norm", "tokens_per_s", "peak_mem_bytes"}
 
 
@@ -44,7 +45,8 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
             cpu_offload=offload,
             max_steps=STEPS,
             checkpoint_steps=2,
-            micro_batch_size=2,
+            # One FSDP2 job accumulates: no gradient sync until its last micro-batch.
+            **ACCUMULATE.get(name, {"micro_batch_size": 2}),
         )
     run_many(list(jobs.values()))
     return {name: job.parent for name, job in jobs.items()}
