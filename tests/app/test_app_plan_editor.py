@@ -117,7 +117,7 @@ async def test_suggestion_applied_with_one_key(veri_home: Path, tmp_path: Path) 
 
 
 async def test_export_writes_a_toml_that_plans_the_same(veri_home: Path, tmp_path: Path) -> None:
-    from veri_tui.plan import load_job_config, plan_job, read_model_info
+    from veri_tui.plan import job_to_toml, load_job_config, plan_job, read_model_info
 
     app = create_app(workdir=tmp_path)
     async with app.run_test(size=(120, 40)) as pilot:
@@ -129,6 +129,7 @@ async def test_export_writes_a_toml_that_plans_the_same(veri_home: Path, tmp_pat
         await pilot.pause()
     job = load_job_config(tmp_path / "veri.toml")
     assert plan_job(job, read_model_info(job.model)).plan_line == line
+    assert (tmp_path / "veri.toml").read_text() == job_to_toml(job)  # the core's writer
     assert not list(tmp_path.glob(".veri.toml.*"))
 
 

@@ -13,6 +13,7 @@ from veri_tui.plan.model_info import LORA_TARGETS, ModelInfo
 from veri_tui.plan.record import PIN_KEYS, PlanRecord
 from veri_tui.plan.resolve import plan_job
 from veri_tui.plan.sources import read_model_info
+from veri_tui.plan.toml_writer import job_to_toml
 from veri_tui.plan.validate import validate
 
 __all__ = [
@@ -26,6 +27,7 @@ __all__ = [
     "PlanRecord",
     "get_gpu",
     "job_from_fields",
+    "job_to_toml",
     "load_job_config",
     "plan",
     "plan_job",

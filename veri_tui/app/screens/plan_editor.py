@@ -8,6 +8,7 @@ model's headers is I/O and runs in a thread worker.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +20,6 @@ from textual.screen import Screen
 from textual.widgets import Button, Footer, Static
 
 from veri_tui import plan as core
-from veri_tui.app.export import write_veri_toml
 from veri_tui.app.messages import ModelInfoRead
 from veri_tui.app.widgets.knob_form import KnobForm
 from veri_tui.app.widgets.plan_view import PlanView, show
@@ -175,9 +175,13 @@ class PlanEditorScreen(Screen):
         if self.job is None:
             self.notify("fix the marked fields before exporting", severity="error")
             return
+        target = Path(self.app.workdir) / "veri.toml"  # type: ignore[attr-defined]
+        tmp = target.with_name(f".veri.toml.{os.getpid()}.tmp")
         try:
-            target = write_veri_toml(self.job, Path(self.app.workdir))  # type: ignore[attr-defined]
-        except OSError as exc:
+            tmp.write_text(core.job_to_toml(self.job), encoding="utf-8")
+            os.replace(tmp, target)  # never a half-written veri.toml
+        except (OSError, ValueError) as exc:
+            tmp.unlink(missing_ok=True)
             self.notify(f"cannot write veri.toml: {exc}", severity="error")
             return
         self.notify(f"wrote {target}")
