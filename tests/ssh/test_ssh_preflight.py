@@ -105,3 +105,27 @@ def test_each_failure_is_one_line(ssh_env, tmp_path: Path, monkeypatch) -> None:
     assert "absent model not found on veri-test" in lines[2]
     assert "free some space" in lines[3]
     assert all("\n" not in line for line in lines)
+
+
+def test_facade_preflight_rows_for_a_host(ssh_env, tmp_path: Path) -> None:
+    from veri_tui.launch import jobs
+    from veri_tui.plan import plan_job
+
+    taken = tmp_path / "taken"
+    taken.mkdir()
+    (taken / "old.bin").write_bytes(b"x")
+    model = str(bundled_tiny_model())
+    job = load_job_config(None, model=model, gpu_count=2, output=str(taken))
+    rows = jobs.preflight(job, None, host=ssh_env.alias)
+    # A CPU host plans the job as requested; the model was counted over SFTP.
+    assert rows[0] == ("plan", True, plan_job(job).plan_line.removeprefix("plan: "))
+    hosts = [detail for name, ok, detail in rows if name == "host" and ok]
+    assert hosts[0].startswith("host veri-test: python") and f"model: {model}: " in hosts[-1]
+    assert rows[-1] == (
+        "output",
+        False,
+        f"{taken} already exists on veri-test and is not empty; choose another --output",
+    )
+    free = job.model_copy(update={"output": str(tmp_path / "new")})
+    rows = jobs.preflight(free, None, host=ssh_env.alias)
+    assert all(ok for _, ok, _ in rows) and ("output", True, f"{free.output} on veri-test") in rows

@@ -3,21 +3,25 @@
 Local jobs go to `LocalTarget`; ``host`` goes to the SSH target in ``veri_tui.launch.ssh``,
 looked up lazily (paramiko is imported only when a host is used). The seam with the SSH module
 is documented in docs/jobs.md: ``launch(job_config, plan_record, host=..., trust_host=...,
-wait=...) -> job_id``, ``list_jobs() -> records`` (each with ``host`` set) and
-``target_for_job(job_id) -> Target | None``.
+wait=...) -> job_id``, ``preflight_rows(job_config, host=..., trust_host=...) -> rows``,
+``list_jobs() -> records`` (each with ``host`` set) and ``target_for_job(job_id) -> Target |
+None``.
 """
 
 from __future__ import annotations
 
 import importlib
-from collections.abc import Iterator
+import importlib.util
+import tempfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 from veri_tui.errors import VeriError
 from veri_tui.launch.local import LocalTarget, check_devices
 from veri_tui.launch.records import LogLine
-from veri_tui.launch.spec import build_record, new_job_id
+from veri_tui.launch.spec import build_record, check_job, new_job_id
 
 
 def _ssh() -> ModuleType:
@@ -64,6 +68,60 @@ def launch(
     if wait:
         target.wait(job_id)
     return job_id
+
+
+def preflight(
+    job_config: Any,
+    plan_record: Any = None,
+    host: str | None = None,
+    trust_host: str | None = None,
+) -> list[tuple[str, bool, str]]:
+    """What `launch` would check, starting nothing: (check, ok, detail) rows, every
+    refusal a row with ok False.
+
+    Locally: the plan (``plan_record``, else planned here), the GPUs `nvidia-smi` lists, a
+    dry run of the job record (model folder, dataset, output dir) and whether torch is
+    installed. With ``host``: the SSH side's preflight (python, torch, GPUs, disk, the model
+    counted over SFTP, --output on the host) and the plan for what the host has;
+    ``plan_record`` is not used. A host that cannot be reached raises VeriError
+    (``UnknownHostKeyError`` for an unknown host key, so a caller can ask to trust it).
+    """
+    if host is not None:
+        return _ssh().preflight_rows(job_config, host=host, trust_host=trust_host)
+    rows: list[tuple[str, bool, str]] = []
+    problems: list[Any] = []
+
+    def collect(call: Callable[[], Any]) -> Any:
+        try:
+            return call()
+        except VeriError as exc:
+            problems.extend(exc.errors)
+            return None
+
+    if plan_record is None:
+        from veri_tui.plan import plan_job
+
+        plan_record = collect(lambda: plan_job(job_config))
+    collect(lambda: check_devices(int(job_config.gpu_count)))
+    if plan_record is not None:
+        rows.append(("plan", True, plan_record.plan_line.removeprefix("plan: ")))
+        # A dry run of the record `launch` writes: it resolves and checks the model folder,
+        # the dataset and the output dir; the folder it names is thrown away.
+        with tempfile.TemporaryDirectory() as tmp:
+            rec = collect(lambda: build_record(job_config, plan_record, "x", Path(tmp) / "job"))
+        if rec is not None:
+            spec = rec["spec"]
+            rows += [("model", True, spec["model_path"]), ("dataset", True, spec["dataset"])]
+            output = spec["output_dir"] if job_config.output else "<job folder>/output"
+            rows.append(("output", True, output))
+    else:
+        collect(lambda: check_job(job_config))  # no plan: the dataset and output still checked
+    # find_spec locates torch without importing it (the app's process stays torch-free); the
+    # supervisor runs `python -m torch.distributed.run` with this interpreter.
+    has_torch = importlib.util.find_spec("torch") is not None
+    rows.append(("torch", has_torch, "installed" if has_torch else "missing: pip install torch"))
+    # A refusal found both by planning and by check_job is shown once.
+    return rows + [(e.key, False, e.message) for e in dict.fromkeys(problems)]
 
 
 def _remote_module() -> ModuleType | None:

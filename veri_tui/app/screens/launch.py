@@ -12,9 +12,6 @@ dialog; the fingerprint the user accepts is passed on to the launcher (`trust_ho
 
 from __future__ import annotations
 
-import importlib.util
-import tempfile
-from pathlib import Path
 from typing import Any
 
 from textual import on, work
@@ -159,43 +156,15 @@ class LaunchScreen(Screen):
 
     @work(thread=True, exclusive=True, group="preflight")
     def preflight(self, fields: dict[str, Any], host: str | None) -> None:
-        """Plan, inputs and target checks; each row is (check, ok, detail)."""
+        """The launch facade's preflight for this target; each row is (check, ok, detail)."""
+        from veri_tui.launch import jobs
+
         checks: list[tuple[str, bool, str]] = []
         try:
             job = core.job_from_fields(fields)
             record = core.plan_job(job, self.info)
-            checks.append(("plan", True, record.to_dict()["plan_line"].removeprefix("plan: ")))
-            if host is None:
-                from veri_tui.launch.spec import build_record
-
-                # A dry run of the record the launcher will write: it resolves and checks the
-                # model directory, the dataset and the output dir without starting anything.
-                with tempfile.TemporaryDirectory() as tmp:
-                    rec = build_record(job, record, "preflight", Path(tmp) / "job")
-                checks.append(("model", True, rec["spec"]["model_path"]))
-                checks.append(("dataset", True, rec["spec"]["dataset"]))
-                checks.append(("output", True, str(fields.get("output") or "job folder")))
-                # find_spec of a top-level name locates it without importing it (torch stays
-                # out of the app's process); the supervisor runs `python -m torch.distributed.run`.
-                has_torch = importlib.util.find_spec("torch") is not None
-                detail = "installed" if has_torch else "missing: pip install torch"
-                checks.append(("torch", has_torch, detail))
-            else:
-                from veri_tui.launch.ssh.connection import Connection
-                from veri_tui.launch.ssh.preflight import run_preflight
-
-                conn = Connection.open(host, trust=self.trusted.get(host))
-                try:
-                    pf = run_preflight(
-                        conn,
-                        model=job.model,
-                        gpu_count=int(job.gpu_count),
-                        full_finetune=not job.hyperparameters.lora_rank,
-                    )
-                finally:
-                    conn.close()
-                checks += [("host", True, line) for line in pf.summary()]
-                checks += [(e.key, False, e.message) for e in pf.problems]
+            trust = self.trusted.get(host) if host else None
+            checks = jobs.preflight(job, record, host=host, trust_host=trust)
         except VeriError as exc:
             key = _host_key_of(exc)
             if key is not None:

@@ -1,7 +1,8 @@
 """Jobs on a GPU machine reached by SSH (paramiko): hosts, host keys, preflight, remote jobs.
 
 The seam with the launch facade (docs/jobs.md): `launch(job_config, plan_record, host=...,
-trust_host=..., wait=...) -> job_id`, `list_jobs() -> records` (each with `host` set) and
+trust_host=..., wait=...) -> job_id`, `preflight_rows(job_config, host=..., trust_host=...) ->
+(check, ok, detail) rows`, `list_jobs() -> records` (each with `host` set) and
 `target_for_job(job_id) -> RemoteTarget | None`. Details in docs/ssh.md.
 """
 
@@ -11,6 +12,7 @@ from typing import Any
 
 from veri_tui.errors import VeriError
 from veri_tui.launch.ssh import registry
+from veri_tui.launch.ssh.checks import preflight_rows
 from veri_tui.launch.ssh.hostkeys import ChangedHostKeyError, UnknownHostKeyError
 from veri_tui.launch.ssh.launch import launch
 from veri_tui.launch.ssh.target import RemoteTarget
@@ -21,6 +23,7 @@ __all__ = [
     "UnknownHostKeyError",
     "launch",
     "list_jobs",
+    "preflight_rows",
     "target_for_job",
 ]
 

@@ -30,7 +30,7 @@ def _trainer_package() -> Path:
     return Path(next(iter(spec.submodule_search_locations)))
 
 
-def _check_output(conn: Connection, job: Any, pf: Preflight) -> Any:
+def check_output(conn: Connection, job: Any, pf: Preflight) -> Any:
     """The output dir is a path on the host: `~` expanded there, refused when not empty."""
     output = expand_home(job.output, pf.home)
     if not output.startswith("/"):
@@ -42,6 +42,18 @@ def _check_output(conn: Connection, job: Any, pf: Preflight) -> Any:
             key="output",
         )
     return job.model_copy(update={"output": output})
+
+
+def preflight_job(conn: Connection, job: Any, dataset_bytes: int = 0) -> Preflight:
+    """`run_preflight` for this job: its model, its gpu_count, and whether the artifact is a
+    whole model (full fine-tune: the disk must hold it) or an adapter."""
+    return run_preflight(
+        conn,
+        model=job.model,
+        gpu_count=int(job.gpu_count),
+        full_finetune=not job.hyperparameters.lora_rank,
+        dataset_bytes=dataset_bytes,
+    )
 
 
 def plan_for_host(job: Any, pf: Preflight) -> tuple[Any, Any]:
@@ -124,17 +136,10 @@ def launch(
     check_job(job_config, output_here=False)  # --output is a path on the host: checked there
     conn = Connection.open(host, trust=trust_host)
     try:
-        dataset = local_dataset(job_config)
-        pf = run_preflight(
-            conn,
-            model=job_config.model,
-            gpu_count=int(job_config.gpu_count),
-            full_finetune=not job_config.hyperparameters.lora_rank,
-            dataset_bytes=dataset.stat().st_size,
-        )
+        pf = preflight_job(conn, job_config, local_dataset(job_config).stat().st_size)
         pf.check()
         if job_config.output:
-            job_config = _check_output(conn, job_config, pf)
+            job_config = check_output(conn, job_config, pf)
         job, plan = plan_for_host(job_config, pf)
         job_id = new_job_id()
         jobs_dir = posixpath.join(pf.veri_home, "jobs")

@@ -1,0 +1,49 @@
+"""`jobs.preflight` on this machine: the rows the app's launch screen shows, from the same
+checks `launch` makes (a dry run of the job record), starting and keeping nothing."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+from veri_tui.launch import jobs
+from veri_tui.launch.spec import BUNDLED_DATASETS, REPO_ROOT
+from veri_tui.plan import load_job_config, plan_job
+
+
+def test_a_good_job_passes_every_check(home: Path, tmp_path: Path) -> None:
+    job = load_job_config(None, gpu_count=2, output=str(tmp_path / "out"))
+    plan = plan_job(job)
+    rows = jobs.preflight(job, plan)
+    assert rows == [
+        ("plan", True, plan.plan_line.removeprefix("plan: ")),
+        ("model", True, str(REPO_ROOT / "assets" / "tiny-model")),
+        ("dataset", True, str(BUNDLED_DATASETS["sft_text"])),
+        ("output", True, str(tmp_path / "out")),
+        ("torch", True, "installed"),
+    ]
+    assert importlib.util.find_spec("torch") is not None  # what the torch row says
+    assert jobs.preflight(job, None)[0] == rows[0]  # no plan given: planned here
+    assert not home.exists() and not (tmp_path / "out").exists()  # nothing written
+
+
+def test_every_refusal_is_a_row(home: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "old.bin").write_bytes(b"x")
+    job = load_job_config(
+        None, gpu_count=2, dataset="/nope.jsonl", output=str(out), sets=["zero_stage=1"]
+    )
+    rows = jobs.preflight(job, None)
+    failed = [(name, detail.split(";")[0]) for name, ok, detail in rows if not ok]
+    # No plan for a refused job; the dataset and output are still checked; zero_stage is
+    # refused by planning and by the launch checks, and shown once.
+    assert failed == [
+        ("zero_stage", "ZeRO-1 is not available"),
+        ("dataset", "/nope.jsonl: no such file"),
+        ("output", f"{out} already exists and is not empty"),
+    ]
+    assert [name for name, ok, _ in rows if ok] == ["torch"]
+    missing = load_job_config(None, model=str(tmp_path / "no-model"))
+    [(name, ok, detail)] = [r for r in jobs.preflight(missing, None) if not r[1]]
+    assert name == "model" and detail.startswith(str(tmp_path / "no-model"))
