@@ -1,22 +1,32 @@
 """The launch screen against a real sshd on 127.0.0.1: an unknown host key opens the trust
-dialog with the server's fingerprint; trusting it records the key and preflight passes."""
+dialog with the server's fingerprint; trusting it records the key and preflight passes. A
+model only the host has is planned there (not here) and the job runs there."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import getpass
 import hashlib
 import importlib.util
+import os
+import pwd
+import secrets
+import shutil
 import sys
 import time
 from pathlib import Path
 
 import pytest
 from app_helpers import editor_ready
-from textual.widgets import Select, Static
+from textual.widgets import Input, Select, Static
 
 from veri_tui.app import create_app
 from veri_tui.app.screens.launch import HostKeyScreen, LaunchScreen
+from veri_tui.app.screens.monitor import MonitorScreen
+from veri_tui.launch import jobs
+from veri_tui.plan import read_model_info
+from veri_tui.plan.sources import bundled_tiny_model
 
 
 def _load_ssh_fixtures():
@@ -86,3 +96,60 @@ async def test_unknown_host_key_dialog_then_trusted_preflight(
         rows = str(launch.query_one("#preflight", Static).render())
         assert "host gpu-test: python" in rows
         assert host_pub in known_hosts.read_text()
+
+
+@pytest.mark.timeout(180)
+async def test_a_model_only_the_host_has_is_planned_and_launched_there(
+    sshd, veri_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # `~/` is two places: here a tmp HOME (no model), on the host the remote user's home from
+    # the password database (sshd sets HOME from it), where the model is put.
+    remote_home = Path(pwd.getpwuid(os.getuid()).pw_dir)
+    name = f".veri-app-test-{secrets.token_hex(4)}"
+    monkeypatch.setenv("HOME", str(tmp_path / "local-home"))
+    monkeypatch.setenv("VERI_SSH_CONFIG", str(sshd.ssh_config))
+    monkeypatch.delenv("SSH_AUTH_SOCK", raising=False)
+    monkeypatch.setenv("VERI_REMOTE_PYTHON", sys.executable)
+    monkeypatch.setenv("VERI_REMOTE_HOME", str(tmp_path / "remote-veri"))
+    model = f"~/{name}/model"
+    count = f"{read_model_info(str(bundled_tiny_model())).parameter_count:,}"
+    try:
+        shutil.copytree(bundled_tiny_model(), remote_home / name / "model")
+        app = create_app(model=model)
+        async with app.run_test(size=(100, 30)) as pilot:
+            await editor_ready(pilot)
+            editor = app.screen
+            assert editor.info is None and "plan: none here" in str(
+                editor.query_one("#plan-line", Static).render()
+            )
+            for key, value in (("max_steps", "1"), ("max_seq_length", "32")):
+                editor.query_one(f"#knob-{key}", Input).value = value
+            await pilot.pause()
+            await pilot.press("ctrl+l")
+            await _wait(pilot, lambda: isinstance(app.screen, LaunchScreen), 10, "launch screen")
+            launch = app.screen
+            panel = launch.query_one("#preflight", Static)
+            await _wait(pilot, lambda: "FAIL" in str(panel.render()), 30, "local preflight")
+            assert "FAIL model: " in str(panel.render())  # not on this machine: refused here
+            target = launch.query_one("#target", Select)
+            await _wait(pilot, lambda: len(target._options) > 1, 10, "hosts from the ssh config")
+            target.value = sshd.alias
+            await _wait(pilot, lambda: launch.ready, 60, "the host's preflight to pass")
+            rows = str(panel.render())
+            assert rows.startswith("ok   plan: dp=1 ")
+            assert f"model: {remote_home / name / 'model'}: {count} params" in rows
+            await pilot.press("ctrl+l")
+            await _wait(pilot, lambda: isinstance(app.screen, MonitorScreen), 60, "monitor")
+            job_id = app.screen.job_id
+        final = await asyncio.to_thread(jobs.get_job, job_id)
+        deadline = time.monotonic() + 120
+        while final["status"] not in ("succeeded", "failed", "cancelled"):
+            assert time.monotonic() < deadline, final
+            await asyncio.sleep(1)
+            final = await asyncio.to_thread(jobs.get_job, job_id)
+        assert final["status"] == "succeeded", final
+        assert final["host"] == sshd.alias
+        assert final["spec"]["model_path"] == str(remote_home / name / "model")
+        assert any(count in line for line in final["spec"]["plan_header"])
+    finally:
+        shutil.rmtree(remote_home / name, ignore_errors=True)

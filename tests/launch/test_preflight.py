@@ -6,6 +6,9 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
+import pytest
+
+from veri_tui.errors import VeriError
 from veri_tui.launch import jobs
 from veri_tui.launch.spec import BUNDLED_DATASETS, REPO_ROOT
 from veri_tui.plan import load_job_config, plan_job
@@ -47,3 +50,11 @@ def test_every_refusal_is_a_row(home: Path, tmp_path: Path) -> None:
     missing = load_job_config(None, model=str(tmp_path / "no-model"))
     [(name, ok, detail)] = [r for r in jobs.preflight(missing, None) if not r[1]]
     assert name == "model" and detail.startswith(str(tmp_path / "no-model"))
+
+
+def test_launch_without_a_plan_plans_here_first(home: Path, tmp_path: Path) -> None:
+    job = load_job_config(None, model=str(tmp_path / "no-model"))
+    with pytest.raises(VeriError) as exc:
+        jobs.launch(job, None)
+    assert [e.key for e in exc.value.errors] == ["model"]
+    assert not home.exists()  # refused before any folder was made

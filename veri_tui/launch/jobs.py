@@ -53,12 +53,17 @@ def launch(
 
     ``job_config`` is a veri_tui.plan.JobConfig, ``plan_record`` its PlanRecord. Raises
     VeriError for anything `plan` refuses, a model not on disk or a missing dataset, before
-    anything starts. ``wait`` blocks until the job has ended. With ``host`` the SSH side plans
-    on what the host has (after its preflight), so ``plan_record`` may be None there.
+    anything starts. ``wait`` blocks until the job has ended. ``plan_record`` None: planned
+    here; with ``host`` the SSH side always plans on what the host has (after its
+    preflight), and ``plan_record`` is not used.
     """
     if host is not None:
         return _ssh().launch(job_config, plan_record, host=host, trust_host=trust_host, wait=wait)
     check_devices(int(job_config.gpu_count))
+    if plan_record is None:
+        from veri_tui.plan import plan_job
+
+        plan_record = plan_job(job_config)  # refuses a model this machine cannot read
     target = LocalTarget()
     job_id = new_job_id()
     while target.job_dir(job_id).exists():  # same second, same random suffix: draw again

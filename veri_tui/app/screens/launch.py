@@ -148,6 +148,16 @@ class LaunchScreen(Screen):
 
     # -- preflight ---------------------------------------------------------------------
 
+    def local_plan(self, job: Any, host: str | None) -> Any:
+        """The plan made on this machine, or None for a host (as `veri-tui launch --host`
+        does): the model and output are paths there, and the SSH side plans after its
+        preflight for the host's GPUs, so a model only the host has is not refused here.
+        Locally without the model's counts (they could not be read here), the facade plans
+        and reports why it cannot."""
+        if host is not None or self.info is None:
+            return None
+        return core.plan_job(job, self.info)
+
     def action_preflight(self) -> None:
         self.ready = False
         self.query_one("#confirm", Button).disabled = True
@@ -162,9 +172,8 @@ class LaunchScreen(Screen):
         checks: list[tuple[str, bool, str]] = []
         try:
             job = core.job_from_fields(fields)
-            record = core.plan_job(job, self.info)
             trust = self.trusted.get(host) if host else None
-            checks = jobs.preflight(job, record, host=host, trust_host=trust)
+            checks = jobs.preflight(job, self.local_plan(job, host), host=host, trust_host=trust)
         except VeriError as exc:
             key = _host_key_of(exc)
             if key is not None:
@@ -211,8 +220,8 @@ class LaunchScreen(Screen):
 
         try:
             job = core.job_from_fields(fields)
-            record = core.plan_job(job, self.info)
             trust = self.trusted.get(host) if host else None
+            record = self.local_plan(job, host)
             self.post_message(Launched(jobs.launch(job, record, host=host, trust_host=trust)))
         except VeriError as exc:
             self.post_message(

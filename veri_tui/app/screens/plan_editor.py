@@ -44,6 +44,7 @@ class PlanEditorScreen(Screen):
         job = core.load_job_config(None, model=model)
         self.model: str | None = job.model  # None: the bundled tiny model
         self.info: Any = None
+        self.model_error: str | None = None  # the model's headers could not be read here
         self.errors: list[ConfigError] = []
         self.job: Any = None
         self.record: dict[str, Any] | None = None
@@ -87,6 +88,7 @@ class PlanEditorScreen(Screen):
         if message.model != self.model:
             return  # a late answer for a model the user already left
         line = self.query_one("#model-line", Static)
+        self.model_error = message.error
         if message.error:
             self.info = None
             line.update(f"model {self.model_label}: {message.error}")
@@ -97,7 +99,7 @@ class PlanEditorScreen(Screen):
 
     def set_model(self, model: str) -> None:
         """Switch to another model; the plan waits for its headers."""
-        self.model, self.info, self.record = model, None, None
+        self.model, self.info, self.record, self.model_error = model, None, None, None
         self.query_one("#model-line", Static).update(f"model {model}: reading headers...")
         self.recompute()
         self.read_model(model)
@@ -130,6 +132,9 @@ class PlanEditorScreen(Screen):
         if self.errors:
             n = len(self.errors)
             show(plan_line, f"plan refused: {n} error{'s' * (n != 1)}; fix the marked fields")
+        elif self.model_error is not None:
+            show(plan_line, "plan: none here (the model cannot be read on this machine); "
+                 "a launch host that has it plans it (ctrl+l)")  # fmt: skip
         elif self.info is None:
             show(plan_line, "plan: waiting for the model's parameter counts")
         else:
@@ -147,8 +152,10 @@ class PlanEditorScreen(Screen):
 
     @property
     def can_launch(self) -> bool:
-        """Launch needs a valid job and a plan (so the model's headers were read)."""
-        return not self.errors and self.record is not None
+        """Launch needs a valid job and the model's headers read: with a plan, or without
+        one when they cannot be read here (a host that has the model plans it there; the
+        launch screen's preflight refuses it locally)."""
+        return not self.errors and (self.record is not None or self.model_error is not None)
 
     # -- actions -----------------------------------------------------------------------
 
