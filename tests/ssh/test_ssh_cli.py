@@ -1,7 +1,7 @@
 """The CLI's SSH edges: an unknown host refused with the fingerprint to trust (exit 2, one
 line), `jobs` still listing a remote job whose host is unreachable (marked stale), and
 `launch --host` with a model and --output that only the host has (neither is planned with
-nor checked on this machine)."""
+nor checked on this machine), and `plan --host` planning for the host's GPUs and model."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from ssh_helpers import cli
+from ssh_helpers import cli, fake_gpu_pythons
 
 from veri_tui.launch.ssh import list_jobs, registry
 from veri_tui.plan import read_model_info
@@ -85,5 +85,35 @@ def test_launch_host_uses_a_model_and_output_only_the_host_has(ssh_env, tmp_path
         assert any(count in line for line in spec["plan_header"])
         assert (remote_home / name / "out" / "config.json").is_file()
         assert [p.name for p in (local_home / name / "out").iterdir()] == ["old.bin"]
+    finally:
+        shutil.rmtree(remote_home / name, ignore_errors=True)
+
+
+@pytest.mark.timeout(120)
+def test_plan_host_plans_for_the_hosts_gpus_and_model(ssh_env, tmp_path: Path) -> None:
+    # The model only on the host (as above); the host's python sees two 81559 MiB boards.
+    remote_home = Path(pwd.getpwuid(os.getuid()).pw_dir)
+    name = f".veri-test-{secrets.token_hex(4)}"
+    cuda_python, _ = fake_gpu_pythons(tmp_path)
+    env = dict(os.environ, HOME=str(tmp_path / "local-home"), VERI_REMOTE_PYTHON=cuda_python)
+    job = ["--model", f"~/{name}/model", "--gpu", "L4-24GB", "--gpu-count", "2"]
+    count = f"{read_model_info(str(bundled_tiny_model())).parameter_count:,}"
+    try:
+        shutil.copytree(bundled_tiny_model(), remote_home / name / "model")
+        here = cli("plan", *job, env=env)
+        assert here.returncode == 2 and here.stderr.startswith("error: model: "), here.stderr
+        out = cli("plan", "--host", ssh_env.alias, *job, env=env)
+        assert out.returncode == 0, out.stderr
+        lines = out.stdout.splitlines()
+        assert lines[0].startswith(f"model: ~/{name}/model: {count} parameters")
+        assert lines[1].startswith("budget: ") and " on custom-85.521GB x2 " in lines[1]
+        assert lines[3].startswith("plan: dp=2 zero_stage=0 ")
+        assert lines[-1].startswith("throughput: not estimated (custom-85.521GB has no known")
+        rec = json.loads(cli("plan", "--host", ssh_env.alias, *job, "--json", env=env).stdout)
+        assert rec["gpu"]["name"] == "custom-85.521GB" and rec["header_lines"] == lines[:3]
+        assert rec["model"]["path"] == str(remote_home / name / "model")
+        # What the host cannot do is refused as `launch --host` refuses it.
+        over = cli("plan", "--host", ssh_env.alias, *job[:4], "--gpu-count", "4", env=env)
+        assert over.returncode == 2 and over.stderr.startswith("error: gpu_count: 4 requested")
     finally:
         shutil.rmtree(remote_home / name, ignore_errors=True)

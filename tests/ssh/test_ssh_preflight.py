@@ -1,17 +1,18 @@
 """Preflight on the test sshd: what it finds, each failure in one line, the plan for the GPU.
 
 CUDA is the one thing mocked (this machine has none): a wrapper interpreter loads a
-sitecustomize that makes torch.cuda report two 80 GB boards, and puts a fake nvidia-smi on PATH.
+sitecustomize that makes torch.cuda report two 80 GB boards, and puts a fake nvidia-smi on PATH
+(ssh_helpers.fake_gpu_pythons).
 """
 
 from __future__ import annotations
 
 import importlib.metadata
-import stat
 import sys
 from pathlib import Path
 
 import pytest
+from ssh_helpers import fake_gpu_pythons, script
 
 from veri_tui.launch.ssh import preflight
 from veri_tui.launch.ssh.connection import Connection
@@ -21,23 +22,6 @@ from veri_tui.plan import load_job_config, read_model_info
 from veri_tui.plan.sources import bundled_tiny_model
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(90)]
-
-FAKE_CUDA = """\
-import torch
-MIB = 81559
-class _Props:
-    total_memory = MIB * 2**20
-torch.cuda.is_available = lambda: True
-torch.cuda.device_count = lambda: 2
-torch.cuda.get_device_name = lambda i=0: "NVIDIA H100 80GB HBM3"
-torch.cuda.get_device_properties = lambda i=0: _Props()
-"""
-
-
-def _script(path: Path, text: str) -> str:
-    path.write_text(text)
-    path.chmod(path.stat().st_mode | stat.S_IXUSR)
-    return str(path)
 
 
 def test_host_facts_and_remote_parameter_count(ssh_env) -> None:
@@ -56,20 +40,9 @@ def test_host_facts_and_remote_parameter_count(ssh_env) -> None:
 
 
 def test_detected_gpus_drive_the_plan(ssh_env, tmp_path: Path, monkeypatch) -> None:
-    site = tmp_path / "site"
-    site.mkdir()
-    (site / "sitecustomize.py").write_text(FAKE_CUDA)
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    _script(bin_dir / "nvidia-smi", "#!/bin/sh\necho 'NVIDIA H100 80GB HBM3, 81559'\n")
-    wrapper_text = (
-        f"#!/bin/sh\nPYTHONPATH='{site}' PATH='{bin_dir}':\"$PATH\" "
-        f"exec '{sys.executable}' \"$@\"\n"
-    )
-    wrapper = _script(tmp_path / "python-cuda", wrapper_text)
+    wrapper, smi_only = fake_gpu_pythons(tmp_path)
     conn = Connection.open(ssh_env.alias)
     # nvidia-smi sees boards, torch (a CPU build) cannot use them: refused, saying why.
-    smi_only = _script(tmp_path / "python-smi", wrapper_text.replace(f"PYTHONPATH='{site}' ", ""))
     monkeypatch.setenv("VERI_REMOTE_PYTHON", smi_only)
     pf = run_preflight(conn, model=None, gpu_count=1)
     assert len(pf.problems) == 1 and "cannot use CUDA" in pf.problems[0].message
@@ -93,7 +66,7 @@ def test_each_failure_is_one_line(ssh_env, tmp_path: Path, monkeypatch) -> None:
         run_preflight(conn, model=None)
     assert len(err.value.lines()) == 1 and "VERI_REMOTE_PYTHON" in err.value.lines()[0]
     # -S: no site-packages, so neither torch nor the trainer's libraries import.
-    bare = _script(tmp_path / "bare-python", f"#!/bin/sh\nexec '{sys.executable}' -S \"$@\"\n")
+    bare = script(tmp_path / "bare-python", f"#!/bin/sh\nexec '{sys.executable}' -S \"$@\"\n")
     monkeypatch.setenv("VERI_REMOTE_PYTHON", bare)
     monkeypatch.setattr(preflight, "DISK_MARGIN_BYTES", 2**62)
     pf = run_preflight(conn, model=str(tmp_path / "absent model"), gpu_count=1)

@@ -1,6 +1,7 @@
 """`veri-tui plan`: the plan header and plan line (or the --json record) for one job.
 
-Headless and light: it imports the planning core only (no torch, no textual).
+Headless and light: it imports the planning core only (no torch, no textual); the SSH side
+(paramiko) only for --host.
 """
 
 from __future__ import annotations
@@ -43,9 +44,19 @@ def summary_lines(rec: PlanRecord) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Plan the job described by the parsed options; print text or JSON; exit status."""
+    """Plan the job described by the parsed options; print text or JSON; exit status.
+
+    With --host the plan is made for that host, as `launch --host` makes it: preflight
+    there (its GPUs as custom-<GB>GB, the model's headers read over SFTP, every problem
+    refused), so the model is a path or Hub id on the host and nothing is read here.
+    """
     job = job_from_args(args)
-    rec = plan_job(job)
+    if args.host is None:
+        rec = plan_job(job)
+    else:
+        from veri_tui.launch.ssh import plan_on_host  # paramiko only when a host is used
+
+        rec = plan_on_host(job, host=args.host, trust_host=getattr(args, "trust_host", None))
     if args.json:
         json.dump(rec.to_dict(), sys.stdout, indent=2)
         sys.stdout.write("\n")

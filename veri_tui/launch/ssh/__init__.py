@@ -12,7 +12,7 @@ from typing import Any
 
 from veri_tui.errors import VeriError
 from veri_tui.launch.ssh import registry
-from veri_tui.launch.ssh.checks import preflight_rows
+from veri_tui.launch.ssh.checks import plan_on_host, preflight_rows
 from veri_tui.launch.ssh.hostkeys import ChangedHostKeyError, UnknownHostKeyError
 from veri_tui.launch.ssh.launch import launch
 from veri_tui.launch.ssh.target import RemoteTarget
@@ -23,6 +23,7 @@ __all__ = [
     "UnknownHostKeyError",
     "launch",
     "list_jobs",
+    "plan_on_host",
     "preflight_rows",
     "target_for_job",
 ]

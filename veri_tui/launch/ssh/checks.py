@@ -1,5 +1,6 @@
 """What a host can do for a job, asked before anything is uploaded: the preflight rows the
-launch facade (and the app's launch screen) shows, and the plan made for the host.
+launch facade (and the app's launch screen) shows, and the plan made for the host
+(`veri-tui plan --host`).
 
 Both reuse the SSH launch's own steps (`preflight_job`, `check_output`, `plan_for_host`), so
 a check passes here exactly when `launch --host` would pass it.
@@ -50,3 +51,22 @@ def preflight_rows(job: Any, *, host: str, trust_host: str | None = None) -> lis
             problems += exc.errors
     # The job's own refusals come from check_job and again from planning: show each once.
     return rows + [(e.key, False, e.message) for e in dict.fromkeys(problems)]
+
+
+def plan_on_host(job: Any, *, host: str, trust_host: str | None = None) -> Any:
+    """`job` planned for what `host` has, as `launch --host` would plan it: the detected
+    GPUs as `custom-<GB>GB` with their real memory, the model's headers read over SFTP
+    there. Raises VeriError with the job's own refusals (before connecting), else with
+    every preflight problem (what `launch --host` would refuse)."""
+    from veri_tui.plan import validate
+
+    errors = validate(job)
+    if errors:
+        raise VeriError(errors)
+    conn = Connection.open(host, trust=trust_host)
+    try:
+        pf = preflight_job(conn, job)
+    finally:
+        conn.close()
+    pf.check()
+    return plan_for_host(job, pf)[1]
