@@ -61,6 +61,12 @@ async def test_opens_on_bundled_model_and_replans_as_you_type(veri_home: Path) -
         assert _plan_line(screen).startswith("plan refused")
         await pilot.press("ctrl+l")  # refused: stays on the editor
         assert isinstance(app.screen, PlanEditorScreen)
+        # A value that does not parse does not hide the other fields' refusals.
+        await _type(pilot, "learning_rate", "abc")
+        assert "valid number" in _error(screen, "learning_rate")
+        assert "ZeRO-1 is not available" in _error(screen, "zero_stage")
+        assert _plan_line(screen).startswith("plan refused: 2 errors")
+        await _type(pilot, "learning_rate", "")
 
         screen.query_one("#knob-zero_stage", Select).value = "3"
         await pilot.pause()

@@ -110,6 +110,26 @@ def test_errors_are_one_line_each(capsys) -> None:
     ]
 
 
+def test_refusals_of_parsed_keys_show_beside_parse_errors(capsys) -> None:
+    code, _, err = run_cli(capsys, "--set", "zero_stage=1", "--set", "gloabl_batch_size=3")
+    assert code == 2
+    assert err.splitlines() == [
+        "error: gloabl_batch_size: unknown key; did you mean 'global_batch_size'?",
+        "error: zero_stage: ZeRO-1 is not available; use zero_stage 2, which costs no extra "
+        "communication",
+    ]
+    # A rule that reads a key whose value is not known waits: gpu_cont=4 was meant as
+    # gpu_count, so zero_stage 3 is not refused "on one GPU"; precision reads nothing else.
+    code, _, err = run_cli(
+        capsys, "--set", "gpu_cont=4", "--set", "zero_stage=3", "--set", "precision=fp8"
+    )
+    assert [line.split(":")[1].strip() for line in err.splitlines()] == ["gpu_cont", "precision"]
+    code, _, err = run_cli(
+        capsys, "--set", "zero_stage", "--set", "gpu_count=1", "--set", "cpu_offload=true"
+    )
+    assert [line.split(":")[1].strip() for line in err.splitlines()] == ["--set"]
+
+
 def test_typed_set_overrides(model_dirs: dict[str, Path], capsys) -> None:
     code, out, _ = run_cli(
         capsys,

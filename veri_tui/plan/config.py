@@ -20,13 +20,18 @@ HP_KEYS = tuple(sorted(set(Hyperparameters.model_fields) | {"batch_size"}))
 ALL_KEYS = tuple(sorted(set(HP_KEYS) | set(JOB_KEYS)))
 
 
-def closest_key(key: str, known: Sequence[str] = ALL_KEYS) -> str:
-    """The way out for a misspelt key: 'did you mean X?' or the list of keys."""
+def _closest(key: str, known: Sequence[str] = ALL_KEYS) -> str | None:
     import difflib  # only on errors: keeps `veri-tui plan` startup lean
 
     match = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
+    return match[0] if match else None
+
+
+def closest_key(key: str, known: Sequence[str] = ALL_KEYS) -> str:
+    """The way out for a misspelt key: 'did you mean X?' or the list of keys."""
+    match = _closest(key, known)
     if match:
-        return f"unknown key; did you mean {match[0]!r}?"
+        return f"unknown key; did you mean {match!r}?"
     return "unknown key; see `veri-tui plan --help` and docs/planning.md for the known keys"
 
 
@@ -111,12 +116,8 @@ def _pydantic_errors(exc: ValidationError) -> list[ConfigError]:
     return [e for e in out if not (e.key in seen or seen.add(e.key))]
 
 
-def job_from_fields(fields: Mapping[str, Any]) -> JobConfig:
-    """A JobConfig from raw values as typed in a form: job fields and knobs at top level.
-
-    Empty strings and None mean "not set" (the default applies). Raises VeriError with every
-    type error and unknown key found.
-    """
+def _parse(fields: Mapping[str, Any]) -> tuple[JobConfig | None, list[ConfigError]]:
+    """(the job, or None when a value does not parse; every type error and unknown key)."""
     errors: list[ConfigError] = []
     cleaned = {k: v for k, v in fields.items() if v is not None and v != ""}
     nested = _split_fields(cleaned, errors)
@@ -124,9 +125,38 @@ def job_from_fields(fields: Mapping[str, Any]) -> JobConfig:
         job = JobConfig.model_validate(nested)
     except ValidationError as exc:
         errors.extend(_pydantic_errors(exc))
-        raise VeriError(errors) from None
-    if errors:
-        raise VeriError(errors)
+        return None, errors
+    return job, errors
+
+
+def _rules_on_the_rest(
+    fields: Mapping[str, Any], errors: list[ConfigError], unknown: Sequence[str] = ()
+) -> list[ConfigError]:
+    """The submit refusals of the keys that did parse, so all refusals show together
+    (`--set zero_stage=1 --set gloabl_batch_size=3` names both). The failed keys, the keys
+    an unknown one most likely meant and the `unknown` ones (their values are not known) are
+    left out, with every rule that reads them."""
+    from veri_tui.plan.validate import validate_parsed
+
+    failed = {e.key for e in errors} | set(unknown)
+    failed |= {m for k in fields if k not in ALL_KEYS and (m := _closest(k)) is not None}
+    if "batch_size" in failed:
+        failed.add("micro_batch_size")
+    rest = {k: v for k, v in fields.items() if k in ALL_KEYS and k not in failed}
+    job, again = _parse(rest)
+    return validate_parsed(job, failed) if job is not None and not again else []
+
+
+def job_from_fields(fields: Mapping[str, Any]) -> JobConfig:
+    """A JobConfig from raw values as typed in a form: job fields and knobs at top level.
+
+    Empty strings and None mean "not set" (the default applies). Raises VeriError with every
+    type error and unknown key found, plus the submit refusals of the keys that did parse
+    (a job that parses whole is returned: `validate` gives its refusals).
+    """
+    job, errors = _parse(fields)
+    if errors or job is None:
+        raise VeriError(errors + _rules_on_the_rest(fields, errors))
     return job
 
 
@@ -189,10 +219,10 @@ def load_job_config(
     if "micro_batch_size" in overrides:
         fields.pop("batch_size", None)
     fields.update(overrides)
-    try:
-        job = job_from_fields(fields)
-    except VeriError as exc:
-        raise VeriError(errors + exc.errors) from None
-    if errors:
-        raise VeriError(errors)
+    job, parse_errors = _parse(fields)
+    errors += parse_errors
+    if errors or job is None:
+        # A malformed `--set KEY` (no "=") leaves KEY's value unknown: its rules wait too.
+        unknown = [s.strip() for s in sets if "=" not in s and s.strip() not in overrides]
+        raise VeriError(errors + _rules_on_the_rest(fields, errors, unknown))
     return job

@@ -119,6 +119,35 @@ def _batch_errors(job: JobConfig) -> list[ConfigError]:
     return []
 
 
+# Keys each refusal (by its ConfigError.key) reads besides its own. When some keys of a job
+# could not be parsed, a refusal is only reported if none of these failed: otherwise a
+# default standing in for the unparsed value could make it up (gpu_count "x" read as 1 would
+# refuse zero_stage 3 "on one GPU").
+RULE_INPUTS: dict[str, frozenset[str]] = {
+    "method": frozenset(("gpu_count", *MULTI_GPU_KEYS)),
+    "data_parallel_size": frozenset({"gpu_count"}),
+    "zero_stage": frozenset({"gpu_count"}),
+    "cpu_offload": frozenset({"zero_stage", "gpu_count"}),
+    "global_batch_size": frozenset(
+        {"micro_batch_size", "gradient_accumulation_steps", "gpu_count"}
+    ),
+    "use_unsloth": frozenset({"gpu_count"}),
+    "load_in_4bit": frozenset({"gpu_count"}),
+    "use_liger": frozenset({"gpu_count"}),
+}
+
+
+def validate_parsed(job: JobConfig, failed: set[str]) -> list[ConfigError]:
+    """The refusals of `job` (built from the keys that parsed) that hold whatever values the
+    `failed` keys turn out to have: reported beside the parse errors, so that every refusal
+    shows at once."""
+    return [
+        e
+        for e in validate(job)
+        if e.key not in failed and not RULE_INPUTS.get(e.key, frozenset()) & failed
+    ]
+
+
 def validate(job: JobConfig) -> list[ConfigError]:
     """Every submit refusal for this job (empty list: accepted)."""
     errs = _method_errors(job)
