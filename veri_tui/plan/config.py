@@ -6,7 +6,6 @@ the file and line) and the fix. Unknown keys name the closest known key.
 
 from __future__ import annotations
 
-import tomllib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -42,6 +41,8 @@ def parse_value(text: str) -> Any:
         return raw.lower() == "true"
     if raw.lower() in ("none", "null"):
         return None
+    import tomllib  # only when a --set is given: keeps `veri-tui plan` startup lean
+
     try:
         return tomllib.loads(f"v = {raw}")["v"]
     except tomllib.TOMLDecodeError:
@@ -64,6 +65,8 @@ def parse_sets(sets: Sequence[str]) -> tuple[dict[str, Any], list[ConfigError]]:
 
 def read_toml(path: Path) -> dict[str, Any]:
     """A veri.toml as a dict; unreadable or invalid files raise one error naming the file."""
+    import tomllib  # only when a config file is given
+
     try:
         data = path.read_bytes()
     except OSError as exc:
