@@ -33,6 +33,11 @@ def _job_options(p: argparse.ArgumentParser) -> None:
         help="override a hyperparameter (repeatable), e.g. --set lora_rank=16",
     )
     p.add_argument("--host", metavar="SSH_HOST", help="~/.ssh/config alias or user@host[:port]")
+    p.add_argument(
+        "--trust-host",
+        metavar="FINGERPRINT",
+        help="accept an unknown SSH host key with this SHA256 fingerprint and record it",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object")
 
 
@@ -51,11 +56,6 @@ def build_parser() -> argparse.ArgumentParser:
     p_launch = sub.add_parser("launch", help="validate, plan and start a job; prints the job id")
     _job_options(p_launch)
     p_launch.add_argument("--wait", action="store_true", help="follow the rank-0 log to the end")
-    p_launch.add_argument(
-        "--trust-host",
-        metavar="FINGERPRINT",
-        help="accept an unknown SSH host key with this SHA256 fingerprint and record it",
-    )
 
     p_jobs = sub.add_parser("jobs", help="list local and remote jobs")
     p_jobs.add_argument("--json", action="store_true", help="print JSON records")

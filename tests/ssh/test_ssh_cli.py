@@ -39,6 +39,25 @@ def test_unknown_host_refused_by_launch(ssh_env, tmp_path: Path, monkeypatch) ->
     assert not (tmp_path / "remote-veri").exists()  # nothing was uploaded
 
 
+def test_plan_host_trusts_an_unknown_host_only_when_told(
+    ssh_env, tmp_path: Path, monkeypatch
+) -> None:
+    kh = tmp_path / "kh"
+    config = tmp_path / "config"
+    config.write_text(ssh_env.ssh_config.read_text().replace(str(ssh_env.known_hosts), str(kh)))
+    monkeypatch.setenv("VERI_SSH_CONFIG", str(config))
+    job = ["--host", ssh_env.alias, "--gpu-count", "1"]
+    refused = cli("plan", *job)
+    assert refused.returncode == 2 and not kh.exists()
+    fingerprint = refused.stderr.split("--trust-host ")[1].split()[0].rstrip(".,;:)")
+    assert fingerprint.startswith("SHA256:")
+    out = cli("plan", *job, "--trust-host", fingerprint)
+    assert out.returncode == 0, out.stderr
+    assert "plan: dp=1 " in out.stdout
+    assert kh.exists() and kh.read_text().strip()  # the trust was recorded
+    assert cli("plan", *job).returncode == 0  # and holds without the flag
+
+
 def test_unreachable_host_listed_stale(ssh_env) -> None:
     record = {"job_id": "20260101-000000-dead", "status": "running", "spec": {"gpu_count": 2}}
     registry.save(
