@@ -1,5 +1,5 @@
 """Allows `python -m veri_tui`, the same as the `veri-tui` console script."""
 
-from veri_tui.cli import main
+from veri_tui.entry import run
 
-raise SystemExit(main())
+raise SystemExit(run())

@@ -8,10 +8,13 @@ User errors (`VeriError`) become one `error: <key>: <message>` line each and exi
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any, NoReturn
 
+from veri_tui.entry import quiet_pydantic_plugins
 from veri_tui.errors import VeriError
 
 
@@ -41,41 +44,92 @@ def _job_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON object")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The whole command tree; kept in one place so --help stays true to the code."""
+def _launch_options(p: argparse.ArgumentParser) -> None:
+    _job_options(p)
+    p.add_argument("--wait", action="store_true", help="follow the rank-0 log to the end")
+
+
+def _jobs_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", action="store_true", help="print JSON records")
+
+
+def _logs_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("job", help="job id")
+    p.add_argument("-f", "--follow", action="store_true", help="follow until the job ends")
+
+
+def _cancel_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("job", help="job id")
+
+
+COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None]]] = {
+    "plan": ("print the plan header and plan line", _job_options),
+    "launch": ("validate, plan and start a job; prints the job id", _launch_options),
+    "jobs": ("list local and remote jobs", _jobs_options),
+    "logs": ("print a job's rank-0 log", _logs_options),
+    "cancel": ("cancel a running job (every rank)", _cancel_options),
+}
+
+
+def _columns() -> int:
+    """The terminal width as shutil.get_terminal_size gives it (COLUMNS, the tty, else 80)."""
+    try:
+        columns = int(os.environ.get("COLUMNS", ""))
+    except ValueError:
+        columns = 0
+    if columns <= 0:
+        try:
+            columns = os.get_terminal_size(sys.__stdout__.fileno()).columns  # type: ignore[union-attr]
+        except (AttributeError, ValueError, OSError):
+            columns = 0
+    return columns or 80
+
+
+class _HelpFormatter(argparse.HelpFormatter):
+    """argparse's formatter, sized without importing shutil: argparse makes one for every
+    option it adds, and shutil brings bz2, lzma and zlib (~1.5 ms of `veri-tui plan`)."""
+
+    def __init__(self, prog: str, **kwargs: Any) -> None:
+        kwargs.setdefault("width", _columns() - 2)  # what argparse takes off shutil's width
+        super().__init__(prog, **kwargs)
+
+
+def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The whole command tree; kept in one place so --help stays true to the code.
+
+    Given the arguments about to be parsed and a command as the first of them, only that
+    command's parser is built: argparse spends ~1 ms on the others, a fifth of what
+    `veri-tui plan` itself adds to pydantic's start-up. Anything else (no command, a
+    top-level option first, an unknown command) gets the whole tree.
+    """
     parser = argparse.ArgumentParser(
         prog="veri-tui",
         description="Plan, launch and watch multi-GPU fine-tuning. "
         "Without a command, opens the app on the bundled tiny model.",
+        formatter_class=_HelpFormatter,
     )
     sub = parser.add_subparsers(dest="command")
-
-    p_plan = sub.add_parser("plan", help="print the plan header and plan line")
-    _job_options(p_plan)
-
-    p_launch = sub.add_parser("launch", help="validate, plan and start a job; prints the job id")
-    _job_options(p_launch)
-    p_launch.add_argument("--wait", action="store_true", help="follow the rank-0 log to the end")
-
-    p_jobs = sub.add_parser("jobs", help="list local and remote jobs")
-    p_jobs.add_argument("--json", action="store_true", help="print JSON records")
-
-    p_logs = sub.add_parser("logs", help="print a job's rank-0 log")
-    p_logs.add_argument("job", help="job id")
-    p_logs.add_argument("-f", "--follow", action="store_true", help="follow until the job ends")
-
-    p_cancel = sub.add_parser("cancel", help="cancel a running job (every rank)")
-    p_cancel.add_argument("job", help="job id")
+    first = argv[0] if argv else None
+    for name, (help_text, add_options) in COMMANDS.items():
+        if first in COMMANDS and first != name:
+            continue
+        add_options(sub.add_parser(name, help=help_text, formatter_class=_HelpFormatter))
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the console script; returns the process exit status."""
-    # We use no pydantic plugins; without this, building the first model class scans the
-    # entry points of every installed distribution for them (~10 ms of each `veri-tui plan`).
-    # setdefault: a value the user set (to enable a plugin of their own) is kept.
-    os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
-    args = build_parser().parse_args(argv)
+def _leave_now(code: int) -> NoReturn:
+    """Exit without the interpreter's teardown (see veri_tui/entry.py): the output is
+    flushed here and a local plan holds nothing else that needs closing."""
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        code = 0  # `veri-tui plan | head`: the reader left; as _dispatch treats it
+    sys.stderr.flush()
+    os._exit(code)
+
+
+def _dispatch(args: argparse.Namespace) -> int:
+    """Run the parsed command; user errors become one line each and exit status 2."""
     try:
         if args.command is None:
             from veri_tui.app import run_app
@@ -101,5 +155,26 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
 
 
+def main(argv: Sequence[str] | None = None, *, owns_process: bool = False) -> int:
+    """The CLI; returns the process exit status.
+
+    `owns_process` (set by veri_tui.entry for the console script and `python -m veri_tui`)
+    lets a local `plan` leave without interpreter teardown, and turns the garbage
+    collector, which the entry paused for start-up, back on for everything else.
+    """
+    # We use no pydantic plugins; without this, building the first model class scans the
+    # entry points of every installed distribution for them. A value the user set is kept.
+    quiet_pydantic_plugins()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = build_parser(argv).parse_args(argv)
+    quick = args.command == "plan" and not args.host
+    if owns_process and not quick:
+        gc.enable()  # the app and the launchers run long: collect as usual
+    code = _dispatch(args)
+    if owns_process and quick:
+        _leave_now(code)
+    return code
+
+
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(main(owns_process=True))

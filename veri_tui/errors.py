@@ -7,12 +7,14 @@ each message beside its field.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 
-@dataclass(frozen=True)
-class ConfigError:
-    """One problem with the user's input: the key or file it concerns and what to do."""
+class ConfigError(NamedTuple):
+    """One problem with the user's input: the key or file it concerns and what to do.
+
+    A NamedTuple rather than a dataclass: as cheap to define as a tuple, which every
+    `veri-tui plan` start-up pays (benchmarks/bench_plan.py)."""
 
     key: str
     message: str

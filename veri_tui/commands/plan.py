@@ -7,7 +7,6 @@ Headless and light: it imports the planning core only (no torch, no textual); th
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
 from veri_tui.commands.common import job_from_args
@@ -58,6 +57,8 @@ def run(args: argparse.Namespace) -> int:
 
         rec = plan_on_host(job, host=args.host, trust_host=getattr(args, "trust_host", None))
     if args.json:
+        import json  # only for --json: a plain `veri-tui plan` never needs it
+
         json.dump(rec.to_dict(), sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:

@@ -9,7 +9,7 @@ S bytes on n GPUs takes S * 2(n-1)/n / busbw (all-reduce) or S * (n-1)/n / busbw
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass
+from typing import NamedTuple
 
 from veri_tui.errors import ConfigError, VeriError
 
@@ -20,9 +20,9 @@ RESERVE_BYTES = 2 * 1024**3
 BUDGET_FRACTION_NUM, BUDGET_FRACTION_DEN = 7, 10
 
 
-@dataclass(frozen=True)
-class GPU:
-    """One GPU type: what the planner needs to budget memory and estimate step time."""
+class GPU(NamedTuple):
+    """One GPU type: what the planner needs to budget memory and estimate step time
+    (immutable; a NamedTuple because it is cheaper to define than a dataclass)."""
 
     name: str
     memory_bytes: int
@@ -44,7 +44,7 @@ class GPU:
 
     def to_dict(self) -> dict:
         """JSON form, with the derived budget."""
-        d = asdict(self)
+        d = self._asdict()
         d["budget_bytes"] = self.budget_bytes
         return d
 
@@ -69,7 +69,8 @@ GPU_CATALOG: dict[str, GPU] = {
     "B200-180GB": GPU("B200-180GB", 180 * 10**9, 2250.0, "nvswitch", 700.0, 15.0),
 }
 
-_CUSTOM = re.compile(r"^custom-(\d+(?:\.\d+)?)GB$", re.IGNORECASE)
+# A pattern, not a compiled regex: re compiles it on the first custom name it is asked about.
+_CUSTOM = r"^custom-(\d+(?:\.\d+)?)GB$"
 
 
 def get_gpu(name: str) -> GPU:
@@ -83,7 +84,7 @@ def get_gpu(name: str) -> GPU:
     for known, gpu in GPU_CATALOG.items():
         if known.lower() == name.strip().lower():
             return gpu
-    m = _CUSTOM.match(name.strip())
+    m = re.match(_CUSTOM, name.strip(), re.IGNORECASE)
     if m:
         gb = float(m.group(1))
         if not 1 <= gb <= 10_000:

@@ -8,11 +8,12 @@ hostile or truncated file is refused with one error naming it, before any large 
 
 from __future__ import annotations
 
-import json
 import math
 import struct
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
+
+from pydantic_core import from_json
 
 from veri_tui.errors import ConfigError, VeriError
 
@@ -27,9 +28,9 @@ DTYPE_BYTES = {
 SUB_BYTE_BITS = {"F4": 4, "F6_E2M3": 6, "F6_E3M2": 6}
 
 
-@dataclass(frozen=True)
-class TensorInfo:
-    """One tensor's name, dtype and shape as the header states them."""
+class TensorInfo(NamedTuple):
+    """One tensor's name, dtype and shape as the header states them (a tuple: a 70B
+    checkpoint has ~700 of them, and `veri-tui plan` makes them all at start-up)."""
 
     name: str
     dtype: str
@@ -55,34 +56,36 @@ def _nbytes(dtype: str, numel: int) -> int | None:
 
 def parse_header(raw: dict, path: Path, data_size: int | None) -> list[TensorInfo]:
     """Check a decoded header's entries and offsets; `data_size` None skips the EOF check."""
+    # `type(x) is int` (not isinstance): JSON true/false must not pass as 1/0. Plain loops,
+    # not generators: this runs once per tensor of every shard on each `veri-tui plan`.
     entries = []
     for name, meta in raw.items():
         if name == "__metadata__":
             continue
-        if not isinstance(meta, dict):
+        if type(meta) is not dict:
             raise _fail(path, f"tensor {name!r} has no dtype/shape/data_offsets object")
         dtype, shape, offsets = meta.get("dtype"), meta.get("shape"), meta.get("data_offsets")
-        if not isinstance(shape, list) or not all(
-            isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape
-        ):
+        if type(shape) is not list:
             raise _fail(path, f"tensor {name!r} has a bad shape {shape!r}")
-        numel = math.prod(shape)
-        nbytes = _nbytes(dtype, numel) if isinstance(dtype, str) else None
+        numel = 1
+        for d in shape:
+            if type(d) is not int or d < 0:
+                raise _fail(path, f"tensor {name!r} has a bad shape {shape!r}")
+            numel *= d
+        nbytes = _nbytes(dtype, numel) if type(dtype) is str else None
         if nbytes is None:
             raise _fail(path, f"tensor {name!r} has an unknown dtype {dtype!r}")
-        if (
-            not isinstance(offsets, list)
-            or len(offsets) != 2
-            or not all(isinstance(o, int) and not isinstance(o, bool) for o in offsets)
-        ):
+        if type(offsets) is not list or len(offsets) != 2:
             raise _fail(path, f"tensor {name!r} has bad data_offsets {offsets!r}")
         begin, end = offsets
+        if type(begin) is not int or type(end) is not int:
+            raise _fail(path, f"tensor {name!r} has bad data_offsets {offsets!r}")
         if end - begin != nbytes:
             raise _fail(
                 path, f"tensor {name!r}: offsets span {end - begin} bytes, shape needs {nbytes}"
             )
         entries.append((begin, end, TensorInfo(name, dtype, tuple(shape))))
-    entries.sort(key=lambda e: (e[0], e[1]))
+    entries.sort(key=_span)
     cursor = 0
     for begin, end, info in entries:
         if begin != cursor:
@@ -92,6 +95,10 @@ def parse_header(raw: dict, path: Path, data_size: int | None) -> list[TensorInf
         where = "past the end of the file" if cursor > data_size else "short of the end"
         raise _fail(path, f"tensor data ends at byte {cursor}, {where} ({data_size} data bytes)")
     return [e[2] for e in entries]
+
+
+def _span(entry: tuple[int, int, TensorInfo]) -> tuple[int, int]:
+    return entry[0], entry[1]
 
 
 def read_header(path: Path) -> list[TensorInfo]:
@@ -113,8 +120,10 @@ def read_header(path: Path) -> list[TensorInfo]:
     if not blob.startswith(b"{"):
         raise _fail(path, "header is not a JSON object")
     try:
-        raw = json.loads(blob.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        # pydantic_core's parser (loaded with pydantic anyway) reads the bytes as UTF-8
+        # JSON at twice json's speed, and `veri-tui plan` need not import json at all.
+        raw = from_json(blob)
+    except ValueError as exc:
         raise _fail(path, f"header is not UTF-8 JSON ({exc})") from None
     if not isinstance(raw, dict):
         raise _fail(path, "header is not a JSON object")

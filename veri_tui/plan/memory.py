@@ -18,7 +18,7 @@ fraction of a percent on real models, documented rather than modelled.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from typing import NamedTuple
 
 from veri_tui.plan.model_info import ModelInfo
 
@@ -34,9 +34,9 @@ def _ceil_div(a: int, b: int) -> int:
     return -(-a // b)
 
 
-@dataclass
-class MemoryEstimate:
-    """Per-GPU model-state bytes for one (precision, stage, dp, LoRA, method, offload)."""
+class MemoryEstimate(NamedTuple):
+    """Per-GPU model-state bytes for one (precision, stage, dp, LoRA, method, offload);
+    a NamedTuple, cheaper to define than a dataclass at every `veri-tui plan` start-up."""
 
     zero_stage: int
     data_parallel_size: int
@@ -48,11 +48,13 @@ class MemoryEstimate:
     trainable_parameter_count: int
     states_bytes_per_gpu: int
     host_bytes_per_node: int
-    components: dict[str, int] = field(default_factory=dict)
+    components: dict[str, int]
 
     def to_dict(self) -> dict:
         """JSON form (the `memory_estimate` of resolved_parallelism)."""
-        return asdict(self)
+        d = self._asdict()
+        d["components"] = dict(self.components)
+        return d
 
 
 def estimate_states(

@@ -21,8 +21,17 @@ LORA_TARGETS = (
     "qkv_proj", "gate_up_proj",
 )  # fmt: skip
 _LAYER = re.compile(r"(?:^|\.)(?:layers|h|blocks|block)\.(\d+)\.")
-_EMBED = re.compile(r"(?:embed_tokens|wte|word_embeddings|tok_embeddings)\.weight$")
-_HEAD = re.compile(r"(?:^|\.)(?:lm_head|output|embed_out)\.weight$")
+# Suffix tests, not regexes: they run on every tensor name of every `veri-tui plan`.
+_EMBED_ENDS = (
+    "embed_tokens.weight", "wte.weight", "word_embeddings.weight", "tok_embeddings.weight",
+)  # fmt: skip
+_HEADS = ("lm_head.weight", "output.weight", "embed_out.weight")
+_HEAD_ENDS = tuple("." + h for h in _HEADS)
+
+
+def _is_head(name: str) -> bool:
+    """An output head: a whole name segment (`model.output.weight`, not `mlp_output...`)."""
+    return name in _HEADS or name.endswith(_HEAD_ENDS)
 
 
 @dataclass
@@ -93,8 +102,13 @@ def build_model_info(
     text = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
     tie = bool(text.get("tie_word_embeddings", config.get("tie_word_embeddings", True)))
     by_name = {t.name: t for t in tensors}
-    embed = [t for t in by_name.values() if _EMBED.search(t.name)]
-    heads = [t for t in by_name.values() if _HEAD.search(t.name) and not _LAYER.search(t.name)]
+    # One regex search per tensor: the decoder layer it belongs to, or None for the root.
+    layer_of = {}
+    for name in by_name:
+        m = _LAYER.search(name)
+        layer_of[name] = int(m.group(1)) if m is not None else None
+    embed = [t for name, t in by_name.items() if name.endswith(_EMBED_ENDS)]
+    heads = [t for name, t in by_name.items() if layer_of[name] is None and _is_head(name)]
     note = None
     skip: set[str] = set()
     if tie and embed and heads:
@@ -110,18 +124,18 @@ def build_model_info(
     in_out = 0
     target_count = 0
     modules: set[str] = set()
-    for t in by_name.values():
-        if t.name in skip:
+    for name, t in by_name.items():
+        if name in skip:
             continue
         n = t.numel
         total += n
         dtypes[t.dtype] = dtypes.get(t.dtype, 0) + n
-        m = _LAYER.search(t.name)
-        if m is None:
+        layer = layer_of[name]
+        if layer is None:
             root += n
             continue
-        layers[int(m.group(1))] = layers.get(int(m.group(1)), 0) + n
-        parts = t.name.split(".")
+        layers[layer] = layers.get(layer, 0) + n
+        parts = name.rsplit(".", 2)
         if len(t.shape) == 2 and parts[-1] == "weight" and parts[-2] in LORA_TARGETS:
             out_f, in_f = t.shape
             in_out += in_f + out_f

@@ -9,11 +9,12 @@ and with HF_HUB_OFFLINE=1 or no connection that is a one-line error saying so.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from pathlib import Path
 from typing import Any
+
+from pydantic_core import from_json
 
 import veri_tui
 from veri_tui.errors import ConfigError, VeriError
@@ -21,7 +22,8 @@ from veri_tui.plan.headers import TensorInfo, parse_header, read_header
 from veri_tui.plan.model_info import ModelInfo, build_model_info
 
 INDEX_NAME = "model.safetensors.index.json"
-_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.\-]*/[\w.\-]+$")
+# A pattern, not a compiled regex: re compiles it on the first Hub id (a folder needs none).
+_HUB_ID = r"^[A-Za-z0-9][\w.\-]*/[\w.\-]+$"
 # Config and index files are small; anything bigger is not what we think it is.
 MAX_JSON_BYTES = 50_000_000
 
@@ -35,23 +37,31 @@ def _read_json(path: Path, what: str) -> dict[str, Any]:
     try:
         if path.stat().st_size > MAX_JSON_BYTES:
             raise VeriError(ConfigError(str(path), f"{what} is larger than {MAX_JSON_BYTES} bytes"))
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = from_json(path.read_bytes())  # UTF-8 JSON, as headers.read_header reads it
     except FileNotFoundError:
         raise VeriError(ConfigError(str(path), f"missing {what}")) from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except (OSError, ValueError) as exc:
         raise VeriError(ConfigError(str(path), f"unreadable {what}: {exc}")) from None
     if not isinstance(data, dict):
         raise VeriError(ConfigError(str(path), f"{what} is not a JSON object"))
     return data
 
 
-def _weight_files(folder: Path) -> list[Path]:
+def _weight_map(folder: Path) -> dict[str, Any] | None:
+    """The index's tensor -> shard map, or None for a checkpoint without an index."""
+    index = folder / INDEX_NAME
+    if not index.exists():
+        return None
+    weight_map = _read_json(index, "safetensors index").get("weight_map")
+    if not isinstance(weight_map, dict) or not weight_map:
+        raise VeriError(ConfigError(str(index), "no weight_map; re-download the model"))
+    return weight_map
+
+
+def _weight_files(folder: Path, weight_map: dict[str, Any] | None) -> list[Path]:
     """The safetensors files that make up the model, checked against the index if any."""
     index = folder / INDEX_NAME
-    if index.exists():
-        weight_map = _read_json(index, "safetensors index").get("weight_map")
-        if not isinstance(weight_map, dict) or not weight_map:
-            raise VeriError(ConfigError(str(index), "no weight_map; re-download the model"))
+    if weight_map is not None:
         names = sorted({str(v) for v in weight_map.values()})
         files = []
         for name in names:
@@ -83,14 +93,13 @@ def read_local(folder: Path, source: str | None = None) -> ModelInfo:
     if not folder.is_dir():
         raise VeriError(ConfigError(str(folder), "not a folder with config.json + safetensors"))
     config = _read_json(folder / "config.json", "config.json")
-    files = _weight_files(folder)
+    weight_map = _weight_map(folder)
+    files = _weight_files(folder, weight_map)
     tensors: list[TensorInfo] = []
     for f in files:
         tensors.extend(read_header(f))
-    index = folder / INDEX_NAME
-    if index.exists():
+    if weight_map is not None:
         names = {t.name for t in tensors}
-        weight_map = _read_json(index, "safetensors index")["weight_map"]
         missing = [k for k in weight_map if k not in names]
         if missing:
             shard = weight_map[missing[0]]
@@ -157,7 +166,7 @@ def read_hub(repo_id: str) -> ModelInfo:
 
     try:
         meta = get_safetensors_metadata(repo_id)
-        config = json.loads(Path(hf_hub_download(repo_id, "config.json")).read_text("utf-8"))
+        config = from_json(Path(hf_hub_download(repo_id, "config.json")).read_bytes())
     except HfHubHTTPError as exc:
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise VeriError(ConfigError("model", f"{repo_id}: Hub refused: {first}")) from None
@@ -196,7 +205,7 @@ def read_model_info(model: str | None) -> ModelInfo:
     path = Path(model).expanduser()
     if path.exists():
         return read_local(path, model)
-    if not _HUB_ID.match(model) or model.startswith((".", "/", "~")):
+    if not re.match(_HUB_ID, model) or model.startswith((".", "/", "~")):
         raise VeriError(
             ConfigError("model", f"{model}: no such folder, and not a Hub id (org/name)")
         )
