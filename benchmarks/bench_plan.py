@@ -4,7 +4,10 @@ Targets (issue 2): the whole command at most 2x `python -c "import pydantic"` me
 same run; the planner call (plan_job with the model info in hand) under 5 ms. The checkpoint
 is header-only (sparse files), shaped like meta-llama/Llama-3.1-70B.
 
-    python benchmarks/bench_plan.py [--runs 15]
+    python benchmarks/bench_plan.py [--runs 15] [--python PATH]
+
+`--python` times the two commands with another interpreter that has veri-tui and pydantic
+installed (a clean virtual environment, say); the in-process figures use this one.
 
 The headline pair runs with bytecode caching on (a temporary PYTHONPYCACHEPREFIX), as an
 installed veri-tui runs; when PYTHONDONTWRITEBYTECODE is set the pair is also run as is.
@@ -77,15 +80,17 @@ def report(name: str, samples: list[float]) -> float:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=15)
+    ap.add_argument("--python", default=sys.executable, help="interpreter for the commands")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp) / "llama-3.1-70b"
         n = write_checkpoint(folder, LLAMA_3_1_70B, shards=30)
         print(f"checkpoint: {folder} ({n:,} parameters, 30 shards, sparse)")
-        print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs")
-        cli = [sys.executable, "-m", "veri_tui", "plan", "--model", str(folder)]
+        py = args.python
+        print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs; commands run by {py}")
+        cli = [py, "-m", "veri_tui", "plan", "--model", str(folder)]
         cli += ["--gpu", "H100-80GB", "--gpu-count", "8"]
-        imp = [sys.executable, "-c", "import pydantic"]
+        imp = [py, "-c", "import pydantic"]
         base, cmd = wall_pair(imp, cli, args.runs, bytecode_env(Path(tmp) / "pycache"))
         pyd = report("python -c 'import pydantic'", base)
         plan_s = report("veri-tui plan (70B, 30 shards)", cmd)
@@ -99,7 +104,7 @@ def main() -> int:
         # `import pydantic` alone is lazy and builds nothing.
         one_model = "from pydantic import BaseModel\nclass A(BaseModel):\n    x: int = 1\nA(x=2)"
         base2, floor = wall_pair(
-            [sys.executable, "-c", "import pydantic"], [sys.executable, "-c", one_model], args.runs
+            imp, [py, "-c", one_model], args.runs, bytecode_env(Path(tmp) / "pycache")
         )
         floor_s = report("one pydantic model built + validated", floor)
         print(f"  (same pairing: import pydantic {statistics.median(base2) * 1e3:.2f} ms)")

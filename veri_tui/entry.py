@@ -23,8 +23,13 @@ from __future__ import annotations
 import gc
 import os
 import sys
-from types import ModuleType
-from typing import Any
+
+# Not `from typing import TYPE_CHECKING`: importing typing (with re and enum) is ~10 ms that
+# `run` would rather do with the collector paused. Type checkers read this name as theirs.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from types import ModuleType
+    from typing import Any
 
 LOADER = "pydantic.plugin._loader"
 PLUGINS_OFF = ("__all__", "1", "true")  # the values pydantic's get_plugins treats as "none"
@@ -73,6 +78,8 @@ def quiet_pydantic_plugins() -> bool:
     os.environ.setdefault(PLUGINS_ENV, "__all__")
     if os.environ[PLUGINS_ENV] not in PLUGINS_OFF or LOADER in sys.modules:
         return False
+    from types import ModuleType
+
     stand_in = ModuleType(LOADER, "pydantic's plugin loader while plugins are disabled")
     stand_in.get_plugins = _get_plugins  # type: ignore[attr-defined]
     stand_in.__getattr__ = _loader_getattr  # type: ignore[method-assign]

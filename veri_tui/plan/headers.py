@@ -85,7 +85,7 @@ def parse_header(raw: dict, path: Path, data_size: int | None) -> list[TensorInf
                 path, f"tensor {name!r}: offsets span {end - begin} bytes, shape needs {nbytes}"
             )
         entries.append((begin, end, TensorInfo(name, dtype, tuple(shape))))
-    entries.sort(key=_span)
+    entries.sort()  # by (begin, end); names are unique, so a tie never goes further
     cursor = 0
     for begin, end, info in entries:
         if begin != cursor:
@@ -95,10 +95,6 @@ def parse_header(raw: dict, path: Path, data_size: int | None) -> list[TensorInf
         where = "past the end of the file" if cursor > data_size else "short of the end"
         raise _fail(path, f"tensor data ends at byte {cursor}, {where} ({data_size} data bytes)")
     return [e[2] for e in entries]
-
-
-def _span(entry: tuple[int, int, TensorInfo]) -> tuple[int, int]:
-    return entry[0], entry[1]
 
 
 def read_header(path: Path) -> list[TensorInfo]:

@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from veri_tui.plan.headers import TensorInfo
 
@@ -34,9 +33,9 @@ def _is_head(name: str) -> bool:
     return name in _HEADS or name.endswith(_HEAD_ENDS)
 
 
-@dataclass
-class ModelInfo:
-    """Parameter counts and architecture of one checkpoint (a plain dataclass: cheap to import).
+class ModelInfo(NamedTuple):
+    """Parameter counts and architecture of one checkpoint, made by `build_model_info`
+    (immutable; a NamedTuple, cheaper to define than a dataclass at every start-up).
 
     parameter_count is N: every tensor in the checkpoint, a tied head counted once.
     largest_layer_parameters is the largest FSDP unit: one decoder layer, or the root
@@ -46,30 +45,34 @@ class ModelInfo:
 
     source: str
     parameter_count: int
-    path: str | None = None
-    files: list[str] = field(default_factory=list)
-    embedding_parameters: int = 0
-    lm_head_parameters: int = 0
-    tied_embeddings: bool = False
-    tied_note: str | None = None
-    layer_count: int = 0
-    largest_layer_parameters: int = 0
-    lora_in_out_sum: int = 0
-    lora_target_count: int = 0
-    lora_target_modules: list[str] = field(default_factory=list)
-    model_type: str | None = None
-    hidden_size: int = 0
-    intermediate_size: int = 0
-    num_attention_heads: int = 0
-    num_key_value_heads: int = 0
-    head_dim: int = 0
-    vocab_size: int = 0
-    max_position_embeddings: int | None = None
-    dtypes: dict[str, int] = field(default_factory=dict)
+    path: str | None
+    files: list[str]
+    embedding_parameters: int
+    lm_head_parameters: int
+    tied_embeddings: bool
+    tied_note: str | None
+    layer_count: int
+    largest_layer_parameters: int
+    lora_in_out_sum: int
+    lora_target_count: int
+    lora_target_modules: list[str]
+    model_type: str | None
+    hidden_size: int
+    intermediate_size: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    head_dim: int
+    vocab_size: int
+    max_position_embeddings: int | None
+    dtypes: dict[str, int]
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON form (the record's `model`)."""
-        return asdict(self)
+        """JSON form (the record's `model`): plain types, lists and dicts copied."""
+        d = self._asdict()
+        for key in ("files", "lora_target_modules"):
+            d[key] = list(d[key])
+        d["dtypes"] = dict(self.dtypes)
+        return d
 
     def adapter_parameters(self, rank: int) -> int:
         """LoRA parameters at this rank: rank x (in + out) per targeted linear."""

@@ -7,8 +7,7 @@ rich console and as a small table in a notebook.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 # The knobs of resolved_parallelism that, copied into hyperparameters, pin the plan.
 PIN_KEYS = (
@@ -35,9 +34,11 @@ def plan_line(rp: dict[str, Any], states_bytes: int) -> str:
     )
 
 
-@dataclass
-class PlanRecord:
-    """Everything `veri-tui plan` decides for one job; `to_dict()` is its JSON form."""
+class PlanRecord(NamedTuple):
+    """Everything `veri-tui plan` decides for one job; `to_dict()` is its JSON form.
+
+    Immutable; a NamedTuple rather than a dataclass because it is cheaper to define, which
+    every `veri-tui plan` start-up pays (benchmarks/bench_plan.py)."""
 
     parameter_count: int
     trainable_parameter_count: int
@@ -54,7 +55,7 @@ class PlanRecord:
     resolved_parallelism: dict[str, Any]
     job: dict[str, Any]
     model: dict[str, Any]
-    gpu: dict[str, Any] = field(default_factory=dict)
+    gpu: dict[str, Any]
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON object of contracts section 4 (plain types only)."""
