@@ -60,10 +60,12 @@ def test_a_users_plugin_setting_is_kept() -> None:
         "from veri_tui.entry import LOADER, quiet_pydantic_plugins\n"
         "assert not quiet_pydantic_plugins()\n"
         f"{ONE_MODEL}"
-        "loader = sys.modules[LOADER]\n"
-        "print(os.environ['PYDANTIC_DISABLE_PLUGINS'], hasattr(loader, 'importlib_metadata'))\n"
+        "stand_in = getattr(sys.modules[LOADER], '_veri_stand_in', False)\n"
+        "print(os.environ['PYDANTIC_DISABLE_PLUGINS'], stand_in,\n"
+        "      'importlib.metadata' in sys.modules)\n"
     )
-    assert _python(code, {"PYDANTIC_DISABLE_PLUGINS": "some_plugin"}) == "some_plugin True"
+    out = _python(code, {"PYDANTIC_DISABLE_PLUGINS": "some_plugin"})
+    assert out == "some_plugin False True"
 
 
 def test_stand_in_hands_over_to_the_real_loader() -> None:
@@ -78,7 +80,8 @@ def test_stand_in_hands_over_to_the_real_loader() -> None:
         # A name only the real loader has: it is loaded, and takes the stand-in's place.
         "assert stand_in.PYDANTIC_ENTRY_POINT_GROUP == 'pydantic'\n"
         "real = sys.modules[LOADER]\n"
-        "assert real is not stand_in and hasattr(real, 'importlib_metadata')\n"
+        "assert real is not stand_in and not getattr(real, '_veri_stand_in', False)\n"
+        "assert 'importlib.metadata' in sys.modules\n"
         # Plugins turned back on later: the stand-in asks the real loader.
         "os.environ['PYDANTIC_DISABLE_PLUGINS'] = 'none_of_them'\n"
         "print(list(stand_in.get_plugins()) == list(real.get_plugins()))\n"
