@@ -70,9 +70,11 @@ def show_log(job_id: str, follow: bool) -> int:
 
 def cancel(job_id: str) -> int:
     """End every rank of the job and report how it ended."""
-    before = jobs.get_job(job_id)["status"]
+    before = jobs.get_job(job_id)
     final = jobs.cancel(job_id)
-    if before in ("succeeded", "failed", "cancelled") and not final.get("lost"):
+    # A lost job (its supervisor gone, maybe its ranks not) reads as failed, but the cancel
+    # is what ends it: only a recorded outcome means it had already ended.
+    if before["status"] in ("succeeded", "failed", "cancelled") and not before.get("lost"):
         print(f"job {job_id} had already ended: {final['status']}")
     else:
         print(f"job {job_id} {final['status']}")
