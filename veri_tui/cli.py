@@ -8,6 +8,7 @@ User errors (`VeriError`) become one `error: <key>: <message>` line each and exi
 from __future__ import annotations
 
 import argparse
+import errno
 import gc
 import os
 import sys
@@ -124,8 +125,15 @@ def _leave_now(code: int) -> NoReturn:
         sys.stdout.flush()
     except BrokenPipeError:
         code = 0  # `veri-tui plan | head`: the reader left; as _dispatch treats it
+    except OSError as exc:
+        print(f"error: output: {exc.strerror}", file=sys.stderr)
+        code = code or 1
     sys.stderr.flush()
     os._exit(code)
+
+
+# Write errors on our own output that are the machine's, not ours: one line, no traceback.
+_OUTPUT_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EIO)
 
 
 def _dispatch(args: argparse.Namespace) -> int:
@@ -153,6 +161,14 @@ def _dispatch(args: argparse.Namespace) -> int:
         # stdout at /dev/null so the interpreter's final flush does not raise again.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    except OSError as exc:
+        if exc.filename is not None or exc.errno not in _OUTPUT_FULL:
+            raise
+        # stdout on a full disk (`veri-tui plan > /dev/full`): one line, and the unwritten
+        # rest goes to /dev/null so the final flush does not raise again.
+        print(f"error: output: {exc.strerror}", file=sys.stderr)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
 
 
 def main(argv: Sequence[str] | None = None, *, owns_process: bool = False) -> int:

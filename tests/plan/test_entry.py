@@ -137,3 +137,19 @@ def test_other_commands_collect_garbage_again(
     finally:
         gc.enable()
     capsys.readouterr()
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full (Linux)")
+@pytest.mark.parametrize("argv", [["plan"], ["plan", "--json"], ["jobs"]])
+def test_output_on_a_full_disk_is_one_line(argv: list[str], tmp_path: Path) -> None:
+    with open("/dev/full", "w") as full:
+        proc = subprocess.run(
+            [sys.executable, "-m", "veri_tui", *argv],
+            stdout=full,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=60,
+            env={**os.environ, "VERI_HOME": str(tmp_path)},
+        )
+    assert proc.returncode == 1
+    assert proc.stderr == "error: output: No space left on device\n"
