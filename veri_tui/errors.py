@@ -10,8 +10,11 @@ from __future__ import annotations
 from typing import NamedTuple
 
 
-class ConfigError(NamedTuple):
-    """One problem with the user's input: the key or file it concerns and what to do.
+class Refusal(NamedTuple):
+    """One refusal of the user's input: the key or file it concerns and what to do.
+
+    Printed as one `error: <key>: <message>` line. (Not the trainer's `ConfigError`, the
+    exception a rank raises with code CONFIG_ERROR: that one lives in trainer/errors.py.)
 
     A NamedTuple rather than a dataclass: as cheap to define as a tuple, which every
     `veri-tui plan` start-up pays (benchmarks/bench_plan.py)."""
@@ -26,12 +29,12 @@ class ConfigError(NamedTuple):
 class VeriError(Exception):
     """Raised for bad user input; carries every problem found, not just the first."""
 
-    def __init__(self, errors: list[ConfigError] | ConfigError | str, key: str = "") -> None:
+    def __init__(self, errors: list[Refusal] | Refusal | str, key: str = "") -> None:
         if isinstance(errors, str):
-            errors = [ConfigError(key or "input", errors)]
-        elif isinstance(errors, ConfigError):
+            errors = [Refusal(key or "input", errors)]
+        elif isinstance(errors, Refusal):
             errors = [errors]
-        self.errors: list[ConfigError] = list(errors)
+        self.errors: list[Refusal] = list(errors)
         super().__init__("; ".join(str(e) for e in self.errors))
 
     def lines(self) -> list[str]:

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from veri_tui.errors import ConfigError, VeriError
+from veri_tui.errors import Refusal, VeriError
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -36,38 +36,38 @@ def veri_home() -> Path:
     return Path(os.environ.get("VERI_HOME") or Path.home() / ".veri").expanduser()
 
 
-def _dataset_path(method: str, dataset: str | None) -> tuple[Path | None, ConfigError | None]:
+def _dataset_path(method: str, dataset: str | None) -> tuple[Path | None, Refusal | None]:
     if dataset:
         path = Path(dataset).expanduser().resolve()
         if not path.is_file():
-            return None, ConfigError("dataset", f"{dataset}: no such file; pass an existing JSONL")
+            return None, Refusal("dataset", f"{dataset}: no such file; pass an existing JSONL")
         return path, None
     bundled = BUNDLED_DATASETS.get(method)
     if bundled is None or not bundled.is_file():
-        return None, ConfigError("dataset", f"no bundled dataset for {method}; pass --dataset")
+        return None, Refusal("dataset", f"no bundled dataset for {method}; pass --dataset")
     return bundled, None
 
 
-def _model_path(model: str | None, info: dict[str, Any]) -> tuple[Path | None, ConfigError | None]:
+def _model_path(model: str | None, info: dict[str, Any]) -> tuple[Path | None, Refusal | None]:
     raw = info.get("path")
     if not raw:
-        return None, ConfigError(
+        return None, Refusal(
             "model",
             f"{model} is not on this machine (only its Hub metadata was read); "
             f"download it (huggingface-cli download {model}) or pass --model DIR",
         )
     path = Path(raw).expanduser().resolve()
     if not (path / "config.json").is_file():
-        return None, ConfigError("model", f"{path}: no config.json there; pass a model directory")
+        return None, Refusal("model", f"{path}: no config.json there; pass a model directory")
     return path, None
 
 
-def _output_path(output: str | None, job_dir: Path) -> tuple[Path, ConfigError | None]:
+def _output_path(output: str | None, job_dir: Path) -> tuple[Path, Refusal | None]:
     if not output:
         return job_dir / "output", None
     path = Path(output).expanduser().resolve()
     if path.exists() and (not path.is_dir() or any(path.iterdir())):
-        return path, ConfigError(
+        return path, Refusal(
             "output", f"{path} already exists and is not empty; choose another --output"
         )
     return path, None

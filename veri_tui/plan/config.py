@@ -12,7 +12,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from veri_tui.errors import ConfigError, VeriError
+from veri_tui.errors import Refusal, VeriError
 from veri_tui.plan.knobs import JOB_KEYS, Hyperparameters, JobConfig
 
 HP_KEYS = tuple(sorted(set(Hyperparameters.model_fields) | {"batch_size"}))
@@ -49,15 +49,15 @@ def parse_value(text: str) -> Any:
         return raw
 
 
-def parse_sets(sets: Sequence[str]) -> tuple[dict[str, Any], list[ConfigError]]:
+def parse_sets(sets: Sequence[str]) -> tuple[dict[str, Any], list[Refusal]]:
     """`KEY=VALUE` pairs into a dict; malformed pairs become errors."""
     out: dict[str, Any] = {}
-    errors: list[ConfigError] = []
+    errors: list[Refusal] = []
     for item in sets:
         key, sep, value = item.partition("=")
         key = key.strip()
         if not sep or not key:
-            errors.append(ConfigError("--set", f"{item!r}: expected KEY=VALUE, e.g. lora_rank=16"))
+            errors.append(Refusal("--set", f"{item!r}: expected KEY=VALUE, e.g. lora_rank=16"))
             continue
         out[key] = parse_value(value)
     return out, errors
@@ -70,17 +70,17 @@ def read_toml(path: Path) -> dict[str, Any]:
     try:
         data = path.read_bytes()
     except OSError as exc:
-        raise VeriError(ConfigError(str(path), f"cannot read: {exc.strerror or exc}")) from None
+        raise VeriError(Refusal(str(path), f"cannot read: {exc.strerror or exc}")) from None
     try:
         return tomllib.loads(data.decode("utf-8"))
     except UnicodeDecodeError as exc:
         msg = f"not UTF-8 text (byte {exc.start}); save the file as UTF-8"
-        raise VeriError(ConfigError(str(path), msg)) from None
+        raise VeriError(Refusal(str(path), msg)) from None
     except tomllib.TOMLDecodeError as exc:
-        raise VeriError(ConfigError(str(path), f"invalid TOML: {exc}")) from None
+        raise VeriError(Refusal(str(path), f"invalid TOML: {exc}")) from None
 
 
-def _split_fields(fields: Mapping[str, Any], errors: list[ConfigError]) -> dict[str, Any]:
+def _split_fields(fields: Mapping[str, Any], errors: list[Refusal]) -> dict[str, Any]:
     """Mixed job + hyperparameter fields into JobConfig's nested shape; unknown keys -> errors."""
     job: dict[str, Any] = {}
     hp: dict[str, Any] = {}
@@ -90,18 +90,18 @@ def _split_fields(fields: Mapping[str, Any], errors: list[ConfigError]) -> dict[
         elif key in HP_KEYS:
             hp[key] = value
         else:
-            errors.append(ConfigError(key, closest_key(key)))
+            errors.append(Refusal(key, closest_key(key)))
     if "batch_size" in hp and "micro_batch_size" in hp:
         if hp["batch_size"] != hp["micro_batch_size"]:
             msg = "batch_size is an alias of micro_batch_size; set only micro_batch_size"
-            errors.append(ConfigError("batch_size", msg))
+            errors.append(Refusal("batch_size", msg))
         hp.pop("batch_size")
     job["hyperparameters"] = hp
     return job
 
 
-def _pydantic_errors(exc: ValidationError) -> list[ConfigError]:
-    """One ConfigError per pydantic error, keyed by the knob (not the nested path)."""
+def _pydantic_errors(exc: ValidationError) -> list[Refusal]:
+    """One Refusal per pydantic error, keyed by the knob (not the nested path)."""
     out = []
     for err in exc.errors(include_url=False):
         loc = [str(p) for p in err["loc"] if p != "hyperparameters"]
@@ -113,15 +113,15 @@ def _pydantic_errors(exc: ValidationError) -> list[ConfigError]:
         msg = err["msg"]
         if key == "zero_stage":
             msg = 'expected "auto", 0, 2 or 3'
-        out.append(ConfigError(key, f"{msg}{shown}"))
+        out.append(Refusal(key, f"{msg}{shown}"))
     # A union member failing twice reports the same key twice; keep the first.
     seen: set[str] = set()
     return [e for e in out if not (e.key in seen or seen.add(e.key))]
 
 
-def _parse(fields: Mapping[str, Any]) -> tuple[JobConfig | None, list[ConfigError]]:
+def _parse(fields: Mapping[str, Any]) -> tuple[JobConfig | None, list[Refusal]]:
     """(the job, or None when a value does not parse; every type error and unknown key)."""
-    errors: list[ConfigError] = []
+    errors: list[Refusal] = []
     cleaned = {k: v for k, v in fields.items() if v is not None and v != ""}
     nested = _split_fields(cleaned, errors)
     try:
@@ -133,8 +133,8 @@ def _parse(fields: Mapping[str, Any]) -> tuple[JobConfig | None, list[ConfigErro
 
 
 def _rules_on_the_rest(
-    fields: Mapping[str, Any], errors: list[ConfigError], unknown: Sequence[str] = ()
-) -> list[ConfigError]:
+    fields: Mapping[str, Any], errors: list[Refusal], unknown: Sequence[str] = ()
+) -> list[Refusal]:
     """The submit refusals of the keys that did parse, so all refusals show together
     (`--set zero_stage=1 --set gloabl_batch_size=3` names both). The failed keys, the keys
     an unknown one most likely meant and the `unknown` ones (their values are not known) are
@@ -180,7 +180,7 @@ def load_job_config(
     (model, dataset, output) are taken relative to the file's folder.
     """
     fields: dict[str, Any] = {}
-    errors: list[ConfigError] = []
+    errors: list[Refusal] = []
     if config_path is not None:
         path = Path(config_path)
         data = read_toml(path)

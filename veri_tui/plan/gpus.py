@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from typing import NamedTuple
 
-from veri_tui.errors import ConfigError, VeriError
+from veri_tui.errors import Refusal, VeriError
 
 # CUDA context, NCCL buffers and allocator slack are kept out of the budget (contracts s.3).
 RESERVE_BYTES = 2 * 1024**3
@@ -88,12 +88,10 @@ def get_gpu(name: str) -> GPU:
     if m:
         gb = float(m.group(1))
         if not 1 <= gb <= 10_000:
-            raise VeriError(ConfigError("gpu", f"{name}: custom memory must be 1-10000 GB"))
+            raise VeriError(Refusal("gpu", f"{name}: custom memory must be 1-10000 GB"))
         label = f"custom-{m.group(1)}GB"
         return GPU(label, int(round(gb * 10**9)), None, "pcie", _PCIE_NO_P2P_BUSBW, 30.0)
     known = ", ".join(GPU_CATALOG)
     raise VeriError(
-        ConfigError(
-            "gpu", f"unknown GPU {name!r}; known: {known}, or custom-<N>GB (e.g. custom-48GB)"
-        )
+        Refusal("gpu", f"unknown GPU {name!r}; known: {known}, or custom-<N>GB (e.g. custom-48GB)")
     )

@@ -15,7 +15,7 @@ from typing import NamedTuple
 
 from pydantic_core import from_json
 
-from veri_tui.errors import ConfigError, VeriError
+from veri_tui.errors import Refusal, VeriError
 
 MAX_HEADER_BYTES = 100_000_000
 DTYPE_BYTES = {
@@ -43,7 +43,7 @@ class TensorInfo(NamedTuple):
 
 
 def _fail(path: Path, what: str) -> VeriError:
-    return VeriError(ConfigError(str(path), f"not a valid safetensors file: {what}"))
+    return VeriError(Refusal(str(path), f"not a valid safetensors file: {what}"))
 
 
 def _nbytes(dtype: str, numel: int) -> int | None:
@@ -112,7 +112,7 @@ def read_header(path: Path) -> list[TensorInfo]:
                 raise _fail(path, f"header length {n} runs past the end of the file ({size} bytes)")
             blob = f.read(n)
     except OSError as exc:
-        raise VeriError(ConfigError(str(path), f"cannot read: {exc.strerror or exc}")) from None
+        raise VeriError(Refusal(str(path), f"cannot read: {exc.strerror or exc}")) from None
     if not blob.startswith(b"{"):
         raise _fail(path, "header is not a JSON object")
     try:

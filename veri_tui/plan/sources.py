@@ -17,7 +17,7 @@ from typing import Any
 from pydantic_core import from_json
 
 import veri_tui
-from veri_tui.errors import ConfigError, VeriError
+from veri_tui.errors import Refusal, VeriError
 from veri_tui.plan.headers import TensorInfo, parse_header, read_header
 from veri_tui.plan.model_info import ModelInfo, build_model_info
 
@@ -36,14 +36,14 @@ def bundled_tiny_model() -> Path:
 def _read_json(path: Path, what: str) -> dict[str, Any]:
     try:
         if path.stat().st_size > MAX_JSON_BYTES:
-            raise VeriError(ConfigError(str(path), f"{what} is larger than {MAX_JSON_BYTES} bytes"))
+            raise VeriError(Refusal(str(path), f"{what} is larger than {MAX_JSON_BYTES} bytes"))
         data = from_json(path.read_bytes())  # UTF-8 JSON, as headers.read_header reads it
     except FileNotFoundError:
-        raise VeriError(ConfigError(str(path), f"missing {what}")) from None
+        raise VeriError(Refusal(str(path), f"missing {what}")) from None
     except (OSError, ValueError) as exc:
-        raise VeriError(ConfigError(str(path), f"unreadable {what}: {exc}")) from None
+        raise VeriError(Refusal(str(path), f"unreadable {what}: {exc}")) from None
     if not isinstance(data, dict):
-        raise VeriError(ConfigError(str(path), f"{what} is not a JSON object"))
+        raise VeriError(Refusal(str(path), f"{what} is not a JSON object"))
     return data
 
 
@@ -54,7 +54,7 @@ def _weight_map(folder: Path) -> dict[str, Any] | None:
         return None
     weight_map = _read_json(index, "safetensors index").get("weight_map")
     if not isinstance(weight_map, dict) or not weight_map:
-        raise VeriError(ConfigError(str(index), "no weight_map; re-download the model"))
+        raise VeriError(Refusal(str(index), "no weight_map; re-download the model"))
     return weight_map
 
 
@@ -67,10 +67,10 @@ def _weight_files(folder: Path, weight_map: dict[str, Any] | None) -> list[Path]
         for name in names:
             shard = folder / name
             if Path(name).is_absolute() or ".." in Path(name).parts:
-                raise VeriError(ConfigError(str(index), f"shard name {name!r} leaves the folder"))
+                raise VeriError(Refusal(str(index), f"shard name {name!r} leaves the folder"))
             if not shard.is_file():
                 msg = f"missing shard {name} named by {INDEX_NAME}; re-download the model"
-                raise VeriError(ConfigError(str(shard), msg))
+                raise VeriError(Refusal(str(shard), msg))
             files.append(shard)
         return files
     single = folder / "model.safetensors"
@@ -80,7 +80,7 @@ def _weight_files(folder: Path, weight_map: dict[str, Any] | None) -> list[Path]
     if others:
         return others
     raise VeriError(
-        ConfigError(
+        Refusal(
             str(folder),
             "no safetensors weights (model.safetensors or an index); "
             "veri-tui counts parameters from safetensors headers only",
@@ -91,7 +91,7 @@ def _weight_files(folder: Path, weight_map: dict[str, Any] | None) -> list[Path]
 def read_local(folder: Path, source: str | None = None) -> ModelInfo:
     """Model info of a local checkpoint folder."""
     if not folder.is_dir():
-        raise VeriError(ConfigError(str(folder), "not a folder with config.json + safetensors"))
+        raise VeriError(Refusal(str(folder), "not a folder with config.json + safetensors"))
     config = _read_json(folder / "config.json", "config.json")
     weight_map = _weight_map(folder)
     files = _weight_files(folder, weight_map)
@@ -104,7 +104,7 @@ def read_local(folder: Path, source: str | None = None) -> ModelInfo:
         if missing:
             shard = weight_map[missing[0]]
             msg = f"{INDEX_NAME} names {missing[0]} in it, but the header lacks it"
-            raise VeriError(ConfigError(str(folder / shard), msg))
+            raise VeriError(Refusal(str(folder / shard), msg))
     return build_model_info(
         source or str(folder),
         tensors,
@@ -154,7 +154,7 @@ def read_hub(repo_id: str) -> ModelInfo:
     """Model info of a Hub repo from its safetensors metadata (header ranges only)."""
     if _offline():
         raise VeriError(
-            ConfigError(
+            Refusal(
                 "model",
                 f"{repo_id} is not in the local HF cache ({hub_cache_dir()}) and HF_HUB_OFFLINE "
                 f"is set; run `hf download {repo_id}` online, or unset HF_HUB_OFFLINE",
@@ -169,12 +169,12 @@ def read_hub(repo_id: str) -> ModelInfo:
         config = from_json(Path(hf_hub_download(repo_id, "config.json")).read_bytes())
     except HfHubHTTPError as exc:
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise VeriError(ConfigError("model", f"{repo_id}: Hub refused: {first}")) from None
+        raise VeriError(Refusal("model", f"{repo_id}: Hub refused: {first}")) from None
     except Exception as exc:  # noqa: BLE001
         # Connection errors (httpx's are not OSError), offline mode, odd metadata: one line.
         first = (str(exc).splitlines() or [type(exc).__name__])[0]
         raise VeriError(
-            ConfigError(
+            Refusal(
                 "model",
                 f"{repo_id}: cannot reach the Hub ({first}); connect, or download it into the "
                 "local HF cache, or give a local folder",
@@ -197,18 +197,14 @@ def read_model_info(model: str | None) -> ModelInfo:
         folder = bundled_tiny_model()
         if not folder.is_dir():
             raise VeriError(
-                ConfigError(
-                    "model", f"no model given and the bundled tiny model {folder} is missing"
-                )
+                Refusal("model", f"no model given and the bundled tiny model {folder} is missing")
             )
         return read_local(folder, "tiny-model (bundled)")
     path = Path(model).expanduser()
     if path.exists():
         return read_local(path, model)
     if not re.match(_HUB_ID, model) or model.startswith((".", "/", "~")):
-        raise VeriError(
-            ConfigError("model", f"{model}: no such folder, and not a Hub id (org/name)")
-        )
+        raise VeriError(Refusal("model", f"{model}: no such folder, and not a Hub id (org/name)"))
     snap = cached_snapshot(model)
     if snap is not None:
         return read_local(snap, model)

@@ -6,7 +6,7 @@ checks a service makes before any GPU is billed.
 
 from __future__ import annotations
 
-from veri_tui.errors import ConfigError, VeriError
+from veri_tui.errors import Refusal, VeriError
 from veri_tui.plan.gpus import get_gpu
 from veri_tui.plan.knobs import METHODS, METHODS_OTHER, MULTI_GPU_KEYS, JobConfig
 
@@ -14,7 +14,7 @@ PRECISIONS = ("bf16", "fp32")
 NOT_AVAILABLE_PRECISIONS = ("fp16", "fp8")
 
 
-def _method_errors(job: JobConfig) -> list[ConfigError]:
+def _method_errors(job: JobConfig) -> list[Refusal]:
     if job.method in METHODS_OTHER:
         hp = job.hyperparameters
         multi = [k for k in MULTI_GPU_KEYS if k in hp.model_fields_set]
@@ -27,28 +27,28 @@ def _method_errors(job: JobConfig) -> list[ConfigError]:
             )
         else:
             msg = f"{job.method} is not supported by the bundled trainer; use sft_text or dpo"
-        return [ConfigError("method", msg)]
+        return [Refusal("method", msg)]
     if job.method not in METHODS:
         import difflib  # only on errors: keeps `veri-tui plan` startup lean
 
         close = difflib.get_close_matches(job.method, METHODS, n=1)
         hint = f"did you mean {close[0]!r}? " if close else ""
-        return [ConfigError("method", f"unknown method {job.method!r}; {hint}use sft_text or dpo")]
+        return [Refusal("method", f"unknown method {job.method!r}; {hint}use sft_text or dpo")]
     return []
 
 
-def _parallel_errors(job: JobConfig) -> list[ConfigError]:
+def _parallel_errors(job: JobConfig) -> list[Refusal]:
     hp = job.hyperparameters
     n = job.gpu_count
-    errs: list[ConfigError] = []
+    errs: list[Refusal] = []
     if n < 1:
-        return [ConfigError("gpu_count", f"must be at least 1 (got {n})")]
+        return [Refusal("gpu_count", f"must be at least 1 (got {n})")]
     dp = hp.data_parallel_size
     if dp is not None and dp != n:
         # tp, cp and pp always run at 1 here (other values are refused below), so the
         # product the launcher checks is dp alone.
         errs.append(
-            ConfigError(
+            Refusal(
                 "data_parallel_size",
                 f"TP*CP*DP*PP={dp} != WORLD_SIZE={n}; "
                 f"set data_parallel_size to {n} (= gpu_count) or leave it unset",
@@ -62,36 +62,36 @@ def _parallel_errors(job: JobConfig) -> list[ConfigError]:
     ):
         value = getattr(hp, key)
         if value != 1:
-            errs.append(ConfigError(key, f"{name} is not available (got {value}); set it to 1"))
+            errs.append(Refusal(key, f"{name} is not available (got {value}); set it to 1"))
     z = hp.zero_stage
     if z == 1:
         errs.append(
-            ConfigError(
+            Refusal(
                 "zero_stage",
                 "ZeRO-1 is not available; use zero_stage 2, which costs no extra communication",
             )
         )
     elif z != "auto" and z not in (0, 2, 3):
-        errs.append(ConfigError("zero_stage", f'expected "auto", 0, 2 or 3 (got {z!r})'))
+        errs.append(Refusal("zero_stage", f'expected "auto", 0, 2 or 3 (got {z!r})'))
     if hp.cpu_offload and z == 0:
         errs.append(
-            ConfigError("cpu_offload", "needs sharding: set zero_stage 3 (or auto), or drop it")
+            Refusal("cpu_offload", "needs sharding: set zero_stage 3 (or auto), or drop it")
         )
     if n == 1:
         if z in (2, 3):
             errs.append(
-                ConfigError("zero_stage", f"zero_stage {z} shards across GPUs: needs gpu_count > 1")
+                Refusal("zero_stage", f"zero_stage {z} shards across GPUs: needs gpu_count > 1")
             )
         if hp.cpu_offload:
-            errs.append(ConfigError("cpu_offload", "a sharding knob: needs gpu_count > 1"))
+            errs.append(Refusal("cpu_offload", "a sharding knob: needs gpu_count > 1"))
     else:
         for key in ("use_unsloth", "load_in_4bit", "use_liger"):
             if getattr(hp, key):
-                errs.append(ConfigError(key, "single GPU only: set it to false or gpu_count 1"))
+                errs.append(Refusal(key, "single GPU only: set it to false or gpu_count 1"))
     return errs
 
 
-def _batch_errors(job: JobConfig) -> list[ConfigError]:
+def _batch_errors(job: JobConfig) -> list[Refusal]:
     hp = job.hyperparameters
     n = max(job.gpu_count, 1)
     mbs, ga, gbs = hp.micro_batch_size, hp.gradient_accumulation_steps, hp.global_batch_size
@@ -101,7 +101,7 @@ def _batch_errors(job: JobConfig) -> list[ConfigError]:
         want = mbs * ga * n
         if gbs != want:
             return [
-                ConfigError(
+                Refusal(
                     "global_batch_size",
                     f"{gbs} != micro_batch_size x gradient_accumulation_steps x gpu_count "
                     f"= {mbs} x {ga} x {n} = {want}; set it to {want} or drop one of them",
@@ -110,7 +110,7 @@ def _batch_errors(job: JobConfig) -> list[ConfigError]:
     elif gbs % (mbs * n):
         lo = max(mbs * n, gbs // (mbs * n) * mbs * n)
         return [
-            ConfigError(
+            Refusal(
                 "global_batch_size",
                 f"{gbs} is not a multiple of micro_batch_size x gpu_count = {mbs} x {n}; "
                 f"use {lo} or {lo + mbs * n}",
@@ -119,7 +119,7 @@ def _batch_errors(job: JobConfig) -> list[ConfigError]:
     return []
 
 
-# Keys each refusal (by its ConfigError.key) reads besides its own. When some keys of a job
+# Keys each refusal (by its Refusal.key) reads besides its own. When some keys of a job
 # could not be parsed, a refusal is only reported if none of these failed: otherwise a
 # default standing in for the unparsed value could make it up (gpu_count "x" read as 1 would
 # refuse zero_stage 3 "on one GPU").
@@ -137,7 +137,7 @@ RULE_INPUTS: dict[str, frozenset[str]] = {
 }
 
 
-def validate_parsed(job: JobConfig, failed: set[str]) -> list[ConfigError]:
+def validate_parsed(job: JobConfig, failed: set[str]) -> list[Refusal]:
     """The refusals of `job` (built from the keys that parsed) that hold whatever values the
     `failed` keys turn out to have: reported beside the parse errors, so that every refusal
     shows at once."""
@@ -148,7 +148,7 @@ def validate_parsed(job: JobConfig, failed: set[str]) -> list[ConfigError]:
     ]
 
 
-def validate(job: JobConfig) -> list[ConfigError]:
+def validate(job: JobConfig) -> list[Refusal]:
     """Every submit refusal for this job (empty list: accepted)."""
     errs = _method_errors(job)
     try:
@@ -159,7 +159,7 @@ def validate(job: JobConfig) -> list[ConfigError]:
     errs.extend(_batch_errors(job))
     p = job.hyperparameters.precision
     if p in NOT_AVAILABLE_PRECISIONS:
-        errs.append(ConfigError("precision", f"{p} is not available; use bf16 or fp32"))
+        errs.append(Refusal("precision", f"{p} is not available; use bf16 or fp32"))
     elif p not in PRECISIONS:
-        errs.append(ConfigError("precision", f"unknown precision {p!r}; use bf16 or fp32"))
+        errs.append(Refusal("precision", f"unknown precision {p!r}; use bf16 or fp32"))
     return errs

@@ -23,7 +23,7 @@ from veri_tui import plan as core
 from veri_tui.app.messages import ModelInfoRead
 from veri_tui.app.widgets.knob_form import KnobForm
 from veri_tui.app.widgets.plan_view import PlanView, show
-from veri_tui.errors import ConfigError, VeriError
+from veri_tui.errors import Refusal, VeriError
 
 SWEEP_GPU_COUNTS = (1, 2, 4, 8)
 
@@ -45,7 +45,7 @@ class PlanEditorScreen(Screen):
         self.model: str | None = job.model  # None: the bundled tiny model
         self.info: Any = None
         self.model_error: str | None = None  # the model's headers could not be read here
-        self.errors: list[ConfigError] = []
+        self.errors: list[Refusal] = []
         self.job: Any = None
         self.record: dict[str, Any] | None = None
         self._initial = {"method": job.method, "gpu": job.gpu, "gpu_count": job.gpu_count}

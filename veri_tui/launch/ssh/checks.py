@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from veri_tui.errors import ConfigError, VeriError
+from veri_tui.errors import Refusal, VeriError
 from veri_tui.launch.spec import check_job, local_dataset
 from veri_tui.launch.ssh.connection import Connection
 from veri_tui.launch.ssh.launch import check_output, plan_for_host, preflight_job
@@ -23,7 +23,7 @@ def preflight_rows(job: Any, *, host: str, trust_host: str | None = None) -> lis
     dataset here (it is uploaded from here), the host's facts and problems, the output dir
     on the host, and the plan for the host's GPUs. Problems are rows with ok False; a host
     that cannot be reached raises VeriError (UnknownHostKeyError for an unknown key)."""
-    problems: list[ConfigError] = []
+    problems: list[Refusal] = []
     try:
         check_job(job, output_here=False)  # --output is a path on the host: checked there
         dataset_bytes = local_dataset(job).stat().st_size

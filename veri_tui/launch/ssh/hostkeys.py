@@ -16,7 +16,7 @@ from pathlib import Path
 
 import paramiko
 
-from veri_tui.errors import ConfigError, VeriError
+from veri_tui.errors import Refusal, VeriError
 
 
 def fingerprint(key: paramiko.PKey) -> str:
@@ -40,7 +40,7 @@ class UnknownHostKeyError(VeriError):
         self.key_type = key_type
         self.known_hosts = known_hosts
         super().__init__(
-            ConfigError(
+            Refusal(
                 "host",
                 f"{host} is not in {known_hosts}; its {key_type} key fingerprint is "
                 f"{fingerprint}. If that is the host you expect, rerun with "
@@ -57,7 +57,7 @@ class ChangedHostKeyError(VeriError):
         self.expected = expected
         self.got = got
         super().__init__(
-            ConfigError(
+            Refusal(
                 "host",
                 f"the host key of {host} CHANGED (known_hosts has {expected}, the server sent "
                 f"{got}); refusing to connect. If the host was really reinstalled, remove the "

@@ -3,7 +3,7 @@
 One remote Python run (a fixed script; the only arguments are quoted argv entries) reports
 the Python and torch versions, the CUDA GPUs (torch, and nvidia-smi when present), whether the
 trainer's libraries are importable, and the free disk under the remote veri home. The model is
-found and counted over SFTP (remote_model). Every problem becomes one ConfigError line.
+found and counted over SFTP (remote_model). Every problem becomes one Refusal line.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from veri_tui.errors import ConfigError, VeriError
+from veri_tui.errors import Refusal, VeriError
 from veri_tui.launch.ssh.connection import Connection
 from veri_tui.launch.ssh.remote_model import expand_home, locate_model, remote_model_info
 
@@ -83,7 +83,7 @@ class Preflight:
     model_path: str | None = None
     model_info: Any = None
     model_bytes: int = 0
-    problems: list[ConfigError] = field(default_factory=list)
+    problems: list[Refusal] = field(default_factory=list)
 
     @property
     def gpu_name(self) -> str | None:
@@ -155,26 +155,26 @@ def run_preflight(
     version = tuple(int(x) for x in facts["python"].split(".")[:2])
     if version < MIN_PYTHON:
         problems.append(
-            ConfigError("host", f"{python} on {host} is Python {facts['python']}; the trainer "
+            Refusal("host", f"{python} on {host} is Python {facts['python']}; the trainer "
                         "needs >= 3.11: set VERI_REMOTE_PYTHON to a newer interpreter")
         )  # fmt: skip
     if not facts.get("torch"):
         problems.append(
-            ConfigError("host", f"torch is not importable by {python} on {host} "
+            Refusal("host", f"torch is not importable by {python} on {host} "
                         f"({facts.get('torch_error')}); pip install torch there")
         )  # fmt: skip
     if facts.get("missing"):
         names = " ".join(facts["missing"])
-        problems.append(ConfigError("host", f"missing on {host}: {names}; pip install {names}"))
+        problems.append(Refusal("host", f"missing on {host}: {names}; pip install {names}"))
     if facts.get("torch") and facts.get("nvidia_smi") and not facts.get("cuda"):
         problems.append(
-            ConfigError("host", f"nvidia-smi on {host} shows {len(facts['nvidia_smi'])} GPUs "
+            Refusal("host", f"nvidia-smi on {host} shows {len(facts['nvidia_smi'])} GPUs "
                         f"but torch {facts['torch']} cannot use CUDA; install a CUDA build "
                         "of torch there")
         )  # fmt: skip
     if pf.gpus and len(pf.gpus) < gpu_count:
         problems.append(
-            ConfigError("gpu_count", f"{gpu_count} requested but {host} has {len(pf.gpus)} "
+            Refusal("gpu_count", f"{gpu_count} requested but {host} has {len(pf.gpus)} "
                         f"CUDA GPUs; set gpu_count to at most {len(pf.gpus)}")
         )  # fmt: skip
     if model:
@@ -183,7 +183,7 @@ def run_preflight(
     free = facts.get("disk_free_bytes", 0)
     if free < need:
         problems.append(
-            ConfigError("host", f"{host} has {free / 1e9:.1f} GB free at {facts.get('disk_path')}"
+            Refusal("host", f"{host} has {free / 1e9:.1f} GB free at {facts.get('disk_path')}"
                         f", the job needs about {need / 1e9:.1f} GB; free some space there")
         )  # fmt: skip
     return pf
@@ -194,7 +194,7 @@ def _check_model(conn: Connection, pf: Preflight, model: str) -> None:
     folder = locate_model(sftp, model, pf.home)
     if folder is None:
         pf.problems.append(
-            ConfigError("model", f"{model} not found on {pf.host} (looked for config.json at "
+            Refusal("model", f"{model} not found on {pf.host} (looked for config.json at "
                         "that path and in ~/.cache/huggingface/hub); copy the model there or "
                         "pass its path on the remote host")
         )  # fmt: skip
