@@ -1,6 +1,9 @@
 """The model picker: bundled assets, the local HF cache, recently used models, a path or a
 Hub id. The highlighted model's parameter count, architecture, dtypes and size on disk are
 read in a thread worker (local headers, or Hub metadata when online).
+
+The path field has the focus, so typing goes there; up and down move the list's highlight
+from it, and Enter chooses what was typed, or the highlighted model when nothing was.
 """
 
 from __future__ import annotations
@@ -50,7 +53,13 @@ def describe(info: Any) -> str:
 class ModelPickerScreen(ModalScreen[str | None]):
     """Dismisses with the chosen model (a path or Hub id), or None."""
 
-    BINDINGS = [Binding("escape", "dismiss_none", "Cancel")]
+    BINDINGS = [
+        Binding("escape", "dismiss_none", "Cancel"),
+        # The path field does not use up/down: from it they move the list's highlight (the
+        # list, when it has the focus, handles them itself first).
+        Binding("up", "move(-1)", "Previous", show=False),
+        Binding("down", "move(1)", "Next", show=False),
+    ]
 
     def __init__(self, current: str | None) -> None:
         super().__init__()
@@ -60,15 +69,25 @@ class ModelPickerScreen(ModalScreen[str | None]):
     def compose(self) -> ComposeResult:
         with Vertical(id="picker"):
             yield Static(
-                "Pick a model: Enter chooses, Esc cancels", classes="dialog-title", markup=False
+                "Pick a model: type a path or Hub id, or pick with up/down; Enter chooses, "
+                "Esc cancels",
+                classes="dialog-title",
+                markup=False,
             )
-            yield Input(placeholder="a folder path or a Hub id (org/name), Enter", id="model-input")
+            yield Input(placeholder="a folder path or a Hub id (org/name)", id="model-input")
             yield OptionList(id="model-list")
             yield Static("", id="model-details", markup=False)
 
     def on_mount(self) -> None:
         self.list_models(self.app.recent_models())  # type: ignore[attr-defined]
-        self.query_one(OptionList).focus()
+        self.query_one("#model-input", Input).focus()
+
+    def action_move(self, delta: int) -> None:
+        olist = self.query_one(OptionList)
+        if delta < 0:
+            olist.action_cursor_up()
+        else:
+            olist.action_cursor_down()
 
     @work(thread=True, group="list-models")
     def list_models(self, recent: list[str]) -> None:
@@ -109,6 +128,10 @@ class ModelPickerScreen(ModalScreen[str | None]):
     def _typed(self, event: Input.Submitted) -> None:
         if event.value.strip():
             self._show(event.value.strip(), choose=True)
+            return
+        olist = self.query_one(OptionList)  # nothing typed: Enter takes the highlighted one
+        if olist.highlighted is not None:
+            self.dismiss(str(olist.get_option_at_index(olist.highlighted).id))
 
     def _show(self, model: str, choose: bool = False) -> None:
         self._highlighted = model
