@@ -9,13 +9,11 @@ from __future__ import annotations
 
 import argparse
 import errno
-import gc
 import os
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any, NoReturn
+from typing import Any
 
-from veri_tui.entry import quiet_pydantic_plugins
 from veri_tui.errors import VeriError
 
 
@@ -118,25 +116,11 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     return parser
 
 
-def _leave_now(code: int) -> NoReturn:
-    """Exit without the interpreter's teardown (see veri_tui/entry.py): the output is
-    flushed here and a local plan holds nothing else that needs closing."""
-    try:
-        sys.stdout.flush()
-    except BrokenPipeError:
-        code = 0  # `veri-tui plan | head`: the reader left; as _dispatch treats it
-    except OSError as exc:
-        print(f"error: output: {exc.strerror}", file=sys.stderr)
-        code = code or 1
-    sys.stderr.flush()
-    os._exit(code)
-
-
 # Write errors on our own output that are the machine's, not ours: one line, no traceback.
 _OUTPUT_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EIO)
 
 
-def _dispatch(args: argparse.Namespace) -> int:
+def dispatch(args: argparse.Namespace) -> int:
     """Run the parsed command; user errors become one line each and exit status 2."""
     try:
         if args.command is None:
@@ -171,26 +155,22 @@ def _dispatch(args: argparse.Namespace) -> int:
         return 1
 
 
-def main(argv: Sequence[str] | None = None, *, owns_process: bool = False) -> int:
-    """The CLI; returns the process exit status.
-
-    `owns_process` (set by veri_tui.entry for the console script and `python -m veri_tui`)
-    lets a local `plan` leave without interpreter teardown, and turns the garbage
-    collector, which the entry paused for start-up, back on for everything else.
-    """
-    # We use no pydantic plugins; without this, building the first model class scans the
-    # entry points of every installed distribution for them. A value the user set is kept.
-    quiet_pydantic_plugins()
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """The parsed command line (`sys.argv[1:]` when None); argparse exits on --help or misuse."""
     argv = sys.argv[1:] if argv is None else list(argv)
-    args = build_parser(argv).parse_args(argv)
-    quick = args.command == "plan" and not args.host
-    if owns_process and not quick:
-        gc.enable()  # the app and the launchers run long: collect as usual
-    code = _dispatch(args)
-    if owns_process and quick:
-        _leave_now(code)
-    return code
+    return build_parser(argv).parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """The CLI, in-process; returns the exit status.
+
+    Pure for the process: it leaves the garbage collector and os.environ as it found them
+    and returns (argparse still raises SystemExit for --help or a bad option). The
+    start-up and exit trims of the `veri-tui` process belong to veri_tui.entry, which calls
+    parse_args and dispatch itself.
+    """
+    return dispatch(parse_args(argv))
 
 
 if __name__ == "__main__":
-    raise SystemExit(main(owns_process=True))
+    raise SystemExit(main())

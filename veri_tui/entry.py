@@ -1,21 +1,20 @@
-"""The `veri-tui` process entry: start-up and exit trimmed for a command that plans and quits.
+"""The `veri-tui` process entry: the console script and `python -m veri_tui` come through `run()`.
 
-`veri-tui plan` is timed against `python -c "import pydantic"` (benchmarks/bench_plan.py,
-target at most 2x), and a one-field pydantic model alone already costs about 2x. Three
-costs in that are not the plan's own, and this module removes them for the process it
-owns (`python -m veri_tui` and the console script come through `run()`; tests calling
-`veri_tui.cli.main` in-process keep the interpreter's usual behaviour):
+`veri_tui.cli.main` is pure (callable in-process: it leaves the collector, the environment
+and the process as it found them). This module owns the process, and alone decides the
+trims that make `veri-tui plan` start and leave quickly (benchmarks/bench_plan.py, target at
+most 2.5x `python -c "import pydantic"`):
 
-- pydantic's plugin loader imports importlib.metadata (with email, zipfile, csv, ...) at
-  its top even when plugins are disabled: 13-20 ms. veri-tui uses no pydantic plugins, so
-  PYDANTIC_DISABLE_PLUGINS defaults to `__all__` (a value the user set is kept) and, while
-  that disables them, a stand-in loader answers "no plugins". It loads the real loader
-  for anything else, and whenever the variable no longer disables plugins.
-- the cyclic garbage collector runs dozens of times while pydantic and typing build their
-  objects at import (~7 ms) and finds nothing to free; `cli.main` turns it back on for
-  the app and every command except a local `plan`.
-- interpreter teardown frees those objects one by one (~20 ms): a local `plan` flushes
-  its output and leaves with os._exit (see `cli.main`).
+- PYDANTIC_DISABLE_PLUGINS defaults to `__all__` (a value the user set is kept): veri-tui
+  uses no pydantic plugins, and without it the first model class built scans the entry
+  points of every installed distribution for them.
+- the cyclic garbage collector is paused for start-up: it runs dozens of times while
+  pydantic and typing build their objects and frees nothing (~7 ms). It is back on before
+  any command but a local `plan` runs (the app and the launchers run long).
+- a local `plan` flushes its output and leaves with os._exit, skipping the interpreter's
+  teardown that frees those objects one by one (~20 ms), but only when nothing touched the
+  network: after a Hub lookup or an SSH connection the process ends the usual way, so
+  clients close their connections and finish their threads and files.
 """
 
 from __future__ import annotations
@@ -24,74 +23,43 @@ import gc
 import os
 import sys
 
-# Not `from typing import TYPE_CHECKING`: importing typing (with re and enum) is ~10 ms that
-# `run` would rather do with the collector paused. Type checkers read this name as theirs.
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from types import ModuleType
-    from typing import Any
-
-LOADER = "pydantic.plugin._loader"
-PLUGINS_OFF = ("__all__", "1", "true")  # the values pydantic's get_plugins treats as "none"
 PLUGINS_ENV = "PYDANTIC_DISABLE_PLUGINS"
+# What network use loads: the Hub client, SSH, and ssl or http.client under any HTTP client.
+# Not `socket`: pydantic's plugin loader brings it (importlib.metadata imports email.utils).
+# A local plan loads none of these; tests/plan/test_entry.py checks both ways.
+NETWORK_MODULES = ("huggingface_hub", "paramiko", "ssl", "http.client")
 
 
-def _real_loader() -> ModuleType:
-    """Pydantic's own plugin loader, executed now and put in place of the stand-in."""
-    current = sys.modules.get(LOADER)
-    if current is not None and not getattr(current, "_veri_stand_in", False):
-        return current
-    import importlib.machinery
-    import importlib.util
-
-    import pydantic.plugin
-
-    spec = importlib.machinery.PathFinder.find_spec(LOADER, pydantic.plugin.__path__)
-    if spec is None or spec.loader is None:
-        raise ImportError(f"cannot find {LOADER}", name=LOADER)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    sys.modules[LOADER] = module
-    return module
+def network_touched() -> bool:
+    """True when this process may have used the network (a module that can is loaded)."""
+    return any(name in sys.modules for name in NETWORK_MODULES)
 
 
-def _get_plugins() -> Any:
-    """No plugins while PYDANTIC_DISABLE_PLUGINS disables them all, as pydantic would say."""
-    if os.environ.get(PLUGINS_ENV) in PLUGINS_OFF:
-        return ()
-    return _real_loader().get_plugins()
-
-
-def _loader_getattr(name: str) -> Any:
-    # The import system asks a module for dunders such as __path__ on every
-    # `from ._loader import x`: a plain module has none, and asking the real loader would
-    # import importlib.metadata after all. Any other name (one a newer pydantic reads
-    # besides get_plugins) is the real loader's.
-    if name.startswith("__") and name.endswith("__"):
-        raise AttributeError(name)
-    return getattr(_real_loader(), name)
-
-
-def quiet_pydantic_plugins() -> bool:
-    """Default PYDANTIC_DISABLE_PLUGINS to `__all__`; when plugins end up disabled and
-    pydantic has not loaded its plugin loader yet, register the stand-in. True if it did."""
-    os.environ.setdefault(PLUGINS_ENV, "__all__")
-    if os.environ[PLUGINS_ENV] not in PLUGINS_OFF or LOADER in sys.modules:
-        return False
-    from types import ModuleType
-
-    stand_in = ModuleType(LOADER, "pydantic's plugin loader while plugins are disabled")
-    stand_in.get_plugins = _get_plugins  # type: ignore[attr-defined]
-    stand_in.__getattr__ = _loader_getattr  # type: ignore[method-assign]
-    stand_in._veri_stand_in = True  # type: ignore[attr-defined]
-    sys.modules[LOADER] = stand_in
-    return True
+def leave_now(code: int) -> None:
+    """Flush the output and exit without the interpreter's teardown (os._exit)."""
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        code = 0  # `veri-tui plan | head`: the reader left; as cli.dispatch treats it
+    except OSError as exc:
+        print(f"error: output: {exc.strerror}", file=sys.stderr)
+        code = code or 1
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def run() -> int:
-    """The console script and `python -m veri_tui`: the CLI, owning this process."""
-    gc.disable()
-    quiet_pydantic_plugins()
-    from veri_tui.cli import main
+    """The CLI, owning this process; returns the exit status (unless it leaves at once)."""
+    gc.disable()  # start-up only: see the module docstring
+    os.environ.setdefault(PLUGINS_ENV, "__all__")
+    from veri_tui import cli
 
-    return main(owns_process=True)
+    args = cli.parse_args(sys.argv[1:])
+    local_plan = args.command == "plan" and args.host is None
+    if not local_plan:
+        gc.enable()
+    code = cli.dispatch(args)
+    if local_plan and not network_touched():
+        leave_now(code)
+    gc.enable()
+    return code

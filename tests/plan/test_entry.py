@@ -1,12 +1,17 @@
-"""The process entry (veri_tui/entry.py): what it trims from start-up and exit changes nothing
-a user sees. Each check runs in a fresh interpreter, since the trims act on the process."""
+"""The process entry (veri_tui/entry.py) and a pure `cli.main`.
+
+`cli.main` called in-process leaves the collector, the environment and the process as it
+found them; the entry's trims (plugins default off, collector paused, os._exit after a
+local plan that touched no network) change nothing a user sees. Each check runs in a fresh
+interpreter, since the trims act on the process.
+"""
 
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -15,20 +20,37 @@ import pytest
 
 from veri_tui import cli
 from veri_tui.plan import plan
+from veri_tui.plan.sources import bundled_tiny_model
 
-ONE_MODEL = (
-    "from pydantic import BaseModel\nclass A(BaseModel):\n    x: int = 1\nassert A(x='2').x == 2\n"
-)
+# Printed by an atexit hook: present when the interpreter tore down as usual, absent after
+# the entry's os._exit (which runs no atexit hooks).
+TEARDOWN = "teardown ran"
 
 
-def _python(code: str, env: dict[str, str] | None = None) -> str:
-    """Run `code` in a fresh interpreter; its last stdout line."""
-    full = {**os.environ, **(env or {})}
-    proc = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=full
+def _python(
+    code: str, env: dict[str, str] | None = None, drop: tuple[str, ...] = ()
+) -> subprocess.CompletedProcess[str]:
+    """Run `code` in a fresh interpreter with `env` added and the `drop` variables removed."""
+    full = {k: v for k, v in {**os.environ, **(env or {})}.items() if k not in drop}
+    return subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=full
     )
-    assert proc.returncode == 0, proc.stderr
-    return proc.stdout.strip().splitlines()[-1]
+
+
+def _entry(
+    *argv: str, before: str = "", env: dict[str, str] | None = None, drop: tuple[str, ...] = ()
+) -> subprocess.CompletedProcess[str]:
+    """The entry's run() as the console script calls it, with an atexit marker and `before`
+    (setup code) ahead of it."""
+    code = (
+        "import atexit, sys\n"
+        f"atexit.register(lambda: print({TEARDOWN!r}, file=sys.stderr))\n"
+        f"{before}"
+        f"sys.argv = ['veri-tui', *{list(argv)!r}]\n"
+        "from veri_tui.entry import run\n"
+        "raise SystemExit(run())\n"
+    )
+    return _python(code, env, drop)
 
 
 def _veri(*argv: str) -> subprocess.CompletedProcess[str]:
@@ -38,58 +60,146 @@ def _veri(*argv: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_plugins_off_skips_importlib_metadata() -> None:
-    # What the interpreter loads by itself (a site hook may import it): the baseline.
-    before = _python("import sys; print('importlib.metadata' in sys.modules)")
-    code = (
-        "import os, sys\n"
-        "os.environ.pop('PYDANTIC_DISABLE_PLUGINS', None)\n"
-        "from veri_tui.entry import quiet_pydantic_plugins\n"
-        "assert quiet_pydantic_plugins()\n"
-        f"{ONE_MODEL}"
-        "assert os.environ['PYDANTIC_DISABLE_PLUGINS'] == '__all__'\n"
-        "print('importlib.metadata' in sys.modules)\n"
+PURE = """
+import gc, json, os, sys
+import veri_tui.cli as c
+argv = json.loads(sys.argv[1])
+if os.environ.get("GC_OFF"):
+    gc.disable()
+gc.set_threshold(123, 4, 5)
+env = dict(os.environ)
+state = (gc.isenabled(), gc.get_threshold())
+code = c.main(argv)
+assert type(code) is int, code
+assert (gc.isenabled(), gc.get_threshold()) == state, (gc.isenabled(), gc.get_threshold())
+assert dict(os.environ) == env, set(os.environ.items()) ^ set(env.items())
+sys.stdout.flush()
+print("still running", code, file=sys.stderr)
+"""
+
+
+@pytest.mark.parametrize("gc_off", ["", "1"])
+@pytest.mark.parametrize("argv", [["plan"], ["plan", "--json"], ["jobs"]])
+def test_cli_main_leaves_the_process_as_it_was(argv: list[str], gc_off: str, tmp_path: Path):
+    # PYDANTIC_DISABLE_PLUGINS unset: main must not set it (only the entry does).
+    env = {**os.environ, "VERI_HOME": str(tmp_path), "GC_OFF": gc_off}
+    env.pop("PYDANTIC_DISABLE_PLUGINS", None)
+    proc = subprocess.run(
+        [sys.executable, "-c", PURE, json.dumps(argv)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
     )
-    assert _python(code) == before
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == "still running 0\n"
+    if argv[0] == "plan":
+        assert "plan: dp=1" in proc.stdout
 
 
-def test_a_users_plugin_setting_is_kept() -> None:
-    # PYDANTIC_DISABLE_PLUGINS set to a value that leaves plugins on: pydantic's own loader.
-    code = (
-        "import os, sys\n"
-        "from veri_tui.entry import LOADER, quiet_pydantic_plugins\n"
-        "assert not quiet_pydantic_plugins()\n"
-        f"{ONE_MODEL}"
-        "stand_in = getattr(sys.modules[LOADER], '_veri_stand_in', False)\n"
-        "print(os.environ['PYDANTIC_DISABLE_PLUGINS'], stand_in,\n"
-        "      'importlib.metadata' in sys.modules)\n"
+def test_the_entry_defaults_pydantic_plugins_off_and_keeps_a_users_value(tmp_path: Path):
+    show = "import os\natexit.register(lambda: print(os.environ.get('PYDANTIC_DISABLE_PLUGINS')))\n"
+    home = {"VERI_HOME": str(tmp_path)}
+    unset = _entry("jobs", before=show, env=home, drop=("PYDANTIC_DISABLE_PLUGINS",))
+    assert unset.returncode == 0, unset.stderr
+    assert unset.stdout.splitlines()[-1] == "__all__"
+    kept = _entry("jobs", before=show, env={**home, "PYDANTIC_DISABLE_PLUGINS": "some_plugin"})
+    assert kept.stdout.splitlines()[-1] == "some_plugin"
+
+
+def test_other_commands_run_with_the_collector_on(tmp_path: Path) -> None:
+    spy = (
+        "import gc\nimport veri_tui.commands.jobs as jobs\n_run = jobs.run\n"
+        "def spy(args):\n    print('collector on:', gc.isenabled())\n    return _run(args)\n"
+        "jobs.run = spy\n"
     )
-    out = _python(code, {"PYDANTIC_DISABLE_PLUGINS": "some_plugin"})
-    assert out == "some_plugin False True"
+    proc = _entry("jobs", "--json", before=spy, env={"VERI_HOME": str(tmp_path)})
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[0] == "collector on: True"
+    assert proc.stderr == f"{TEARDOWN}\n"
 
 
-def test_stand_in_hands_over_to_the_real_loader() -> None:
-    code = (
-        "import os, sys\n"
-        "os.environ.pop('PYDANTIC_DISABLE_PLUGINS', None)\n"
-        "from veri_tui.entry import LOADER, quiet_pydantic_plugins\n"
-        "quiet_pydantic_plugins()\n"
-        f"{ONE_MODEL}"
-        "import pydantic.plugin._loader as stand_in\n"
-        "assert stand_in.get_plugins() == ()\n"
-        # A name only the real loader has: it is loaded, and takes the stand-in's place.
-        "assert stand_in.PYDANTIC_ENTRY_POINT_GROUP == 'pydantic'\n"
-        "real = sys.modules[LOADER]\n"
-        "assert real is not stand_in and not getattr(real, '_veri_stand_in', False)\n"
-        "assert 'importlib.metadata' in sys.modules\n"
-        # Plugins turned back on later: the stand-in asks the real loader.
-        "os.environ['PYDANTIC_DISABLE_PLUGINS'] = 'none_of_them'\n"
-        "print(list(stand_in.get_plugins()) == list(real.get_plugins()))\n"
-    )
-    assert _python(code) == "True"
+def test_a_local_plan_leaves_at_once(tmp_path: Path) -> None:
+    proc = _entry("plan", "--gpu-count", "2")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == ""  # no teardown: os._exit after the flush
+    assert proc.stdout.splitlines()[-1].startswith("throughput: ")
 
 
-def test_plan_output_is_complete_through_the_entry(tmp_path: Path) -> None:
+def _cache(root: Path, repo_id: str) -> None:
+    """The bundled tiny model as a snapshot of `repo_id` in an HF hub cache at `root`."""
+    repo = root / ("models--" + repo_id.replace("/", "--"))
+    (repo / "refs").mkdir(parents=True)
+    (repo / "refs" / "main").write_text("0123abcd")
+    shutil.copytree(bundled_tiny_model(), repo / "snapshots" / "0123abcd")
+
+
+def test_a_hub_id_from_the_local_cache_is_not_network(tmp_path: Path) -> None:
+    _cache(tmp_path / "hub", "org/tiny")
+    env = {"HF_HUB_CACHE": str(tmp_path / "hub")}
+    proc = _entry("plan", "--model", "org/tiny", "--json", env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == ""
+    assert json.loads(proc.stdout)["model"]["source"] == "org/tiny"
+
+
+# A stand-in for the Hub client, first on PYTHONPATH (no network here): it serves the
+# bundled tiny model's header and config as the Hub would. Any use of huggingface_hub is
+# network use to the entry.
+FAKE_HUB = '''
+"""Test stand-in for huggingface_hub: the bundled tiny model served as a Hub repo."""
+import json, struct
+from pathlib import Path
+from types import SimpleNamespace as NS
+from veri_tui.plan.sources import bundled_tiny_model
+TINY = bundled_tiny_model()
+CALLS = []
+
+def get_safetensors_metadata(repo_id):
+    CALLS.append(repo_id)
+    raw = (TINY / "model.safetensors").read_bytes()
+    header = json.loads(raw[8 : 8 + struct.unpack("<Q", raw[:8])[0]])
+    header.pop("__metadata__", None)
+    tensors = {k: NS(dtype=v["dtype"], shape=v["shape"], data_offsets=v["data_offsets"])
+               for k, v in header.items()}
+    return NS(files_metadata={"model.safetensors": NS(tensors=tensors)})
+
+def hf_hub_download(repo_id, filename):
+    return str(TINY / filename)
+'''
+
+
+def test_no_quick_exit_after_a_hub_lookup(tmp_path: Path) -> None:
+    pkg = tmp_path / "fake" / "huggingface_hub"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text(FAKE_HUB)
+    (pkg / "utils.py").write_text('"""Stand-in."""\nclass HfHubHTTPError(Exception):\n    pass\n')
+    path = os.pathsep.join([str(tmp_path / "fake"), os.environ.get("PYTHONPATH", "")])
+    env = {"HF_HUB_CACHE": str(tmp_path / "empty"), "PYTHONPATH": path}
+    env["HF_HUB_OFFLINE"] = "0"
+    check = "import huggingface_hub\nassert huggingface_hub.CALLS == ['org/remote']\n"
+    before = f"atexit.register(lambda: exec({check!r}))\n"
+    proc = _entry("plan", "--model", "org/remote", "--json", before=before, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == f"{TEARDOWN}\n"  # the interpreter ended as usual
+    assert json.loads(proc.stdout)["model"]["source"] == "org/remote"
+
+
+def test_no_quick_exit_after_ssh(tmp_path: Path) -> None:
+    # Nothing listens on port 1: the connection is refused at once, after paramiko started.
+    (tmp_path / "ssh_config").write_text("")
+    env = {
+        "VERI_SSH_CONFIG": str(tmp_path / "ssh_config"),
+        "VERI_KNOWN_HOSTS": str(tmp_path / "known_hosts"),
+    }
+    proc = _entry("plan", "--host", "127.0.0.1:1", env=env)
+    assert proc.returncode == 2
+    lines = proc.stderr.splitlines()
+    assert lines[0].startswith("error: host: ") and "cannot connect" in lines[0]
+    assert lines[1:] == [TEARDOWN]
+
+
+def test_plan_output_is_complete_through_the_entry() -> None:
     # A local plan leaves with os._exit: everything must be flushed first.
     proc = _veri("plan", "--gpu-count", "2", "--set", "lora_rank=8", "--json")
     assert proc.returncode == 0, proc.stderr
@@ -123,20 +233,6 @@ def test_help_lists_every_command_either_way() -> None:
 def _command_parser(parser: argparse.ArgumentParser, name: str) -> argparse.ArgumentParser:
     (sub,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
     return sub.choices[name]
-
-
-@pytest.mark.parametrize("argv", [["jobs", "--json"], ["logs", "no-such-job"]])
-def test_other_commands_collect_garbage_again(
-    argv: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
-) -> None:
-    monkeypatch.setenv("VERI_HOME", str(tmp_path))
-    gc.disable()
-    try:
-        cli.main(argv, owns_process=True)
-        assert gc.isenabled()
-    finally:
-        gc.enable()
-    capsys.readouterr()
 
 
 @pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full (Linux)")
