@@ -44,8 +44,11 @@ def failed_error(home: Path, out: subprocess.CompletedProcess[str]) -> dict:
     job_id = out.stdout.splitlines()[0]
     rec = json.loads((home / "jobs" / job_id / "job.json").read_text())
     assert rec["status"] == "failed"
-    assert f"job {job_id} failed: {rec['error']['summary']}" in out.stderr
-    return rec["error"]
+    err = rec["error"]
+    # The last stderr line carries job.json's code and attribution, then its summary.
+    last = out.stderr.splitlines()[-1]
+    assert last == f"job {job_id} failed: {err['code']} ({err['attribution']}): {err['summary']}"
+    return err
 
 
 def test_launch_wait_succeeds_and_logs_plan_then_metrics(home: Path) -> None:
@@ -83,6 +86,8 @@ def test_malformed_data_row_is_data_error_naming_the_rank(home: Path, tmp_path: 
     assert (err["code"], err["attribution"]) == ("DATA_ERROR", "customer")
     assert err["rank"] in (0, 1) and "line 7" in err["message"]
     assert err["summary"].startswith(f"rank {err['rank']}/2 (node 0, local_rank {err['rank']})")
+    rank = f"rank {err['rank']}/2 (node 0, local_rank {err['rank']}) failed: DataError: "
+    assert f" failed: DATA_ERROR (customer): {rank}" in out.stderr.splitlines()[-1]
 
 
 def test_missing_model_file_is_model_load_error(home: Path, tmp_path: Path) -> None:

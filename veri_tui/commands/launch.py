@@ -1,7 +1,8 @@
 """`veri-tui launch`: validate, plan and start a job detached; print its id.
 
 With --wait the rank-0 log is followed to the end and the exit status tells the outcome
-(0 succeeded, 1 failed or cancelled, the failure summary on stderr). With --json, stdout is
+(0 succeeded, 1 failed or cancelled; the last stderr line is
+`job ID failed: CODE (attribution): summary`). With --json, stdout is
 one JSON job record instead (the final one with --wait). Interrupting the wait
 leaves the job running: it is detached, and `veri-tui cancel` ends it.
 """
@@ -49,9 +50,21 @@ def run(args: argparse.Namespace) -> int:
     final = jobs.get_job(job_id)
     if final["status"] == "succeeded":
         return 0
-    summary = (final.get("error") or {}).get("summary")
-    print(f"job {job_id} {final['status']}" + (f": {summary}" if summary else ""), file=sys.stderr)
+    print(outcome_line(job_id, final), file=sys.stderr)
     return 1
+
+
+def outcome_line(job_id: str, record: dict) -> str:
+    """`job ID failed: DATA_ERROR (customer): rank 1/2 (...) failed: ...`: the code and
+    attribution job.json gives, then its summary; `job ID cancelled` without an error."""
+    error = record.get("error") or {}
+    parts = [f"job {job_id} {record['status']}"]
+    if error.get("code"):
+        who = error.get("attribution")
+        parts.append(f"{error['code']} ({who})" if who else str(error["code"]))
+    if error.get("summary"):
+        parts.append(str(error["summary"]))
+    return ": ".join(parts)
 
 
 def _wait_quietly(job_id: str) -> dict:
