@@ -17,14 +17,14 @@ def test_70b_on_l4x4_names_every_way_out(model_dirs: dict[str, Path]) -> None:
     rec = plan(model=str(model_dirs["llama-3.1-70b"]), gpu="L4-24GB", gpu_count=4)
     assert not rec.fits and rec.resolved_parallelism["zero_stage"] == 3
     assert rec.warnings[0].startswith("model states 141.1 GB/GPU exceed the 15.3 GB budget")
-    by_key = {next(iter(s["set"])): s for s in rec.suggestions}
+    by_key = {next(iter(s.set)): s for s in rec.suggestions}
     assert set(by_key) == {"lora_rank", "cpu_offload", "gpu_count"}
-    assert by_key["gpu_count"]["set"] == {"gpu_count": 37}  # ceil(8 x 70.55e9 / 15.3e9)
-    assert by_key["gpu_count"]["fits"]
-    assert by_key["lora_rank"]["text"].startswith("lora_rank=16 still over: 35.")
-    assert "host memory per node" in by_key["cpu_offload"]["text"]
+    assert by_key["gpu_count"].set == {"gpu_count": 37}  # ceil(8 x 70.55e9 / 15.3e9)
+    assert by_key["gpu_count"].fits
+    assert by_key["lora_rank"].text.startswith("lora_rank=16 still over: 35.")
+    assert "host memory per node" in by_key["cpu_offload"].text
     for s in rec.suggestions:
-        assert s["text"] in rec.warnings[0]
+        assert s.text in rec.warnings[0]
     assert rec.plan_line.startswith("plan: dp=4 zero_stage=3")  # it still resolves
 
 
@@ -37,7 +37,7 @@ def test_suggested_gpu_count_is_the_smallest_that_fits(model_dirs: dict[str, Pat
 def test_fp32_offers_bf16_and_dpo_reference_blocks_gpu_count(model_dirs) -> None:
     rec = plan(model=str(model_dirs["llama-3.1-70b"]), gpu="H100-80GB", gpu_count=8,
                method="dpo", precision="fp32")  # fmt: skip
-    keys = {next(iter(s["set"])) for s in rec.suggestions}
+    keys = {next(iter(s.set)) for s in rec.suggestions}
     # The 141 GB reference is whole on every GPU: no gpu_count can fit a full DPO.
     assert "precision" in keys and "gpu_count" not in keys
 
@@ -46,7 +46,7 @@ def test_requested_stage_0_offers_stage_3(model_dirs: dict[str, Path]) -> None:
     rec = plan(model=str(model_dirs["llama-3.1-8b"]), gpu="L4-24GB", gpu_count=8, zero_stage=0)
     assert not rec.fits
     first = rec.suggestions[0]
-    assert first["set"] == {"zero_stage": 3} and first["fits"]
+    assert first.set == {"zero_stage": 3} and first.fits
 
 
 KNOBS = {

@@ -7,7 +7,10 @@ rich console and as a small table in a notebook.
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+if TYPE_CHECKING:
+    from veri_tui.plan.suggest import Suggestion
 
 # The knobs of resolved_parallelism that, copied into hyperparameters, pin the plan.
 PIN_KEYS = (
@@ -49,7 +52,7 @@ class PlanRecord(NamedTuple):
     header_lines: list[str]
     plan_line: str
     warnings: list[str]
-    suggestions: list[dict[str, Any]]
+    suggestions: list[Suggestion]
     activations: dict[str, Any]
     throughput: dict[str, Any]
     resolved_parallelism: dict[str, Any]
@@ -69,7 +72,7 @@ class PlanRecord(NamedTuple):
             "header_lines": list(self.header_lines),
             "plan_line": self.plan_line,
             "warnings": list(self.warnings),
-            "suggestions": [dict(s) for s in self.suggestions],
+            "suggestions": [s.to_dict() for s in self.suggestions],
             "activations": dict(self.activations),
             "throughput": dict(self.throughput),
             "resolved_parallelism": dict(self.resolved_parallelism),

@@ -7,7 +7,7 @@ warning names the ways out, each priced in `suggestions`.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from veri_tui.errors import VeriError
 from veri_tui.plan.activations import estimate_activations
@@ -17,11 +17,11 @@ from veri_tui.plan.memory import MemoryEstimate, estimate_states, gb
 from veri_tui.plan.model_info import ModelInfo
 from veri_tui.plan.record import PlanRecord, plan_line
 from veri_tui.plan.sources import read_model_info
-from veri_tui.plan.suggest import suggestions_for
 from veri_tui.plan.throughput import estimate_throughput
 from veri_tui.plan.validate import validate
 
-GPUS_PER_NODE = 8
+if TYPE_CHECKING:
+    from veri_tui.plan.suggest import Suggestion
 
 
 def batch_sizes(job: JobConfig) -> tuple[int, int, int]:
@@ -35,7 +35,10 @@ def batch_sizes(job: JobConfig) -> tuple[int, int, int]:
 
 
 def states_for(job: JobConfig, info: ModelInfo, zero_stage: int) -> MemoryEstimate:
-    """The memory model for this job at a given stage."""
+    """The memory model for this job at a given stage (suggest.py prices its options with it).
+
+    Host memory per node counts every rank of the job: the launcher runs them all on one
+    host (torchrun --standalone --nproc-per-node gpu_count, launch/spec.py)."""
     hp = job.hyperparameters
     return estimate_states(
         info,
@@ -45,7 +48,6 @@ def states_for(job: JobConfig, info: ModelInfo, zero_stage: int) -> MemoryEstima
         lora_rank=hp.lora_rank,
         dpo=job.method == "dpo",
         cpu_offload=hp.cpu_offload and zero_stage == 3,
-        gpus_per_node=GPUS_PER_NODE,
     )
 
 
@@ -128,10 +130,13 @@ def plan_job(job: JobConfig, info: ModelInfo | None = None) -> PlanRecord:
     est = states_for(job, info, stage)
     fits = est.states_bytes_per_gpu <= gpu.budget_bytes
     warnings = _notes(job, info)
-    suggestions: list[dict[str, Any]] = []
+    suggestions: list[Suggestion] = []
     if not fits:
+        # Imported when needed: suggest.py builds on this module, and most plans fit.
+        from veri_tui.plan.suggest import suggestions_for
+
         suggestions = suggestions_for(job, info, gpu, stage)
-        ways = "; ".join(s["text"] for s in suggestions) or "a GPU with more memory"
+        ways = "; ".join(s.text for s in suggestions) or "a GPU with more memory"
         warnings.insert(
             0,
             f"model states {gb(est.states_bytes_per_gpu)}/GPU exceed the "

@@ -1,107 +1,122 @@
-"""Ways out when the model states do not fit: each one priced with the same memory model.
+"""Ways out when the model states do not fit, each one priced as the plan of the changed job.
+
+An option is a set of knob changes. Its price is what `plan_job` decides for the job with
+those changes: the same stage choice (`resolve.choose_stage`) and the same states function
+(`resolve.states_for`). No formula lives here, so an option and the plan it leads to agree
+to the byte (tests/plan/test_suggest.py applies each one and plans it).
 
 Offered in this order: zero_stage 3 (when not already sharding), lora_rank 16 (full
 fine-tunes), cpu_offload (with the host memory it needs), the smallest gpu_count that fits,
-and bf16 (when fp32 was asked for).
+and bf16 (when fp32 was asked for). An option carries the extra keys that applying it needs
+to be accepted and to shard (zero_stage 3 beside cpu_offload when stage 0 or 2 was
+requested; data_parallel_size beside gpu_count when it was set).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-from veri_tui.plan.gpus import GPU
-from veri_tui.plan.memory import BYTES_PER_PARAM, FROZEN_BYTES, estimate_states, gb
-from veri_tui.plan.model_info import ModelInfo
+from veri_tui.plan.memory import gb
+from veri_tui.plan.resolve import choose_stage, states_for
 
 if TYPE_CHECKING:
+    from veri_tui.plan.gpus import GPU
     from veri_tui.plan.knobs import JobConfig
+    from veri_tui.plan.model_info import ModelInfo
 
 SUGGESTED_LORA_RANK = 16
 MAX_SUGGESTED_GPUS = 4096
 
 
-def _entry(set_: dict[str, Any], states: int, budget: int, extra: str = "") -> dict[str, Any]:
-    knobs = " ".join(f"{k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in set_.items())
-    verdict = "fits" if states <= budget else "still over"
-    return {
-        "set": set_,
-        "states_bytes_per_gpu": states,
-        "fits": states <= budget,
-        "text": f"{knobs} {verdict}: {gb(states)}/GPU{extra}",
-    }
+class Suggestion(NamedTuple):
+    """One way out: the knobs to set and what the plan of the job with them says."""
+
+    set: dict[str, Any]
+    states_bytes_per_gpu: int
+    host_bytes_per_node: int
+    fits: bool
+    text: str
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form (an entry of the plan's `suggestions`)."""
+        d = self._asdict()
+        d["set"] = dict(self.set)
+        return d
 
 
-def min_gpu_count(job: JobConfig, info: ModelInfo, gpu: GPU) -> int | None:
-    """Smallest gpu_count whose zero_stage-3 states fit, or None (e.g. a DPO reference alone
-    over budget)."""
-    hp = job.hyperparameters
-    n = info.parameter_count
-    b = BYTES_PER_PARAM[hp.precision]
-    if hp.lora_rank:
-        sharded = FROZEN_BYTES * n + b * info.adapter_parameters(hp.lora_rank)
-        whole = 0
-    else:
-        dpo = job.method == "dpo"
-        # A DPO reference is whole on every GPU, and its shard is resident too (memory.py).
-        sharded = b * n + (FROZEN_BYTES * n if dpo else 0)
-        whole = FROZEN_BYTES * n if dpo else 0
-    room = gpu.budget_bytes - whole
-    if room <= 0:
+def variant(job: JobConfig, change: dict[str, Any]) -> JobConfig:
+    """`job` with the knobs of `change` set (gpu_count is the job's, the rest hyperparameters)."""
+    knobs = {k: v for k, v in change.items() if k != "gpu_count"}
+    update: dict[str, Any] = {"hyperparameters": job.hyperparameters.model_copy(update=knobs)}
+    if "gpu_count" in change:
+        update["gpu_count"] = change["gpu_count"]
+    return job.model_copy(update=update)
+
+
+def _shown(value: Any) -> str:
+    """A knob's value as the config spells it (booleans lowercase)."""
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def price(job: JobConfig, info: ModelInfo, gpu: GPU, change: dict[str, Any]) -> Suggestion:
+    """The option `change`, priced by planning the changed job's stage and states."""
+    changed = variant(job, change)
+    stage, _ = choose_stage(changed, info, gpu)
+    est = states_for(changed, info, stage)
+    fits = est.states_bytes_per_gpu <= gpu.budget_bytes
+    knobs = " ".join(
+        f"{k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in change.items()
+    )
+    host = est.host_bytes_per_node
+    extra = f", {gb(host)} host memory per node" if host else ""
+    text = f"{knobs} {'fits' if fits else 'still over'}: {gb(est.states_bytes_per_gpu)}/GPU{extra}"
+    return Suggestion(dict(change), est.states_bytes_per_gpu, host, fits, text)
+
+
+def _sharding(job: JobConfig) -> dict[str, Any]:
+    """zero_stage 3 when the job pins a stage that would not shard (0 or 2), else nothing."""
+    return {} if job.hyperparameters.zero_stage in ("auto", 3) else {"zero_stage": 3}
+
+
+def min_gpu_count(job: JobConfig, info: ModelInfo, gpu: GPU) -> Suggestion | None:
+    """The gpu_count option: the smallest count (2 or more) at which the job, sharded, fits;
+    None when no count up to MAX_SUGGESTED_GPUS does (e.g. a DPO reference, whole on every
+    GPU, alone over the budget). States never grow with the count, so a bisection finds it."""
+    extra = _sharding(job)
+
+    def at(k: int) -> Suggestion:
+        change: dict[str, Any] = {"gpu_count": k, **extra}
+        if job.hyperparameters.data_parallel_size is not None:
+            change["data_parallel_size"] = k  # it must equal gpu_count
+        return price(job, info, gpu, change)
+
+    best = at(MAX_SUGGESTED_GPUS)
+    if not best.fits:
         return None
-    k = max(2, -(-sharded // room))
-    return k if k <= MAX_SUGGESTED_GPUS else None
+    lo, hi = 2, MAX_SUGGESTED_GPUS  # the answer is in [lo, hi]
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if at(mid).fits:
+            hi = mid
+        else:
+            lo = mid + 1
+    return at(lo)
 
 
-def suggestions_for(job: JobConfig, info: ModelInfo, gpu: GPU, stage: int) -> list[dict[str, Any]]:
-    """Priced alternatives for a plan whose states exceed the budget."""
+def suggestions_for(job: JobConfig, info: ModelInfo, gpu: GPU, stage: int) -> list[Suggestion]:
+    """Priced alternatives for a plan (at `stage`) whose states exceed the budget."""
     hp = job.hyperparameters
-    budget = gpu.budget_bytes
     dp = job.gpu_count
-    dpo = job.method == "dpo"
-    base = {"precision": hp.precision, "dp": dp, "lora_rank": hp.lora_rank, "dpo": dpo}
-    out: list[dict[str, Any]] = []
-
-    def states(**kw: Any) -> int:
-        args = {**base, **kw}
-        return estimate_states(
-            info,
-            precision=args["precision"],
-            zero_stage=args["zero_stage"],
-            dp=args["dp"],
-            lora_rank=args["lora_rank"],
-            dpo=dpo,
-            cpu_offload=args.get("cpu_offload", False),
-        ).states_bytes_per_gpu
-
-    sharded = 3 if dp > 1 else 0
+    out: list[Suggestion] = []
     if dp > 1 and stage != 3 and not hp.cpu_offload:
-        out.append(_entry({"zero_stage": 3}, states(zero_stage=3), budget))
+        out.append(price(job, info, gpu, {"zero_stage": 3}))
     if hp.lora_rank == 0:
-        r = SUGGESTED_LORA_RANK
-        s0 = states(zero_stage=0, lora_rank=r)
-        s = s0 if s0 <= budget or dp == 1 else states(zero_stage=sharded, lora_rank=r)
-        out.append(_entry({"lora_rank": r}, s, budget))
+        out.append(price(job, info, gpu, {"lora_rank": SUGGESTED_LORA_RANK}))
     if dp > 1 and not hp.cpu_offload:
-        est = estimate_states(
-            info,
-            precision=hp.precision,
-            zero_stage=3,
-            dp=dp,
-            lora_rank=hp.lora_rank,
-            dpo=dpo,
-            cpu_offload=True,
-            gpus_per_node=8,
-        )
-        host = f", {gb(est.host_bytes_per_node)} host memory per node"
-        out.append(_entry({"cpu_offload": True}, est.states_bytes_per_gpu, budget, host))
-    k = min_gpu_count(job, info, gpu)
-    # Per-part rounding can put the closed form one byte over: step up until it fits.
-    while k is not None and k < MAX_SUGGESTED_GPUS and states(zero_stage=3, dp=k) > budget:
-        k += 1
-    if k is not None and k > dp:
-        out.append(_entry({"gpu_count": k}, states(zero_stage=3, dp=k), budget))
+        out.append(price(job, info, gpu, {"cpu_offload": True, **_sharding(job)}))
+    more = min_gpu_count(job, info, gpu)
+    if more is not None and more.set["gpu_count"] > dp:
+        out.append(more)
     if hp.precision == "fp32":
-        s0 = states(zero_stage=0, precision="bf16")
-        s = s0 if s0 <= budget or dp == 1 else states(zero_stage=3, precision="bf16")
-        out.append(_entry({"precision": "bf16"}, s, budget))
+        out.append(price(job, info, gpu, {"precision": "bf16"}))
     return out

@@ -1,0 +1,71 @@
+"""The ways out are priced by the plan itself: applying a suggestion and planning the changed
+job gives the bytes the suggestion named. And host memory per node counts the ranks the
+launcher really puts on one host."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from veri_tui.plan import job_from_fields, plan_job
+from veri_tui.plan.model_info import ModelInfo
+
+NOT_FITTING = [
+    # auto stage: lora_rank, cpu_offload, gpu_count
+    ("llama-3.1-70b", {"gpu": "L4-24GB", "gpu_count": 4}),
+    # requested stage 0: zero_stage 3 first; cpu_offload and gpu_count bring zero_stage 3
+    ("llama-3.1-8b", {"gpu": "L4-24GB", "gpu_count": 8, "zero_stage": 0}),
+    # requested stage 2 with data_parallel_size pinned: gpu_count brings both along
+    ("llama-3.1-70b", {"gpu": "L4-24GB", "gpu_count": 4, "zero_stage": 2, "data_parallel_size": 4}),
+    # LoRA still over at stage 3: cpu_offload and gpu_count
+    ("llama-3.1-70b", {"gpu": "L4-24GB", "gpu_count": 4, "lora_rank": 16}),
+    # fp32 DPO: bf16 offered, no gpu_count (the whole reference alone is over)
+    ("llama-3.1-70b", {"gpu": "H100-80GB", "gpu_count": 8, "method": "dpo", "precision": "fp32"}),
+    # one GPU: lora_rank and bf16 only
+    ("qwen2.5-7b", {"gpu": "L4-24GB", "gpu_count": 1, "precision": "fp32"}),
+]
+
+
+@pytest.mark.parametrize(("name", "fields"), NOT_FITTING)
+def test_each_suggestion_is_the_plan_of_the_changed_job(
+    infos: dict[str, ModelInfo], model_dirs: dict[str, Path], name: str, fields: dict[str, Any]
+) -> None:
+    base = {"model": str(model_dirs[name]), **fields}
+    rec = plan_job(job_from_fields(base), infos[name])
+    assert not rec.fits and rec.suggestions
+    for s in rec.suggestions:
+        changed = plan_job(job_from_fields({**base, **s.set}), infos[name])  # accepted
+        assert changed.states_bytes_per_gpu == s.states_bytes_per_gpu, s.text
+        assert changed.host_bytes_per_node == s.host_bytes_per_node, s.text
+        assert changed.fits == s.fits, s.text
+        assert s.to_dict() == rec.to_dict()["suggestions"][rec.suggestions.index(s)]
+
+
+def test_gpu_count_suggestion_carries_the_keys_it_needs(
+    infos: dict[str, ModelInfo], model_dirs: dict[str, Path]
+) -> None:
+    name, fields = NOT_FITTING[2]
+    rec = plan_job(job_from_fields({"model": str(model_dirs[name]), **fields}), infos[name])
+    more = [s for s in rec.suggestions if "gpu_count" in s.set]
+    assert more and more[0].set == {"gpu_count": 37, "zero_stage": 3, "data_parallel_size": 37}
+    offload = [s for s in rec.suggestions if "cpu_offload" in s.set]
+    assert offload[0].set == {"cpu_offload": True, "zero_stage": 3}
+
+
+@pytest.mark.parametrize("gpu_count", [4, 16])
+def test_host_memory_per_node_counts_every_rank_on_the_host(
+    infos: dict[str, ModelInfo], model_dirs: dict[str, Path], gpu_count: int
+) -> None:
+    from veri_tui.launch.spec import make_record
+
+    info = infos["llama-3.1-70b"]
+    fields = {"model": str(model_dirs["llama-3.1-70b"]), "gpu": "H100-80GB"}
+    job = job_from_fields({**fields, "gpu_count": gpu_count, "cpu_offload": True})
+    rec = plan_job(job, info)
+    spec = make_record(job, rec, "x", model_path="m", dataset="d", output_dir="o")["spec"]
+    ranks_on_host = spec["nproc_per_node"]
+    assert ranks_on_host == gpu_count  # the launcher runs every rank on one host
+    # bf16: 8 bytes/param of sharded states, 1/gpu_count of them per rank
+    assert rec.host_bytes_per_node == ranks_on_host * 8 * info.parameter_count // gpu_count
