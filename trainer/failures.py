@@ -11,7 +11,10 @@ failures"):
 
 Ranks that failed only because a peer died (gloo/nccl "Connection closed", timeouts, or the
 SIGTERM torchrun itself sent while shutting the group down) are demoted, so the report blames
-the rank that started it. Stdlib only: this runs in the supervisor, which never imports torch.
+the rank that started it. Codes come from the one table of rules in trainer/failure_rules.py,
+which the ranks use too. A rank killed by SIGKILL while memory was near full gets the host
+out-of-memory hint of trainer/hostmem.py. Stdlib only: this runs in the supervisor, which
+never imports torch.
 """
 
 from __future__ import annotations
@@ -27,27 +30,8 @@ from pathlib import Path
 from typing import Any
 
 from trainer.errors import ATTRIBUTION
-
-#: Substrings (lower case) of a message that mean "my peer went away", not "I broke".
-PEER_PATTERNS = (
-    "connection closed",
-    "connection reset",
-    "broken pipe",
-    "connection refused",
-    "timed out",
-    "timeout",
-    "communicator was aborted",
-    "ncclremoteerror",
-    "socket closed",
-)
-
-#: Exception type names (from the "<Type>: <msg>" text) whose code is known without a record.
-TYPE_CODES = {
-    "OutOfMemoryError": "CUDA_OOM",
-    "DataError": "DATA_ERROR",
-    "ModelLoadError": "MODEL_LOAD_ERROR",
-    "ConfigError": "CONFIG_ERROR",
-}
+from trainer.failure_rules import classify_text, qualify, split_type
+from trainer.hostmem import MemoryWatch
 
 
 @dataclass
@@ -64,35 +48,12 @@ class Candidate:
     message: str
     peer: bool
     traceback: str = ""
+    signum: int = 0  # the signal that ended the rank (torchrun's summary), 0 for none
 
     def sort_key(self) -> tuple[int, int, int, int]:
         # Whole-second sources cannot order events inside one second: compare seconds first,
         # let a precise record win a tie (a signal's summary time is when torchrun noticed).
         return (self.time_ns // 10**9, 0 if self.precise else 1, self.time_ns, self.rank)
-
-
-def is_peer_message(text: str) -> bool:
-    """True when an error text only says that a peer process disappeared."""
-    low = text.lower()
-    return any(p in low for p in PEER_PATTERNS)
-
-
-def _split_type(text: str) -> tuple[str, str]:
-    """'OutOfMemoryError: CUDA out of memory' -> ('OutOfMemoryError', 'CUDA out of memory')."""
-    head, sep, rest = text.partition(": ")
-    if sep and re.fullmatch(r"[A-Za-z_][\w.]*", head):
-        return head.rsplit(".", 1)[-1], rest
-    return "", text
-
-
-def _code_for(type_name: str, message: str) -> tuple[str, bool]:
-    if type_name in TYPE_CODES:
-        return TYPE_CODES[type_name], False
-    if "out of memory" in message.lower():
-        return "CUDA_OOM", False
-    if is_peer_message(message):
-        return "COMM_ERROR", True
-    return "UNKNOWN", False
 
 
 def _load_json(path: str | Path) -> dict[str, Any] | None:
@@ -113,7 +74,8 @@ def trainer_records(job_dir: Path) -> list[Candidate]:
             continue
         type_name = str(rec.get("type") or "")
         message = str(rec.get("message") or "")
-        code = str(rec.get("code") or _code_for(type_name, message)[0])
+        traceback = str(rec.get("traceback") or "")
+        code = str(rec.get("code") or classify_text(qualify(type_name, traceback), message)[0])
         rank = int(rec["rank"])
         out.append(
             Candidate(
@@ -126,7 +88,7 @@ def trainer_records(job_dir: Path) -> list[Candidate]:
                 code=code if code in ATTRIBUTION else "UNKNOWN",
                 message=message,
                 peer=bool(rec.get("peer_failure", False)),
-                traceback=str(rec.get("traceback") or ""),
+                traceback=traceback,
             )
         )
     return out
@@ -145,8 +107,10 @@ def elastic_records(log_dir: Path, nproc_per_node: int, node: int = 0) -> list[C
         except ValueError:
             continue
         extra = msg.get("extraInfo") or {}
-        type_name, message = _split_type(str(msg.get("message") or ""))
-        code, peer = _code_for(type_name, message)
+        traceback = str(extra.get("py_callstack") or "")
+        # The message names only type(e).__name__; the traceback's last line qualifies it.
+        type_name, message = split_type(str(msg.get("message") or ""))
+        code, peer = classify_text(qualify(type_name, traceback), message)
         out.append(
             Candidate(
                 rank=node * nproc_per_node + local_rank,
@@ -154,11 +118,11 @@ def elastic_records(log_dir: Path, nproc_per_node: int, node: int = 0) -> list[C
                 node=node,
                 time_ns=int(extra.get("timestamp") or 0) * 10**9,
                 precise=False,
-                type=type_name,
+                type=type_name.rsplit(".", 1)[-1],
                 code=code,
                 message=message,
                 peer=peer,
-                traceback=str(extra.get("py_callstack") or ""),
+                traceback=traceback,
             )
         )
     return out
@@ -194,8 +158,8 @@ def summary_records(torchrun_log: Path, nproc_per_node: int) -> list[Candidate]:
             when = int(time.mktime(time.strptime(m["time"], "%Y-%m-%d_%H:%M:%S"))) * 10**9
         except ValueError:
             when = 0
-        if exitcode < 0:
-            sig = -exitcode
+        sig = -exitcode if exitcode < 0 else 0
+        if sig:
             try:
                 name = signal.Signals(sig).name
             except ValueError:
@@ -215,6 +179,7 @@ def summary_records(torchrun_log: Path, nproc_per_node: int) -> list[Candidate]:
                 message=message,
                 peer=pid in closed,
                 traceback=m["tb"].strip(),
+                signum=sig,
             )
         )
     return out
@@ -260,8 +225,15 @@ def job_error(
     }
 
 
-def analyze(job_dir: Path, world_size: int, nproc_per_node: int, exit_code: int) -> dict[str, Any]:
-    """The ``error`` object of job.json for a failed job (docs/interfaces.md section 2)."""
+def analyze(
+    job_dir: Path,
+    world_size: int,
+    nproc_per_node: int,
+    exit_code: int,
+    memory: MemoryWatch | None = None,
+) -> dict[str, Any]:
+    """The ``error`` object of job.json for a failed job (docs/interfaces.md section 2);
+    ``memory``, the supervisor's samples, explains a SIGKILL by the OOM killer."""
     job_dir = Path(job_dir)
     cands = (
         trainer_records(job_dir)
@@ -272,6 +244,10 @@ def analyze(job_dir: Path, world_size: int, nproc_per_node: int, exit_code: int)
     if first is None:
         last = _last_line(job_dir / "torchrun.log") or "no output"
         return job_error("UNKNOWN", f"torchrun exited with code {exit_code}: {last}", world_size)
+    if first.signum == signal.SIGKILL and memory is not None:
+        note = memory.kill_note(first.time_ns / 1e9)
+        if note:
+            first.message += f"; {note}: likely the host's out-of-memory killer (see docs/jobs.md)"
     text = first.message.strip().splitlines()[0] if first.message.strip() else ""
     what = f"{first.type}: {text}" if first.type else text
     summary = (

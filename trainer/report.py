@@ -17,22 +17,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from trainer.errors import TrainerError
-
-# Substrings of gloo/nccl/c10d errors a rank sees when a *peer* went away or stalled.
-_PEER_MARKERS = (
-    "connection closed",
-    "connection reset",
-    "connection refused",
-    "broken pipe",
-    "timed out",
-    "timeout",
-    "socket closed",
-    "remote process exited",
-    "nccl communicator was aborted",
-    "read error",
-    "unhandled system error",
-)
-_HARDWARE_MARKERS = ("ecc error", "fallen off the bus", "xid", "nvlink error", "hardware error")
+from trainer.failure_rules import classify_exceptions
 
 
 @dataclass(frozen=True)
@@ -92,25 +77,9 @@ def _chain(exc: BaseException) -> list[BaseException]:
 
 
 def classify(exc: BaseException) -> tuple[str, bool]:
-    """(error code, peer_failure) for an exception that ended a rank."""
-    import torch  # late: the supervisor imports this module's siblings without torch
-
-    chain = _chain(exc)
-    for e in chain:
-        if isinstance(e, TrainerError):
-            return e.code, False
-    for e in chain:
-        if isinstance(e, torch.OutOfMemoryError) or "CUDA out of memory" in str(e):
-            return "CUDA_OOM", False
-    text = " ".join(str(e).lower() for e in chain)
-    if any(m in text for m in _HARDWARE_MARKERS):
-        return "HARDWARE_ERROR", False
-    comm_types = tuple(
-        t for t in (getattr(torch.distributed, "DistError", None),) if isinstance(t, type)
-    )
-    if any(m in text for m in _PEER_MARKERS) or any(isinstance(e, comm_types) for e in chain):
-        return "COMM_ERROR", True
-    return "UNKNOWN", False
+    """(error code, peer_failure) for an exception that ended a rank: the table of
+    trainer/failure_rules.py over the exception, its causes and DCP's per-rank causes."""
+    return classify_exceptions(_chain(exc))
 
 
 def describe(exc: BaseException) -> str:

@@ -39,13 +39,23 @@ def rank_record(
     (job / "failures" / f"rank-{rank}.json").write_text(json.dumps(rec))
 
 
-def elastic_file(job: Path, local_rank: int, message: str, ts: int, raw: str | None = None) -> Path:
+def elastic_file(
+    job: Path,
+    local_rank: int,
+    message: str,
+    ts: int,
+    raw: str | None = None,
+    module: str = "",
+) -> Path:
+    """An error.json as torch elastic writes it: the message names the bare type, the
+    traceback's last line the module-qualified one (``module``; empty for builtins)."""
     d = job / "elastic" / "abc_xyz" / "attempt_0" / str(local_rank)
     d.mkdir(parents=True, exist_ok=True)
+    last = f"{module}.{message}" if module else message
     body = {
         "message": {
             "message": message,
-            "extraInfo": {"py_callstack": f"Traceback ...\n{message}\n", "timestamp": str(ts)},
+            "extraInfo": {"py_callstack": f"Traceback ...\n{last}\n", "timestamp": str(ts)},
         }
     }
     (d / "error.json").write_text(raw if raw is not None else json.dumps(body))
@@ -191,10 +201,18 @@ def test_partial_error_json_is_skipped_and_the_summary_covers_the_rank(tmp_path:
 
 
 def test_elastic_only_failure_keeps_its_type_and_traceback(tmp_path: Path) -> None:
-    elastic_file(tmp_path, 1, "ModelLoadError: /m/model.safetensors: missing", T0)
+    msg = "ModelLoadError: /m/model.safetensors: missing"
+    elastic_file(tmp_path, 1, msg, T0, module="trainer.errors")
     err = failures.analyze(tmp_path, world_size=2, nproc_per_node=2, exit_code=1)
     assert (err["rank"], err["code"], err["attribution"]) == (1, "MODEL_LOAD_ERROR", "customer")
     assert err["traceback"].startswith("Traceback")
+    assert err["summary"].endswith("failed: ModelLoadError: /m/model.safetensors: missing")
+
+
+def test_a_same_named_class_from_another_module_is_not_the_customers(tmp_path: Path) -> None:
+    elastic_file(tmp_path, 1, "ModelLoadError: weights missing", T0, module="somelib.hub")
+    err = failures.analyze(tmp_path, world_size=2, nproc_per_node=2, exit_code=1)
+    assert (err["rank"], err["code"], err["attribution"]) == (1, "UNKNOWN", "pending")
 
 
 def test_append_report_starts_on_its_own_line(tmp_path: Path) -> None:
