@@ -26,7 +26,10 @@ import time
 from pathlib import Path
 
 from veri_tui.plan import job_from_fields, plan_job, read_model_info
-from veri_tui.plan.synthetic import LLAMA_3_1_70B, write_checkpoint
+
+# The header-only checkpoint writer is test support (tests/support/synthetic.py).
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from support.synthetic import LLAMA_3_1_70B, write_checkpoint  # noqa: E402
 
 
 def wall_pair(

@@ -10,10 +10,10 @@ never shadow it.
 from __future__ import annotations
 
 import json
-import math
-import struct
 from pathlib import Path
 from typing import Any
+
+from support.synthetic import write_checkpoint
 
 PLAN_LINE = (
     "plan: dp=2 zero_stage=3 tp=1 cp=1 mbs=1 grad_acc=1 gbs=2 precision=bf16 "
@@ -93,51 +93,20 @@ DATA_ERROR = {
 
 def write_big_model(folder: Path, layers: int = 28, hidden: int = 4096) -> Path:
     """A header-only 7B-class checkpoint (sparse file): too big for one L4 fully fine-tuned."""
-    folder.mkdir(parents=True)
-    inter, vocab = hidden * 3, 32000
-    tensors: dict[str, tuple[str, list[int]]] = {
-        "model.embed_tokens.weight": ("BF16", [vocab, hidden]),
-        "lm_head.weight": ("BF16", [vocab, hidden]),
-    }
-    for i in range(layers):
-        p = f"model.layers.{i}."
-        for name in ("q_proj", "k_proj", "v_proj", "o_proj"):
-            tensors[p + f"self_attn.{name}.weight"] = ("BF16", [hidden, hidden])
-        for name, shape in (
-            ("gate_proj", [inter, hidden]),
-            ("up_proj", [inter, hidden]),
-            ("down_proj", [hidden, inter]),
-        ):
-            tensors[p + f"mlp.{name}.weight"] = ("BF16", shape)
-    _header_only(folder / "model.safetensors", tensors)
     config = {
         "architectures": ["LlamaForCausalLM"],
         "model_type": "llama",
         "hidden_size": hidden,
-        "intermediate_size": inter,
+        "intermediate_size": hidden * 3,
         "num_attention_heads": 32,
         "num_key_value_heads": 32,
         "num_hidden_layers": layers,
-        "vocab_size": vocab,
+        "vocab_size": 32000,
         "tie_word_embeddings": False,
         "max_position_embeddings": 4096,
     }
-    (folder / "config.json").write_text(json.dumps(config))
+    write_checkpoint(folder, config)
     return folder
-
-
-def _header_only(path: Path, tensors: dict[str, tuple[str, list[int]]]) -> None:
-    """Write the safetensors header, then truncate to full size (the body is a sparse hole)."""
-    header, offset = {}, 0
-    for name, (dtype, shape) in tensors.items():
-        nbytes = math.prod(shape) * 2  # BF16 only here
-        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [offset, offset + nbytes]}
-        offset += nbytes
-    blob = json.dumps(header).encode()
-    blob += b" " * (-len(blob) % 8)
-    with path.open("wb") as fh:
-        fh.write(struct.pack("<Q", len(blob)) + blob)
-        fh.truncate(8 + len(blob) + offset)
 
 
 async def editor_ready(pilot, timeout: float = 20.0) -> None:

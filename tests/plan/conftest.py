@@ -8,10 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
-from veri_tui.plan import read_model_info
-from veri_tui.plan.model_info import ModelInfo
-from veri_tui.plan.synthetic import (
+from support.synthetic import (
     LLAMA_3_1_8B,
     LLAMA_3_1_70B,
     MISTRAL_7B_V0_1,
@@ -19,6 +16,9 @@ from veri_tui.plan.synthetic import (
     QWEN3_0_6B,
     write_checkpoint,
 )
+
+from veri_tui.plan import read_model_info
+from veri_tui.plan.model_info import ModelInfo
 
 MODELS = {
     "qwen3-0.6b": (QWEN3_0_6B, 1),

@@ -7,11 +7,11 @@ import struct
 from pathlib import Path
 
 import pytest
+from support.synthetic import QWEN3_0_6B, write_checkpoint, write_header_only
 
 from veri_tui.errors import VeriError
 from veri_tui.plan import read_model_info
 from veri_tui.plan.headers import MAX_HEADER_BYTES
-from veri_tui.plan.synthetic import QWEN3_0_6B, write_checkpoint, write_header_only
 
 TINY = {
     "model_type": "llama", "hidden_size": 8, "intermediate_size": 16, "num_hidden_layers": 2,

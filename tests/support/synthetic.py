@@ -1,4 +1,5 @@
-"""Header-only safetensors checkpoints shaped like public models: for tests and benchmarks.
+"""Header-only safetensors checkpoints shaped like public models: test support, also used by
+benchmarks/bench_plan.py (moved out of veri_tui.plan: nothing in the product writes them).
 
 The files carry a real header and their full logical size, but the tensor data is a hole
 (the file is truncated up to size, so it is sparse): a 70B-shaped checkpoint costs a few
