@@ -13,19 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from trainer.errors import ConfigError
+from trainer.jobdir import PIN_KEYS
 
 METHODS = ("sft_text", "dpo")
-# Parallelism knobs come from resolved_parallelism first: that is the plan the user saw.
-_PLAN_KEYS = (
-    "data_parallel_size",
-    "zero_stage",
-    "micro_batch_size",
-    "gradient_accumulation_steps",
-    "global_batch_size",
-    "precision",
-    "gradient_checkpointing",
-    "cpu_offload",
-)
 
 
 @dataclass
@@ -123,9 +113,8 @@ def from_spec(spec: dict[str, Any], job_dir: Path) -> TrainConfig:
     hp = dict(spec.get("hyperparameters") or {})
     if "batch_size" in hp and "micro_batch_size" not in hp:
         hp["micro_batch_size"] = hp["batch_size"]
-    hp.update(
-        {k: v for k, v in (spec.get("resolved_parallelism") or {}).items() if k in _PLAN_KEYS}
-    )
+    # The plan's knobs come from resolved_parallelism first: that is the plan the user saw.
+    hp.update({k: v for k, v in (spec.get("resolved_parallelism") or {}).items() if k in PIN_KEYS})
     for key in ("tensor_parallel_size", "context_parallel_size", "pipeline_parallel_size"):
         if _as_int(key, hp.get(key, 1)) != 1:
             raise ConfigError(f"{key}: the bundled trainer runs data parallel only; set it to 1")

@@ -7,150 +7,43 @@ SIGTERM or SIGINT means cancel: torchrun and every worker are ended (workers run
 sessions, so signalling torchrun's group would miss them), SIGKILL after a grace period.
 
 Stdlib only: it must start fast and run on a GPU machine whose image has only the trainer's
-dependencies (no torch import here, no pydantic, paramiko or textual).
+dependencies (no torch import here, no pydantic, paramiko or textual). The job folder's
+record, statuses and writer are trainer/jobdir.py; its processes, trainer/procs.py.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import signal
 import subprocess
 import sys
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from trainer import failures
-
-TERMINAL = ("succeeded", "failed", "cancelled")
-GRACE_S = 5.0  # SIGTERM -> SIGKILL; cancel must end every rank within 10 s
-
-
-def now_iso() -> str:
-    """UTC time as ISO-8601 with seconds, the form job.json uses."""
-    # timezone.utc, not datetime.UTC: the GPU machine's Python may be older than 3.11.
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")  # noqa: UP017
-
-
-def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
-    """Write aside and rename into place, so readers never see a half-written file."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "w", encoding="utf-8") as fh:
-        json.dump(data, fh, indent=2)
-        fh.write("\n")
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+from trainer.jobdir import (
+    CANCELLED,
+    FAILED,
+    RUNNING,
+    SUCCEEDED,
+    JobError,
+    JobRecord,
+    has_ended,
+    modify_job,
+    now_iso,
+    update_job,
+    write_text_atomic,
+)
+from trainer.procs import SUPERVISOR_PID, TORCHRUN_PID, end_processes, job_processes, write_pid
 
 
-def write_text_atomic(path: Path, text: str) -> None:
-    """A small text file (pid, exit code) written aside and renamed into place."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
-
-
-def update_job(path: Path, **fields: Any) -> dict[str, Any]:
-    """Read job.json, set top-level fields, replace it atomically; returns the new record."""
-    record = json.loads(path.read_text(encoding="utf-8"))
-    record.update(fields)
-    write_json_atomic(path, record)
-    return record
-
-
-def pid_alive(pid: int) -> bool:
-    """True for a running process; a zombie (exited, not yet reaped) counts as gone."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return not Path("/proc/self").exists()  # no procfs: trust kill(0)
-    return stat.rsplit(")", 1)[-1].split()[0] not in ("Z", "X")
-
-
-def _cmdline(pid: int) -> list[str]:
-    try:
-        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return []
-    return raw.decode("utf-8", "replace").split("\0")
-
-
-def job_processes(job_path: Path, exclude: tuple[int, ...] = ()) -> list[int]:
-    """Live pids of this job's torchrun and ranks (never the supervisor or the caller).
-
-    The pid files are the primary source; every process whose command line carries this
-    job.json path is found too, which covers a worker killed before it wrote its pid file and
-    a pid file whose process has gone and whose pid was reused (its command line differs).
-    """
-    job_path = job_path.resolve()
-    job_dir, wanted = job_path.parent, str(job_path)
-    skip = {os.getpid(), *exclude}
-    sup = read_pid(job_dir / "supervisor.pid")
-    if sup:
-        skip.add(sup)
-    found: set[int] = set()
-    candidates = [read_pid(p) for p in (job_dir / "pids").glob("rank-*")]
-    candidates.append(read_pid(job_dir / "torchrun.pid"))
-    if Path("/proc/self").exists():
-        candidates += [int(d) for d in os.listdir("/proc") if d.isdigit()]
-    for pid in candidates:
-        if not pid or pid in skip or pid in found:
-            continue
-        args = _cmdline(pid)
-        if wanted in args and "trainer.supervise" not in args and pid_alive(pid):
-            found.add(pid)
-    return sorted(found)
-
-
-def read_pid(path: Path) -> int | None:
-    """The integer in a pid file, or None when missing or unreadable."""
-    try:
-        return int(path.read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        return None
-
-
-def end_processes(job_path: Path, grace: float = GRACE_S, child: Any = None) -> list[int]:
-    """SIGTERM the job's torchrun and ranks, SIGKILL what is left after ``grace`` seconds.
-
-    ``child`` is the torchrun Popen when the caller is its parent (so it gets reaped).
-    Returns the pids that had to be SIGKILLed.
-    """
-    exclude = (child.pid,) if child is not None else ()
-    targets = job_processes(job_path, exclude)
-    if child is not None and child.poll() is None:
-        targets.append(child.pid)
-    for pid in targets:
-        _signal(pid, signal.SIGTERM)
-    deadline = time.monotonic() + grace
-    while time.monotonic() < deadline:
-        if child is not None:
-            child.poll()
-        if not any(pid_alive(p) for p in targets) and not job_processes(job_path, exclude):
-            return []
-        time.sleep(0.1)
-    killed = [p for p in set(targets) | set(job_processes(job_path, exclude)) if pid_alive(p)]
-    for pid in killed:
-        _signal(pid, signal.SIGKILL)
-    if child is not None:
-        child.wait()
-    return killed
-
-
-def _signal(pid: int, sig: int) -> None:
-    try:
-        os.kill(pid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
+def _mark_running(record: JobRecord) -> None:
+    # Checked and set under the job lock: a cancel recorded before this supervisor got going
+    # must not be overwritten by `running`.
+    if not has_ended(record):
+        record.update(status=RUNNING, started_at=now_iso())
 
 
 class Supervisor:
@@ -184,12 +77,11 @@ class Supervisor:
         """Supervise the job to its end; returns torchrun's exit code (0 on success)."""
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, self._on_signal)
-        write_text_atomic(self.job_dir / "supervisor.pid", f"{os.getpid()}\n")
-        record = json.loads(self.job_path.read_text(encoding="utf-8"))
-        if record.get("status") in TERMINAL:
-            return 0  # started twice: the first run already decided
+        write_pid(self.job_dir / SUPERVISOR_PID)
+        record = modify_job(self.job_path, _mark_running)
+        if has_ended(record):
+            return 0  # started twice, or cancelled before it ran: that outcome stands
         spec = record["spec"]
-        update_job(self.job_path, status="running", started_at=now_iso())
         with open(self.job_dir / "torchrun.log", "ab") as log:
             child = subprocess.Popen(
                 self.command(spec),
@@ -199,7 +91,7 @@ class Supervisor:
                 cwd=self.job_dir,
                 env=self.environment(),
             )
-        write_text_atomic(self.job_dir / "torchrun.pid", f"{child.pid}\n")
+        write_pid(self.job_dir / TORCHRUN_PID, child.pid)
         while child.poll() is None and not self.cancel_requested:
             time.sleep(0.2)
         if self.cancel_requested:
@@ -207,7 +99,7 @@ class Supervisor:
             return self.cancelled(child.wait())
         code = child.returncode
         if code == 0:
-            return self.finish(code, "succeeded", None)
+            return self.finish(code, SUCCEEDED, None)
         error = None
         if code < 0:
             # torchrun itself was killed: its ranks run on in their own sessions. They are the
@@ -226,7 +118,7 @@ class Supervisor:
             error = found
         plan_line = next((ln for ln in spec.get("plan_header", []) if ln.startswith("plan:")), "")
         failures.append_report(self.job_dir / "log.txt", error, plan_line)
-        return self.finish(code, "failed", error)
+        return self.finish(code, FAILED, error)
 
     def fail_self(self, exc: Exception) -> None:
         """Record the supervisor's own crash as the job's failure, ending what it started."""
@@ -235,16 +127,16 @@ class Supervisor:
         )
         try:
             end_processes(self.job_path)
-            self.finish(1, "failed", error)
+            self.finish(1, FAILED, error)
         except (OSError, ValueError):
             pass  # job.json itself is unusable: the launcher reports the job lost
 
     def cancelled(self, code: int) -> int:
         # Said in the log too, so whoever follows it sees why it stopped.
         failures.append_lines(self.job_dir / "log.txt", ["job cancelled: every rank ended"])
-        return self.finish(code, "cancelled", None)
+        return self.finish(code, CANCELLED, None)
 
-    def finish(self, code: int, status: str, error: dict[str, Any] | None) -> int:
+    def finish(self, code: int, status: str, error: JobError | None) -> int:
         write_text_atomic(self.job_dir / "exit_code", f"{code}\n")
         update_job(self.job_path, status=status, ended_at=now_iso(), exit_code=code, error=error)
         return code

@@ -21,6 +21,7 @@ import pytest
 from app_helpers import editor_ready
 from textual.widgets import Input, Select, Static
 
+from trainer.jobdir import has_ended
 from veri_tui.app import create_app
 from veri_tui.app.screens.launch import HostKeyScreen, LaunchScreen
 from veri_tui.app.screens.monitor import MonitorScreen
@@ -143,7 +144,7 @@ async def test_a_model_only_the_host_has_is_planned_and_launched_there(
             job_id = app.screen.job_id
         final = await asyncio.to_thread(jobs.get_job, job_id)
         deadline = time.monotonic() + 120
-        while final["status"] not in ("succeeded", "failed", "cancelled"):
+        while not has_ended(final):
             assert time.monotonic() < deadline, final
             await asyncio.sleep(1)
             final = await asyncio.to_thread(jobs.get_job, job_id)

@@ -8,7 +8,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from trainer.supervise import job_processes, pid_alive, read_pid
+from trainer.jobdir import JOB_FILE, has_ended
+from trainer.procs import SUPERVISOR_PID, job_processes, pid_alive, read_pid
 from veri_tui.launch.local import LocalTarget
 
 
@@ -25,14 +26,11 @@ def wait_for(pred: Callable[[], Any], timeout: float, what: str) -> Any:
 
 def leftover_pids(job_dir: Path) -> list[int]:
     """Every live process of the job: supervisor, torchrun, ranks (by pid file and /proc)."""
-    pids = job_processes(job_dir / "job.json")
-    sup = read_pid(job_dir / "supervisor.pid")
+    pids = job_processes(job_dir / JOB_FILE)
+    sup = read_pid(job_dir / SUPERVISOR_PID)
     return pids + ([sup] if sup and pid_alive(sup) else [])
 
 
 def wait_ended(target: LocalTarget, job_id: str, timeout: float = 60) -> dict:
     """The job's record once it has ended."""
-    terminal = ("succeeded", "failed", "cancelled")
-    return wait_for(
-        lambda: (r := target.get_job(job_id))["status"] in terminal and r, timeout, "job end"
-    )
+    return wait_for(lambda: has_ended(r := target.get_job(job_id)) and r, timeout, "job end")

@@ -61,7 +61,9 @@ def test_plan_host_trusts_an_unknown_host_only_when_told(
 def test_unreachable_host_listed_stale(ssh_env) -> None:
     record = {"job_id": "20260101-000000-dead", "status": "running", "spec": {"gpu_count": 2}}
     registry.save(
-        registry.RemoteJob(record["job_id"], "root@127.0.0.1:1", "/nowhere", 1, "python3", record)
+        registry.RegistryEntry(
+            record["job_id"], "root@127.0.0.1:1", "/nowhere", 1, "python3", record
+        )
     )
     [listed] = list_jobs()
     assert listed["stale"] is True and listed["status"] == "running"

@@ -11,8 +11,8 @@ import argparse
 import json
 import os
 import sys
-from typing import Any
 
+from trainer.jobdir import JobRecord, outcome_recorded
 from veri_tui.launch import jobs
 
 
@@ -25,7 +25,7 @@ def run(args: argparse.Namespace) -> int:
     return cancel(args.job)
 
 
-def _row(rec: dict[str, Any]) -> list[str]:
+def _row(rec: JobRecord) -> list[str]:
     spec = rec.get("spec") or {}
     error = rec.get("error") or {}
     model = os.path.basename(str(spec.get("model") or "").rstrip("/")) or "-"
@@ -74,7 +74,7 @@ def cancel(job_id: str) -> int:
     final = jobs.cancel(job_id)
     # A lost job (its supervisor gone, maybe its ranks not) reads as failed, but the cancel
     # is what ends it: only a recorded outcome means it had already ended.
-    if before["status"] in ("succeeded", "failed", "cancelled") and not before.get("lost"):
+    if outcome_recorded(before):
         print(f"job {job_id} had already ended: {final['status']}")
     else:
         print(f"job {job_id} {final['status']}")

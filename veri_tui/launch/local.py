@@ -17,19 +17,18 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
-from trainer.supervise import (
-    GRACE_S,
-    TERMINAL,
-    end_processes,
-    job_processes,
-    now_iso,
-    pid_alive,
-    read_pid,
-    update_job,
+from trainer.jobdir import (
+    JOB_FILE,
+    JobRecord,
+    fsync_dir,
+    has_ended,
+    is_lost,
+    outcome_recorded,
+    record_cancel,
     write_json_atomic,
 )
+from trainer.procs import GRACE_S, SUPERVISOR_PID, end_processes, job_processes, pid_alive, read_pid
 from veri_tui.errors import VeriError
 from veri_tui.launch.records import LogLine, follow_lines, read_record, wait_until_ended
 from veri_tui.launch.spec import veri_home
@@ -81,20 +80,22 @@ class LocalTarget:
             raise VeriError(f"{job_id!r} is not a job id; `veri-tui jobs` lists them", key="job")
         return self.jobs_dir / job_id
 
-    def start(self, record: dict[str, Any]) -> str:
-        """Create the job folder from ``record`` (built by veri_tui.launch.spec, paths set for
-        ``self.job_dir(record['job_id'])``) and start its supervisor detached; returns the id."""
+    def start(self, record: JobRecord) -> str:
+        """Create the job folder from the job record ``record`` (built by veri_tui.launch.spec,
+        paths set for ``self.job_dir(record['job_id'])``) and start its supervisor detached;
+        returns the id."""
         job_id = record["job_id"]
         final = self.job_dir(job_id)
         # Build the folder aside and rename it in, so `jobs` never lists a half-made job.
         tmp = self.jobs_dir / f".{job_id}.tmp"
         (tmp / "pids").mkdir(parents=True)
         (tmp / "failures").mkdir()
-        write_json_atomic(tmp / "job.json", record)
+        write_json_atomic(tmp / JOB_FILE, record)
         os.rename(tmp, final)
+        fsync_dir(self.jobs_dir)  # the job exists once its rename is on disk
         with open(final / "supervisor.log", "ab") as out:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "trainer.supervise", "--job", str(final / "job.json")],
+                [sys.executable, "-m", "trainer.supervise", "--job", str(final / JOB_FILE)],
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=subprocess.STDOUT,
@@ -105,14 +106,14 @@ class LocalTarget:
         _children.append(proc)
         return job_id
 
-    def list_jobs(self) -> list[dict[str, Any]]:
+    def list_jobs(self) -> list[JobRecord]:
         """Every job's record, newest first (ids sort by creation time)."""
         _reap()
         if not self.jobs_dir.is_dir():
             return []
         out = []
         for d in sorted(self.jobs_dir.iterdir(), reverse=True):
-            if d.name.startswith(".") or not (d / "job.json").is_file():
+            if d.name.startswith(".") or not (d / JOB_FILE).is_file():
                 continue
             try:
                 out.append(read_record(d))
@@ -120,7 +121,7 @@ class LocalTarget:
                 continue  # a foreign or damaged folder must not hide the other jobs
         return out
 
-    def get_job(self, job_id: str) -> dict[str, Any]:
+    def get_job(self, job_id: str) -> JobRecord:
         """The job's record as its folder says now; VeriError for an unknown id."""
         _reap()
         return read_record(self.job_dir(job_id))
@@ -141,16 +142,16 @@ class LocalTarget:
         self.get_job(job_id)
         return follow_lines(
             lambda off: self.read_log(job_id, off),
-            lambda: self.get_job(job_id)["status"] in TERMINAL,
+            lambda: has_ended(self.get_job(job_id)),
             offset,
             poll_s,
         )
 
-    def wait(self, job_id: str, poll_s: float = 0.2) -> dict[str, Any]:
+    def wait(self, job_id: str, poll_s: float = 0.2) -> JobRecord:
         """Block until the job has ended; returns its final record."""
         return wait_until_ended(lambda: self.get_job(job_id), poll_s)
 
-    def cancel(self, job_id: str, grace: float = GRACE_S) -> dict[str, Any]:
+    def cancel(self, job_id: str, grace: float = GRACE_S) -> JobRecord:
         """End every process of the job (SIGTERM, SIGKILL after ``grace``); status cancelled.
 
         The supervisor does the work when it is alive. When it is gone (or does not finish in
@@ -158,10 +159,10 @@ class LocalTarget:
         """
         record = self.get_job(job_id)
         job_dir = self.job_dir(job_id)
-        job_path = job_dir / "job.json"
-        if record["status"] in TERMINAL and not (record.get("lost") and job_processes(job_path)):
+        job_path = job_dir / JOB_FILE
+        if has_ended(record) and not (is_lost(record) and job_processes(job_path)):
             return record  # ended already (a lost job is swept only while ranks survive it)
-        sup = read_pid(job_dir / "supervisor.pid")
+        sup = read_pid(job_dir / SUPERVISOR_PID)
         if sup and pid_alive(sup):
             os.kill(sup, signal.SIGTERM)
             deadline = time.monotonic() + grace + 3.0
@@ -169,9 +170,9 @@ class LocalTarget:
                 _reap()
                 time.sleep(0.1)
         record = read_record(job_dir)
-        if record["status"] in TERMINAL and not record.get("lost") and not job_processes(job_path):
+        if outcome_recorded(record) and not job_processes(job_path):
             return record
         if sup and pid_alive(sup):
             os.kill(sup, signal.SIGKILL)
         end_processes(job_path, grace=min(grace, 2.0))
-        return update_job(job_path, status="cancelled", ended_at=now_iso())
+        return record_cancel(job_path)

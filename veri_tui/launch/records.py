@@ -1,6 +1,7 @@
-"""Job records as the launch side reads them: state rebuilt from the job folder, log lines.
+"""Job records (job.json) as the launch side reads them: state rebuilt from the folder, log lines.
 
-A job's truth is its folder (docs/interfaces.md section 2). A record that still says
+A job's truth is its folder (docs/interfaces.md section 2; trainer/jobdir.py). A job record
+that still says
 ``pending`` or ``running`` although its supervisor is gone (machine restarted, supervisor
 killed) is reported as ``failed`` with ``error.code`` ``RANK_LOST`` and ``lost: true``; the
 file itself is left as the supervisor last wrote it.
@@ -8,7 +9,6 @@ file itself is left as the supervisor last wrote it.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from trainer.failures import job_error
-from trainer.supervise import TERMINAL, pid_alive, read_pid
+from trainer.jobdir import FAILED, JOB_FILE, JobRecord, has_ended, read_job
+from trainer.procs import SUPERVISOR_PID, pid_alive, read_pid
 from veri_tui.errors import VeriError
 
 #: A pending job whose supervisor never wrote its pid within this long is lost.
@@ -44,17 +45,18 @@ def split_lines(data: bytes, offset: int) -> tuple[list[LogLine], int]:
     return lines, offset + pos
 
 
-def read_record(job_dir: Path) -> dict[str, Any]:
+def read_record(job_dir: Path) -> JobRecord:
     """job.json of ``job_dir`` with the lost-supervisor rule applied; raises VeriError."""
+    path = job_dir / JOB_FILE
     try:
-        record = json.loads((job_dir / "job.json").read_text(encoding="utf-8"))
+        record = read_job(path)
     except FileNotFoundError:
         raise VeriError(f"no job {job_dir.name}; `veri-tui jobs` lists them", key="job") from None
     except ValueError as exc:
-        raise VeriError(f"{job_dir / 'job.json'}: unreadable ({exc})", key="job") from None
-    if record.get("status") in TERMINAL:
+        raise VeriError(f"{path}: unreadable ({exc})", key="job") from None
+    if has_ended(record):
         return record
-    pid = read_pid(job_dir / "supervisor.pid")
+    pid = read_pid(job_dir / SUPERVISOR_PID)
     if pid is None:
         created = _epoch(record.get("created_at"))
         if created is None or time.time() - created < START_TIMEOUT_S:
@@ -63,8 +65,8 @@ def read_record(job_dir: Path) -> dict[str, Any]:
     if pid_alive(pid):
         return record
     # The supervisor may have finished between our two reads: trust the file once more.
-    again = json.loads((job_dir / "job.json").read_text(encoding="utf-8"))
-    if again.get("status") in TERMINAL:
+    again = read_job(path)
+    if has_ended(again):
         return again
     return lost_record(record, f"its supervisor (pid {pid}) is gone without recording an outcome")
 
@@ -76,18 +78,19 @@ def _epoch(iso: Any) -> float | None:
         return None
 
 
-def lost_record(record: dict[str, Any], why: str) -> dict[str, Any]:
-    """The record of a job whose supervisor vanished without recording an outcome (local or
+def lost_record(record: JobRecord, why: str) -> JobRecord:
+    """The job record of a job whose supervisor vanished without recording an outcome (local or
     remote): failed, ``lost: true``, error RANK_LOST saying ``why``."""
     msg = f"job lost: {why} (machine restarted or process killed)"
     world = (record.get("spec") or {}).get("gpu_count")
     error = job_error("RANK_LOST", msg, world, summary=msg)
-    return dict(record, status="failed", lost=True, error=error)
+    lost: JobRecord = {**record, "status": FAILED, "lost": True, "error": error}
+    return lost
 
 
-def wait_until_ended(get_job: Callable[[], dict[str, Any]], poll_s: float) -> dict[str, Any]:
+def wait_until_ended(get_job: Callable[[], JobRecord], poll_s: float) -> JobRecord:
     """Poll ``get_job()`` until the job has ended (either target); returns the final record."""
-    while (record := get_job())["status"] not in TERMINAL:
+    while not has_ended(record := get_job()):
         time.sleep(poll_s)
     return record
 

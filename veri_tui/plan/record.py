@@ -9,20 +9,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+# PIN_KEYS: the knobs of resolved_parallelism that pin the plan. One list for the planner and
+# the trainer, in the job folder's stdlib module (uploaded with the trainer to GPU hosts).
+from trainer.jobdir import PIN_KEYS
+
 if TYPE_CHECKING:
     from veri_tui.plan.suggest import Suggestion
-
-# The knobs of resolved_parallelism that, copied into hyperparameters, pin the plan.
-PIN_KEYS = (
-    "data_parallel_size",
-    "zero_stage",
-    "micro_batch_size",
-    "gradient_accumulation_steps",
-    "global_batch_size",
-    "precision",
-    "gradient_checkpointing",
-    "cpu_offload",
-)
 
 
 def plan_line(rp: dict[str, Any], states_bytes: int) -> str:

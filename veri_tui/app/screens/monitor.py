@@ -20,12 +20,12 @@ from textual.screen import Screen
 from textual.widgets import Footer, Log, ProgressBar, Static
 from textual.worker import get_current_worker
 
+from trainer.jobdir import has_ended
 from veri_tui.app.messages import JobUpdate
 from veri_tui.app.widgets.charts import LossChart
 from veri_tui.app.widgets.failure_panel import FailurePanel
 from veri_tui.errors import VeriError
 
-TERMINAL = ("succeeded", "failed", "cancelled")
 POLL_S = 0.5
 
 
@@ -125,7 +125,7 @@ class MonitorScreen(Screen):
             if lines or record != last:  # an idle poll costs the UI nothing
                 self.post_message(JobUpdate(self.job_id, record, lines, metrics))
                 last = record
-            if record.get("status") in TERMINAL and not found:
+            if has_ended(record) and not found:
                 # A last line without its newline will never be completed now: show it.
                 rest = jobs.read_log(self.job_id, offset).decode("utf-8", "replace")
                 if rest.strip():
@@ -168,7 +168,7 @@ class MonitorScreen(Screen):
         if total:
             parts.append(f"step {step}/{total}")
         started, ended = _ts(rec.get("started_at")), _ts(rec.get("ended_at"))
-        if self.status in TERMINAL and started and ended:
+        if has_ended(self.status) and started and ended:
             parts.append(f"took {fmt_duration(ended - started)}")
         elif started and step and total:
             elapsed = time.time() - started
@@ -184,7 +184,7 @@ class MonitorScreen(Screen):
         self.app.pop_screen()
 
     def action_cancel_job(self) -> None:
-        if self.status in TERMINAL:
+        if has_ended(self.status):
             self.notify(f"job already {self.status}")
             return
         self.cancel_job()

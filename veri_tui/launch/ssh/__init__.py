@@ -8,8 +8,7 @@ trust_host=..., wait=...) -> job_id`, `preflight_rows(job_config, host=..., trus
 
 from __future__ import annotations
 
-from typing import Any
-
+from trainer.jobdir import JobRecord, outcome_recorded
 from veri_tui.errors import VeriError
 from veri_tui.launch.ssh import registry
 from veri_tui.launch.ssh.checks import plan_on_host, preflight_rows
@@ -35,17 +34,17 @@ def target_for_job(job_id: str) -> RemoteTarget | None:
     return RemoteTarget(job.host) if job is not None else None
 
 
-def list_jobs() -> list[dict[str, Any]]:
+def list_jobs() -> list[JobRecord]:
     """Every remote job launched from here, newest first, refreshed from its host.
 
     A job whose host cannot be reached is listed from the last record seen, with
     `stale: true`; jobs already ended are not asked again.
     """
-    out: list[dict[str, Any]] = []
+    out: list[JobRecord] = []
     targets: dict[str, RemoteTarget | None] = {}
     for job in registry.all_jobs():
-        record = dict(job.record, host=job.host)
-        if record.get("status") not in ("succeeded", "failed", "cancelled") or record.get("lost"):
+        record: JobRecord = {**job.record, "host": job.host}
+        if not outcome_recorded(record):
             if job.host not in targets:
                 targets[job.host] = RemoteTarget(job.host)
             target = targets[job.host]

@@ -150,7 +150,7 @@ def launch(
         _upload(conn, job, record, job_dir)
         python = remote_python()
         pid = start_supervisor(conn, job_dir, python)
-        registry.save(registry.RemoteJob(job_id, host, job_dir, pid, python, record))
+        registry.save(registry.RegistryEntry(job_id, host, job_dir, pid, python, record))
         if wait:
             RemoteTarget(host, conn=conn).wait(job_id)
         return job_id

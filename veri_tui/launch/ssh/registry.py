@@ -1,9 +1,10 @@
-"""This machine's list of the jobs it launched over SSH, so `veri-tui jobs` can show them.
+"""The registry: this machine's list of the jobs it launched over SSH, for `veri-tui jobs`.
 
-One small file per job, `$VERI_HOME/remote/<job_id>.json`: the host as the user typed it, the
-remote job folder, the supervisor pid and the last record read from the host (shown, marked
-stale, when the host cannot be reached). Remote jobs are not put under `$VERI_HOME/jobs/`,
-whose folders the local target owns and judges by local pids.
+One small file per job, `$VERI_HOME/remote/<job_id>.json`, a registry entry
+(`RegistryEntry`): the host as the user typed it, the remote job folder, the supervisor pid
+and the job record last read from the host (shown, marked stale, when the host cannot be
+reached). Remote jobs are not put under `$VERI_HOME/jobs/`, whose folders the local target
+owns and judges by local pids.
 """
 
 from __future__ import annotations
@@ -11,46 +12,45 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
 
-from trainer.supervise import write_json_atomic
+from trainer.jobdir import JobRecord, write_json_atomic
 from veri_tui.launch.spec import veri_home
 
 
 @dataclass
-class RemoteJob:
-    """Where a remote job lives and what it last looked like."""
+class RegistryEntry:
+    """A registry entry: where a remote job lives and its job record as last read."""
 
     job_id: str
     host: str
     job_dir: str
     pid: int | None
     python: str
-    record: dict[str, Any]
+    record: JobRecord
 
 
 def registry_dir() -> Path:
     return veri_home() / "remote"
 
 
-def save(job: RemoteJob) -> None:
+def save(job: RegistryEntry) -> None:
     """Write (or refresh) the entry, atomically."""
     registry_dir().mkdir(parents=True, exist_ok=True)
     write_json_atomic(registry_dir() / f"{job.job_id}.json", asdict(job))
 
 
-def load(job_id: str) -> RemoteJob | None:
+def load(job_id: str) -> RegistryEntry | None:
     """The entry for `job_id`, None when this machine did not launch it over SSH."""
     if not job_id or "/" in job_id or job_id.startswith("."):
         return None
     try:
         data = json.loads((registry_dir() / f"{job_id}.json").read_text(encoding="utf-8"))
-        return RemoteJob(**data)
+        return RegistryEntry(**data)
     except (OSError, ValueError, TypeError):
         return None
 
 
-def all_jobs() -> list[RemoteJob]:
+def all_jobs() -> list[RegistryEntry]:
     """Every entry, newest first (job ids sort by creation time)."""
     folder = registry_dir()
     if not folder.is_dir():

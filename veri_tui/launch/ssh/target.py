@@ -2,7 +2,7 @@
 
 State is read from the remote job folder over SFTP (job.json, supervisor.pid, log.txt); the
 log is followed with the resumable tail; cancel signals the remote supervisor, which ends
-every rank, and falls back to ending them itself (with the uploaded trainer.supervise code)
+every rank, and falls back to ending them itself (with the uploaded trainer.procs code)
 when the supervisor is gone. Every command is an argument list quoted with shlex.
 """
 
@@ -13,7 +13,8 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from trainer.supervise import GRACE_S, TERMINAL
+from trainer.jobdir import JOB_FILE, JobRecord, has_ended, outcome_recorded
+from trainer.procs import GRACE_S, SUPERVISOR_PID
 from veri_tui.errors import VeriError
 from veri_tui.launch.records import LogLine, lost_record, wait_until_ended
 from veri_tui.launch.ssh import files, registry
@@ -26,10 +27,11 @@ MAX_LOG_READ = 64 * 2**20
 CANCEL_SCRIPT = """
 import sys
 from pathlib import Path
-from trainer.supervise import end_processes, now_iso, update_job
+from trainer.jobdir import record_cancel
+from trainer.procs import end_processes
 job = Path(sys.argv[1])
 end_processes(job, grace=2.0)
-update_job(job, status="cancelled", ended_at=now_iso())
+record_cancel(job)
 """
 
 
@@ -60,16 +62,16 @@ class RemoteTarget:
             self._conn.close()
             self._conn = None
 
-    def _job(self, job_id: str) -> registry.RemoteJob:
+    def _job(self, job_id: str) -> registry.RegistryEntry:
         job = registry.load(job_id)
         if job is None or job.host != self.host:
             raise VeriError(f"no job {job_id} on {self.host}; `veri-tui jobs` lists them", "job")
         return job
 
-    def _supervisor_pid(self, job: registry.RemoteJob) -> int | None:
+    def _supervisor_pid(self, job: registry.RegistryEntry) -> int | None:
         """The pid the supervisor wrote itself, else the one `echo $!` reported at start."""
         try:
-            raw = files.read_bytes(self.conn.sftp(), f"{job.job_dir}/supervisor.pid", 64)
+            raw = files.read_bytes(self.conn.sftp(), f"{job.job_dir}/{SUPERVISOR_PID}", 64)
             return int(raw.split()[0])
         except (FileNotFoundError, ValueError, IndexError):
             return job.pid
@@ -77,24 +79,24 @@ class RemoteTarget:
     def _alive(self, pid: int | None) -> bool:
         return pid is not None and self.conn.run(["kill", "-0", str(pid)]).exit_status == 0
 
-    def get_job(self, job_id: str) -> dict[str, Any]:
+    def get_job(self, job_id: str) -> JobRecord:
         """The remote job.json now, with a vanished supervisor reported as a lost job."""
         job = self._job(job_id)
-        path = f"{job.job_dir}/job.json"
+        path = f"{job.job_dir}/{JOB_FILE}"
         try:
             record = files.read_json(self.conn.sftp(), path)
         except FileNotFoundError:
             raise VeriError(f"{path} is gone from {self.host}", key="job") from None
-        if record.get("status") not in TERMINAL and not self._alive(self._supervisor_pid(job)):
+        if not has_ended(record) and not self._alive(self._supervisor_pid(job)):
             record = files.read_json(self.conn.sftp(), path)  # it may have just finished
-            if record.get("status") not in TERMINAL:
+            if not has_ended(record):
                 record = lost_record(record, f"its supervisor on {self.host} is gone")
         record["host"] = self.host
         job.record = record
         registry.save(job)
         return record
 
-    def list_jobs(self) -> list[dict[str, Any]]:
+    def list_jobs(self) -> list[JobRecord]:
         """This machine's jobs on this host, newest first."""
         return [self.get_job(j.job_id) for j in registry.all_jobs() if j.host == self.host]
 
@@ -115,15 +117,15 @@ class RemoteTarget:
             self.conn, f"{job.job_dir}/log.txt", self._supervisor_pid(job), offset, **tail_options
         )
 
-    def wait(self, job_id: str, poll_s: float = 1.0) -> dict[str, Any]:
+    def wait(self, job_id: str, poll_s: float = 1.0) -> JobRecord:
         """Block until the job has ended; returns its final record."""
         return wait_until_ended(lambda: self.get_job(job_id), poll_s)
 
-    def cancel(self, job_id: str, grace: float = GRACE_S) -> dict[str, Any]:
+    def cancel(self, job_id: str, grace: float = GRACE_S) -> JobRecord:
         """SIGTERM the remote supervisor (it ends every rank); clean up itself if it is gone."""
         job = self._job(job_id)
         record = self.get_job(job_id)
-        if record["status"] in TERMINAL and not record.get("lost"):
+        if outcome_recorded(record):
             return record
         pid = self._supervisor_pid(job)
         if pid is not None and self._alive(pid):
@@ -131,14 +133,13 @@ class RemoteTarget:
             deadline = time.monotonic() + grace + 3.0
             while time.monotonic() < deadline:
                 record = self.get_job(job_id)
-                if record["status"] in TERMINAL and not record.get("lost"):
+                if outcome_recorded(record):
                     return record
                 time.sleep(0.3)
             self.conn.run(["kill", "-KILL", str(pid)])
         pkg = posixpath.join(job.job_dir, "pkg")
-        line = command_line(
-            ["env", f"PYTHONPATH={pkg}", job.python, "-c", CANCEL_SCRIPT, f"{job.job_dir}/job.json"]
-        )
+        job_path = f"{job.job_dir}/{JOB_FILE}"
+        line = command_line(["env", f"PYTHONPATH={pkg}", job.python, "-c", CANCEL_SCRIPT, job_path])
         res = self.conn.run_line(line, timeout=30)
         if res.exit_status != 0:
             raise VeriError(f"cancel on {self.host} failed: {res.error_line()}", key="job")
