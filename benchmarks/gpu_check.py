@@ -1,18 +1,23 @@
-"""One-GPU check of the bundled trainer: throughput, MFU and memory against the plan.
+"""One-GPU check of the bundled trainer against the plan: peak memory, tokens/s and MFU.
 
-    python benchmarks/gpu_check.py [--device cuda] [--steps 30] [--seq 2048] [--out DIR]
-    python benchmarks/gpu_check.py --device cpu --shape small --seq 128 --steps 2   (CPU smoke)
+The GPU machine has torch, transformers, peft and safetensors but no pydantic, so the check
+has two halves:
 
-Needs torch, transformers, safetensors (peft only for LoRA, unused here); imports nothing
-of veri_tui (no pydantic on the GPU machine), so the job specs, plan lines and the state
-estimate (contracts section 3: bf16 = 8 bytes/param, whole at zero_stage 0 and divided by
-dp=1 at stage 3) are written here with the standard library. It builds a Qwen3-0.6B-shaped
-model from a config (random weights, nothing downloaded), a long synthetic dataset, then
-runs `torchrun --nproc-per-node 1 -m trainer` three times: as planned for one GPU
-(zero_stage 0), through the FSDP2 path with world size 1 (zero_stage 3; the CLI refuses
-sharding knobs on one GPU, so this spec is written by hand), and a short cpu_offload run.
-It prints tokens/s, MFU against the dense bf16 peak and peak memory against the estimate,
-and writes gpu_check.json / gpu_check.txt into --out (default $OUT when set).
+    python benchmarks/gpu_check.py --prepare DIR     # here (veri-tui installed): plans + specs
+    OUT=results benchmarks/gpu_check.sh DIR          # there: builds, trains, prints the table
+
+--prepare plans Qwen3-0.6B- and 1.7B-shaped models (configs only, nothing downloaded) on one
+H200-141GB at sequence 2048, micro_batch_size 1 and 4, gradient checkpointing on and off
+(8 runs), writing each job.json and the predicted figures (benchmarks/gpu_check_prepare.py).
+The run half, stdlib only apart from the trainer it starts, builds random-weight models from
+the configs (in a child process: this one never touches CUDA), then runs every job through
+the project's own supervisor (`python -m trainer.supervise`, in a session of its own). Each
+run's timeout comes out of what is left of the total budget, keeping a floor for the runs
+after it; a run that overruns is cancelled the supervisor's way (SIGTERM: it ends torchrun
+and every rank), then anything of the job still alive is found by its command line in /proc
+and killed, and the next run starts. Results are rewritten after every run (gpu_check.json,
+gpu_check.md under --out, default $OUT). CPU mode: --prepare DIR --device cpu --shapes tiny
+(2 CPU ranks, gloo).
 """
 
 from __future__ import annotations
@@ -21,50 +26,41 @@ import argparse
 import json
 import os
 import shutil
-import statistics
+import signal
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
-SHAPES = {
-    # Qwen3-0.6B's published config.json, minus the weights.
-    "qwen3-0.6b": dict(
-        hidden_size=1024, intermediate_size=3072, num_hidden_layers=28, num_attention_heads=16,
-        num_key_value_heads=8, head_dim=128, vocab_size=151936, tie_word_embeddings=True,
-        max_position_embeddings=40960, rope_theta=1000000.0, rms_norm_eps=1e-6,
-    ),
-    "small": dict(
-        hidden_size=128, intermediate_size=384, num_hidden_layers=2, num_attention_heads=2,
-        num_key_value_heads=1, head_dim=64, vocab_size=448, tie_word_embeddings=True,
-        max_position_embeddings=4096,
-    ),
-}  # fmt: skip
-GIB = 1024**3
+sys.path.insert(0, str(REPO))  # the trainer package, when run from a bare repo copy
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from gpu_check_report import render, summarize  # noqa: E402
+
+STOP_RESERVE_S = 20.0  # cancelling a run: the supervisor's 5 s grace, a SIGKILL, a /proc scan
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja")
 
 
-def build_model(folder: Path, shape: str) -> tuple[int, dict]:
-    """Random-init model from the config + the bundled tokenizer; returns (N, config)."""
-    import torch
-    from transformers import AutoModelForCausalLM, Qwen3Config
+def run_timeout(remaining_s: float, runs_left: int, floor_s: float, cap_s: float) -> float | None:
+    """Seconds the next run may take: what is left of the budget, less `floor_s` kept for
+    each run after it, at most `cap_s`; None (skip it) when that is under `floor_s`."""
+    t = min(cap_s, remaining_s - floor_s * max(runs_left - 1, 0))
+    return t if t >= floor_s else None
 
-    config = Qwen3Config(**SHAPES[shape], bos_token_id=0, eos_token_id=0, pad_token_id=0)
-    torch.manual_seed(0)
-    sys.path.insert(0, str(REPO))
-    from trainer.model import dtype_kwarg
 
-    model = AutoModelForCausalLM.from_config(config, **dtype_kwarg(torch.bfloat16))
-    model.save_pretrained(folder)
-    for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
-        shutil.copy(REPO / "assets" / "tiny-model" / name, folder / name)
-    # Parameters as the plan counts them: one copy of tied weights.
-    return sum(p.numel() for p in model.parameters()), SHAPES[shape]
+def fill_paths(record: dict[str, Any], work: Path) -> dict[str, Any]:
+    """The prepared job.json with this machine's work folder in place of @WORK@."""
+    spec = dict(record["spec"])
+    for key in ("model_path", "dataset", "output_dir"):
+        spec[key] = spec[key].replace("@WORK@", str(work))
+    return {**record, "spec": spec}
 
 
 def build_dataset(path: Path, rows: int, seq: int) -> None:
-    """Text rows longer than `seq` tokens of the bundled tokenizer (truncated by the trainer)."""
+    """Text rows longer than `seq` tokens of the bundled tokenizer (the trainer truncates)."""
     words = "the cat lives in the barn and the owl lives in the forest".split()
     line = " ".join(words[i % len(words)] + str(i % 97) for i in range(seq * 2))
     with open(path, "w", encoding="utf-8") as fh:
@@ -72,163 +68,207 @@ def build_dataset(path: Path, rows: int, seq: int) -> None:
             fh.write(json.dumps({"text": f"row {r}: {line}"}) + "\n")
 
 
-def write_spec(
-    job_dir: Path, args, model: Path, data: Path, n: int, *, stage: int, offload: bool, steps: int
-) -> Path:
-    """A job.json the way the launcher writes it, with a hand-made plan for one GPU."""
-    budget = int(0.70 * (args.gpu_mem_bytes - 2 * GIB))
-    states = 8 * n  # bf16: weights 2 + grads 2 + AdamW 4, dp=1 at both stages
-    plan = (
-        f"plan: dp=1 zero_stage={stage} tp=1 cp=1 mbs={args.mbs} grad_acc=1 gbs={args.mbs} "
-        f"precision=bf16 gradient_checkpointing=on (requested: {states / 1e9:.1f} GB states/GPU)"
-    )
-    header = [
-        f"model: {args.shape} (random init): {n:,} parameters",
-        f"budget: {budget / 1e9:.1f} GB/GPU (70% of {args.gpu_mem_bytes / 1e9:.1f} GB after 2 GiB)",
-        f"decision: gpu_check {'planned zero_stage 0' if stage == 0 else 'FSDP2 path, world 1'}"
-        + (" + cpu_offload" if offload else ""),
-        plan,
-    ]
-    resolved = {
-        "data_parallel_size": 1, "zero_stage": stage, "micro_batch_size": args.mbs,
-        "gradient_accumulation_steps": 1, "global_batch_size": args.mbs, "precision": "bf16",
-        "gradient_checkpointing": True, "cpu_offload": offload,
-    }  # fmt: skip
-    spec = {
-        "method": "sft_text", "model": str(model), "model_path": str(model),
-        "dataset": str(data), "output_dir": str(job_dir / "output"), "gpu": args.gpu,
-        "gpu_count": 1, "nproc_per_node": 1, "device": args.device,
-        "hyperparameters": {
-            "learning_rate": 1e-4, "max_steps": steps, "warmup_steps": 2,
-            "max_seq_length": args.seq, "logging_steps": 1,
-        },
-        "resolved_parallelism": resolved, "plan_header": header, "states_bytes_per_gpu": states,
-    }  # fmt: skip
-    job_dir.mkdir(parents=True, exist_ok=True)
-    path = job_dir / "job.json"
-    path.write_text(json.dumps({"job_id": job_dir.name, "status": "running", "spec": spec}))
-    return path
+def build_model(folder: Path, device: str) -> None:
+    """Random bf16 weights for folder/config.json (run in a child process); prints the
+    device as one JSON line."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from trainer.model import dtype_kwarg
+
+    torch.manual_seed(0)
+    config = AutoConfig.from_pretrained(folder)
+    with torch.device(device):
+        model = AutoModelForCausalLM.from_config(config, **dtype_kwarg(torch.bfloat16))
+    model.save_pretrained(folder)
+    name = torch.cuda.get_device_name(0) if device == "cuda" else "cpu"
+    print(json.dumps({"device": f"{name}, torch {torch.__version__}"}))
 
 
-def run_job(job: Path, timeout: float) -> dict:
-    """torchrun one rank; collect metrics, the measured states and the wall time."""
+def build_models(prep: Path, work: Path, plan: dict[str, Any], deadline: float) -> dict:
+    """Each shape's model folder (config from DIR, bundled tokenizer, random weights);
+    returns {"device": ..., "failed": {shape: why}}."""
+    device = "cuda" if plan["device"] in ("cuda", "auto") else "cpu"
+    found: dict[str, Any] = {"device": device, "failed": {}}
+    for shape in plan["shapes"]:
+        folder = work / "models" / shape
+        config = (prep / "models" / shape / "config.json").read_text()
+        if (folder / "model.safetensors").exists() and (folder / "config.json").exists():
+            continue  # a --work folder kept from an earlier run: the same random model
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "config.json").write_text(config)
+        for name in TOKENIZER_FILES:
+            shutil.copy(REPO / "assets" / "tiny-model" / name, folder / name)
+        left = max(deadline - time.monotonic() - STOP_RESERVE_S, 1.0)
+        cmd = [sys.executable, __file__, str(folder), "--build-model", "--build-device", device]
+        t0 = time.monotonic()
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=left)
+        except subprocess.TimeoutExpired:
+            found["failed"][shape] = f"model build over the budget ({left:.0f} s)"
+            continue
+        if proc.returncode != 0:
+            found["failed"][shape] = "model build failed: " + proc.stderr.strip()[-500:]
+            continue
+        found["device"] = json.loads(proc.stdout.strip().splitlines()[-1])["device"]
+        print(f"model {shape}: built in {time.monotonic() - t0:.0f} s", flush=True)
+    return found
+
+
+def stop_job(proc: subprocess.Popen, job: Path) -> list[int]:
+    """End the supervisor, torchrun and every rank of `job`; returns pids still alive."""
+    from trainer.procs import GRACE_S, end_processes, job_processes
+
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)  # the supervisor's cancel: every rank, then SIGKILL
+        try:
+            proc.wait(GRACE_S + 10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)  # torchrun, should the supervisor have died first
+    except (ProcessLookupError, PermissionError):
+        pass
+    end_processes(job, grace=2.0)  # ranks sit in sessions of their own: found via /proc
+    return job_processes(job)
+
+
+def run_job(job: Path, timeout: float) -> dict[str, Any]:
+    """Supervise one job with a deadline; the raw outcome (status, metrics, log tail)."""
     env = {**os.environ, "VERI_MEASURE_STATES": "1", "PYTHONPATH": str(REPO)}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "1"]
-    cmd += ["-m", "trainer", "--job", str(job)]
-    t0 = time.perf_counter()
-    with open(job.parent / "torchrun.log", "w") as log:
-        proc = subprocess.run(
-            cmd, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, timeout=timeout
-        )
-    rc = proc.returncode
-    wall = time.perf_counter() - t0
-    lines = (job.parent / "metrics.jsonl").read_text().splitlines() if rc == 0 else []
+    cmd = [sys.executable, "-m", "trainer.supervise", "--job", str(job)]
+    t0 = time.monotonic()
+    with open(job.parent / "supervisor.log", "wb") as log:
+        proc = subprocess.Popen(
+            cmd, cwd=REPO, env=env, stdin=subprocess.DEVNULL, stdout=log,
+            stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
+    timed_out, left = False, []
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        timed_out = True
+    finally:
+        if proc.poll() is None or timed_out:
+            left = stop_job(proc, job)  # also on SIGTERM from the outer timeout
+    record = json.loads(job.read_text())
+    metrics_path = job.parent / "metrics.jsonl"
+    lines = metrics_path.read_text().splitlines() if metrics_path.exists() else []
     measured = job.parent / "measured" / "rank-0.json"
+    log = job.parent / "log.txt"
     return {
-        "rc": rc, "wall_s": round(wall, 1), "metrics": [json.loads(x) for x in lines],
-        "measured": json.loads(measured.read_text()) if measured.exists() else None,
-        "log_tail": (job.parent / "torchrun.log").read_text()[-2000:] if rc else "",
+        "status": "timeout" if timed_out else record.get("status"),
+        "timeout_s": round(timeout, 1), "wall_s": round(time.monotonic() - t0, 1),
+        "left_running": left, "exit_code": record.get("exit_code"),
+        "metrics": [json.loads(x) for x in lines if x.strip()],
+        "states_measured": json.loads(measured.read_text()) if measured.exists() else None,
+        "job_measured": record.get("measured"),
+        "log_tail": log.read_text(errors="replace")[-1500:] if log.exists() else "",
     }  # fmt: skip
 
 
-def summarize(name: str, res: dict, n: int, cfg: dict, args) -> dict:
-    """tokens/s (median after 3 warm-up steps), MFU, peak memory vs the estimate."""
-    rows = res["metrics"][3:] or res["metrics"]
-    out = {"name": name, "rc": res["rc"], "wall_s": res["wall_s"]}
-    if res["rc"] != 0 or not rows:
-        out["error"] = res["log_tail"]
-        return out
-    tps = statistics.median(m["tokens_per_s"] for m in rows)
-    # Model FLOPs per token (PaLM appendix B): 6N for the matmuls + 12 * L * d * seq for
-    # attention; gradient-checkpointing recompute is hardware work and not counted.
-    flops = 6 * n + 12 * cfg["num_hidden_layers"] * cfg["hidden_size"] * args.seq
-    peak = max(m["peak_mem_bytes"] for m in res["metrics"])
-    out.update(
-        tokens_per_s=round(tps, 1),
-        mfu=round(tps * flops / (args.peak_tflops * 1e12), 4) if args.peak_tflops else None,
-        peak_mem_bytes=peak,
-        states_estimate_bytes=8 * n,
-        # With cpu_offload the states live in host memory (contracts section 3): the GPU
-        # peak is then activations plus the layers in flight, not the states.
-        states_where="host" if "offload" in name else "gpu",
-        states_measured_bytes=(res["measured"] or {}).get("total"),
-        final_loss=res["metrics"][-1]["loss"],
-    )
-    return out
+def write_results(out: Path | None, plan: dict[str, Any], results: list[dict], device: str) -> str:
+    """Rewrite gpu_check.json / gpu_check.md (atomically) and return the table."""
+    table = render(plan, results, device)
+    if out is not None:
+        for name, text in (
+            ("gpu_check.json", json.dumps(results, indent=1)),
+            ("gpu_check.md", table),
+        ):
+            tmp = out / f".{name}.tmp"
+            tmp.write_text(text + "\n")
+            os.replace(tmp, out / name)
+    return table
+
+
+def run_all(
+    prep: Path, out: Path | None, work: Path, budget_s: float, floor_s: float, cap_s: float
+) -> int:
+    """Build, run every prepared job inside the budget, write results after each."""
+    deadline = time.monotonic() + budget_s
+    plan = json.loads((prep / "plan.json").read_text())
+    built = build_models(prep, work, plan, deadline)
+    biggest = max(r["micro_batch_size"] for r in plan["runs"]) * plan["gpu_count"]
+    build_dataset(work / f"data-{plan['seq']}.jsonl", biggest * (plan["steps"] + 1), plan["seq"])
+    results: list[dict[str, Any]] = []
+    for i, expected in enumerate(plan["runs"]):
+        name = expected["name"]
+        remaining = deadline - time.monotonic() - STOP_RESERVE_S
+        timeout = run_timeout(remaining, len(plan["runs"]) - i, floor_s, cap_s)
+        if expected["shape"] in built["failed"]:
+            results.append(summarize(expected, {"status": built["failed"][expected["shape"]]}))
+        elif timeout is None:
+            results.append(summarize(expected, None))
+        else:
+            job = work / "jobs" / name / "job.json"
+            job.parent.mkdir(parents=True, exist_ok=True)
+            record = fill_paths(json.loads((prep / "runs" / name / "job.json").read_text()), work)
+            job.write_text(json.dumps(record, indent=1))
+            results.append(summarize(expected, run_job(job, timeout)))
+            shutil.rmtree(job.parent / "output", ignore_errors=True)  # the artifact: GBs
+        row = {k: v for k, v in results[-1].items() if k != "log_tail"}
+        print(json.dumps(row), flush=True)
+        write_results(out, plan, results, built["device"])
+    print(write_results(out, plan, results, built["device"]))
+    return 0 if all(r["status"] == "succeeded" for r in results) else 1
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Build, run the three jobs, print and write the results."""
+    """Prepare (here), build a model (child), or run the prepared check (GPU machine)."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
-    p.add_argument("--shape", default="qwen3-0.6b", choices=sorted(SHAPES))
-    p.add_argument("--steps", type=int, default=30)
-    p.add_argument("--offload-steps", type=int, default=6)
-    p.add_argument("--seq", type=int, default=2048)
-    p.add_argument("--mbs", type=int, default=4)
-    p.add_argument("--gpu", default="H200-141GB")
-    p.add_argument("--peak-tflops", type=float, default=989.0, help="dense bf16 peak; 0 = no MFU")
-    out = os.environ.get("OUT")
-    p.add_argument("--out", type=Path, default=Path(out) if out else None)
-    p.add_argument("--dry-run", action="store_true", help="write model, data and specs only")
+    p.add_argument("dir", type=Path, help="the prepared folder (plan.json, models/, runs/)")
+    p.add_argument("--prepare", action="store_true", help="plan and write DIR (needs veri-tui)")
+    p.add_argument("--device", default="cuda", choices=("cuda", "cpu"), help="with --prepare")
+    p.add_argument("--shapes", default="qwen3-0.6b,qwen3-1.7b", help="with --prepare")
+    p.add_argument("--mbs", default="1,4", help="micro batch sizes, with --prepare")
+    p.add_argument("--gc", default="on,off", help="gradient checkpointing, with --prepare")
+    p.add_argument("--seq", type=int, default=2048, help="with --prepare")
+    p.add_argument("--steps", type=int, default=12, help="with --prepare")
+    p.add_argument("--gpu", default="H200-141GB", help="catalog GPU planned for, with --prepare")
+    p.add_argument("--gpu-count", type=int, default=None, help="default 1 (cuda), 2 (cpu)")
+    p.add_argument(
+        "--out", type=Path, default=Path(os.environ["OUT"]) if os.environ.get("OUT") else None
+    )
+    p.add_argument(
+        "--work", type=Path, default=None, help="models, data, jobs (default: a temp dir)"
+    )
+    p.add_argument("--budget-s", type=float, default=430.0, help="the whole run, builds included")
+    p.add_argument("--floor-s", type=float, default=30.0, help="time kept for each later run")
+    p.add_argument("--cap-s", type=float, default=150.0, help="the most one run may take")
+    p.add_argument("--build-model", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--build-device", default="cuda", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
-    import torch
-
-    if args.device == "cuda":
-        if not torch.cuda.is_available():
-            print("gpu_check: no CUDA device visible", file=sys.stderr)
-            return 2
-        args.gpu_mem_bytes = torch.cuda.get_device_properties(0).total_memory
-        name = torch.cuda.get_device_name(0)
-        print(f"gpu: {name}, {args.gpu_mem_bytes / GIB:.1f} GiB, torch {torch.__version__}")
-    else:
-        args.gpu_mem_bytes = 24 * 10**9
-    work = Path(tempfile.mkdtemp(prefix="gpu-check-"))
-    t0 = time.perf_counter()
-    n, cfg = build_model(work / "model", args.shape)
-    rows = args.mbs * (max(args.steps, args.offload_steps) + 1)
-    build_dataset(work / "data.jsonl", rows, args.seq)
-    took = time.perf_counter() - t0
-    print(f"model: {args.shape}, {n:,} parameters, built in {took:.1f} s ({work})")
-    runs = {
-        "planned-zero0": dict(stage=0, offload=False, steps=args.steps),
-        "fsdp2-world1-zero3": dict(stage=3, offload=False, steps=args.steps),
-        "fsdp2-cpu-offload": dict(stage=3, offload=True, steps=args.offload_steps),
-    }
-    model, data = work / "model", work / "data.jsonl"
-    jobs = {k: write_spec(work / k, args, model, data, n, **v) for k, v in runs.items()}
-    if args.dry_run:
-        print("\n".join(str(j) for j in jobs.values()))
-        print(f"dry run: kept {work} (remove it when done)")
+    if args.build_model:
+        build_model(args.dir, args.build_device)
         return 0
-    results = []
-    for name, job in jobs.items():
-        res = summarize(name, run_job(job, timeout=240), n, cfg, args)
-        results.append(res)
-        print(json.dumps(res))
-        if name != "fsdp2-cpu-offload":
-            shutil.rmtree(job.parent / "output", ignore_errors=True)  # 1.2 GB each
-    lines = [f"gpu_check on {args.device} ({args.shape}, seq {args.seq}, mbs {args.mbs})"]
-    for r in results:
-        if r.get("error"):
-            lines.append(f"{r['name']}: FAILED rc={r['rc']}")
-            continue
-        mfu = f"{100 * r['mfu']:.1f}%" if r["mfu"] is not None else "n/a"
-        measured = (r["states_measured_bytes"] or float("nan")) / 1e9
-        lines.append(
-            f"{r['name']}: {r['tokens_per_s']:.0f} tokens/s, MFU {mfu} of "
-            f"{args.peak_tflops:.0f} TFLOP/s, peak {r['peak_mem_bytes'] / 1e9:.2f} GB vs states "
-            f"estimate {r['states_estimate_bytes'] / 1e9:.2f} GB on {r['states_where']} (measured "
-            f"{measured:.2f} GB), loss {r['final_loss']:.3f}, wall {r['wall_s']:.0f} s"
-        )
-    lines.append(f"total wall: {time.perf_counter() - t0:.0f} s")
-    print("\n".join(lines))
-    if args.out:
+    if args.prepare:
+        from gpu_check_prepare import prepare
+
+        count = args.gpu_count or (1 if args.device == "cuda" else 2)
+        summary = prepare(
+            args.dir, shapes=args.shapes.split(","), mbs_list=[int(x) for x in args.mbs.split(",")],
+            gc_list=[x == "on" for x in args.gc.split(",")], seq=args.seq, steps=args.steps,
+            gpu=args.gpu, gpu_count=count, device=args.device,
+        )  # fmt: skip
+        print(f"prepared {len(summary['runs'])} runs in {args.dir}; the plan's figures:\n")
+        print(render(summary, []))
+        return 0
+    if not (args.dir / "plan.json").is_file():
+        print(f"error: dir: {args.dir}/plan.json missing; run --prepare {args.dir} where "
+              "veri-tui is installed", file=sys.stderr)  # fmt: skip
+        return 2
+    if args.out is not None:
         args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / "gpu_check.json").write_text(json.dumps(results, indent=1))
-        (args.out / "gpu_check.txt").write_text("\n".join(lines) + "\n")
-    shutil.rmtree(work, ignore_errors=True)
-    return 0 if all(r["rc"] == 0 for r in results) else 1
+    # The outer `timeout` sends SIGTERM: unwind so the running job is stopped, not orphaned.
+    previous = signal.signal(signal.SIGTERM, lambda *_: sys.exit(124))
+    work = args.work or Path(tempfile.mkdtemp(prefix="gpu-check-"))
+    try:
+        return run_all(args.dir, args.out, work, args.budget_s, args.floor_s, args.cap_s)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        if args.work is None:
+            shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":

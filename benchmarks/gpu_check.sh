@@ -1,20 +1,33 @@
 #!/usr/bin/env bash
-# One-GPU check of the bundled trainer (see benchmarks/gpu_check.py for what it measures).
-# Needs python with torch, transformers and safetensors; nothing of veri_tui is imported and
-# nothing is downloaded. Usage, from anywhere in the repo copy:
-#   OUT=/some/dir benchmarks/gpu_check.sh            # Qwen3-0.6B shape, seq 2048, 30 steps
-#   benchmarks/gpu_check.sh --device cpu --shape small --seq 128 --steps 2   # CPU smoke
-# The whole run is capped at 8 minutes; results go to $OUT (gpu_check.json, gpu_check.txt).
+# One-GPU check of the bundled trainer against the plan (benchmarks/gpu_check.py says what it
+# measures). On the GPU machine (python with torch, transformers, safetensors; no veri-tui
+# needed there):
+#   OUT=/some/dir benchmarks/gpu_check.sh DIR
+# where DIR was written where veri-tui is installed by
+#   python benchmarks/gpu_check.py --prepare DIR
+# (if DIR has no plan.json and veri-tui imports here, it is prepared first). The whole run is
+# capped at 8 minutes; the table and gpu_check.json are rewritten in $OUT after every run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY="${PYTHON:-python3}"
+DIR="${1:-benchmarks/gpu-check-prepared}"
+shift || true
 "$PY" - <<'PY'
-import importlib, sys
+import importlib.util, sys
 missing = [m for m in ("torch", "transformers", "safetensors") if importlib.util.find_spec(m) is None]
 if missing:
-    sys.exit(f"gpu_check: missing python packages: {', '.join(missing)}")
+    sys.exit(f"error: python: missing packages {', '.join(missing)}; install them or set PYTHON")
 PY
+if [ ! -f "$DIR/plan.json" ]; then
+  "$PY" benchmarks/gpu_check.py --prepare "$DIR" || {
+    echo "error: $DIR: no plan.json; run 'python benchmarks/gpu_check.py --prepare $DIR' where veri-tui is installed and copy $DIR here" >&2
+    exit 2
+  }
+fi
 if [ -n "${OUT:-}" ]; then
+  mkdir -p "$OUT"
   nvidia-smi > "$OUT/nvidia-smi.txt" 2>&1 || true
 fi
-exec timeout --signal=TERM --kill-after=20 480 "$PY" benchmarks/gpu_check.py "$@"
+# The python side budgets 430 s for everything; this outer cap (TERM, then KILL 20 s later)
+# is the guarantee. On TERM it stops the running job's whole process tree before exiting.
+exec timeout --signal=TERM --kill-after=20 455 "$PY" benchmarks/gpu_check.py "$DIR" "$@"

@@ -1,0 +1,207 @@
+"""benchmarks/gpu_check*: the time budget, the MFU (the planner's FLOPs), the figures, and the
+CPU mode end to end (2 CPU ranks under the project's supervisor): a run that overruns its
+timeout is ended with every process of its job, the next run still happens, results are
+rewritten after each run, and SIGTERM to the check leaves nothing of the job behind."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import gpu_check
+import gpu_check_prepare
+import gpu_check_report
+import pytest
+from support.synthetic import write_checkpoint
+
+from veri_tui.plan import read_model_info
+from veri_tui.plan.throughput import flops_per_token
+
+SCRIPT = Path(gpu_check.__file__)
+
+
+def test_run_timeout_keeps_a_floor_for_later_runs_and_caps_each() -> None:
+    assert gpu_check.run_timeout(400, runs_left=8, floor_s=30, cap_s=150) == 150
+    # 100 s left for 3 runs: this one may take 100 - 2 x 30 = 40 s.
+    assert gpu_check.run_timeout(100, runs_left=3, floor_s=30, cap_s=150) == 40
+    # The last run gets all that is left, up to the cap.
+    assert gpu_check.run_timeout(70, runs_left=1, floor_s=30, cap_s=150) == 70
+    # Not even the floor left once the later runs are served: skip this one.
+    assert gpu_check.run_timeout(80, runs_left=3, floor_s=30, cap_s=150) is None
+    assert gpu_check.run_timeout(-5, runs_left=1, floor_s=30, cap_s=150) is None
+
+
+def test_timeouts_never_add_up_past_the_budget() -> None:
+    """Every run taking its whole timeout still ends inside the budget."""
+    for budget in (60, 200, 430):
+        left, spent = budget, 0.0
+        for i in range(8):
+            t = gpu_check.run_timeout(left, 8 - i, floor_s=30, cap_s=150)
+            if t is None:
+                continue
+            spent += t
+            left -= t
+        assert spent <= budget
+
+
+def test_mfu_uses_the_planners_flops_with_heads_times_head_dim(tmp_path: Path) -> None:
+    """Qwen3-0.6B: 16 heads x 128 = 2048 != hidden 1024, so attention FLOPs double against
+    the old 12 L h s formula, which was 14% low overall."""
+    write_checkpoint(tmp_path / "m", gpu_check_prepare.SHAPES["qwen3-0.6b"])
+    info = read_model_info(str(tmp_path / "m"))
+    flops = gpu_check_prepare.model_flops_per_token(info, 2048)
+    assert flops == flops_per_token(info, 2048, lora=False, gc=False, dpo=False)["total"]
+    n = info.parameter_count  # tied: the head multiplies with the embedding's weights
+    assert flops == 6 * n + 12 * 28 * (16 * 128) * 2048
+    old = 6 * n + 12 * 28 * 1024 * 2048
+    assert 0.13 < 1 - old / flops < 0.15
+    # Recompute under checkpointing is hardware work, never counted in MFU.
+    hw = flops_per_token(info, 2048, lora=False, gc=True, dpo=False)["total"]
+    assert hw > flops
+    assert gpu_check_report.mfu(10_000, flops, 989.0) == pytest.approx(10_000 * flops / 989e12)
+
+
+def test_prepare_writes_launcher_records_and_expected_figures(tmp_path: Path) -> None:
+    summary = gpu_check_prepare.prepare(
+        tmp_path, shapes=["qwen3-0.6b", "qwen3-1.7b"], mbs_list=[1, 4], gc_list=[True, False],
+        seq=2048, steps=12, gpu="H200-141GB", gpu_count=1, device="cuda",
+    )  # fmt: skip
+    runs = summary["runs"]
+    assert len(runs) == 8
+    assert {r["parameter_count"] for r in runs} == {596_049_920, 1_720_574_976}
+    for r in runs:
+        job = json.loads((tmp_path / "runs" / r["name"] / "job.json").read_text())
+        spec = job["spec"]
+        assert spec["model_path"] == f"@WORK@/models/{r['shape']}"
+        assert spec["resolved_parallelism"]["micro_batch_size"] == r["micro_batch_size"]
+        assert spec["resolved_parallelism"]["gradient_checkpointing"] == r["gradient_checkpointing"]
+        assert spec["plan_header"][-1].startswith("plan: dp=1 zero_stage=0")
+        assert r["peak_bytes"] == r["states_bytes"] + r["activation_bytes"]
+        assert r["peak_tflops"] == 989.0 and 0 < r["mfu"] < 1
+    by = {r["name"]: r for r in runs}
+    # Checkpointing costs time and saves memory; a larger micro-batch costs memory.
+    assert (
+        by["qwen3-0.6b-mbs4-gc"]["tokens_per_s_per_gpu"]
+        < by["qwen3-0.6b-mbs4-nogc"]["tokens_per_s_per_gpu"]
+    )
+    assert by["qwen3-1.7b-mbs4-gc"]["peak_bytes"] < by["qwen3-1.7b-mbs4-nogc"]["peak_bytes"]
+    assert by["qwen3-1.7b-mbs1-gc"]["peak_bytes"] < by["qwen3-1.7b-mbs4-gc"]["peak_bytes"]
+    filled = gpu_check.fill_paths(
+        json.loads((tmp_path / "runs/qwen3-0.6b-mbs1-gc/job.json").read_text()), Path("/w")
+    )
+    assert filled["spec"]["dataset"] == "/w/data-2048.jsonl"
+
+
+def test_summary_takes_the_median_after_warm_up_and_per_gpu() -> None:
+    expected = {
+        "name": "x", "shape": "tiny", "parameter_count": 10**6, "micro_batch_size": 1,
+        "gradient_checkpointing": True, "gpu_count": 2, "peak_bytes": 1000,
+        "tokens_per_s_per_gpu": 100.0, "model_flops_per_token": 10**9, "peak_tflops": 100.0,
+        "mfu": 0.001,
+    }  # fmt: skip
+    metrics = [{"tokens_per_s": t, "peak_mem_bytes": p, "loss": 1.0} for t, p in
+               [(1, 900), (2, 1500), (3, 1100), (200, 1200), (240, 1200), (400, 1200)]]  # fmt: skip
+    row = gpu_check_report.summarize(expected, {"status": "succeeded", "metrics": metrics})
+    assert row["measured_tokens_per_s_per_gpu"] == 120.0  # median(200, 240, 400) / 2 GPUs
+    assert row["measured_peak_bytes"] == 1500 and row["peak_ratio"] == 1.5
+    assert row["tokens_ratio"] == pytest.approx(1.2)
+    assert row["measured_mfu"] == pytest.approx(120 * 1e9 / 100e12)
+    skipped = gpu_check_report.summarize(expected, None)
+    assert skipped["status"].startswith("skipped")
+    plan = {"gpu": "H200-141GB", "gpu_count": 2, "device": "cuda", "seq": 8, "steps": 6,
+            "runs": [expected, {**expected, "name": "y"}]}  # fmt: skip
+    table = gpu_check_report.render(plan, [row])
+    assert "| x | 1.0M | 1 | on | succeeded | 0.00 | 0.00 | 1.50 | 100 | 120 | 1.20 |" in table
+    assert "| y | 1.0M | 1 | on | not run yet | 0.00 | - | - | 100 | - | - | 0.1 | - |" in table
+
+
+def _job_processes(root: Path) -> list[int]:
+    """Live pids whose command line names a path under `root` (the check's jobs)."""
+    found = []
+    for d in os.listdir("/proc"):
+        if d.isdigit() and int(d) != os.getpid():
+            try:
+                cmd = Path(f"/proc/{d}/cmdline").read_bytes().decode(errors="replace")
+                state = Path(f"/proc/{d}/stat").read_text().rsplit(")", 1)[-1].split()[0]
+            except OSError:
+                continue
+            if str(root) in cmd and state not in ("Z", "X"):
+                found.append(int(d))
+    return found
+
+
+def _prepare_cpu(folder: Path, steps: int, gc: str) -> None:
+    args = [str(folder), "--prepare", "--device", "cpu", "--shapes", "tiny", "--seq", "64"]
+    assert (
+        gpu_check.main([*args, "--steps", str(steps), "--mbs", "1", "--gc", gc, "--gpu", "L4-24GB"])
+        == 0
+    )
+
+
+@pytest.fixture(scope="module")
+def cpu_check(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """One CPU-mode check (tiny shape, 2 CPU ranks, 5 steps); its work folder keeps the
+    built model for the other tests."""
+    root = tmp_path_factory.mktemp("gpu-check")
+    _prepare_cpu(root / "prep", steps=5, gc="off")
+    rc = gpu_check.main(
+        [str(root / "prep"), "--out", str(root / "out"), "--work", str(root / "work")]
+    )
+    return {"root": root, "rc": rc}
+
+
+@pytest.mark.slow
+def test_cpu_mode_trains_and_compares_with_the_plan(cpu_check: dict) -> None:
+    root = cpu_check["root"]
+    assert cpu_check["rc"] == 0
+    (row,) = json.loads((root / "out" / "gpu_check.json").read_text())
+    assert row["status"] == "succeeded" and row["steps_done"] == 5 and row["left_running"] == []
+    # The trainer's measured states against the plan (AdamW's step scalars aside).
+    assert abs(row["states_measured"]["total"] / row["states_bytes"] - 1) < 0.001
+    assert row["measured_tokens_per_s_per_gpu"] > 0 and row["tokens_ratio"] > 0
+    table = (root / "out" / "gpu_check.md").read_text()
+    assert "| tiny-mbs1-nogc |" in table and "succeeded" in table
+    assert not (root / "work" / "jobs" / "tiny-mbs1-nogc" / "output").exists()
+
+
+@pytest.mark.slow
+def test_overrunning_runs_are_ended_whole_and_the_next_still_runs(cpu_check: dict) -> None:
+    root = cpu_check["root"]
+    _prepare_cpu(root / "prep-long", steps=100_000, gc="on,off")  # cannot finish in 3 s
+    out = root / "out-long"
+    rc = gpu_check.main([str(root / "prep-long"), "--out", str(out), "--work", str(root / "work"),
+                         "--budget-s", "60", "--floor-s", "3", "--cap-s", "3"])  # fmt: skip
+    assert rc == 1
+    rows = json.loads((out / "gpu_check.json").read_text())
+    assert [r["status"] for r in rows] == ["timeout", "timeout"]  # the second run still ran
+    for r in rows:
+        assert r["timeout_s"] == 3.0 and r["left_running"] == []
+        record = json.loads((root / "work" / "jobs" / r["name"] / "job.json").read_text())
+        assert record["status"] == "cancelled"  # the supervisor's own cancel ended the ranks
+    assert _job_processes(root / "work") == []
+    table = (out / "gpu_check.md").read_text()
+    assert table.count("| timeout |") == 2
+
+
+@pytest.mark.slow
+def test_sigterm_to_the_check_ends_the_running_job(cpu_check: dict) -> None:
+    """What the shell wrapper's outer `timeout` does: TERM mid-run leaves no rank behind."""
+    root = cpu_check["root"]
+    _prepare_cpu(root / "prep-term", steps=100_000, gc="on")
+    work = root / "work"
+    env = {**os.environ, "PYTHONPATH": str(SCRIPT.parents[1])}
+    cmd = [sys.executable, str(SCRIPT), str(root / "prep-term"), "--work", str(work)]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    rank0 = work / "jobs" / "tiny-mbs1-gc" / "pids" / "rank-1"
+    deadline = time.monotonic() + 120
+    while not rank0.exists() and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.2)
+    assert rank0.exists(), proc.stderr.read() if proc.poll() is not None else "no rank started"
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(60) == 124
+    assert _job_processes(work) == []
