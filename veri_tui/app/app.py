@@ -13,7 +13,6 @@ replaces the start screen right after.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -21,6 +20,8 @@ from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
 from textual.screen import Screen
 from textual.widgets import Footer, Static
+
+from trainer.jobdir import write_json_atomic
 
 RECENT_MAX = 8
 
@@ -91,12 +92,10 @@ class VeriApp(App[int]):
         return [str(m) for m in data if isinstance(m, str)] if isinstance(data, list) else []
 
     def remember_model(self, model: str) -> None:
-        """Put `model` first in the recent list (written aside, then renamed into place)."""
+        """Put `model` first in the recent list (written atomically: trainer.jobdir's writer)."""
         models = [model] + [m for m in self.recent_models() if m != model]
         self.recent_path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.recent_path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(models[:RECENT_MAX]))
-        os.replace(tmp, self.recent_path)
+        write_json_atomic(self.recent_path, models[:RECENT_MAX])
 
     # -- actions -----------------------------------------------------------------------
 

@@ -8,7 +8,6 @@ model's headers is I/O and runs in a thread worker.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +18,7 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
 from textual.widgets import Button, Footer, Static
 
+from trainer.jobdir import write_text_atomic
 from veri_tui import plan as core
 from veri_tui.app.messages import ModelInfoRead
 from veri_tui.app.widgets.knob_form import KnobForm
@@ -183,12 +183,9 @@ class PlanEditorScreen(Screen):
             self.notify("fix the marked fields before exporting", severity="error")
             return
         target = Path(self.app.workdir) / "veri.toml"  # type: ignore[attr-defined]
-        tmp = target.with_name(f".veri.toml.{os.getpid()}.tmp")
         try:
-            tmp.write_text(core.job_to_toml(self.job), encoding="utf-8")
-            os.replace(tmp, target)  # never a half-written veri.toml
+            write_text_atomic(target, core.job_to_toml(self.job))  # never a half-written one
         except (OSError, ValueError) as exc:
-            tmp.unlink(missing_ok=True)
             self.notify(f"cannot write veri.toml: {exc}", severity="error")
             return
         self.notify(f"wrote {target}")

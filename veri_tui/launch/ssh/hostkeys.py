@@ -11,11 +11,11 @@ from __future__ import annotations
 import base64
 import hashlib
 import os
-import tempfile
 from pathlib import Path
 
 import paramiko
 
+from trainer.jobdir import write_bytes_atomic
 from veri_tui.errors import Refusal, VeriError
 
 
@@ -94,19 +94,9 @@ def record_host_key(path: Path, hostname: str, key: paramiko.PKey) -> None:
     if old and not old.endswith(b"\n"):
         old += b"\n"
     line = f"{hostname} {key.get_name()} {key.get_base64()}\n".encode()
-    fd, tmp = tempfile.mkstemp(prefix=".known_hosts.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(old + line)
-            fh.flush()
-            os.fsync(fh.fileno())
-        # Keep the original mode (ssh wants 0600 or 0644, and mkstemp makes 0600).
-        if path.exists():
-            os.chmod(tmp, path.stat().st_mode & 0o777)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    # Keep the file's mode (ssh wants 0600 or 0644); a new one is private.
+    mode = path.stat().st_mode & 0o777 if path.exists() else 0o600
+    write_bytes_atomic(path, old + line, mode)
 
 
 def load_known_hosts(client: paramiko.SSHClient, path: Path) -> None:
