@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from trainer import failures
+from trainer.hostmem import MemoryWatch
 from trainer.jobdir import (
     CANCELLED,
     FAILED,
@@ -92,7 +93,9 @@ class Supervisor:
                 env=self.environment(),
             )
         write_pid(self.job_dir / TORCHRUN_PID, child.pid)
+        memory = MemoryWatch.for_this_process()  # explains a rank's SIGKILL by the OOM killer
         while child.poll() is None and not self.cancel_requested:
+            memory.poll()
             time.sleep(0.2)
         if self.cancel_requested:
             end_processes(self.job_path, child=child)
@@ -113,7 +116,7 @@ class Supervisor:
             error = failures.job_error("RANK_LOST", msg, int(spec.get("gpu_count") or 1))
         world = int(spec.get("gpu_count") or 1)
         nproc = int(spec.get("nproc_per_node") or world)
-        found = failures.analyze(self.job_dir, world, nproc, code)
+        found = failures.analyze(self.job_dir, world, nproc, code, memory)
         if error is None or found.get("rank") is not None:
             error = found
         plan_line = next((ln for ln in spec.get("plan_header", []) if ln.startswith("plan:")), "")
