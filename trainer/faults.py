@@ -11,6 +11,9 @@ real. VERI_FAULT is a comma-separated list of `kind:rank:step`:
   checkpoint data is written and before the commit (rename into place)
 - `ckpt_raise:R:S` rank R raises DCP's CheckpointException (a BaseException) while saving
   the checkpoint of step S
+- `host_oom:R:S` rank R fills host memory at step S until the kernel's out-of-memory killer
+  ends it (SIGKILL); it refuses (RuntimeError) unless its memory cgroup has a limit of at most
+  HOST_OOM_MAX_LIMIT, so it can only ever fill a small cgroup, never the machine
 
 Step S counts optimizer steps from 1; a step fault fires before that step's forward pass.
 Unset (the normal case) costs one dictionary lookup per step.
@@ -22,7 +25,8 @@ import os
 import signal
 from dataclasses import dataclass
 
-KINDS = ("oom", "raise", "kill", "ckpt_kill", "ckpt_raise")
+KINDS = ("oom", "raise", "kill", "ckpt_kill", "ckpt_raise", "host_oom")
+HOST_OOM_MAX_LIMIT = 8 << 30
 
 
 @dataclass(frozen=True)
@@ -56,7 +60,7 @@ class FaultPlan:
 
     def at_step(self, step: int) -> None:
         """Fire a step fault planned for `step`, if any."""
-        self._fire(step, ("oom", "raise", "kill"))
+        self._fire(step, ("oom", "raise", "kill", "host_oom"))
 
     def in_checkpoint(self, step: int) -> None:
         """Fire a checkpoint fault planned for the save of `step`, if any."""
@@ -75,6 +79,8 @@ class FaultPlan:
                     "CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity "
                     "of 79.11 GiB of which 1.02 GiB is free. (injected by VERI_FAULT)"
                 )
+            if f.kind == "host_oom":
+                _fill_host_memory()
             if f.kind == "raise":
                 raise RuntimeError(f"injected failure at step {step} (VERI_FAULT)")
             if f.kind == "ckpt_raise":
@@ -82,3 +88,19 @@ class FaultPlan:
 
                 cause = RuntimeError("unexpected pos 512 vs 448 (injected by VERI_FAULT)")
                 raise CheckpointException("checkpoint save failed", {f.rank: (cause, None)})
+
+
+def _fill_host_memory() -> None:
+    """Allocate and touch 64 MiB at a time until the kernel kills this process."""
+    from trainer.hostmem import find_cgroup
+
+    group = find_cgroup()
+    limit = group.limit() if group else None
+    if limit is None or limit > HOST_OOM_MAX_LIMIT:
+        raise RuntimeError(
+            "VERI_FAULT host_oom: refused; run the job in a memory cgroup limited to at most "
+            f"{HOST_OOM_MAX_LIMIT >> 30} GiB (this one's limit: {limit})"
+        )
+    hoard = []
+    while True:  # b"\x01" * n writes every page (zeroed allocations may stay unbacked)
+        hoard.append(b"\x01" * (64 << 20))

@@ -128,10 +128,10 @@ class MemoryWatch:
             self._next = now + INTERVAL_S
             self.sample()
 
-    def sample(self) -> None:
-        """Record (wall time, node used, cgroup used) now."""
+    def sample(self, at: float | None = None) -> None:
+        """Record (wall time, node used, cgroup used) now; ``at`` overrides the wall time."""
         group = self.cgroup.used() if self.cgroup else None
-        self.samples.append((time.time(), node_used(self.meminfo), group))
+        self.samples.append((time.time() if at is None else at, node_used(self.meminfo), group))
 
     def kill_note(self, died_at: float) -> str:
         """Why a SIGKILL at ``died_at`` (whole seconds) looks like the OOM killer, or ""."""
