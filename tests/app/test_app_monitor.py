@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import os
+import threading
 from pathlib import Path
 
 from app_helpers import DATA_ERROR, PLAN_LINE, editor_ready, write_job
@@ -9,9 +12,10 @@ from textual.widgets import DataTable, Log, ProgressBar, Static
 
 from veri_tui.app import create_app
 from veri_tui.app.screens.jobs import JobsScreen
-from veri_tui.app.screens.monitor import MonitorScreen, fmt_duration, metric_of
+from veri_tui.app.screens.monitor import MonitorScreen, fmt_duration
 from veri_tui.app.widgets.charts import LossChart
 from veri_tui.app.widgets.failure_panel import FailurePanel
+from veri_tui.launch import jobs
 
 
 async def _settle(pilot) -> None:
@@ -19,15 +23,20 @@ async def _settle(pilot) -> None:
     await pilot.pause()
 
 
+async def _monitor(pilot, job_id: str, ended: bool = True) -> MonitorScreen:
+    """Open the monitor on ``job_id`` from the editor; an ended job is followed to its end."""
+    await editor_ready(pilot)
+    pilot.app.open_monitor(job_id)
+    await (_settle(pilot) if ended else pilot.pause())
+    assert isinstance(pilot.app.screen, MonitorScreen)
+    return pilot.app.screen
+
+
 async def test_monitor_shows_finished_job(veri_home: Path) -> None:
     write_job(veri_home, "20261129-220000-aaaa")
     app = create_app()
     async with app.run_test(size=(120, 40)) as pilot:
-        await editor_ready(pilot)
-        app.open_monitor("20261129-220000-aaaa")
-        await _settle(pilot)
-        screen = app.screen
-        assert isinstance(screen, MonitorScreen)
+        screen = await _monitor(pilot, "20261129-220000-aaaa")
         assert str(screen.query_one("#mon-plan", Static).render()) == PLAN_LINE
         status = str(screen.query_one("#mon-status", Static).render())
         assert "status succeeded" in status and "step 20/20" in status and "took 1m02s" in status
@@ -37,6 +46,11 @@ async def test_monitor_shows_finished_job(veri_home: Path) -> None:
         assert "loss" in str(screen.query_one(LossChart).render())
         log = screen.query_one(Log)
         assert log.line_count == 24  # 4 header lines + 20 metric lines
+        # Metric lines read as rows, not raw JSON cut at the edge; other lines as they are.
+        assert log.lines[3] == PLAN_LINE
+        assert log.lines[4] == "step 1/20  loss 3.2  lr 1.0e-04  grad 1  1,000 tok/s  mem 0.0 GB"
+        assert not any(line.startswith("{") for line in log.lines)
+        assert "DPO" not in str(screen.query_one(LossChart).render())  # no margins: loss only
         assert not screen.query_one(FailurePanel).display
 
 
@@ -44,10 +58,8 @@ async def test_monitor_failure_panel(veri_home: Path) -> None:
     write_job(veri_home, "20261129-220000-bbbb", status="failed", steps=3, error=DATA_ERROR)
     app = create_app()
     async with app.run_test(size=(120, 40)) as pilot:
-        await editor_ready(pilot)
-        app.open_monitor("20261129-220000-bbbb")
-        await _settle(pilot)
-        panel = app.screen.query_one(FailurePanel)
+        screen = await _monitor(pilot, "20261129-220000-bbbb")
+        panel = screen.query_one(FailurePanel)
         assert panel.display
         text = str(panel.render())
         assert "code DATA_ERROR" in text and "attribution customer" in text
@@ -75,9 +87,99 @@ async def test_jobs_screen_reattaches(veri_home: Path) -> None:
         assert isinstance(app.screen, JobsScreen)
 
 
-def test_metric_lines_and_durations() -> None:
-    assert metric_of('{"step": 3, "total_steps": 9, "loss": 1.5}')["step"] == 3
-    assert metric_of("plan: dp=2") is None
-    assert metric_of('{"not": "a metric"}') is None
-    assert metric_of("{broken") is None
+def test_durations() -> None:
     assert (fmt_duration(42), fmt_duration(62), fmt_duration(3720)) == ("42s", "1m02s", "1h02m")
+
+
+async def _until(pilot, condition, what: str, polls: int = 400) -> None:
+    """Let the app run until ``condition()`` holds (a bound on polls, not a timed check)."""
+    for _ in range(polls):
+        if condition():
+            return
+        await pilot.pause(0.05)
+    raise AssertionError(f"never saw: {what}")
+
+
+def _set_status(folder: Path, status: str) -> None:
+    record = json.loads((folder / "job.json").read_text())
+    (folder / "job.tmp").write_text(json.dumps(dict(record, status=status)))
+    os.replace(folder / "job.tmp", folder / "job.json")
+
+
+async def test_monitor_follows_a_running_job_to_its_end(veri_home: Path) -> None:
+    # A running job whose "supervisor" is this test process: the monitor follows its log by
+    # offset (every line once, a last line without newline too) and stops when it ends.
+    folder = write_job(veri_home, "20261129-230000-eeee", status="running", steps=0)
+    (folder / "supervisor.pid").write_text(str(os.getpid()))
+    app = create_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = await _monitor(pilot, "20261129-230000-eeee", ended=False)
+        log = screen.query_one(Log)
+        await _until(pilot, lambda: log.line_count == 4, "the header lines")
+        assert "status running" in str(screen.query_one("#mon-status", Static).render())
+        with (folder / "log.txt").open("a") as fh:
+            fh.write('{"step": 1, "total_steps": 2, "loss": 2.5}\nsaving...\npartial')
+        await _until(pilot, lambda: log.line_count == 6, "the new complete lines")
+        with (folder / "log.txt").open("a") as fh:
+            fh.write(" line\nlast, no newline")
+        _set_status(folder, "succeeded")
+        await _until(pilot, lambda: screen.status == "succeeded", "the end")
+        await pilot.app.workers.wait_for_complete()  # the watcher ended with the job
+        await pilot.pause()
+        assert log.lines[4:] == [
+            "step 1/2  loss 2.5",
+            "saving...",
+            "partial line",
+            "last, no newline",
+        ]
+        assert screen.query_one(LossChart).points == ((1, 2.5),)
+
+
+async def test_detach_stops_following_a_running_job(veri_home: Path, monkeypatch) -> None:
+    folder = write_job(veri_home, "20261129-230000-ffff", status="running", steps=1)
+    (folder / "supervisor.pid").write_text(str(os.getpid()))
+    ended = threading.Event()
+    real_watch = jobs.watch
+
+    def watch(*args, **kwargs):
+        try:
+            yield from real_watch(*args, **kwargs)
+        finally:
+            ended.set()
+
+    monkeypatch.setattr(jobs, "watch", watch)
+    app = create_app()
+    try:
+        async with app.run_test(size=(120, 40)) as pilot:
+            monitor = await _monitor(pilot, "20261129-230000-ffff", ended=False)
+            await _until(pilot, lambda: monitor.query_one(Log).line_count == 5, "the log")
+            await pilot.press("d")
+            # The job still runs; the closed monitor's watcher must end without waiting for it
+            # (a thread left behind would also hold the app's exit until the job ends).
+            await _until(pilot, ended.is_set, "the watcher ending after detach")
+            assert json.loads((folder / "job.json").read_text())["status"] == "running"
+    finally:
+        _set_status(folder, "succeeded")  # never leave a watcher waiting on this job
+
+
+async def test_dpo_reward_margin_is_charted_beside_the_loss(veri_home: Path) -> None:
+    folder = write_job(veri_home, "20261129-230000-gggg", steps=6, total=6)
+    lines = []
+    for line in (folder / "log.txt").read_text().splitlines():
+        if line.startswith('{"step"'):
+            metric = json.loads(line)
+            margin = 0.1 * metric["step"]
+            metric.update({"rewards/chosen": -1.0 + margin, "rewards/rejected": -1.0})
+            metric.update({"rewards/margins": margin, "rewards/accuracies": 0.5})
+            line = json.dumps(metric)
+        lines.append(line)
+    (folder / "log.txt").write_text("\n".join(lines) + "\n")
+    app = create_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = await _monitor(pilot, "20261129-230000-gggg")
+        chart = screen.query_one(LossChart)
+        await _until(pilot, lambda: "loss vs step" in str(chart.render()), "the chart drawn")
+        assert [round(m, 6) for _, m in chart.margins] == [0.1, 0.2, 0.3, 0.4, 0.5, 0.6]
+        drawn = str(chart.render())
+        assert "loss vs step" in drawn and "DPO reward margin vs step" in drawn
+        assert "margin 0.6  acc 0.50" in screen.query_one(Log).lines[-1]

@@ -18,9 +18,10 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from trainer.jobdir import has_ended
 from veri_tui.errors import VeriError
 from veri_tui.launch.local import LocalTarget, check_devices
-from veri_tui.launch.records import LogLine
+from veri_tui.launch.records import LogLine, follow_lines
 from veri_tui.launch.spec import build_record, check_job, new_job_id
 
 
@@ -171,6 +172,33 @@ def follow_log(job_id: str, offset: int = 0) -> Iterator[LogLine]:
     """Complete rank-0 log lines from ``offset`` until the job ends (``LogLine.end`` is the
     offset to resume from)."""
     return target_for(job_id).follow_log(job_id, offset)
+
+
+def watch(
+    job_id: str,
+    offset: int = 0,
+    on_record: Callable[[dict[str, Any]], None] | None = None,
+    stop: Callable[[], bool] | None = None,
+    poll_s: float = 0.5,
+) -> Iterator[LogLine]:
+    """`follow_log` for a watcher that also shows the job record: polls it every ``poll_s``
+    and hands each one to ``on_record`` before the log read that follows it (so lines and
+    record arrive in step, and the job's end is seen with every line written before it).
+
+    Ends once the job has ended and its log is drained, or as soon as ``stop()`` is true (a
+    closed screen must not keep its thread until the job ends). Reads the log by offset
+    through `read_log`, on either target.
+    """
+
+    def done() -> bool:
+        if stop is not None and stop():
+            return True
+        record = get_job(job_id)
+        if on_record is not None:
+            on_record(record)
+        return has_ended(record)
+
+    return follow_lines(lambda off: read_log(job_id, off), done, offset, poll_s)
 
 
 def cancel(job_id: str) -> dict[str, Any]:

@@ -1,14 +1,15 @@
 """The run monitor: plan line pinned on top, progress and ETA, loss chart, rank-0 log tail,
 and the failure panel when the job failed. Cancel ends every rank; detach leaves it running.
 
-A thread worker follows the job through the launch facade (`veri_tui.launch.jobs`): it polls
-the job record and the new rank-0 log lines, picks the metric lines out, and posts one
-`JobUpdate` per poll. The screen only renders what the updates carry.
+A thread worker follows the job with the launch facade's watcher (`jobs.watch`, the
+`follow_log` that also hands over each polled job record): it picks the metric lines out and
+posts one `JobUpdate` per poll. The screen only renders what the updates carry: metric lines
+as readable rows in the log tail (`veri_tui.launch.metrics.log_row`), loss (and the DPO
+reward margin) in the chart.
 """
 
 from __future__ import annotations
 
-import json
 import time
 from datetime import datetime
 from typing import Any
@@ -25,19 +26,9 @@ from veri_tui.app.messages import JobUpdate
 from veri_tui.app.widgets.charts import LossChart
 from veri_tui.app.widgets.failure_panel import FailurePanel
 from veri_tui.errors import VeriError
+from veri_tui.launch.metrics import log_row, metric_of
 
 POLL_S = 0.5
-
-
-def metric_of(line: str) -> dict[str, Any] | None:
-    """The metric object of a rank-0 log line, or None for any other line."""
-    if not line.startswith("{"):
-        return None
-    try:
-        obj = json.loads(line)
-    except ValueError:
-        return None
-    return obj if isinstance(obj, dict) and "step" in obj and "loss" in obj else None
 
 
 def fmt_duration(seconds: float) -> str:
@@ -62,6 +53,15 @@ def plan_line_of(record: dict[str, Any]) -> str:
     header = (record.get("spec") or {}).get("plan_header") or []
     lines = [h for h in header if str(h).startswith("plan:")]
     return str(lines[-1]) if lines else "plan: (not recorded)"
+
+
+def points_of(metrics: list[dict[str, Any]], key: str) -> tuple[tuple[int, float], ...]:
+    """(step, value) of the metric lines that carry a number under ``key``."""
+    return tuple(
+        (int(m["step"]), float(m[key]))
+        for m in metrics
+        if isinstance(m.get(key), int | float) and not isinstance(m.get(key), bool)
+    )
 
 
 class MonitorScreen(Screen):
@@ -97,41 +97,42 @@ class MonitorScreen(Screen):
 
     @work(thread=True, exclusive=True, group="follow")
     def follow(self) -> None:
-        """Poll the job record and log until the job ends and its log is drained."""
+        """Follow the job through the facade's watcher until it ends and its log is drained:
+        one JobUpdate per poll that found something (an idle poll posts nothing)."""
         from veri_tui.launch import jobs
-        from veri_tui.launch.records import split_lines
 
         worker = get_current_worker()
-        offset = 0
+        offset, lines = 0, []
         last: dict[str, Any] | None = None
+
+        def post(record: dict[str, Any] | None) -> None:
+            nonlocal last
+            if lines or record != last:
+                metrics = [m for m in map(metric_of, lines) if m is not None]
+                self.post_message(JobUpdate(self.job_id, record, lines[:], metrics))
+                lines.clear()
+                last = record
+
+        def stop() -> bool:
+            return worker.is_cancelled  # the screen was closed: end without waiting
+
         while not worker.is_cancelled:
             try:
-                # The record first: once it says the job ended, the log read after it holds
-                # everything, so an empty read then means the log is drained.
-                record = jobs.get_job(self.job_id)
-                found, offset = split_lines(jobs.read_log(self.job_id, offset), offset)
+                for line in jobs.watch(self.job_id, offset, post, stop, POLL_S):
+                    lines.append(line.text)
+                    offset = line.end
             except VeriError as exc:
                 self.post_message(JobUpdate(self.job_id, None, error=str(exc)))
                 if any(e.key == "job" for e in exc.errors):
                     return  # no such job: nothing will appear by polling
-                time.sleep(1.0)
-                continue
             except OSError as exc:  # a dropped connection or a file mid-replace: retry
                 self.post_message(JobUpdate(self.job_id, None, error=str(exc)))
-                time.sleep(1.0)
-                continue
-            lines = [line.text for line in found]
-            metrics = [m for m in map(metric_of, lines) if m is not None]
-            if lines or record != last:  # an idle poll costs the UI nothing
-                self.post_message(JobUpdate(self.job_id, record, lines, metrics))
-                last = record
-            if has_ended(record) and not found:
-                # A last line without its newline will never be completed now: show it.
-                rest = jobs.read_log(self.job_id, offset).decode("utf-8", "replace")
-                if rest.strip():
-                    self.post_message(JobUpdate(self.job_id, record, [rest.rstrip("\n")]))
+            else:
+                if not worker.is_cancelled:
+                    post(last)  # the lines read after the poll that saw the job end
                 return
-            time.sleep(POLL_S)
+            last = None  # the error replaced the status line: show the record again
+            time.sleep(1.0)  # then resume from the last complete line
 
     def on_job_update(self, update: JobUpdate) -> None:
         if update.error:
@@ -145,15 +146,15 @@ class MonitorScreen(Screen):
                 update.record.get("error") if self.status == "failed" else None
             )
         if update.lines:
-            self.query_one(Log).write_lines(update.lines)
+            self.query_one(Log).write_lines([log_row(line) for line in update.lines])
         # The failure panel or the progress bar may appear and shrink the log: keep its tail
         # (the newest lines) in view once the new layout is known.
         self.call_after_refresh(self.query_one(Log).scroll_end, animate=False)
         if update.metrics:
             self.metrics += update.metrics
-            self.query_one(LossChart).points = tuple(
-                (int(m["step"]), float(m["loss"])) for m in self.metrics
-            )
+            chart = self.query_one(LossChart)
+            chart.points = points_of(self.metrics, "loss")
+            chart.margins = points_of(self.metrics, "rewards/margins")
         self._show_progress()
 
     def _show_progress(self) -> None:
@@ -174,7 +175,7 @@ class MonitorScreen(Screen):
             elapsed = time.time() - started
             parts.append(f"ETA {fmt_duration(elapsed / step * (int(total) - step))}")
         if last.get("tokens_per_s"):
-            parts.append(f"{float(last['tokens_per_s']):.0f} tok/s")
+            parts.append(f"{float(last['tokens_per_s']):,.0f} tok/s")
         parts.append(f"job {self.job_id} ({rec.get('host') or 'local'})")
         self.query_one("#mon-status", Static).update("  ".join(parts))
         self.set_class(self.status == "failed", "-failed")

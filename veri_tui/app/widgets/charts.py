@@ -126,20 +126,61 @@ class ThroughputChart(ChartWidget):
     _cache: Text = Text()
 
 
-class LossChart(ChartWidget):
-    """Training loss against optimizer step, redrawn as metric lines arrive."""
+def step_ticks(steps: Sequence[int]) -> list[int]:
+    """Whole steps for the x axis: at most ~6 ticks, always the first and the last step."""
+    every = max(1, -(-(steps[-1] - steps[0]) // 5))
+    return sorted({*range(steps[0], steps[-1], every), steps[-1]})
 
-    points: reactive[tuple[tuple[int, float], ...]] = reactive(())
+
+def side_by_side(left: Text, right: Text, gap: int = 2) -> Text:
+    """Two multi-line texts as columns: ``left`` padded to its widest line, then ``right``."""
+    lefts, rights = left.split("\n"), right.split("\n")
+    width = max((line.cell_len for line in lefts), default=0)
+    out = Text()
+    for i in range(max(len(lefts), len(rights))):
+        line = lefts[i] if i < len(lefts) else Text()
+        out.append_text(line)
+        if i < len(rights):
+            out.append(" " * (width - line.cell_len + gap))
+            out.append_text(rights[i])
+        if i + 1 < max(len(lefts), len(rights)):
+            out.append("\n")
+    return out
+
+
+StepPoints = tuple[tuple[int, float], ...]
+
+
+class LossChart(ChartWidget):
+    """Training loss against optimizer step, redrawn as metric lines arrive; for DPO (metric
+    lines with TRL's `rewards/margins`) the reward margin is drawn beside it."""
+
+    points: reactive[StepPoints] = reactive(())
+    margins: reactive[StepPoints] = reactive(())
 
     def render(self) -> Text:
         if not self.points:
             return Text("loss: no step reported yet", style="dim")
         if not self.plotext_ready():
             return Text("loss chart: drawing...", style="dim")
-        xs = [p[0] for p in self.points]
-        ys = [p[1] for p in self.points]
-        # Whole steps on the x axis: at most ~6 ticks, always the first and the last step.
-        every = max(1, -(-(xs[-1] - xs[0]) // 5))
-        ticks = sorted({*range(xs[0], xs[-1], every), xs[-1]})
+        key = (self.points, self.margins, self.size)
+        if key != self._cache_key:  # plotext builds take ~15 ms: only when something changed
+            self._cache_key, self._cache = key, self._build()
+        return self._cache
+
+    def _build(self) -> Text:
         width, height = self.size.width, self.size.height
-        return render_chart([("", xs, ys, None)], width, height, "loss vs step", ticks)
+        charts = [(self.points, "loss vs step")]
+        if self.margins:
+            charts.append((self.margins, "DPO reward margin vs step"))
+        gap = 2
+        each = (width - gap * (len(charts) - 1)) // len(charts)
+        built = []
+        for points, title in charts:
+            xs = [p[0] for p in points]
+            ys = [p[1] for p in points]
+            built.append(render_chart([("", xs, ys, None)], each, height, title, step_ticks(xs)))
+        return built[0] if len(built) == 1 else side_by_side(built[0], built[1], gap)
+
+    _cache_key: object = None
+    _cache: Text = Text()
