@@ -40,6 +40,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from gpu_check_report import render, summarize  # noqa: E402
 
+from trainer.jobdir import write_text_atomic  # noqa: E402 (stdlib only)
+
 STOP_RESERVE_S = 20.0  # cancelling a run: the supervisor's 5 s grace, a SIGKILL, a /proc scan
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja")
 
@@ -176,9 +178,7 @@ def write_results(out: Path | None, plan: dict[str, Any], results: list[dict], d
             ("gpu_check.json", json.dumps(results, indent=1)),
             ("gpu_check.md", table),
         ):
-            tmp = out / f".{name}.tmp"
-            tmp.write_text(text + "\n")
-            os.replace(tmp, out / name)
+            write_text_atomic(out / name, text + "\n")
     return table
 
 

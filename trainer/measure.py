@@ -23,7 +23,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from trainer.report import RankContext, atomic_write
+from trainer.jobdir import write_text_atomic
+from trainer.report import RankContext
 
 
 def tensor_bytes(t: torch.Tensor | None) -> int:
@@ -88,5 +89,5 @@ class StateMeter:
         record["total"] = sum(self.values.values())
         record.update(extra or {})
         path = self.ctx.job_dir / "measured" / f"rank-{self.ctx.rank}.json"
-        atomic_write(path, json.dumps(record))
+        write_text_atomic(path, json.dumps(record))
         return record
