@@ -108,18 +108,69 @@ async def test_suggestion_applied_with_one_key(veri_home: Path, tmp_path: Path) 
         await editor_ready(pilot)
         screen = app.screen
         record = screen.record
-        assert record is not None and not record["fits"]
-        assert record["suggestions"]
+        assert record is not None and not record.fits
+        assert record.suggestions
         text = str(screen.query_one("#suggestions", Static).render())
-        first = record["suggestions"][0]
-        assert first["text"] in text
+        first = record.suggestions[0]
+        assert first.text in text
+        trace = str(screen.query_one("#trace", Static).render()).splitlines()
+        # The header's decision line once, then the rest of the trace (why it does not fit).
+        decision = record.resolved_parallelism["decision_trace"][0]
+        assert [line for line in trace if decision in line] == [f"decision: {decision}"]
+        assert trace[-1].startswith("  does not fit: ")
         await pilot.press("ctrl+y")
         await pilot.pause()
-        for key, value in first["set"].items():
+        for key, value in first.set.items():
             widget = screen.query_one(f"#knob-{key}")
             assert str(widget.value).lower() == str(value).lower()
         assert screen.record is not None
-        assert screen.record["states_bytes_per_gpu"] == first["states_bytes_per_gpu"]
+        assert screen.record.states_bytes_per_gpu == first.states_bytes_per_gpu
+
+
+async def test_header_shows_the_decision_once(veri_home: Path) -> None:
+    app = create_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await editor_ready(pilot)
+        screen = app.screen
+        trace = str(screen.query_one("#trace", Static).render()).splitlines()
+        assert trace == screen.record.header_lines  # a plan that fits: nothing after it
+        assert sum("stage-0 states" in line for line in trace) == 1
+        assert trace[-1].startswith("decision: stage-0 states ")
+
+
+async def test_placeholders_are_short_hints_and_focus_shows_the_full_help(
+    veri_home: Path,
+) -> None:
+    from veri_tui.plan import Hyperparameters
+
+    app = create_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await editor_ready(pilot)
+        screen = app.screen
+        placeholders = {i.id: i.placeholder for i in screen.query(Input)}
+        assert placeholders["knob-micro_batch_size"] == "default 1"
+        assert placeholders["knob-gradient_accumulation_steps"] == "auto"
+        assert placeholders["knob-max_seq_length"] == "2048 tokens"
+        assert placeholders["knob-warmup_steps"] == "0 steps"
+        for inp in screen.query(Input):  # none is cut at the editor's narrowest width
+            if inp.display:
+                assert len(inp.placeholder) <= inp.content_region.width, inp.id
+        help_line = screen.query_one("#knob-help", Static)
+        assert not help_line.display
+        await pilot.click("#knob-micro_batch_size")
+        await pilot.pause()
+        described = Hyperparameters.model_fields["micro_batch_size"].description
+        assert described == "samples per GPU per forward/backward (alias: batch_size)"
+        assert help_line.display
+        assert str(help_line.render()) == f"micro_batch_size: {described}"
+        assert help_line.region.height == 2  # wrapped, not cut
+        await pilot.press("tab")  # the next field, by keyboard
+        await pilot.pause()
+        assert app.focused is screen.query_one("#knob-gradient_accumulation_steps")
+        assert "micro-batches per optimizer step" in str(help_line.render())
+        screen.query_one("#pin", Button).focus()  # out of the form: no stale help
+        await pilot.pause()
+        assert not help_line.display
 
 
 async def test_export_writes_a_toml_that_plans_the_same(veri_home: Path, tmp_path: Path) -> None:

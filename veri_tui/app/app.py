@@ -140,9 +140,10 @@ class VeriApp(App[int]):
             yield SystemCommand(
                 "Export veri.toml", "Write the job to ./veri.toml", screen.action_export
             )
-            for i, sugg in enumerate((screen.record or {}).get("suggestions") or [], start=1):
+            suggestions = screen.record.suggestions if screen.record is not None else []
+            for i, sugg in enumerate(suggestions, start=1):
                 yield SystemCommand(
-                    f"Apply suggestion {i}: {sugg.get('text', '')}",
+                    f"Apply suggestion {i}: {sugg.text}",
                     "Put its values into the knobs",
                     lambda n=i: screen.action_apply_suggestion(n),
                 )

@@ -2,15 +2,20 @@
 
 Workers never touch widgets: they read files, headers, hosts and job records, then post one
 of these small dataclass messages, and the screen that owns the worker updates its widgets
-in the handler (on the UI thread). Every message carries the data it reports, not handles.
+in the handler (on the UI thread). Every message carries the data it reports, not handles:
+the planning core's typed records (`ModelInfo`) as they are, job.json records as the dicts
+the launch facade reads.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from textual.message import Message
+
+if TYPE_CHECKING:
+    from veri_tui.plan import ModelInfo
 
 
 @dataclass
@@ -19,7 +24,7 @@ class ModelInfoRead(Message):
     model None is the bundled tiny model."""
 
     model: str | None
-    info: Any = None
+    info: ModelInfo | None = None
     error: str | None = None
 
 

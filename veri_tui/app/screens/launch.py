@@ -80,7 +80,7 @@ class LaunchScreen(Screen):
         Binding("escape", "app.pop_screen", "Back"),
     ]
 
-    def __init__(self, fields: dict[str, Any], info: Any) -> None:
+    def __init__(self, fields: dict[str, Any], info: core.ModelInfo | None) -> None:
         super().__init__()
         self.fields = fields
         self.info = info
@@ -148,7 +148,7 @@ class LaunchScreen(Screen):
 
     # -- preflight ---------------------------------------------------------------------
 
-    def local_plan(self, job: Any, host: str | None) -> Any:
+    def local_plan(self, job: core.JobConfig, host: str | None) -> core.PlanRecord | None:
         """The plan made on this machine, or None for a host (as `veri-tui launch --host`
         does): the model and output are paths there, and the SSH side plans after its
         preflight for the host's GPUs, so a model only the host has is not refused here.

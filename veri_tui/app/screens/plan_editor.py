@@ -43,11 +43,11 @@ class PlanEditorScreen(Screen):
         super().__init__()
         job = core.load_job_config(None, model=model)
         self.model: str | None = job.model  # None: the bundled tiny model
-        self.info: Any = None
+        self.info: core.ModelInfo | None = None
         self.model_error: str | None = None  # the model's headers could not be read here
         self.errors: list[Refusal] = []
-        self.job: Any = None
-        self.record: dict[str, Any] | None = None
+        self.job: core.JobConfig | None = None
+        self.record: core.PlanRecord | None = None
         self._initial = {"method": job.method, "gpu": job.gpu, "gpu_count": job.gpu_count}
         self._initial.update(initial or {})
 
@@ -138,14 +138,12 @@ class PlanEditorScreen(Screen):
         elif self.info is None:
             show(plan_line, "plan: waiting for the model's parameter counts")
         else:
-            rec = core.plan_job(self.job, self.info)
-            self.record = rec.to_dict()
-            show(plan_line, self.record["plan_line"])
+            self.record = rec = core.plan_job(self.job, self.info)
+            show(plan_line, rec.plan_line)
             # A valid job always sweeps: gpu_counts it cannot run at come back as skipped
             # rows (e.g. a pinned gbs that does not split over 8 GPUs), which the chart names.
             sweep = core.throughput_sweep(self.job, self.info, SWEEP_GPU_COUNTS)
-            rp = self.record.get("resolved_parallelism") or {}
-            current = (int(self.job.gpu_count), int(rp.get("zero_stage", 0)))
+            current = (self.job.gpu_count, rec.resolved_parallelism["zero_stage"])
         plan_line.set_class(bool(self.errors), "-refused")
         view.show_record(self.record, sweep, current)
         self.query_one("#launch", Button).disabled = not self.can_launch
@@ -161,21 +159,21 @@ class PlanEditorScreen(Screen):
 
     def action_pin(self) -> None:
         """Copy resolved_parallelism into the knobs, so "auto" becomes an explicit choice."""
-        if not self.record:
+        if self.record is None:
             self.notify("no plan to pin yet", severity="warning")
             return
-        rp = self.record.get("resolved_parallelism") or {}
-        self.query_one(KnobForm).set_values({k: rp[k] for k in core.PIN_KEYS if k in rp})
+        self.query_one(KnobForm).set_values(self.record.pinned_hyperparameters())
         self.notify("pinned the resolved plan into the knobs")
 
     def action_apply_suggestion(self, number: int) -> None:
-        """Apply suggestion `number` (1-based): its `set` dict goes into the knobs."""
-        sugg = (self.record or {}).get("suggestions") or []
+        """Apply suggestion `number` (1-based): its `set` knobs go into the form."""
+        sugg = self.record.suggestions if self.record is not None else []
         if not 1 <= number <= len(sugg):
             self.notify("no suggestion to apply", severity="warning")
             return
-        self.query_one(KnobForm).set_values(sugg[number - 1]["set"])
-        self.notify(f"applied: {sugg[number - 1].get('text', '')}")
+        chosen = sugg[number - 1]
+        self.query_one(KnobForm).set_values(chosen.set)
+        self.notify(f"applied: {chosen.text}")
 
     def action_export(self) -> None:
         """Write the job as veri.toml in the working directory (aside, then renamed)."""

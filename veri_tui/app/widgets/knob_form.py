@@ -4,6 +4,8 @@ The form only collects raw values as typed and shows the errors it is given; par
 checking belong to `veri_tui.plan.job_from_fields` / `validate`. Empty inputs, `auto` and
 switches left at their default are not sent, so the core applies its own defaults and
 "not set" stays distinguishable from "set to the default" (the sharding-knob refusals care).
+An empty input shows a short hint (its default or unit); the field in focus has its full
+description in the help line docked under the form.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from textual import on
+from textual import events, on
 from textual.app import ComposeResult
 from textual.containers import Grid, VerticalScroll
 from textual.message import Message
@@ -22,6 +24,18 @@ from veri_tui.app.widgets.knob_fields import FIELDS, FieldSpec
 
 class KnobForm(VerticalScroll):
     """Every job field and knob; posts `KnobForm.Changed` after any edit."""
+
+    DEFAULT_CSS = """
+    KnobForm #knob-help {
+        dock: bottom;
+        height: auto;
+        max-height: 4;
+        padding: 0 1;
+        background: $boost;
+        color: $text-muted;
+        display: none;
+    }
+    """
 
     @dataclass
     class Changed(Message):
@@ -50,12 +64,13 @@ class KnobForm(VerticalScroll):
                 yield label
                 yield editor
                 yield Static("", classes="field-error", id=f"err-{spec.key}", markup=False)
+        yield Static("", id="knob-help", markup=False)
 
     def _editor(self, spec: FieldSpec) -> Input | Select[str] | Switch:
         wid = f"knob-{spec.key}"
         value = self._initial.get(spec.key, spec.default)
         if spec.kind == "switch":
-            return Switch(value=bool(value), id=wid, tooltip=spec.hint)
+            return Switch(value=bool(value), id=wid, tooltip=spec.help)
         if spec.kind == "select":
             options = spec.options or tuple(self._gpu_names)
             value = str(value) if value is not None and str(value) in options else options[0]
@@ -64,10 +79,11 @@ class KnobForm(VerticalScroll):
                 value=value,
                 allow_blank=False,
                 id=wid,
-                tooltip=spec.hint,
+                tooltip=spec.help,
             )
-        text = "" if value is None else str(value)
-        return Input(text, placeholder=spec.hint, id=wid, tooltip=spec.hint)
+        initial = self._initial.get(spec.key)  # unset: empty, so the core's default applies
+        text = "" if initial is None else str(initial)
+        return Input(text, placeholder=spec.placeholder, id=wid, tooltip=spec.help)
 
     def values(self) -> dict[str, Any]:
         """The keys the user set, as raw form values (strings, or bools for switches)."""
@@ -131,3 +147,15 @@ class KnobForm(VerticalScroll):
         if isinstance(event, Select.Changed) and event.select.id == "knob-method":
             self._show_for_method(str(event.value))
         self.post_message(self.Changed(self.values()))
+
+    def on_descendant_focus(self, event: events.DescendantFocus) -> None:
+        """Show the focused field's full description in the help line."""
+        key = (event.widget.id or "").removeprefix("knob-")
+        spec = next((s for s in FIELDS if s.key == key), None)
+        help_line = self.query_one("#knob-help", Static)
+        if spec is not None:
+            help_line.update(f"{spec.key}: {spec.help}")
+        help_line.display = spec is not None
+
+    def on_descendant_blur(self) -> None:
+        self.query_one("#knob-help", Static).display = False

@@ -1,12 +1,13 @@
 """The right-hand side of the plan editor: errors, memory, warnings, suggestions, charts.
 
-Fed one plan record dict (`PlanRecord.to_dict()`) plus the throughput sweep; it renders,
-it never computes. Suggestions are numbered so the screen's "apply" binding can name one.
+Fed the typed plan record (`PlanRecord`, None when there is no valid plan) plus the
+throughput sweep; it renders, it never computes. Suggestions are numbered so the screen's
+"apply" binding can name one.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.text import Text
 from textual.app import ComposeResult
@@ -16,6 +17,9 @@ from textual.widgets import Static
 from veri_tui.app.widgets.charts import ThroughputChart
 from veri_tui.app.widgets.memory_bar import MemoryBar
 
+if TYPE_CHECKING:
+    from veri_tui.plan import PlanRecord
+
 
 def show(static: Static, content: str | Text) -> None:
     """Update `static` only when its content changes: every update costs a screen relayout,
@@ -24,19 +28,11 @@ def show(static: Static, content: str | Text) -> None:
         static.update(content)
 
 
-def decision_trace(record: dict[str, Any]) -> list[str]:
-    """The header lines and decision trace of a record, as lines of text."""
-    lines = [str(x) for x in record.get("header_lines") or []]
-    rp = record.get("resolved_parallelism") or {}
-    for key in ("decision_trace", "trace", "decision"):
-        trace = rp.get(key, record.get(key))
-        if isinstance(trace, list):
-            lines += [f"  {t}" if isinstance(t, str) else f"  {t}" for t in trace]
-            break
-        if isinstance(trace, str):
-            lines.append(f"  {trace}")
-            break
-    return lines
+def decision_trace(record: PlanRecord) -> list[str]:
+    """The header lines, then the rest of the decision trace, indented. The header's own
+    `decision:` line is the trace's first entry, so it is not repeated."""
+    trace = record.resolved_parallelism.get("decision_trace") or []
+    return [*record.header_lines, *(f"  {t}" for t in trace[1:])]
 
 
 class PlanView(VerticalScroll):
@@ -58,7 +54,7 @@ class PlanView(VerticalScroll):
 
     def show_record(
         self,
-        record: dict[str, Any] | None,
+        record: PlanRecord | None,
         sweep: list[dict[str, Any]],
         current: tuple[int, int] | None,
     ) -> None:
@@ -70,20 +66,19 @@ class PlanView(VerticalScroll):
         if chart.sweep != tuple(sweep) or chart.current != current:
             chart.sweep = tuple(sweep)
             chart.current = current
-        record = record or {}
-        warnings = [str(w) for w in record.get("warnings") or []]
+        warnings = record.warnings if record else []
         show(
             self.query_one("#warnings", Static),
             Text("\n".join(f"warning: {w}" for w in warnings), style="yellow"),
         )
         self.query_one("#warnings").display = bool(warnings)
-        sugg = record.get("suggestions") or []
+        sugg = record.suggestions if record else []
         text = Text()
         if sugg:
             text.append("Nothing fits. Suggestions (ctrl+y applies 1):\n", style="bold")
             for i, s in enumerate(sugg[:9], start=1):
-                text.append(f" {i}. {s.get('text', s.get('set'))}\n")
+                text.append(f" {i}. {s.text}\n")
         show(self.query_one("#suggestions", Static), text)
         self.query_one("#suggestions").display = bool(sugg)
-        trace = decision_trace(record)
+        trace = decision_trace(record) if record else []
         show(self.query_one("#trace", Static), "\n".join(trace))
