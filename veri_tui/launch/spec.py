@@ -1,4 +1,5 @@
-"""Build the job record (job.json) from a JobConfig and its PlanRecord, refusing bad input.
+"""Build the job record (job.json, `trainer.jobdir.JobRecord`) from a JobConfig and its
+PlanRecord, refusing bad input.
 
 The record is the one contract between this side and the trainer (docs/interfaces.md
 section 2): every path in it is absolute, the model is a local directory, and the plan header
@@ -15,6 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from trainer.jobdir import PENDING, JobRecord, JobSpec
 from veri_tui.errors import Refusal, VeriError
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -102,7 +104,7 @@ def local_dataset(job: Any) -> Path:
 
 def build_record(
     job: Any, plan_record: Any, job_id: str, job_dir: Path, host: str | None = None
-) -> dict[str, Any]:
+) -> JobRecord:
     """The job.json record for ``job`` planned as ``plan_record``; raises VeriError.
 
     ``job`` is a veri_tui.plan.JobConfig and ``plan_record`` its PlanRecord (typed loosely so
@@ -137,7 +139,7 @@ def make_record(
     output_dir: str,
     host: str | None = None,
     model_name: str | None = None,
-) -> dict[str, Any]:
+) -> JobRecord:
     """The job.json record with the paths as given (already checked, and already the paths
     of the machine that will run it): the one place its layout is written down in code.
 
@@ -150,7 +152,7 @@ def make_record(
     # What `veri-tui plan` prints: the log must carry the "does not fit" warning too.
     warnings = [f"warning: {w}" for w in plan.get("warnings", [])]
     header = [*plan.get("header_lines", []), plan["plan_line"], *warnings]
-    spec = {
+    spec: JobSpec = {
         "method": job.method,
         "model": model_name or job.model or model_path,
         "model_path": model_path,
@@ -167,7 +169,7 @@ def make_record(
     }
     return {
         "job_id": job_id,
-        "status": "pending",
+        "status": PENDING,
         "created_at": time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime()),
         "started_at": None,
         "ended_at": None,
