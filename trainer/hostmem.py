@@ -138,7 +138,8 @@ class MemoryWatch:
         if self.cgroup and self.kills_at_start is not None:
             kills = (self.cgroup.oom_kills() or 0) - self.kills_at_start
             if kills > 0:
-                return f"the kernel counted {kills} out-of-memory kill(s) in the job's cgroup"
+                plural = "s" if kills > 1 else ""
+                return f"the kernel counted {kills} out-of-memory kill{plural} in the job's cgroup"
         near = [s for s in self.samples if died_at - WINDOW_S <= s[0] < died_at + 2]
         node = max((s[1] for s in near if s[1] is not None), default=0.0)
         group = max((s[2] for s in near if s[2] is not None), default=0.0)
