@@ -31,7 +31,8 @@ def dp_efficiency(qwen, gpu: str, **knobs: Any) -> float:
 
 def test_l4_efficiency_rises_with_micro_batch_and_sequence(qwen) -> None:
     by_mbs = [dp_efficiency(qwen, "L4-24GB", micro_batch_size=m) for m in (1, 2, 4, 8)]
-    assert by_mbs == sorted(by_mbs) and by_mbs[0] < 0.9 < by_mbs[-1]
+    # mbs=1: 0.90 with the fitted constants (docs/accuracy.md; 0.88 before the fit).
+    assert by_mbs == sorted(by_mbs) and by_mbs[0] < 0.95 < by_mbs[-1]
     by_seq = [dp_efficiency(qwen, "L4-24GB", max_seq_length=s) for s in (256, 512, 1024, 2048)]
     assert by_seq == sorted(by_seq) and by_seq[0] < by_seq[-1]
 

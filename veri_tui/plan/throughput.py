@@ -1,8 +1,12 @@
 """Step time and tokens/s: compute plus the data-parallel communication that is not hidden.
 
-compute per micro-batch = FLOPs / (peak x MAX_MFU) + layers x LAYER_OVERHEAD_S
-  (a fixed per-layer cost: kernel launches and small ops; it is why efficiency grows with
-  the tokens in a micro-batch)
+compute per micro-batch = FLOPs / (peak x MATMUL_EFFICIENCY[gpu])
+  + tokens x passes x layers x hidden x ELEMENTWISE_BYTES / HBM bandwidth
+  + layers x LAYER_OVERHEAD_S
+  (matmuls at a fitted share of the peak; the memory-bound elementwise work, which weighs
+  more on GPUs with more FLOPs per byte of bandwidth and on narrow models; a fixed per-layer
+  cost: kernel launches, why efficiency grows with the tokens in a micro-batch). The two
+  fitted constants come from published eager runs: docs/accuracy.md.
 communication (busbw from the GPU catalog; all-reduce moves 2(n-1)/n of the bytes, all-gather
 and reduce-scatter (n-1)/n):
   zero_stage 0 and 2: one all-reduce of the trainable gradients per optimizer step, hidden
@@ -21,7 +25,18 @@ from veri_tui.plan.gpus import GPU
 from veri_tui.plan.memory import COMPUTE_BYTES, WEIGHT_BYTES
 from veri_tui.plan.model_info import ModelInfo
 
-MAX_MFU = 0.55  # well-tuned dense bf16 training reaches ~40-55% model FLOPs utilisation
+# Share of the dense bf16 peak an eager PyTorch step's matmuls reach (the bundled trainer runs
+# eager), and the elementwise memory traffic per token, layer, hidden unit and pass: fitted
+# to published eager FSDP runs by benchmarks/estimate_accuracy.py (docs/accuracy.md).
+# Hopper parts reach a lower share than Ampere with the same eager kernels. GPUs without
+# published runs here (L4, B200) take the lower figure.
+MATMUL_EFFICIENCY = {"A10G-24GB": 0.79, "A100-40GB": 0.79, "A100-80GB": 0.79,
+                     "H100-80GB": 0.59, "H200-141GB": 0.59}  # fmt: skip
+DEFAULT_MATMUL_EFFICIENCY = 0.59
+ELEMENTWISE_BYTES = 165
+# HBM bandwidth, GB/s, from each datasheet (A100-40GB: 1,555; A100 80GB SXM: 2,039).
+HBM_GBPS = {"L4-24GB": 300.0, "A10G-24GB": 600.0, "A100-40GB": 1555.0, "A100-80GB": 2039.0,
+            "H100-80GB": 3350.0, "H200-141GB": 4800.0, "B200-180GB": 8000.0}  # fmt: skip
 LAYER_OVERHEAD_S = 0.25e-3  # ~50 kernels per layer (fwd + bwd) x ~5 us launch each
 OVERLAP = 0.8  # share of backward time that communication kernels can run under
 HOST_LINK_GBPS = 25.0  # PCIe Gen4 x16 host<->device copies, used by cpu_offload
@@ -78,9 +93,14 @@ def estimate_throughput(
     lora = lora_rank > 0
     f = flops_per_token(info, seq, lora=lora, gc=gradient_checkpointing, dpo=method == "dpo")
     tokens_mb = micro_batch_size * seq
-    peak = gpu.bf16_dense_tflops * 1e12 * MAX_MFU
-    overhead = max(info.layer_count, 1) * LAYER_OVERHEAD_S
-    mb_s = f["total"] * tokens_mb / peak + overhead
+    peak = gpu.bf16_dense_tflops * 1e12 * MATMUL_EFFICIENCY.get(gpu.name, DEFAULT_MATMUL_EFFICIENCY)
+    layers = max(info.layer_count, 1)
+    overhead = layers * LAYER_OVERHEAD_S
+    passes = f["total"] / f["forward"] if f["forward"] else 0.0
+    traffic = passes * layers * info.hidden_size * ELEMENTWISE_BYTES * tokens_mb
+    hbm = HBM_GBPS.get(gpu.name)  # every catalog GPU has one; a new one without it: no term
+    memory_s = traffic / (hbm * 1e9) if hbm else 0.0
+    mb_s = f["total"] * tokens_mb / peak + memory_s + overhead
     bwd_s = (f["backward"] + f["recompute"]) * tokens_mb / peak
     ga = gradient_accumulation_steps
     compute_s = ga * mb_s
