@@ -8,8 +8,6 @@ then appended to known_hosts (`[host]:port` form off port 22). A changed key is 
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import os
 from pathlib import Path
 
@@ -17,12 +15,6 @@ import paramiko
 
 from trainer.jobdir import write_bytes_atomic
 from veri_tui.errors import Refusal, VeriError
-
-
-def fingerprint(key: paramiko.PKey) -> str:
-    """OpenSSH's `SHA256:...` form (unpadded base64 of the key blob's SHA-256)."""
-    digest = hashlib.sha256(key.asbytes()).digest()
-    return "SHA256:" + base64.b64encode(digest).decode().rstrip("=")
 
 
 def known_hosts_path(explicit: str | None = None) -> Path:
@@ -74,7 +66,7 @@ class TrustPolicy(paramiko.MissingHostKeyPolicy):
         self.trusted = trusted
 
     def missing_host_key(self, client: paramiko.SSHClient, hostname: str, key) -> None:
-        got = fingerprint(key)
+        got = key.fingerprint  # OpenSSH's `SHA256:...` form (paramiko 3.2+)
         if self.trusted is None:
             raise UnknownHostKeyError(hostname, got, key.get_name(), self.known_hosts)
         if self.trusted.strip() != got:
@@ -112,5 +104,5 @@ def load_known_hosts(client: paramiko.SSHClient, path: Path) -> None:
 def changed_key_error(exc: paramiko.BadHostKeyException, known_hosts: Path) -> ChangedHostKeyError:
     """Turn paramiko's exception into the user-facing refusal."""
     return ChangedHostKeyError(
-        exc.hostname, fingerprint(exc.expected_key), fingerprint(exc.key), known_hosts
+        exc.hostname, exc.expected_key.fingerprint, exc.key.fingerprint, known_hosts
     )
