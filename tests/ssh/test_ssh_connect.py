@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import shutil
 import socket
+import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -12,6 +15,10 @@ import pytest
 from veri_tui.errors import VeriError
 from veri_tui.launch.ssh.connection import Connection
 from veri_tui.launch.ssh.hosts import resolve_host
+from veri_tui.launch.ssh.preflight import run_preflight
+from veri_tui.launch.ssh.remote_model import hub_cache_dir, remote_hub_cache
+from veri_tui.plan import read_model_info
+from veri_tui.plan.sources import bundled_tiny_model
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(60)]
 
@@ -123,3 +130,84 @@ def test_silent_server_times_out(tmp_path: Path) -> None:
             )
         assert time.monotonic() - start < 10
         assert err.value.lines()[0].startswith("error: host: ")
+
+
+def test_lines_after_an_include_stay_in_their_block(tmp_path: Path) -> None:
+    # OpenSSH: after an Include, lines belong to the block the Include stood in, not to the
+    # included file's last Host (and a top-level Include leaves later lines global).
+    (tmp_path / "top.conf").write_text("Host c\n  User carol\n")
+    (tmp_path / "extra.conf").write_text("Host b\n  User dave\n  Port 2200\n")
+    config = tmp_path / "config"
+    config.write_text(
+        "Include top.conf\nConnectTimeout 7\n"
+        "Host a\n  HostName 10.0.0.1\n  Include extra.conf\n  User bob\n  Port 2201\n"
+    )
+    a, b, c = (resolve_host(name, config) for name in ("a", "b", "c"))
+    assert (a.hostname, a.user, a.port, a.connect_timeout) == ("10.0.0.1", "bob", 2201, 7.0)
+    assert (b.hostname, b.user, b.port, b.connect_timeout) == ("b", "dave", 2200, 7.0)
+    assert (c.user, c.port, c.connect_timeout) == ("carol", 22, 7.0)
+
+
+@pytest.fixture
+def sshd_with_hf_home(ssh_env, tmp_path: Path, monkeypatch) -> Iterator[tuple[str, Path]]:
+    """Another server with the test sshd's keys that sets HF_HOME in its sessions (sshd's
+    SetEnv: what a host's environment gives its users); yields (alias, HF_HOME)."""
+    hf_home = tmp_path / "remote-hf-home"
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    root = ssh_env.root
+    server = (root / "sshd_config").read_text().replace(f"Port {ssh_env.port}\n", f"Port {port}\n")
+    server = server.replace(str(root / "sshd.pid"), str(tmp_path / "sshd.pid"))
+    (tmp_path / "sshd_config").write_text(server + f"SetEnv HF_HOME={hf_home}\n")
+    known = tmp_path / "known_hosts"
+    known.write_text(ssh_env.host_key_line.replace(f":{ssh_env.port} ", f":{port} ") + "\n")
+    (tmp_path / "ssh_config").write_text(
+        f"Host hf-env\n  HostName 127.0.0.1\n  Port {port}\n  IdentityFile {ssh_env.user_key}\n"
+        f"  UserKnownHostsFile {known}\n"
+    )
+    monkeypatch.setenv("VERI_SSH_CONFIG", str(tmp_path / "ssh_config"))
+    proc = subprocess.Popen(
+        ["/usr/sbin/sshd", "-D", "-e", "-f", str(tmp_path / "sshd_config")],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        for _ in range(200):  # until it listens (or exits)
+            with socket.socket() as s:
+                if proc.poll() is not None or s.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            time.sleep(0.05)
+        assert proc.poll() is None, "the second sshd did not start"
+        yield "hf-env", hf_home
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def test_remote_hub_cache_follows_the_hosts_hf_home(sshd_with_hf_home) -> None:
+    alias, hf_home = sshd_with_hf_home
+    snapshot = hf_home / "hub" / "models--acme--tiny" / "snapshots" / "abc123"
+    shutil.copytree(bundled_tiny_model(), snapshot)
+    (snapshot.parents[1] / "refs").mkdir()
+    (snapshot.parents[1] / "refs" / "main").write_text("abc123")
+    conn = Connection.open(alias)
+    try:
+        home = str(Path.home())
+        assert remote_hub_cache(conn, home) == f"{hf_home}/hub"
+        pf = run_preflight(conn, model="acme/tiny")
+    finally:
+        conn.close()
+    assert pf.problems == [] and pf.model_path == str(snapshot)
+    assert pf.model_info.parameter_count == read_model_info(str(snapshot)).parameter_count
+
+
+def test_hub_cache_resolution_order() -> None:
+    home = "/home/u"
+    assert hub_cache_dir({}, home) == "/home/u/.cache/huggingface/hub"
+    assert hub_cache_dir({"XDG_CACHE_HOME": "/c"}, home) == "/c/huggingface/hub"
+    assert hub_cache_dir({"HF_HOME": "~/hf", "XDG_CACHE_HOME": "/c"}, home) == "/home/u/hf/hub"
+    env = {"HF_HUB_CACHE": "/data/hub", "HUGGINGFACE_HUB_CACHE": "/old", "HF_HOME": "/hf"}
+    assert hub_cache_dir(env, home) == "/data/hub"
+    assert hub_cache_dir({"HUGGINGFACE_HUB_CACHE": "/old", "HF_HOME": "/hf"}, home) == "/old"
+    assert hub_cache_dir({"HF_HOME": " "}, home) == "/home/u/.cache/huggingface/hub"

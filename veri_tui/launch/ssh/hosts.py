@@ -4,7 +4,11 @@ Two forms are accepted: an alias from the OpenSSH client config (`~/.ssh/config`
 `$VERI_SSH_CONFIG`, or a path given by the caller) and a literal `user@host[:port]`.
 paramiko parses the config but applies nothing and does not implement `Include`, so the
 `Include` lines are expanded here (globs, relative paths taken from the config file's folder,
-which is `~/.ssh` for the default file, as OpenSSH does) before paramiko sees the text.
+which is `~/.ssh` for the default file, as OpenSSH does) before paramiko sees the text. As in
+OpenSSH, the lines after an `Include` belong to the block the `Include` stood in, not to the
+included file's last `Host`: that block's header is repeated after the included text (`Host *`
+at the top level). One difference remains: OpenSSH applies an included file's own `Host`
+blocks only when the enclosing block matches too; here they apply on their own.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from veri_tui.errors import VeriError
 MAX_INCLUDE_DEPTH = 16
 
 _INCLUDE = re.compile(r"^\s*include(?:\s*=\s*|\s+)(.+)$", re.IGNORECASE)
+_BLOCK = re.compile(r"^\s*(?:host|match)(?:\s*=\s*|\s+)\S", re.IGNORECASE | re.MULTILINE)
 _USER_HOST = re.compile(
     r"^(?:(?P<user>[^@\s]+)@)?(?P<host>\[[^\]]+\]|[^:@\s]+)(?::(?P<port>\d+))?$"
 )
@@ -67,9 +72,12 @@ def expand_includes(path: Path, base: Path | None = None, depth: int = 0) -> str
     except OSError as exc:
         raise VeriError(f"cannot read ({exc.strerror}); check the path", key=str(path)) from exc
     out: list[str] = []
+    block = "Host *"  # the block the current line is in: the top level until a Host/Match
     for line in text.splitlines():
         match = _INCLUDE.match(line)
         if not match:
+            if _BLOCK.match(line):
+                block = line
             out.append(line)
             continue
         for pattern in match.group(1).split():
@@ -79,7 +87,10 @@ def expand_includes(path: Path, base: Path | None = None, depth: int = 0) -> str
             # OpenSSH includes matches in lexical order and ignores patterns matching nothing.
             for found in sorted(glob.glob(pattern)):
                 if os.path.isfile(found):
-                    out.append(expand_includes(Path(found), base, depth + 1))
+                    included = expand_includes(Path(found), base, depth + 1)
+                    out.append(included)
+                    if _BLOCK.search(included):
+                        out.append(block)  # back in the Include's own block
     return "\n".join(out)
 
 

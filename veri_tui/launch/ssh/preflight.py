@@ -15,7 +15,13 @@ from typing import Any
 
 from veri_tui.errors import Refusal, VeriError
 from veri_tui.launch.ssh.connection import Connection
-from veri_tui.launch.ssh.remote_model import expand_home, locate_model, remote_model_info
+from veri_tui.launch.ssh.remote_model import (
+    expand_home,
+    is_hub_id,
+    locate_model,
+    remote_hub_cache,
+    remote_model_info,
+)
 
 MIN_PYTHON = (3, 11)
 #: Kept free on top of what the job writes, so the remote machine does not run out entirely.
@@ -191,12 +197,13 @@ def run_preflight(
 
 def _check_model(conn: Connection, pf: Preflight, model: str) -> None:
     sftp = conn.sftp()
-    folder = locate_model(sftp, model, pf.home)
+    hub = remote_hub_cache(conn, pf.home) if is_hub_id(model) else None
+    folder = locate_model(sftp, model, pf.home, hub)
     if folder is None:
+        where = "that path" + (f" and in the Hub cache {hub}" if hub else "")
         pf.problems.append(
             Refusal("model", f"{model} not found on {pf.host} (looked for config.json at "
-                        "that path and in ~/.cache/huggingface/hub); copy the model there or "
-                        "pass its path on the remote host")
+                        f"{where}); copy the model there or pass its path on the remote host")
         )  # fmt: skip
         return
     try:

@@ -3,17 +3,27 @@
 Only the 8-byte header length and the header itself are read (bounded by safetensors' own
 100,000,000-byte limit), never tensor data, so counting a 70B checkpoint costs a few hundred KB
 of transfer. The same checks as for local files apply (veri_tui.plan.headers).
+
+A Hub id is looked up in the host's Hub cache, found as huggingface_hub finds it
+(`HF_HUB_CACHE`, else `HF_HOME/hub`, else `~/.cache/huggingface/hub`) from the environment of
+the user's login shell there: what sshd sets (`SetEnv`, `~/.ssh/environment`) and what the
+profile files export.
 """
 
 from __future__ import annotations
 
 import posixpath
+from collections.abc import Mapping
 from typing import Any
 
 import paramiko
 
 from veri_tui.errors import VeriError
 from veri_tui.launch.ssh import files
+from veri_tui.launch.ssh.connection import Connection
+
+#: The variables huggingface_hub reads for its cache, newest name first.
+HUB_CACHE_VARS = ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "HF_HOME", "XDG_CACHE_HOME")
 
 
 def expand_home(path: str, home: str) -> str:
@@ -23,15 +33,50 @@ def expand_home(path: str, home: str) -> str:
     return path
 
 
-def locate_model(sftp: paramiko.SFTPClient, model: str, home: str) -> str | None:
-    """The remote checkpoint folder for `model`: a path, or a Hub id in the remote HF cache."""
+def is_hub_id(model: str) -> bool:
+    """`org/name`: what is looked up in the Hub cache when it is no folder on the host."""
+    return len(model.split("/")) == 2 and not model.startswith(("/", "~", "."))
+
+
+def hub_cache_dir(env: Mapping[str, str], home: str) -> str:
+    """The Hub cache folder huggingface_hub would use with ``env`` and home folder ``home``."""
+
+    def path(name: str) -> str | None:
+        value = env.get(name, "").strip()
+        return expand_home(value, home) if value else None
+
+    hf_home = path("HF_HOME") or posixpath.join(
+        path("XDG_CACHE_HOME") or posixpath.join(home, ".cache"), "huggingface"
+    )
+    return path("HF_HUB_CACHE") or path("HUGGINGFACE_HUB_CACHE") or posixpath.join(hf_home, "hub")
+
+
+def remote_hub_cache(conn: Connection, home: str) -> str:
+    """The host's Hub cache folder, from its login shell's environment (`env` there, so it
+    does not matter which shell the user has); the default one if that cannot be run."""
+    res = conn.run_line('"$SHELL" -lc env', timeout=30)  # $SHELL: expanded by the host
+    env: dict[str, str] = {}
+    if res.exit_status == 0:
+        for line in res.stdout.decode("utf-8", "replace").splitlines():
+            name, eq, value = line.partition("=")
+            if eq and name in HUB_CACHE_VARS:
+                env[name] = value
+    return hub_cache_dir(env, home)
+
+
+def locate_model(
+    sftp: paramiko.SFTPClient, model: str, home: str, hub_cache: str | None = None
+) -> str | None:
+    """The remote checkpoint folder for `model`: a path, or a Hub id in the remote HF cache
+    (``hub_cache``, by default `~/.cache/huggingface/hub`; `remote_hub_cache` finds it)."""
     path = expand_home(model, home)
     if path.startswith("/") and files.exists(sftp, posixpath.join(path, "config.json")):
         return path
-    parts = model.split("/")
-    if len(parts) != 2 or model.startswith(("/", "~", ".")):
+    if not is_hub_id(model):
         return None
-    repo = posixpath.join(home, ".cache/huggingface/hub", f"models--{parts[0]}--{parts[1]}")
+    org, name = model.split("/")
+    cache = hub_cache or hub_cache_dir({}, home)
+    repo = posixpath.join(cache, f"models--{org}--{name}")
     try:
         ref = files.read_bytes(sftp, posixpath.join(repo, "refs", "main"), 100).decode().strip()
         candidates = [ref]
