@@ -95,7 +95,7 @@ def train(cfg: TrainConfig, ctx: RankContext, log: RankLog) -> None:
     for step in range(start, total):
         faults.at_step(step + 1)
         t0 = time.perf_counter()
-        loss, grad_norm, tokens = stepper.step(step)
+        loss, grad_norm, tokens, rewards = stepper.step(step)
         lr = sched.get_last_lr()[0]
         sched.step()
         if (step + 1) % cfg.logging_steps == 0 or step + 1 == total:
@@ -103,7 +103,7 @@ def train(cfg: TrainConfig, ctx: RankContext, log: RankLog) -> None:
             metric["grad_norm"] = round(grad_norm, 6)
             metric["tokens_per_s"] = round(tokens / (time.perf_counter() - t0), 1)
             metric["peak_mem_bytes"] = peak_mem_bytes(rt.device)
-            log.metric(metric)
+            log.metric({**metric, **rewards})
         if cfg.checkpoint_steps and (step + 1) % cfg.checkpoint_steps == 0:
             extra = {"scheduler": sched.state_dict(), "data_position": step + 1, "seed": cfg.seed}
             lora, keep = bool(cfg.lora_rank), cfg.keep_checkpoints
@@ -156,15 +156,20 @@ class _Stepper:
         ]
         return [[self.rows[i] for i in s] for s in slices]
 
-    def _loss(self, mb: list[Any]) -> torch.Tensor:
+    def _loss(self, mb: list[Any]) -> tuple[torch.Tensor, torch.Tensor]:
+        """The micro-batch's loss sum, and the sums it adds to the step's totals."""
         cfg, dev = self.cfg, self.rt.device
         if cfg.method == "sft_text":
-            return losses.sft_loss_sum(self.model, mb, self.pad_id, dev)
-        loss, _ = losses.dpo_loss_sum(self.model, mb, self.pad_id, dev, cfg.beta, self.reference)
-        return loss
+            loss = losses.sft_loss_sum(self.model, mb, self.pad_id, dev)
+            return loss, loss.detach().double().reshape(1)
+        loss, rewards = losses.dpo_loss_sum(
+            self.model, mb, self.pad_id, dev, cfg.beta, self.reference
+        )
+        return loss, torch.cat([loss.detach().double().reshape(1), rewards])
 
-    def step(self, step: int) -> tuple[float, float, float]:
-        """Run step `step` (0-based); returns (loss, grad_norm, global input tokens)."""
+    def step(self, step: int) -> tuple[float, float, float, dict[str, float]]:
+        """Run step `step` (0-based); returns (loss, grad_norm, global input tokens, the
+        DPO reward metrics, empty for SFT)."""
         cfg, rt = self.cfg, self.rt
         micro = self._micro_batches(step)
         flat = [e for mb in micro for e in mb]
@@ -176,17 +181,19 @@ class _Stepper:
         targets, tokens = counts.tolist()
         denom = targets if cfg.method == "sft_text" else float(cfg.global_batch_size)
         measuring = self.meter.active(step + 1)
-        loss_sum = torch.zeros((), dtype=torch.float64, device=rt.device)
+        # Summed: the loss, and for DPO the chosen reward, rejected reward, chosen > rejected.
+        size = 1 if cfg.method == "sft_text" else 4
+        totals = torch.zeros(size, dtype=torch.float64, device=rt.device)
         last = len(micro) - 1
         for m, mb in enumerate(micro):
             with grad_sync(self.model, m == last):
                 with autocast(cfg, rt):
-                    loss = self._loss(mb)
+                    loss, sums = self._loss(mb)
                 if measuring and m == last:
                     self.meter.after_forward(self.model, cfg.zero_stage)
                 # DDP and FSDP2 average over ranks: scale so the sum over ranks is the mean.
                 (loss * (rt.world_size / denom)).backward()
-            loss_sum += loss.detach().double()
+            totals += sums
         if measuring:
             self.meter.after_backward(self.model, self.opt)
             self.meter.reference_rest(self.ref, cfg.zero_stage)
@@ -196,11 +203,26 @@ class _Stepper:
         norm = norm.full_tensor() if hasattr(norm, "full_tensor") else norm
         self.opt.step()
         self.opt.zero_grad(set_to_none=True)
-        dist.all_reduce(loss_sum)
+        dist.all_reduce(totals)
         if measuring:
             extra = {"zero_stage": cfg.zero_stage, "precision": cfg.precision}
             self.meter.write({**extra, "lora_rank": cfg.lora_rank, "method": cfg.method})
-        return float(loss_sum) / denom, float(norm), tokens
+        summed = totals.tolist()
+        return summed[0] / denom, float(norm), tokens, reward_metrics(summed[1:], denom)
+
+
+def reward_metrics(sums: list[float], pairs: float) -> dict[str, float]:
+    """TRL's DPO metrics from the step's global sums (chosen reward, rejected reward, pairs
+    with chosen > rejected), as means over its pairs; {} for SFT (no sums)."""
+    if not sums:
+        return {}
+    chosen, rejected, correct = (x / pairs for x in sums)
+    return {
+        "rewards/chosen": round(chosen, 6),
+        "rewards/rejected": round(rejected, 6),
+        "rewards/margins": round(chosen - rejected, 6),
+        "rewards/accuracies": round(correct, 6),
+    }
 
 
 def _reference_fn(model: torch.nn.Module, ref: torch.nn.Module | None, device: torch.device) -> Any:

@@ -8,6 +8,7 @@ from the initial model's. The dpo LoRA job is also the reference for a LoRA resu
 from __future__ import annotations
 
 import json
+import math
 import shutil
 from pathlib import Path
 
@@ -28,6 +29,7 @@ CASES = {
 }
 ACCUMULATE = {"sft-text-z3-fp32-offload": {"micro_batch_size": 1, "gradient_accumulation_steps": 2}}
 METRIC_KEYS = {"step", "total_steps", "loss", "lr", "grad_norm", "tokens_per_s", "peak_mem_bytes"}
+REWARD_KEYS = {"rewards/chosen", "rewards/rejected", "rewards/margins", "rewards/accuracies"}
 
 
 @pytest.fixture(scope="module")
@@ -70,11 +72,35 @@ def test_log_starts_with_plan_then_one_metric_per_step(runs: dict[str, Path], na
     assert header[-1].startswith("plan: dp=2 zero_stage=")
     rows = metrics(job_dir)
     assert [m["step"] for m in rows] == list(range(1, STEPS + 1))
-    assert all(set(m) == METRIC_KEYS and m["total_steps"] == STEPS for m in rows)
+    keys = METRIC_KEYS | (REWARD_KEYS if CASES[name][0] == "dpo" else set())
+    assert all(set(m) == keys and m["total_steps"] == STEPS for m in rows)
     logged = [json.loads(x) for x in lines if x.startswith("{")]
     assert logged == rows
     offload_note = any(x.startswith("cpu_offload:") for x in lines)
     assert offload_note == CASES[name][5]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("name", [n for n, c in CASES.items() if c[0] == "dpo"])
+def test_dpo_metric_lines_carry_trl_rewards(runs: dict[str, Path], name: str) -> None:
+    """rewards/*: beta x (policy - reference) sequence log-probs, means over the step's 4 pairs
+    (2 ranks x mbs 2). At step 1 the policy still is the reference (the same weights; LoRA's B
+    starts at zero): all zero and the loss is ln 2. The loss is the mean of -log sigmoid of
+    the pairs' margins, so it is at least -log sigmoid(mean margin) (convexity)."""
+    rows = metrics(runs[name])
+    pairs = json.loads((runs[name] / "job.json").read_text())["spec"]["resolved_parallelism"]
+    assert pairs["global_batch_size"] == 4
+    first = rows[0]
+    assert [first[k] for k in sorted(REWARD_KEYS)] == [0.0, 0.0, 0.0, 0.0]
+    assert abs(first["loss"] - math.log(2)) < 1e-6
+    for m in rows:
+        chosen, rejected, margins = m["rewards/chosen"], m["rewards/rejected"], m["rewards/margins"]
+        assert abs(margins - (chosen - rejected)) <= 2e-6
+        assert 0 <= m["rewards/accuracies"] <= 1 and (4 * m["rewards/accuracies"]).is_integer()
+        assert m["loss"] >= -math.log(1 / (1 + math.exp(-margins))) - 1e-5
+    assert any(abs(m["rewards/chosen"]) > 1e-4 for m in rows[1:])  # training moved the policy
+    assert any(m["rewards/accuracies"] > 0 for m in rows[1:])
 
 
 @pytest.mark.slow

@@ -8,8 +8,11 @@ backward are, in bytes:
              + the softmax log-sum-exp, fp32 per head               = 4a
   MLP:       gate, silu(gate), up, silu(gate) x up (4 x 2I)         = 8I
 With gradient checkpointing each layer keeps only its bf16 input (2h) and one layer is
-recomputed at a time. Logits and loss: bf16 logits (2V), the fp32 upcast for the loss (4V)
-and its fp32 gradient (4V) = 10V per token. Derivation and sources: docs/planning.md.
+recomputed at a time. Logits and loss, as trainer/losses.py computes them (the label
+log-probabilities by gather minus a logsumexp taken over chunks of tokens, never a
+full-vocabulary fp32 log_softmax): the bf16 logits kept for backward (2V) and their bf16
+gradient (2V) = 4V per token, plus one fp32 chunk of logits (LOSS_CHUNK_BYTES at most) per
+micro-batch. Derivation, measurements and sources: docs/planning.md.
 """
 
 from __future__ import annotations
@@ -18,7 +21,10 @@ from veri_tui.plan.gpus import GPU
 from veri_tui.plan.memory import COMPUTE_BYTES, UNITS_IN_FLIGHT
 from veri_tui.plan.model_info import ModelInfo
 
-LOGITS_BYTES_PER_VOCAB = 2 + 4 + 4
+LOGITS_BYTES_PER_VOCAB = 2 + 2
+# The fp32 bytes of one chunk of logits in the loss: trainer/losses.py CHUNK_BYTES (the
+# trainer cannot import this package; tests/trainer/test_losses.py checks they agree).
+LOSS_CHUNK_BYTES = 256 * 2**20
 FINAL_NORM_BYTES_PER_HIDDEN = 2 + 2 + 4
 
 
@@ -40,6 +46,25 @@ def bytes_per_token(info: ModelInfo, gradient_checkpointing: bool) -> int:
         body = layers * per_layer
     root = FINAL_NORM_BYTES_PER_HIDDEN * info.hidden_size
     return body + root + LOGITS_BYTES_PER_VOCAB * info.vocab_size
+
+
+def loss_chunk_bytes(vocab_size: int, tokens: int) -> int:
+    """The one fp32 chunk of logits the loss holds at a time (smaller for short batches)."""
+    if vocab_size <= 0:
+        return 0
+    per_chunk = max(1, LOSS_CHUNK_BYTES // (4 * vocab_size))
+    return 4 * vocab_size * min(tokens, per_chunk)
+
+
+def _largest_mbs(available: int, per_sample: int, seq: int, vocab_size: int) -> int:
+    """The largest mbs with mbs x per_sample + loss_chunk_bytes(mbs x seq) <= available.
+
+    The chunk is one per micro-batch: either full (then mbs <= `full`) or covering all of a
+    small micro-batch (4V bytes per token, then mbs <= `small`); both candidates fit.
+    """
+    full = max(available - loss_chunk_bytes(vocab_size, 2**62), 0) // per_sample
+    small = max(available, 0) // (per_sample + 4 * vocab_size * seq)
+    return max(full, small)
 
 
 def sequence_length(method: str, max_seq_length: int, max_length: int) -> int:
@@ -67,15 +92,16 @@ def estimate_activations(
     seq = sequence_length(method, max_seq_length, max_length)
     known = info.hidden_size > 0 and info.vocab_size > 0
     tokens = micro_batch_size * seq
-    with_gc = bytes_per_token(info, True) * tokens if known else 0
-    without_gc = bytes_per_token(info, False) * tokens if known else 0
+    chunk = loss_chunk_bytes(info.vocab_size, tokens) if known else 0
+    with_gc = bytes_per_token(info, True) * tokens + chunk if known else 0
+    without_gc = bytes_per_token(info, False) * tokens + chunk if known else 0
     transient = (
         UNITS_IN_FLIGHT * COMPUTE_BYTES * info.largest_layer_parameters if zero_stage == 3 else 0
     )
     available = gpu.usable_bytes - states_bytes - transient
     current = with_gc if gradient_checkpointing else without_gc
     per_sample = bytes_per_token(info, gradient_checkpointing) * seq if known else 0
-    max_mbs = max(available, 0) // per_sample if per_sample else None
+    max_mbs = _largest_mbs(available, per_sample, seq, info.vocab_size) if per_sample else None
     return {
         "known": known,
         "sequence_length": seq,
@@ -85,7 +111,8 @@ def estimate_activations(
         "bytes_per_gpu": current,
         "with_checkpointing_bytes": with_gc,
         "without_checkpointing_bytes": without_gc,
-        "logits_and_loss_bytes": LOGITS_BYTES_PER_VOCAB * info.vocab_size * tokens,
+        "logits_and_loss_bytes": LOGITS_BYTES_PER_VOCAB * info.vocab_size * tokens + chunk,
+        "loss_chunk_bytes": chunk,
         "transient_gather_bytes": transient,
         "available_bytes": available,
         "fits": known and current <= available,
