@@ -18,6 +18,7 @@ from typing import Any, TextIO
 
 from trainer.errors import TrainerError
 from trainer.failure_rules import classify_exceptions
+from trainer.jobdir import RankFailure, write_json_atomic, write_text_atomic
 
 
 @dataclass(frozen=True)
@@ -44,14 +45,9 @@ class RankContext:
 
 
 def atomic_write(path: Path, text: str) -> None:
-    """Write beside `path`, fsync, rename into place: readers never see half a file."""
+    """jobdir's atomic writer (readers never see half a file), making the folder first."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "w", encoding="utf-8") as fh:
-        fh.write(text)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    write_text_atomic(path, text)
 
 
 def write_pid(ctx: RankContext) -> None:
@@ -93,7 +89,7 @@ def describe(exc: BaseException) -> str:
     return message.splitlines()[0] if message else type(exc).__name__
 
 
-def failure_record(ctx: RankContext, exc: BaseException) -> dict[str, Any]:
+def failure_record(ctx: RankContext, exc: BaseException) -> RankFailure:
     """The per-rank record of docs/interfaces.md section 2."""
     code, peer = classify(exc)
     return {
@@ -110,11 +106,13 @@ def failure_record(ctx: RankContext, exc: BaseException) -> dict[str, Any]:
     }
 
 
-def write_failure(ctx: RankContext, exc: BaseException) -> dict[str, Any]:
+def write_failure(ctx: RankContext, exc: BaseException) -> RankFailure:
     """Write failures/rank-<r>.json atomically; never raises (we are already failing)."""
     record = failure_record(ctx, exc)
     try:
-        atomic_write(ctx.job_dir / "failures" / f"rank-{ctx.rank}.json", json.dumps(record))
+        folder = ctx.job_dir / "failures"
+        folder.mkdir(parents=True, exist_ok=True)
+        write_json_atomic(folder / f"rank-{ctx.rank}.json", record)
     except OSError:
         pass
     return record
