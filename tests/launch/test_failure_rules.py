@@ -9,6 +9,7 @@ supervisor's (error.json texts, torchrun's summary), which must agree.
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import shutil
@@ -229,3 +230,10 @@ def test_the_rule_table_is_written_once() -> None:
     for needle in ('"connection closed"', '"out of memory"', '"xid"', '"torch.OutOfMemoryError"'):
         holders = [p.name for p in trainer.glob("*.py") if needle in p.read_text()]
         assert holders == ["failure_rules.py"], (needle, holders)
+
+
+@pytest.mark.parametrize("module", ["failure_rules", "hostmem"])
+def test_rule_modules_parse_as_python_38(module: str) -> None:
+    """The supervisor imports them on GPU hosts whose Python may be 3.8."""
+    source = (Path(failures.__file__).parent / f"{module}.py").read_text()
+    ast.parse(source, feature_version=(3, 8))
