@@ -106,6 +106,27 @@ def run_many(jobs: list[Path], env: dict[str, str] | None = None, timeout: float
     assert proc.returncode == 0, proc.stderr[-4000:]
 
 
+# The golden loss curve (tests/fixtures/golden_losses.json, written by
+# scripts/make_golden_losses.py, checked by test_golden_loss.py): full fine-tune sft_text on
+# the bundled text set, the default precision, 2 ranks x mbs 2 (global batch 4), 20 steps,
+# at each stage, FAST settings.
+GOLDEN = {"precision": "bf16", "micro_batch_size": 2, "max_steps": 20, "seed": 42}
+GOLDEN_STAGES = (0, 2, 3)
+
+
+def golden_config() -> dict[str, Any]:
+    """Everything the golden runs depend on that a test can see (stored in the fixture)."""
+    data = DATASETS["text"].relative_to(REPO).as_posix()
+    return {"method": "sft_text", "dataset": data, "gpu_count": 2, **FAST, **GOLDEN}
+
+
+def golden_losses(root: Path, env: dict[str, str] | None = None) -> dict[str, list[float]]:
+    """Run the golden configuration at every stage in one torchrun; {"<stage>": losses}."""
+    jobs = {z: write_job(root / f"golden-z{z}", zero_stage=z, **GOLDEN) for z in GOLDEN_STAGES}
+    run_many(list(jobs.values()), env=env)
+    return {str(z): [m["loss"] for m in metrics(job.parent)] for z, job in jobs.items()}
+
+
 def checkpoint_tensors(folder: Path) -> dict[str, Any]:
     """A committed DCP checkpoint's model tensors, read without a process group."""
     import torch
