@@ -185,6 +185,17 @@ def test_no_quick_exit_after_a_hub_lookup(tmp_path: Path) -> None:
     assert json.loads(proc.stdout)["model"]["source"] == "org/remote"
 
 
+def test_a_refused_hub_lookup_is_one_line_and_ends_as_usual(tmp_path: Path) -> None:
+    # The real client against a closed local port (HF_ENDPOINT): no network leaves the box.
+    env = {"HF_HUB_CACHE": str(tmp_path / "empty"), "HF_ENDPOINT": "http://127.0.0.1:1"}
+    env["HF_HUB_OFFLINE"] = "0"
+    proc = _entry("plan", "--model", "org/remote", env=env)
+    assert proc.returncode == 2
+    lines = proc.stderr.splitlines()
+    assert lines[0].startswith("error: model: org/remote: cannot reach the Hub (")
+    assert lines[1:] == [TEARDOWN]
+
+
 def test_no_quick_exit_after_ssh(tmp_path: Path) -> None:
     # Nothing listens on port 1: the connection is refused at once, after paramiko started.
     (tmp_path / "ssh_config").write_text("")
