@@ -40,6 +40,7 @@ from trainer.parallelize import (
     wrap_reference,
 )
 from trainer.report import RankContext, RankLog
+from trainer.runstats import RunStats
 
 
 def lr_factor(step: int, warmup: int, total: int) -> float:
@@ -91,11 +92,13 @@ def train(cfg: TrainConfig, ctx: RankContext, log: RankLog) -> None:
     if ref is not None and meter.enabled:
         decoder_layers(ref)[0].register_forward_hook(meter.reference_hook(ref))
     stepper = _Stepper(cfg, rt, model, ref, opt, tok.pad_token_id, rows, meter)
+    stepper.stats = stats = RunStats(ctx, rt.device, cfg.zero_stage)  # measured/run-rank-<r>
     faults = FaultPlan(rt.rank)
     for step in range(start, total):
         faults.at_step(step + 1)
         t0 = time.perf_counter()
         loss, grad_norm, tokens, rewards = stepper.step(step)
+        stats.step_done(tokens, time.perf_counter() - t0)
         lr = sched.get_last_lr()[0]
         sched.step()
         if (step + 1) % cfg.logging_steps == 0 or step + 1 == total:
@@ -111,6 +114,7 @@ def train(cfg: TrainConfig, ctx: RankContext, log: RankLog) -> None:
                 cfg.ckpt_dir, step + 1, model, opt, extra, lora=lora, keep=keep, faults=faults
             )
             log.info(f"checkpoint: step-{step + 1} committed")
+    stats.write()  # the peak of training, before the artifact's gather
     save_artifact(model, tok, cfg.output_dir, lora=bool(cfg.lora_rank), precision=cfg.precision)
     log.info(f"artifact: {cfg.output_dir}")
 
@@ -130,6 +134,8 @@ def _resume(cfg: TrainConfig, model: Any, opt: Any, sched: Any, log: RankLog) ->
 
 class _Stepper:
     """One optimizer step: forward/backward over this rank's micro-batches, clip, update."""
+
+    stats: RunStats | None = None  # the run's always-on measurements (trainer/runstats.py)
 
     def __init__(
         self,
@@ -191,6 +197,8 @@ class _Stepper:
                     loss, sums = self._loss(mb)
                 if measuring and m == last:
                     self.meter.after_forward(self.model, cfg.zero_stage)
+                if self.stats is not None and m == last:
+                    self.stats.after_forward(self.model)
                 # DDP and FSDP2 average over ranks: scale so the sum over ranks is the mean.
                 (loss * (rt.world_size / denom)).backward()
             totals += sums
@@ -202,6 +210,8 @@ class _Stepper:
         norm = torch.nn.utils.clip_grad_norm_(self.params, clip)
         norm = norm.full_tensor() if hasattr(norm, "full_tensor") else norm
         self.opt.step()
+        if self.stats is not None:  # gradients and optimizer states all exist only here
+            self.stats.after_update(self.model, self.opt, self.ref)
         self.opt.zero_grad(set_to_none=True)
         dist.all_reduce(totals)
         if measuring:

@@ -37,6 +37,7 @@ from trainer.jobdir import (
     update_job,
     write_text_atomic,
 )
+from trainer.jobstats import record_measured
 from trainer.procs import SUPERVISOR_PID, TORCHRUN_PID, end_processes, job_processes, write_pid
 
 
@@ -140,6 +141,7 @@ class Supervisor:
         return self.finish(code, CANCELLED, None)
 
     def finish(self, code: int, status: str, error: JobError | None) -> int:
+        record_measured(self.job_path)  # before the outcome: a reader of it sees both
         write_text_atomic(self.job_dir / "exit_code", f"{code}\n")
         update_job(self.job_path, status=status, ended_at=now_iso(), exit_code=code, error=error)
         return code

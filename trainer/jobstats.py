@@ -1,0 +1,97 @@
+"""Gather the ranks' run measurements into job.json's `measured` (the supervisor does, at the end).
+
+Each rank writes measured/run-rank-<r>.json (trainer/runstats.py): its state bytes after the
+first optimizer step, its peak memory and its steady-state tokens/s. The job's figures are:
+
+- `peak_bytes` (and `peak_reserved_bytes` on CUDA): the largest over the ranks, since the
+  fullest GPU is the one that runs out;
+- `tokens_per_s`, `step_time_s`: rank 0's (every rank times the same global step; rank 0 is
+  the one the log reports);
+- `states_bytes`: the largest over the ranks, `states_bytes_per_rank` each rank's;
+- `gpu`: the planned GPU type on CUDA, "cpu" when the ranks ran on CPU (a CPU run is
+  calibrated apart and never changes a GPU plan); `device_name` what CUDA called it.
+
+Stdlib only and Python 3.8-clean: imported by trainer/supervise.py, uploaded to GPU hosts.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+_RANK_FILE = re.compile(r"run-rank-(\d+)\.json$")
+
+
+def read_rank_stats(job_dir: Path) -> list[dict[str, Any]]:
+    """Every readable measured/run-rank-<r>.json, by rank; a torn or foreign file is skipped."""
+    out = []
+    folder = Path(job_dir) / "measured"
+    if not folder.is_dir():
+        return out
+    for path in folder.iterdir():
+        m = _RANK_FILE.match(path.name)
+        if not m:
+            continue
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if isinstance(data, dict):
+            data["rank"] = int(m.group(1))
+            out.append(data)
+    return sorted(out, key=lambda d: d["rank"])
+
+
+def _max(values: list[Any]) -> int | None:
+    nums = [v for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)]
+    return max(nums) if nums else None
+
+
+def gather(job_dir: Path, spec: dict[str, Any]) -> dict[str, Any] | None:
+    """job.json's `measured` from the ranks' files; None when no rank wrote one (a job that
+    ended before its first optimizer step)."""
+    ranks = read_rank_stats(job_dir)
+    if not ranks:
+        return None
+    first = ranks[0]
+    device = str(first.get("device") or "cpu")
+    out: dict[str, Any] = {
+        "device": device,
+        "gpu": str(spec.get("gpu") or "?") if device == "cuda" else "cpu",
+        "ranks": len(ranks),
+        "final": all(bool(r.get("final")) for r in ranks),
+        "steps": first.get("steps"),
+        "states_bytes": _max([r.get("states_bytes") for r in ranks]),
+        "states_bytes_per_rank": [r.get("states_bytes") for r in ranks],
+        "peak_bytes": _max([r.get("peak_bytes") for r in ranks]),
+        "peak_source": first.get("peak_source"),
+        "tokens_per_s": first.get("tokens_per_s") if first["rank"] == 0 else None,
+        "step_time_s": first.get("step_time_s") if first["rank"] == 0 else None,
+        "steps_timed": first.get("steps_timed"),
+        "warmup_steps": first.get("warmup_steps"),
+    }
+    if device == "cuda":
+        out["peak_reserved_bytes"] = _max([r.get("peak_reserved_bytes") for r in ranks])
+        out["device_name"] = first.get("device_name")
+    return out
+
+
+def record_measured(job_path: Path) -> dict[str, Any] | None:
+    """Write `measured` into job.json (under its lock) from the ranks' files; returns it.
+    Never raises: a job's outcome must be recorded even when its measurements cannot be."""
+    from trainer.jobdir import modify_job  # here: jobdir is the supervisor's anyway
+
+    job_dir = Path(job_path).parent
+    box: list[dict[str, Any] | None] = [None]
+
+    def put(record: dict[str, Any]) -> None:
+        box[0] = gather(job_dir, record.get("spec") or {})
+        record["measured"] = box[0]
+
+    try:
+        modify_job(job_path, put)
+    except (OSError, ValueError, TypeError, KeyError):
+        return None
+    return box[0]

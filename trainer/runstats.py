@@ -1,0 +1,153 @@
+"""What every run measures on each rank, always on: measured/run-rank-<r>.json.
+
+Cheap enough for every job (a sum over the parameter list once, a float per step):
+
+- state bytes after the first optimizer step of this attempt, counted tensor by tensor from
+  the local shards: parameters, gradients (taken after `optimizer.step()`, before they are
+  zeroed) and optimizer states; at zero_stage 2 the unsharded compute copy, taken after the
+  first step's last forward; for a DPO full fine-tune the reference model's resident
+  parameters and, sharded (stage 2/3), the whole copy its forward gathers (the global shapes
+  of its shards). `states_bytes` sums them, as the plan's `states_bytes_per_gpu` does.
+- peak memory: on CUDA `torch.cuda.max_memory_allocated` and `max_memory_reserved`; on CPU
+  the process's VmHWM from /proc/self/status (resident peak; file-backed pages count too).
+- steady-state tokens/s: the median of the per-step rates (global input tokens over the
+  step's time on this rank) after the first `WARMUP_STEPS` steps of this attempt (all steps
+  when the run is shorter).
+
+The file is written after the first step (states and the peak so far) and again when
+training ends, before the artifact is saved (the peak of training, not of the final gather).
+The supervisor gathers the ranks' files into job.json's `measured` (trainer/jobstats.py).
+VERI_MEASURE_STATES=1 (trainer/measure.py) still writes the detailed measured/rank-<r>.json.
+"""
+
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from trainer.jobdir import write_json_atomic
+from trainer.measure import tensor_bytes
+from trainer.report import RankContext
+
+#: Steps of each attempt left out of the steady-state rate (start-up, first allocations).
+WARMUP_STEPS = 2
+
+
+def run_stats_path(job_dir: Path, rank: int) -> Path:
+    """measured/run-rank-<r>.json of a job folder."""
+    return job_dir / "measured" / f"run-rank-{rank}.json"
+
+
+def vm_hwm_bytes() -> int | None:
+    """This process's peak resident set (VmHWM) in bytes; None where /proc has no status."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
+def peak_memory(device: torch.device) -> dict[str, Any]:
+    """The peak so far: CUDA allocated and reserved, or the process's VmHWM on CPU."""
+    if device.type == "cuda":
+        return {
+            "peak_bytes": int(torch.cuda.max_memory_allocated(device)),
+            "peak_reserved_bytes": int(torch.cuda.max_memory_reserved(device)),
+            "peak_source": "cuda_max_allocated",
+        }
+    return {"peak_bytes": vm_hwm_bytes(), "peak_source": "VmHWM"}
+
+
+def _gathered_bytes(module: nn.Module) -> int:
+    """Bytes of a module's parameters gathered whole (a DTensor's global shape)."""
+    return sum(p.numel() * p.element_size() for p in module.parameters())
+
+
+def steady_rate(rates: list[float], warmup: int = WARMUP_STEPS) -> tuple[float | None, int]:
+    """(median of ``rates`` after ``warmup`` steps, steps it used); the warm-up is dropped
+    only when steps remain after it."""
+    timed = rates[warmup:] or rates
+    return (statistics.median(timed) if timed else None), len(timed)
+
+
+class RunStats:
+    """Collects one rank's run measurements and writes them (see the module docstring)."""
+
+    def __init__(self, ctx: RankContext, device: torch.device, zero_stage: int) -> None:
+        self.ctx, self.device, self.zero_stage = ctx, device, zero_stage
+        self.states: dict[str, int] | None = None
+        self.compute_copy: int | None = None
+        self.rates: list[float] = []
+        self.step_s: list[float] = []
+
+    def after_forward(self, model: nn.Module) -> None:
+        """First step, stage 2: the compute copy is the set of parameters unsharded now."""
+        if self.compute_copy is None and self.states is None and self.zero_stage == 2:
+            self.compute_copy = sum(
+                tensor_bytes(p) for p in model.parameters() if not hasattr(p, "_local_tensor")
+            )
+
+    def after_update(
+        self, model: nn.Module, opt: torch.optim.Optimizer, ref: nn.Module | None
+    ) -> None:
+        """First step only: parameters, gradients, optimizer states (and the reference)."""
+        if self.states is not None:
+            return
+        params = list(model.parameters())
+        states = [v for st in opt.state.values() for v in st.values() if torch.is_tensor(v)]
+        got = {
+            "params": sum(tensor_bytes(p) for p in params),
+            "grads": sum(tensor_bytes(p.grad) for p in params),
+            "optimizer": sum(tensor_bytes(v) for v in states),
+        }
+        if self.compute_copy:
+            got["compute_copy"] = self.compute_copy
+        if ref is not None:
+            got["reference"] = sum(tensor_bytes(p) for p in ref.parameters())
+            if self.zero_stage in (2, 3):
+                got["reference_gathered"] = _gathered_bytes(ref)
+        self.states = got
+
+    def step_done(self, tokens: float, seconds: float) -> None:
+        """One optimizer step took ``seconds`` for ``tokens`` global input tokens."""
+        self.step_s.append(seconds)
+        self.rates.append(tokens / seconds if seconds > 0 else 0.0)
+        if len(self.rates) == 1:
+            self.write(final=False)
+
+    def record(self, final: bool) -> dict[str, Any]:
+        """This rank's measurements as written to measured/run-rank-<r>.json."""
+        rate, used = steady_rate(self.rates)
+        step_s, _ = steady_rate(self.step_s)
+        out: dict[str, Any] = {
+            "rank": self.ctx.rank,
+            "world_size": self.ctx.world_size,
+            "device": self.device.type,
+            "final": final,
+            "steps": len(self.rates),
+            "states": dict(self.states or {}),
+            "states_bytes": sum((self.states or {}).values()) if self.states else None,
+            **peak_memory(self.device),
+            "tokens_per_s": rate,
+            "step_time_s": step_s,
+            "steps_timed": used,
+            "warmup_steps": min(WARMUP_STEPS, len(self.rates) - used),
+        }
+        if self.device.type == "cuda":
+            out["device_name"] = torch.cuda.get_device_name(self.device)
+        return out
+
+    def write(self, final: bool = True) -> dict[str, Any]:
+        """Write this rank's file atomically; returns what was written."""
+        data = self.record(final)
+        path = run_stats_path(self.ctx.job_dir, self.ctx.rank)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_json_atomic(path, data)
+        return data
