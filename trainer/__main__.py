@@ -35,6 +35,7 @@ def main(argv: list[str] | None = None) -> int:
         cfg = from_spec(load_spec(args.job), job_dir)
         from trainer.loop import train  # after the spec is read: a bad spec fails fast
 
+        _start_memory_log(ctx)
         train(cfg, ctx, log)
     except SystemExit as exc:
         if exc.code not in (0, None):
@@ -50,6 +51,19 @@ def main(argv: list[str] | None = None) -> int:
     if dist.is_initialized():
         dist.destroy_process_group()
     return 0
+
+
+def _start_memory_log(ctx: RankContext) -> None:
+    """VERI_MEASURE_MEMORY=1: the `imports` phase ends with transformers and peft imported."""
+    import os
+
+    if os.environ.get("VERI_MEASURE_MEMORY") == "1":
+        import peft  # noqa: F401 - imported to be counted in the phase
+        import transformers  # noqa: F401
+
+        from trainer.measure import start_memory_log
+
+        start_memory_log(ctx)
 
 
 if __name__ == "__main__":

@@ -12,12 +12,19 @@ measured/rank-<r>.json with the bytes it holds, counted tensor by tensor:
   where ref_gathered already is the whole persistent copy).
 
 `total` sums every component; nothing is left out to match the plan.
+
+Host memory phases (VERI_MEASURE_MEMORY=1, benchmarks/bench_host_memory.py): each rank
+appends to measured/memory-rank-<r>.jsonl, at each phase's end, VmRSS then and VmHWM, the
+peak since the previous phase (the peak is reset through /proc/self/clear_refs): `imports`,
+`load_policy`, `load_reference`, `train` (up to the artifact), `artifact`.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import time
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -25,6 +32,41 @@ from torch import nn
 
 from trainer.jobdir import write_text_atomic
 from trainer.report import RankContext
+
+_memory_log: list[Path] = []  # the phase log of this rank, once started
+
+
+def vm_status(pid: int | str = "self") -> dict[str, int]:
+    """VmRSS and VmHWM of a process, in bytes, from /proc/<pid>/status."""
+    out = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        key, _, value = line.partition(":")
+        if key in ("VmRSS", "VmHWM"):
+            out[key] = int(value.split()[0]) * 1024
+    return out
+
+
+def start_memory_log(ctx: RankContext) -> None:
+    """With VERI_MEASURE_MEMORY=1, start this rank's phase log with the `imports` phase."""
+    if os.environ.get("VERI_MEASURE_MEMORY") == "1":
+        _memory_log[:] = [ctx.job_dir / "measured" / f"memory-rank-{ctx.rank}.jsonl"]
+        _memory_log[0].parent.mkdir(parents=True, exist_ok=True)
+        mark_memory("imports")
+
+
+def mark_memory(phase: str) -> None:
+    """End a phase: log VmRSS now and VmHWM (its peak), then reset the peak. No-op if off."""
+    if not _memory_log:
+        return
+    st = vm_status()
+    try:
+        Path("/proc/self/clear_refs").write_text("5")  # VmHWM := VmRSS from here on
+        reset = True
+    except OSError:
+        reset = False
+    line = {"phase": phase, "rss_bytes": st["VmRSS"], "hwm_bytes": st["VmHWM"]}
+    with open(_memory_log[0], "a", encoding="utf-8") as fh:
+        fh.write(json.dumps({**line, "hwm_reset": reset, "time": time.time()}) + "\n")
 
 
 def tensor_bytes(t: torch.Tensor | None) -> int:

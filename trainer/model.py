@@ -16,6 +16,7 @@ from torch import nn
 
 from trainer.config import TrainConfig
 from trainer.errors import ModelLoadError
+from trainer.loading import cpu_stand_ins, defer, eager, params_on_meta
 
 LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
@@ -80,14 +81,28 @@ def load_tokenizer(path: Path) -> Any:
 
 
 def load_base(path: Path, dtype: torch.dtype) -> nn.Module:
-    """AutoModelForCausalLM on CPU with SDPA attention; ModelLoadError on failure."""
-    from transformers import AutoModelForCausalLM
+    """The model whole (`from_pretrained`), or on the meta device to be sharded and then filled.
+
+    The meta build (the default; trainer/loading.py) holds nothing until
+    `trainer.loading.materialize`; `VERI_LOAD=from_pretrained` (tests only) loads it whole.
+    """
+    from transformers import AutoConfig, AutoModelForCausalLM, GenerationConfig
 
     check_model_files(path)
     try:
-        model = AutoModelForCausalLM.from_pretrained(
-            path, attn_implementation="sdpa", **dtype_kwarg(dtype)
-        )
+        if eager():
+            model = AutoModelForCausalLM.from_pretrained(
+                path, attn_implementation="sdpa", **dtype_kwarg(dtype)
+            )
+        else:
+            config = AutoConfig.from_pretrained(path)
+            with params_on_meta():
+                model = AutoModelForCausalLM.from_config(
+                    config, attn_implementation="sdpa", **dtype_kwarg(dtype)
+                )
+            model.config.name_or_path = str(path)
+            if (path / "generation_config.json").is_file():  # as from_pretrained reads it
+                model.generation_config = GenerationConfig.from_pretrained(path)
     except Exception as exc:  # noqa: BLE001 - a corrupt file can raise anything
         raise ModelLoadError(f"model {path}: cannot load the weights ({exc})") from None
     model.config.use_cache = False
@@ -113,8 +128,9 @@ def build_policy(cfg: TrainConfig, path: Path) -> nn.Module:
             model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
         else:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+    model.train()  # from_pretrained leaves eval mode, which turns gradient checkpointing off
     if not cfg.lora_rank:
-        return model
+        return defer(model, path)
     from peft import LoraConfig, get_peft_model
 
     targets = lora_targets(model)
@@ -128,11 +144,12 @@ def build_policy(cfg: TrainConfig, path: Path) -> nn.Module:
         task_type="CAUSAL_LM",
     )
     # autocast_adapter_dtype=False: we choose the adapter dtype (the precision's), not peft.
-    model = get_peft_model(model, lora, autocast_adapter_dtype=False)
+    with cpu_stand_ins(model, targets):
+        model = get_peft_model(model, lora, autocast_adapter_dtype=False)
     for p in model.parameters():
         if p.requires_grad:
             p.data = p.data.to(train_dtype)
-    return model
+    return defer(model, path)
 
 
 def build_reference(path: Path) -> nn.Module:
@@ -140,7 +157,7 @@ def build_reference(path: Path) -> nn.Module:
     ref = load_base(path, torch.bfloat16)
     ref.eval()
     ref.requires_grad_(False)
-    return ref
+    return defer(ref, path)
 
 
 def decoder_layers(model: nn.Module) -> list[nn.Module]:

@@ -1,5 +1,7 @@
 """Process group, device, and the planned data-parallel wrapping (DDP or FSDP2).
 
+Models arrive on the meta device (trainer/loading.py): each is wrapped as planned first and
+filled after (`materialize`), so a rank allocates and reads only what it keeps.
 zero_stage 0: DDP (gradients as bucket views, so no second gradient copy is held).
 zero_stage 2: FSDP2 per decoder layer then the root, reshard_after_forward=False (the
 bf16 compute copy stays through backward, weights/grads/optimizer sharded).
@@ -21,6 +23,8 @@ from torch import nn
 
 from trainer.config import TrainConfig
 from trainer.errors import ConfigError
+from trainer.loading import materialize
+from trainer.measure import mark_memory
 from trainer.model import decoder_layers
 
 
@@ -84,7 +88,9 @@ def offload_active(cfg: TrainConfig, rt: Runtime) -> bool:
 def wrap_policy(model: nn.Module, cfg: TrainConfig, rt: Runtime) -> nn.Module:
     """Apply the planned parallelism to the trained model; returns the module to call."""
     if cfg.zero_stage == 0:
-        model.to(rt.device)
+        materialize(model, rt.device)  # whole on every rank: straight onto its device
+        model.to(rt.device)  # a model loaded whole (VERI_LOAD=from_pretrained)
+        mark_memory("load_policy")
         if rt.world_size == 1:
             return model  # one process: DDP would only add hooks
         from torch.nn.parallel import DistributedDataParallel as DDP
@@ -107,16 +113,22 @@ def wrap_policy(model: nn.Module, cfg: TrainConfig, rt: Runtime) -> nn.Module:
     for layer in decoder_layers(model):
         fully_shard(layer, **kw)
     fully_shard(model, **kw)
+    materialize(model, rt.device)
+    mark_memory("load_policy")
     return model
 
 
 def wrap_reference(ref: nn.Module, cfg: TrainConfig, rt: Runtime) -> nn.Module:
     """DPO full fine-tune reference: whole at stage 0, else sharded as one unit."""
     if cfg.zero_stage == 0:
+        materialize(ref, rt.device)
+        mark_memory("load_reference")
         return ref.to(rt.device)
     from torch.distributed.fsdp import fully_shard
 
     fully_shard(ref, mesh=rt.mesh, reshard_after_forward=True)
+    materialize(ref, rt.device)
+    mark_memory("load_reference")
     return ref
 
 
