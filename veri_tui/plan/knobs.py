@@ -86,6 +86,16 @@ class Hyperparameters(BaseModel):
         False, description="continue from the newest complete checkpoint of this job"
     )
     logging_steps: int = Field(1, ge=1, description="write a metric line every N steps")
+    # --- planning only, multi-node jobs (the trainer ignores them) ---
+    network: str = Field(
+        "ethernet",
+        description="the link between nodes: ethernet (default 25 Gb/s per node) or "
+        "infiniband (default 400 Gb/s per node)",
+    )
+    internode_bandwidth_gbps: float | None = Field(
+        None, gt=0, allow_inf_nan=False, description="Gb/s per node between nodes "
+        "(default: from network)"
+    )  # fmt: skip
 
     @field_validator("zero_stage", mode="before")
     @classmethod
@@ -117,7 +127,8 @@ MULTI_GPU_KEYS = (
 
 # Knobs that are the job's own (contracts section 1) but may be written among the
 # hyperparameters, as the seed does ("Set gpu_count above 1 on ... job").
-JOB_KEYS = ("method", "model", "gpu", "gpu_count", "dataset", "output")
+JOB_KEYS = ("method", "model", "gpu", "gpu_count", "dataset", "output", "hosts", "rdzv_endpoint",
+            "rdzv_port")  # fmt: skip
 
 
 class JobConfig(BaseModel):
@@ -133,7 +144,22 @@ class JobConfig(BaseModel):
     gpu_count: int = Field(1, description="GPUs (training processes)")
     dataset: str | None = Field(None, description="JSONL dataset file")
     output: str | None = Field(None, description="output directory for the final artifact")
+    hosts: list[str] | None = Field(
+        None, description="SSH hosts, one node each, node 0 first (several: a multi-node job)"
+    )
+    rdzv_endpoint: str | None = Field(
+        None, description="node 0's address[:port] as the other nodes reach it "
+        "(default: the address SSH used, port rdzv_port)"
+    )  # fmt: skip
+    rdzv_port: int | None = Field(
+        None, ge=1, le=65535, description="node 0's rendezvous port (default: a free one there)"
+    )
     hyperparameters: Hyperparameters = Field(default_factory=Hyperparameters)
+
+    @property
+    def nodes(self) -> int:
+        """Machines the job runs on: one per host (1 without hosts)."""
+        return max(len(self.hosts or ()), 1)
 
     def hyperparameters_set(self) -> dict[str, Any]:
         """Only the knobs the user set, under their canonical names (for records and pins)."""

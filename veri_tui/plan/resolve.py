@@ -18,7 +18,7 @@ from veri_tui.plan.model_info import ModelInfo
 from veri_tui.plan.record import PlanRecord, plan_line
 from veri_tui.plan.sources import read_model_info
 from veri_tui.plan.throughput import estimate_throughput
-from veri_tui.plan.validate import validate
+from veri_tui.plan.validate import NETWORK_GBPS, validate
 
 if TYPE_CHECKING:
     from veri_tui.plan.suggest import Suggestion
@@ -93,8 +93,29 @@ def _header(job: JobConfig, info: ModelInfo, gpu: GPU, est: MemoryEstimate, trac
         f"({kind}){tied}",
         f"budget: {gb(gpu.budget_bytes)}/GPU on {gpu.name} x{job.gpu_count} "
         f"(70% of {usable:.1f} GB after a 2 GiB reserve)",
+        *_layout(job),
         f"decision: {trace[-1]}",
     ]
+
+
+def _layout(job: JobConfig) -> list[str]:
+    """`nodes: 2 x 4 GPUs (a, b)` for a multi-node job, nothing for one machine."""
+    if job.nodes <= 1:
+        return []
+    hp = job.hyperparameters
+    gbps = network_gbps(job)
+    how = "set" if hp.internode_bandwidth_gbps else f"{hp.network} default"
+    per_node = job.gpu_count // job.nodes or "? (detected at the preflight)"
+    return [
+        f"nodes: {job.nodes} x {per_node} GPUs ({', '.join(job.hosts or [])})"
+        f"; NVLink within a node, {gbps:g} Gb/s per node across ({how})"
+    ]
+
+
+def network_gbps(job: JobConfig) -> float:
+    """The inter-node bandwidth the plan assumes, Gb/s per node."""
+    hp = job.hyperparameters
+    return hp.internode_bandwidth_gbps or NETWORK_GBPS.get(hp.network, NETWORK_GBPS["ethernet"])
 
 
 def _notes(job: JobConfig, info: ModelInfo) -> list[str]:
@@ -178,6 +199,8 @@ def plan_job(job: JobConfig, info: ModelInfo | None = None) -> PlanRecord:
         lora_rank=hp.lora_rank,
         gradient_accumulation_steps=ga,
         cpu_offload=hp.cpu_offload,
+        nodes=job.nodes,
+        internode_gbps=network_gbps(job),
         **common,
     )
     if activations["known"] and not activations["fits"]:

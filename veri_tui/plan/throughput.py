@@ -15,6 +15,10 @@ and reduce-scatter (n-1)/n):
     backward plus a reduce-scatter of the gradients; the backward ones hide behind backward
     up to OVERLAP, the forward ones are counted exposed (conservative: FSDP2 prefetches one
     unit ahead, which on the slow links where the choice matters does not keep up)
+multi-node (the hierarchy, docs/planning.md): a collective over N nodes x G GPUs runs inside
+  each node over NVLink (busbw, the G-GPU factor) and across nodes over the network (the node's
+  internode bandwidth shared by its G GPUs, each moving 1/G of the bytes: the N-node factor
+  on the whole buffer), one after the other.
 Constants and their sources: docs/planning.md.
 """
 
@@ -62,11 +66,25 @@ def flops_per_token(info: ModelInfo, seq: int, *, lora: bool, gc: bool, dpo: boo
     }
 
 
-def _collective_s(nbytes: float, n: int, gpu: GPU, kind: str, count: int = 1) -> float:
+def _factor(n: int, kind: str) -> float:
+    return 2 * (n - 1) / n if kind == "all_reduce" else (n - 1) / n
+
+
+def _collective_s(
+    nbytes: float, n: int, gpu: GPU, kind: str, count: int = 1, nodes: int = 1,
+    internode_gbps: float = 0.0,
+) -> float:  # fmt: skip
+    """Seconds for one collective over `n` ranks; with `nodes` > 1, NVLink inside each node
+    plus the network across them (`internode_gbps`, Gb/s per node)."""
     if n <= 1 or nbytes <= 0:
         return 0.0
-    factor = 2 * (n - 1) / n if kind == "all_reduce" else (n - 1) / n
-    return nbytes * factor / (gpu.busbw_gbps * 1e9) + count * gpu.latency_us * 1e-6
+    nodes = max(1, min(nodes, n))
+    per_node = n // nodes
+    intra = nbytes * _factor(per_node, kind) / (gpu.busbw_gbps * 1e9) if per_node > 1 else 0.0
+    inter = 0.0
+    if nodes > 1:
+        inter = nbytes * _factor(nodes, kind) / (internode_gbps * 1e9 / 8)
+    return intra + inter + count * gpu.latency_us * 1e-6
 
 
 def estimate_throughput(
@@ -84,8 +102,11 @@ def estimate_throughput(
     max_length: int,
     gradient_checkpointing: bool,
     cpu_offload: bool = False,
+    nodes: int = 1,
+    internode_gbps: float = 25.0,
 ) -> dict:
-    """One plan's step time, tokens/s, compute/communication split and scaling efficiency."""
+    """One plan's step time, tokens/s, compute/communication split and scaling efficiency;
+    `nodes` machines joined by `internode_gbps` (Gb/s per node) share the `gpu_count`."""
     if gpu.bf16_dense_tflops is None:
         return {"known": False, "reason": f"{gpu.name} has no known peak; pick a catalog GPU"}
     n = max(gpu_count, 1)
@@ -107,16 +128,17 @@ def estimate_throughput(
     trainable = info.adapter_parameters(lora_rank) if lora else info.parameter_count
     grad_bytes = WEIGHT_BYTES[precision] * trainable
     raw_comm = exposed = 0.0
+    net = (nodes, internode_gbps)
     if n > 1 and zero_stage in (0, 2):
         # DDP's gradient buckets stream back to back under backward: one latency shows.
-        raw_comm = _collective_s(grad_bytes, n, gpu, "all_reduce", 1)
+        raw_comm = _collective_s(grad_bytes, n, gpu, "all_reduce", 1, *net)
         exposed = max(0.0, raw_comm - OVERLAP * bwd_s)
     elif n > 1 and zero_stage == 3:
         units = max(info.layer_count, 1) + 1
         gather_bytes = COMPUTE_BYTES * info.parameter_count
-        fwd_c = _collective_s(gather_bytes, n, gpu, "all_gather", units)
-        bwd_c = _collective_s(gather_bytes, n, gpu, "all_gather", units)
-        bwd_c += _collective_s(grad_bytes, n, gpu, "reduce_scatter", units)
+        fwd_c = _collective_s(gather_bytes, n, gpu, "all_gather", units, *net)
+        bwd_c = _collective_s(gather_bytes, n, gpu, "all_gather", units, *net)
+        bwd_c += _collective_s(grad_bytes, n, gpu, "reduce_scatter", units, *net)
         raw_comm = ga * (fwd_c + bwd_c)
         exposed = ga * (fwd_c + max(0.0, bwd_c - OVERLAP * bwd_s))
     if cpu_offload:
@@ -132,6 +154,8 @@ def estimate_throughput(
     return {
         "known": True,
         "gpu_count": n,
+        "nodes": nodes,
+        "internode_gbps": internode_gbps if nodes > 1 else None,
         "zero_stage": zero_stage,
         "sequence_length": seq,
         "tokens_per_micro_batch": tokens_mb,

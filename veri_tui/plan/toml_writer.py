@@ -19,7 +19,7 @@ from typing import Any
 from veri_tui.plan.knobs import JobConfig
 
 #: Job keys written at top level, in this order (the method goes inside [method]).
-TOP_KEYS = ("model", "gpu", "gpu_count", "dataset", "output")
+TOP_KEYS = ("model", "gpu", "gpu_count", "dataset", "output", "hosts", "rdzv_endpoint", "rdzv_port")
 
 # TOML basic strings must escape the quote, the backslash and every control character but
 # tab (U+0000-U+001F, U+007F); everything else is written as UTF-8 text.
@@ -53,6 +53,8 @@ def toml_value(value: Any) -> str:
         if math.isinf(value):
             return "inf" if value > 0 else "-inf"
         return repr(value)  # shortest text that reads back to the same float
+    if isinstance(value, list):  # hosts = ["a", "b"]
+        return "[" + ", ".join(toml_value(v) for v in value) + "]"
     return toml_string(str(value))
 
 

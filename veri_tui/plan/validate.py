@@ -119,6 +119,42 @@ def _batch_errors(job: JobConfig) -> list[Refusal]:
     return []
 
 
+#: Default inter-node bandwidth per node, Gb/s, by network type (docs/planning.md).
+NETWORK_GBPS = {"ethernet": 25.0, "infiniband": 400.0}
+
+
+def _node_errors(job: JobConfig) -> list[Refusal]:
+    """A multi-node job: distinct hosts, a gpu_count that splits evenly over them (unequal
+    nodes found by the preflight are refused there), a known network type."""
+    errs: list[Refusal] = []
+    hosts = job.hosts or []
+    if any(not isinstance(h, str) or not h.strip() for h in hosts):
+        errs.append(Refusal("hosts", "an empty host name; list ~/.ssh/config aliases or "
+                                     "user@host[:port]"))  # fmt: skip
+    twice = sorted({h for h in hosts if hosts.count(h) > 1})
+    if twice:
+        errs.append(Refusal("hosts", f"{', '.join(twice)} listed twice; one node per host"))
+    nodes = job.nodes
+    # Unset, gpu_count is detected at the preflight (nodes x GPUs per node).
+    if nodes > 1 and "gpu_count" in job.model_fields_set and job.gpu_count % nodes:
+        lo = max(nodes, job.gpu_count // nodes * nodes)
+        errs.append(
+            Refusal("gpu_count", f"{job.gpu_count} GPUs do not split over {nodes} nodes (every "
+                    f"node runs the same number of ranks); use {lo} or {lo + nodes}")
+        )  # fmt: skip
+    if job.rdzv_endpoint is not None:
+        addr, _, port = job.rdzv_endpoint.rpartition(":") if ":" in job.rdzv_endpoint else (
+            job.rdzv_endpoint, "", "")  # fmt: skip
+        if not addr.strip() or (port and not (port.isdigit() and 0 < int(port) < 65536)):
+            errs.append(Refusal("rdzv_endpoint", f"{job.rdzv_endpoint!r} is not "
+                                "address[:port]; e.g. 10.0.0.5 or 10.0.0.5:29400"))  # fmt: skip
+    net = job.hyperparameters.network
+    if net not in NETWORK_GBPS:
+        errs.append(Refusal("network", f"unknown network {net!r}; use ethernet or infiniband "
+                            "(or set internode_bandwidth_gbps)"))  # fmt: skip
+    return errs
+
+
 # Keys each refusal (by its Refusal.key) reads besides its own. When some keys of a job
 # could not be parsed, a refusal is only reported if none of these failed: otherwise a
 # default standing in for the unparsed value could make it up (gpu_count "x" read as 1 would
@@ -134,6 +170,7 @@ RULE_INPUTS: dict[str, frozenset[str]] = {
     "use_unsloth": frozenset({"gpu_count"}),
     "load_in_4bit": frozenset({"gpu_count"}),
     "use_liger": frozenset({"gpu_count"}),
+    "gpu_count": frozenset({"hosts"}),
 }
 
 
@@ -157,6 +194,7 @@ def validate(job: JobConfig) -> list[Refusal]:
         errs.extend(exc.errors)
     errs.extend(_parallel_errors(job))
     errs.extend(_batch_errors(job))
+    errs.extend(_node_errors(job))
     p = job.hyperparameters.precision
     if p in NOT_AVAILABLE_PRECISIONS:
         errs.append(Refusal("precision", f"{p} is not available; use bf16 or fp32"))

@@ -1,0 +1,66 @@
+"""Planning a multi-node job: the refusals (each its own `error: <key>:` line), the layout line
+in the plan header, and the inter-node bandwidth in the throughput model (NVLink within a
+node, the network across nodes). No SSH here: the planning core alone.
+"""
+
+from __future__ import annotations
+
+import pytest
+from ssh_helpers import cli
+
+from veri_tui.errors import VeriError
+from veri_tui.plan import load_job_config, plan_job
+
+
+def _plan(*sets: str, gpu_count: int | None = 8):
+    return plan_job(load_job_config(None, gpu="H100-80GB", gpu_count=gpu_count, sets=list(sets)))
+
+
+def test_layout_line_names_nodes_and_hosts() -> None:
+    rec = _plan("hosts=['a', 'b']")
+    assert (
+        "nodes: 2 x 4 GPUs (a, b); NVLink within a node, 25 Gb/s per node across "
+        "(ethernet default)" in rec.header_lines
+    )
+    assert not any(ln.startswith("nodes:") for ln in _plan().header_lines)
+    ib = _plan("hosts=['a', 'b']", "network=infiniband").header_lines
+    assert any("400 Gb/s per node across (infiniband default)" in ln for ln in ib)
+    assert any(
+        "100 Gb/s per node across (set)" in ln
+        for ln in _plan("hosts=['a','b']", "internode_bandwidth_gbps=100").header_lines
+    )
+
+
+def test_crossing_nodes_costs_network_time_and_faster_networks_cost_less() -> None:
+    # Sharded (zero_stage 3) on a 0.5B-parameter stand-in: communication is large enough to see.
+    args = ("zero_stage=3", "micro_batch_size=1")
+    one = _plan(*args).throughput
+    eth = _plan("hosts=['a','b']", *args).throughput
+    ib = _plan("hosts=['a','b']", "network=infiniband", *args).throughput
+    assert eth["nodes"] == 2 and eth["internode_gbps"] == 25.0 and one["internode_gbps"] is None
+    assert eth["communication_s"] > ib["communication_s"] > one["communication_s"]
+    assert eth["exposed_communication_s"] > ib["exposed_communication_s"]
+
+
+def test_refusals_each_on_their_own_line() -> None:
+    with pytest.raises(VeriError) as err:
+        _plan("hosts=['a', 'b', 'a']", gpu_count=4)
+    keys = sorted(e.key for e in err.value.errors)
+    assert keys == ["gpu_count", "hosts"]
+    out = cli("plan", "--gpu-count", "3", "--set", "hosts=['a','b']", "--set", "network=wifi")
+    assert out.returncode == 2
+    lines = out.stderr.strip().splitlines()
+    assert (
+        "error: gpu_count: 3 GPUs do not split over 2 nodes (every node runs the same "
+        "number of ranks); use 2 or 4" in lines
+    )
+    assert any(ln.startswith("error: network: unknown network 'wifi'") for ln in lines)
+
+
+def test_gpu_count_left_unset_waits_for_the_preflight() -> None:
+    # 2 hosts and no gpu_count: detected at the preflight (nodes x GPUs per node), not refused.
+    job = load_job_config(None, sets=["hosts=['a','b']"])
+    assert any(
+        "nodes: 2 x ? (detected at the preflight) GPUs (a, b)" in ln
+        for ln in plan_job(job).header_lines
+    )
