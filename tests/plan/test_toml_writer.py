@@ -103,9 +103,9 @@ KNOBS: dict[str, st.SearchStrategy[Any]] = {
     "keep_checkpoints": POS,
     "resume": st.booleans(),
     "logging_steps": POS,
-}
     "network": st.sampled_from(["ethernet", "infiniband"]),
     "internode_bandwidth_gbps": st.floats(1e-3, 1e6),
+}
 # Paths the reader keeps as written (absolute), or Hub ids (not a folder beside the file);
 # no NUL (no path holds one) and no lone surrogates (a UTF-8 file cannot).
 PATH_CHAR = st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00")
