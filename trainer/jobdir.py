@@ -104,6 +104,8 @@ class JobRecord(TypedDict, total=False):
     error: JobError | None
     exit_code: int
     preflight: list[str]
+    predicted: dict[str, Any]  # the plan's figures (veri_tui/launch/measured.py predicted_of)
+    measured: dict[str, Any] | None  # the ranks' measurements (trainer/jobstats.py)
     lost: bool
     stale: bool
 

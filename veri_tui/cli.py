@@ -49,6 +49,9 @@ def _launch_options(p: argparse.ArgumentParser) -> None:
 
 
 def _jobs_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "job", nargs="?", help="one job: its record, and what it measured against its plan"
+    )
     p.add_argument("--json", action="store_true", help="print JSON records")
 
 
@@ -61,12 +64,27 @@ def _cancel_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("job", help="job id")
 
 
+def _calibrate_options(p: argparse.ArgumentParser) -> None:
+    what = p.add_mutually_exclusive_group()
+    what.add_argument(
+        "--show", action="store_true", help="print each GPU@host entry and its runs (default)"
+    )
+    what.add_argument(
+        "--reset", action="store_true", help="forget every factor; plans go uncalibrated"
+    )
+    p.add_argument("--json", action="store_true", help="print the calibration file's JSON")
+
+
 COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None]]] = {
     "plan": ("print the plan header and plan line", _job_options),
     "launch": ("validate, plan and start a job; prints the job id", _launch_options),
     "jobs": ("list local and remote jobs", _jobs_options),
     "logs": ("print a job's rank-0 log", _logs_options),
     "cancel": ("cancel a running job (every rank)", _cancel_options),
+    "calibrate": (
+        "show or reset the throughput/activation factors learnt from finished runs",
+        _calibrate_options,
+    ),
 }
 
 
@@ -131,6 +149,8 @@ def dispatch(args: argparse.Namespace) -> int:
             from veri_tui.commands import plan as cmd
         elif args.command == "launch":
             from veri_tui.commands import launch as cmd
+        elif args.command == "calibrate":
+            from veri_tui.commands import calibrate as cmd
         else:
             from veri_tui.commands import jobs as cmd
         return cmd.run(args)

@@ -19,6 +19,8 @@ from veri_tui.launch import jobs
 def run(args: argparse.Namespace) -> int:
     """Dispatch on args.command: jobs, logs or cancel."""
     if args.command == "jobs":
+        if getattr(args, "job", None):
+            return show_job(args.job, args.json)
         return list_jobs(args.json)
     if args.command == "logs":
         return show_log(args.job, args.follow)
@@ -54,6 +56,21 @@ def list_jobs(as_json: bool) -> int:
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     for r in rows:
         print("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
+    return 0
+
+
+def show_job(job_id: str, as_json: bool) -> int:
+    """One job: its row, plan line, and what it measured beside what its plan predicted."""
+    from veri_tui.launch.measured import comparison_lines
+
+    rec = jobs.get_job(job_id)
+    if as_json:
+        print(json.dumps(rec, indent=2))
+        return 0
+    print("  ".join(c for c in _row(rec) if c))
+    header = (rec.get("spec") or {}).get("plan_header") or []
+    print(next((h for h in header if h.startswith("plan:")), "plan: (not recorded)"))
+    print("\n".join(comparison_lines(rec) or ["measured: not recorded for this job"]))
     return 0
 
 

@@ -11,6 +11,7 @@ import sys
 
 from veri_tui.commands.common import job_from_args
 from veri_tui.plan import plan_job
+from veri_tui.plan.calibration import calibrated_note
 from veri_tui.plan.memory import gb
 from veri_tui.plan.record import PlanRecord
 
@@ -26,7 +27,7 @@ def summary_lines(rec: PlanRecord) -> list[str]:
             f"{'on' if act['gradient_checkpointing'] else 'off'}; on: "
             f"{gb(act['with_checkpointing_bytes'])}, off: "
             f"{gb(act['without_checkpointing_bytes'])}); largest mbs that fits: "
-            f"{act['max_micro_batch_size']}"
+            f"{act['max_micro_batch_size']}{calibrated_note(act)}"
         )
     tp = rec.throughput
     if tp.get("known"):
@@ -35,7 +36,7 @@ def summary_lines(rec: PlanRecord) -> list[str]:
             f"throughput: ~{tp['tokens_per_s']:,.0f} tokens/s, step {tp['step_time_s']:.2f} s "
             f"(compute {tp['compute_s']:.2f} s + exposed communication "
             f"{tp['exposed_communication_s']:.2f} s), scaling efficiency "
-            f"{tp['scaling_efficiency']:.0%}{bound}"
+            f"{tp['scaling_efficiency']:.0%}{bound}{calibrated_note(tp)}"
         )
     elif tp:
         out.append(f"throughput: not estimated ({tp.get('reason')})")

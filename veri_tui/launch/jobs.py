@@ -143,6 +143,7 @@ def list_jobs() -> list[dict[str, Any]]:
     ssh = _remote_module()
     if ssh is not None and hasattr(ssh, "list_jobs"):
         jobs += ssh.list_jobs()
+    _calibrate(jobs)
     return jobs
 
 
@@ -159,8 +160,22 @@ def target_for(job_id: str) -> Any:
 
 
 def get_job(job_id: str) -> dict[str, Any]:
-    """The job's record (job.json, with a lost supervisor reported as failed)."""
-    return target_for(job_id).get_job(job_id)
+    """The job's record (job.json, with a lost supervisor reported as failed). A job that
+    completed with measurements is folded into the calibration here, once."""
+    record = target_for(job_id).get_job(job_id)
+    _calibrate([record])
+    return record
+
+
+def _calibrate(records: list[dict[str, Any]]) -> None:
+    """Fold completed, measured jobs into $VERI_HOME/calibration.json (launch/calibrate.py);
+    a calibration file that cannot be written never keeps a job from being read."""
+    from veri_tui.launch.calibrate import fold_jobs
+
+    try:
+        fold_jobs(records)
+    except OSError:
+        pass
 
 
 def read_log(job_id: str, offset: int = 0) -> bytes:

@@ -18,6 +18,7 @@ from typing import Any
 
 from trainer.jobdir import PENDING, JobRecord, JobSpec
 from veri_tui.errors import Refusal, VeriError
+from veri_tui.launch.measured import predicted_of
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -177,4 +178,6 @@ def make_record(
         "spec": spec,
         "resolved_parallelism": dict(resolved),
         "error": None,
+        # What the plan expects of the run; the supervisor adds `measured` beside it.
+        "predicted": predicted_of(plan),
     }

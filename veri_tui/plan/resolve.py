@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from veri_tui.errors import VeriError
 from veri_tui.plan.activations import estimate_activations
+from veri_tui.plan.calibration import calibration_for
 from veri_tui.plan.gpus import GPU, get_gpu
 from veri_tui.plan.knobs import JobConfig
 from veri_tui.plan.memory import MemoryEstimate, estimate_states, gb
@@ -137,8 +138,13 @@ def _notes(job: JobConfig, info: ModelInfo) -> list[str]:
     return out
 
 
-def plan_job(job: JobConfig, info: ModelInfo | None = None) -> PlanRecord:
-    """Validate, read the model (unless given), decide, and return the plan record."""
+def plan_job(
+    job: JobConfig, info: ModelInfo | None = None, *, host: str | None = None
+) -> PlanRecord:
+    """Validate, read the model (unless given), decide, and return the plan record.
+
+    Activations and throughput are calibrated by the runs measured on this GPU type on
+    ``host`` (None: this machine; calibration.py), when there are any."""
     errors = validate(job)
     if errors:
         raise VeriError(errors)
@@ -190,6 +196,9 @@ def plan_job(job: JobConfig, info: ModelInfo | None = None) -> PlanRecord:
     activations = estimate_activations(
         info, gpu, zero_stage=stage, states_bytes=est.states_bytes_per_gpu, **common
     )
+    calibration, calibration_warnings = calibration_for(gpu.name, host)
+    activations = calibration.activations(activations, info)
+    warnings += calibration_warnings
     throughput = estimate_throughput(
         info,
         gpu,
@@ -203,6 +212,7 @@ def plan_job(job: JobConfig, info: ModelInfo | None = None) -> PlanRecord:
         internode_gbps=network_gbps(job),
         **common,
     )
+    throughput = calibration.throughput(throughput)
     if activations["known"] and not activations["fits"]:
         warnings.append(
             f"activations {gb(activations['bytes_per_gpu'])}/GPU at mbs={mbs} do not fit beside "

@@ -5,7 +5,8 @@ A thread worker follows the job with the launch facade's watcher (`jobs.watch`, 
 `follow_log` that also hands over each polled job record): it picks the metric lines out and
 posts one `JobUpdate` per poll. The screen only renders what the updates carry: metric lines
 as readable rows in the log tail (`veri_tui.launch.metrics.log_row`), loss (and the DPO
-reward margin) in the chart.
+reward margin) in the chart. When the job has ended with measurements, a table sets them
+beside what its plan predicted (`veri_tui.launch.measured.comparison_lines`).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from veri_tui.app.messages import JobUpdate
 from veri_tui.app.widgets.charts import LossChart
 from veri_tui.app.widgets.failure_panel import FailurePanel
 from veri_tui.errors import VeriError
+from veri_tui.launch.measured import comparison_lines
 from veri_tui.launch.metrics import log_row, metric_of
 
 POLL_S = 0.5
@@ -84,12 +86,14 @@ class MonitorScreen(Screen):
         yield Static("status: connecting", id="mon-status", markup=False)
         yield ProgressBar(total=None, show_eta=False, show_percentage=True, id="progress")
         yield LossChart(id="loss")
+        yield Static("", id="mon-measured", markup=False)
         yield FailurePanel(id="failure")
         yield Log(id="log-tail", max_lines=2000)
         yield Footer()
 
     def on_mount(self) -> None:
         self.query_one(FailurePanel).display = False
+        self.query_one("#mon-measured", Static).display = False  # until the job has ended
         # Without a total the bar animates at frame rate, which costs the CPU the ranks need:
         # it appears with the first metric line instead.
         self.query_one(ProgressBar).display = False
@@ -145,6 +149,7 @@ class MonitorScreen(Screen):
             self.query_one(FailurePanel).error = (
                 update.record.get("error") if self.status == "failed" else None
             )
+            self._show_measured(update.record)
         if update.lines:
             self.query_one(Log).write_lines([log_row(line) for line in update.lines])
         # The failure panel or the progress bar may appear and shrink the log: keep its tail
@@ -156,6 +161,14 @@ class MonitorScreen(Screen):
             chart.points = points_of(self.metrics, "loss")
             chart.margins = points_of(self.metrics, "rewards/margins")
         self._show_progress()
+
+    def _show_measured(self, record: dict[str, Any]) -> None:
+        """Measured against predicted, once the job has ended with measurements."""
+        lines = comparison_lines(record) if has_ended(self.status) else []
+        box = self.query_one("#mon-measured", Static)
+        if lines and record.get("measured"):
+            box.update("\n".join(lines))
+            box.display = True
 
     def _show_progress(self) -> None:
         rec = self.record or {}

@@ -1,0 +1,122 @@
+"""Fold finished jobs into the calibration file ($VERI_HOME/calibration.json).
+
+When the launch side reads a job that succeeded with `measured` and `predicted` (jobs.get_job,
+list_jobs: `veri-tui jobs`, `launch --wait`, the app's monitor), its ratios go into the entry
+of its (GPU type, host): measured tokens/s over the model's, and measured peak minus measured
+states (minus the stage-3 layers in flight) over the model's activations. Each job is folded
+once: its id is kept in `folded`, which `veri-tui calibrate --reset` keeps too, so a reset
+does not fold old jobs back in. CPU runs go under the GPU type "cpu", which no GPU plan reads.
+The update rule is veri_tui.plan.calibration's.
+
+Writes go through trainer.jobdir's atomic writer under a flock on `calibration.json.lock`
+(the app and the CLI may fold at once). A file that cannot be parsed is left alone (the plan
+warns; `veri-tui calibrate --reset` replaces it).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from trainer.jobdir import SUCCEEDED, job_lock, write_json_atomic
+from veri_tui.plan.calibration import (
+    calibration_path,
+    clip_ratio,
+    entry_key,
+    read_calibration,
+    updated_factor,
+)
+
+VERSION = 1
+
+
+def _pos(value: Any) -> float | None:
+    ok = isinstance(value, int | float) and not isinstance(value, bool) and value > 0
+    return float(value) if ok else None
+
+
+def ratios_of(record: dict[str, Any]) -> dict[str, float]:
+    """The run's raw (unclipped) efficiency and activation ratios, those it has figures for."""
+    pred, meas = record.get("predicted") or {}, record.get("measured") or {}
+    out = {}
+    tps, model_tps = _pos(meas.get("tokens_per_s")), _pos(pred.get("tokens_per_s_model"))
+    if tps and model_tps:
+        out["efficiency"] = tps / model_tps
+    peak, states = _pos(meas.get("peak_bytes")), _pos(meas.get("states_bytes"))
+    model_act = _pos(pred.get("activations_model_bytes"))
+    if peak and states and model_act:
+        beyond = peak - states - (pred.get("transient_gather_bytes") or 0)
+        if beyond > 0:
+            out["activation"] = beyond / model_act
+    return out
+
+
+def foldable(record: dict[str, Any]) -> bool:
+    """A run that completed and measured its steps (with a plan to compare against)."""
+    meas = record.get("measured") or {}
+    return (
+        record.get("status") == SUCCEEDED
+        and bool(record.get("predicted"))
+        and bool(meas.get("final"))
+        and bool(meas.get("steps_timed"))
+    )
+
+
+def fold_into(data: dict[str, Any], record: dict[str, Any]) -> bool:
+    """Fold one job record into the calibration data (in place); False when it was folded
+    before or is not a completed, measured run."""
+    job_id = record.get("job_id")
+    folded = data.setdefault("folded", [])
+    if not job_id or job_id in folded or not foldable(record):
+        return False
+    folded.append(job_id)
+    ratios = ratios_of(record)
+    if not ratios:
+        return True
+    meas = record["measured"]
+    gpu, host = str(meas.get("gpu") or "?"), record.get("host") or "local"
+    entry = data.setdefault("entries", {}).setdefault(
+        entry_key(gpu, host), {"gpu": gpu, "host": host, "runs": []}
+    )
+    run: dict[str, Any] = {"job_id": job_id, "ended_at": record.get("ended_at")}
+    for factor, raw in ratios.items():
+        run[f"{factor}_raw"] = round(raw, 4)
+        run[f"{factor}_ratio"] = round(clip_ratio(raw), 4)
+    entry["runs"].append(run)
+    for factor in ratios:
+        history = [r[f"{factor}_ratio"] for r in entry["runs"] if f"{factor}_ratio" in r]
+        entry[factor] = round(updated_factor(entry.get(factor), history), 4)
+    return True
+
+
+def fold_jobs(records: list[dict[str, Any]]) -> list[str]:
+    """Fold every completed, measured job not folded yet; returns the ids folded now. A
+    calibration file that cannot be parsed is left as it is (nothing is folded)."""
+    if not any(foldable(r) for r in records):
+        return []  # the common case costs no file access at all
+    path = calibration_path()
+    seen, why = read_calibration(path)  # without the lock: most reads find them folded
+    if why is not None or all(r.get("job_id") in (seen.get("folded") or ()) for r in records):
+        return []
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with job_lock(path):
+        data, why = read_calibration(path)
+        if why is not None:
+            return []
+        data.setdefault("version", VERSION)
+        done = [r["job_id"] for r in records if fold_into(data, r)]
+        if done:
+            write_json_atomic(path, data)
+    return done
+
+
+def reset() -> bool:
+    """Empty the calibration, keeping the ids of folded jobs (they stay out); True if there
+    was a file. A file that cannot be parsed is replaced."""
+    path = calibration_path()
+    if not path.exists():
+        return False
+    with job_lock(path):
+        data, _why = read_calibration(path)
+        kept = [j for j in data.get("folded") or [] if isinstance(j, str)]
+        write_json_atomic(path, {"version": VERSION, "entries": {}, "folded": kept})
+    return True

@@ -1,0 +1,112 @@
+"""A job's `predicted` (written at launch from its plan) against its `measured` (gathered by the
+supervisor from the ranks, trainer/jobstats.py): the figures, side by side with their ratios.
+
+`predicted` holds what the plan said for the fullest GPU: states, activations (the model's
+and, when calibrated, the plan's), the peak (states + activations + the stage-3 layers in
+flight), tokens/s and step time (the model's figure kept apart from a calibrated one, so
+calibration never compounds). `veri-tui jobs JOB` and the app's monitor print
+`comparison_lines`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def predicted_of(plan: dict[str, Any]) -> dict[str, Any]:
+    """job.json's `predicted` from a plan record's dict (`PlanRecord.to_dict()`)."""
+    act = plan.get("activations") or {}
+    tp = plan.get("throughput") or {}
+    states = plan.get("states_bytes_per_gpu")
+    known_act = bool(act.get("known"))
+    activations = act.get("bytes_per_gpu") if known_act else None
+    transient = (act.get("transient_gather_bytes") or 0) if known_act else None
+    peak = states + activations + transient if states is not None and known_act else None
+    known_tp = bool(tp.get("known"))
+    return {
+        "gpu": (plan.get("gpu") or {}).get("name"),
+        "states_bytes": states,
+        "activations_bytes": activations,
+        "activations_model_bytes": (act.get("calibration") or {}).get("model_bytes", activations),
+        "transient_gather_bytes": transient,
+        "peak_bytes": peak,
+        "tokens_per_s": tp.get("tokens_per_s") if known_tp else None,
+        "tokens_per_s_model": (tp.get("calibration") or {}).get(
+            "model_tokens_per_s", tp.get("tokens_per_s") if known_tp else None
+        ),
+        "step_time_s": tp.get("step_time_s") if known_tp else None,
+        "calibrated": {
+            k: v["calibration"] for k, v in (("throughput", tp), ("activations", act))
+            if v.get("calibration")
+        },
+    }  # fmt: skip
+
+
+def _bytes(n: float) -> str:
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
+        if abs(n) >= scale:
+            return f"{n / scale:.2f} {unit}"
+    return f"{n:.0f} B"
+
+
+def _rate(n: float) -> str:
+    return f"{n:,.0f} tok/s"
+
+
+def _secs(n: float) -> str:
+    return f"{n:.3f} s"
+
+
+#: (label, predicted key, measured key, format)
+ROWS = (
+    ("states/GPU", "states_bytes", "states_bytes", _bytes),
+    ("peak memory/GPU", "peak_bytes", "peak_bytes", _bytes),
+    ("tokens/s", "tokens_per_s", "tokens_per_s", _rate),
+    ("step time", "step_time_s", "step_time_s", _secs),
+)
+
+
+def _num(value: Any) -> float | None:
+    ok = isinstance(value, int | float) and not isinstance(value, bool)
+    return float(value) if ok else None
+
+
+def comparison(record: dict[str, Any]) -> list[tuple[str, str, str, str]]:
+    """(what, predicted, measured, measured/predicted) rows; "-" where a side is missing."""
+    pred = record.get("predicted") or {}
+    meas = record.get("measured") or {}
+    rows = []
+    for label, pkey, mkey, fmt in ROWS:
+        p, m = _num(pred.get(pkey)), _num(meas.get(mkey))
+        ratio = f"{m / p:.3g}x" if p and m is not None else "-"
+        shown = [fmt(v) if v is not None else "-" for v in (p, m)]
+        rows.append((label, *shown, ratio))
+    return rows
+
+
+def comparison_lines(record: dict[str, Any]) -> list[str]:
+    """The comparison as aligned text lines, with where it was measured; [] when the job
+    has neither side (launched before these were recorded)."""
+    if not record.get("measured") and not record.get("predicted"):
+        return []
+    meas = record.get("measured") or {}
+    rows = [("", "predicted", "measured", "ratio"), *comparison(record)]
+    widths = [max(len(r[i]) for r in rows) for i in range(4)]
+    out = [
+        "  ".join(
+            [r[0].ljust(widths[0]), *(c.rjust(w) for c, w in zip(r[1:], widths[1:], strict=True))]
+        )
+        for r in rows
+    ]
+    if meas:
+        where = meas.get("device_name") or meas.get("gpu") or meas.get("device")
+        peak = meas.get("peak_source") or "peak"
+        planned = (record.get("predicted") or {}).get("gpu") or "?"
+        out.append(
+            f"measured on {where} x{meas.get('ranks')}, planned for {planned} ({peak}; "
+            f"tokens/s: median of "
+            f"{meas.get('steps_timed')} steps after {meas.get('warmup_steps')} warm-up)"
+        )
+    else:
+        out.append("measured: nothing (the job ended before its first optimizer step)")
+    return out

@@ -1,0 +1,167 @@
+"""Calibration: the plan's throughput and activations corrected by what earlier runs measured.
+
+Completed runs are folded in by the launch side (veri_tui/launch/calibrate.py) into
+`$VERI_HOME/calibration.json`, one entry per (GPU type, host): an efficiency factor
+(measured tokens/s over the model's) and an activation factor (measured peak minus measured
+states, over the model's activations), each with the runs it came from. This module reads
+that file, holds the update rule, and applies an entry to a plan's estimates.
+
+The update rule keeps one odd run from swinging a factor far: every run's ratio is clipped
+to [RATIO_MIN, RATIO_MAX]; the new estimate is the median of the last WINDOW clipped ratios
+together with the uncalibrated 1.0 (counted once, so a first run moves the estimate halfway
+and two agreeing runs settle it), and it is held between the old estimate and the new run's
+ratio: an update moves toward the measurement, never past it.
+
+Pure (stdlib only) and cheap: `veri-tui plan` pays one stat when there is no file. A file
+that cannot be read or parsed is ignored; the plan says so in one warning.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from veri_tui.plan.activations import _largest_mbs, bytes_per_token
+from veri_tui.plan.model_info import ModelInfo
+
+CALIBRATION_FILE = "calibration.json"
+RATIO_MIN, RATIO_MAX = 0.5, 2.0
+WINDOW = 15
+PRIOR = 1.0  # the uncalibrated model, counted as one run
+FACTORS = ("efficiency", "activation")
+
+
+def calibration_path() -> Path:
+    """$VERI_HOME/calibration.json ($VERI_HOME defaults to ~/.veri)."""
+    home = os.environ.get("VERI_HOME") or os.path.join(os.path.expanduser("~"), ".veri")
+    return Path(home).expanduser() / CALIBRATION_FILE
+
+
+def entry_key(gpu: str, host: str | None) -> str:
+    """The entry of a GPU type on a host (`local` for this machine)."""
+    return f"{gpu}@{host or 'local'}"
+
+
+def clip_ratio(ratio: float) -> float:
+    """One run's ratio, bounded to [RATIO_MIN, RATIO_MAX]."""
+    return min(max(ratio, RATIO_MIN), RATIO_MAX)
+
+
+def updated_factor(old: float | None, ratios: list[float]) -> float:
+    """The estimate after the run whose clipped ratio is ``ratios[-1]`` (``ratios``: every
+    run's clipped ratio, oldest first): the windowed median with the prior, held between
+    the old estimate (1.0 when uncalibrated) and the new ratio."""
+    before = PRIOR if old is None else old
+    new = ratios[-1]
+    median = statistics.median([PRIOR, *ratios[-WINDOW:]])
+    low, high = min(before, new), max(before, new)
+    return min(max(median, low), high)
+
+
+def read_calibration(path: Path | None = None) -> tuple[dict[str, Any], str | None]:
+    """(the file's data, None) or ({}, why it was ignored); a missing file is ({}, None)."""
+    path = path or calibration_path()
+    try:
+        blob = path.read_bytes()
+    except FileNotFoundError:
+        return {}, None
+    except OSError as exc:
+        return {}, f"cannot read: {exc.strerror or exc}"
+    import json  # only when a file exists: a plain `veri-tui plan` does not import json
+
+    try:
+        data = json.loads(blob)
+    except ValueError as exc:
+        return {}, f"not JSON ({exc})"
+    entries = data.get("entries") if isinstance(data, dict) else None
+    if not isinstance(entries, dict) or not all(isinstance(e, dict) for e in entries.values()):
+        return {}, "no 'entries' object of GPU@host entries"
+    return data, None
+
+
+def ignored_warning(path: Path, why: str) -> str:
+    """The one warning for a calibration file that is not used (without `warning: `)."""
+    return f"calibration: {path}: {why}; ignored (veri-tui calibrate --reset)"
+
+
+def _number(value: Any) -> float | None:
+    ok = isinstance(value, int | float) and not isinstance(value, bool)
+    return float(value) if ok and RATIO_MIN <= value <= RATIO_MAX else None
+
+
+def calibrated_note(estimate: dict[str, Any]) -> str:
+    """` (calibrated from 3 runs on H100-80GB)` for an estimate a calibration changed (its
+    `calibration` key), else "": what the plan's throughput and activation lines end with."""
+    meta = estimate.get("calibration")
+    if not meta:
+        return ""
+    runs, host = meta["runs"], meta["host"]
+    where = "" if host == "local" else f" at {host}"
+    return f" (calibrated from {runs} run{'s' if runs != 1 else ''} on {meta['gpu']}{where})"
+
+
+class Calibration(NamedTuple):
+    """One (GPU, host) entry's factors and how many runs each came from; identity if none."""
+
+    gpu: str
+    host: str
+    efficiency: float | None = None
+    efficiency_runs: int = 0
+    activation: float | None = None
+    activation_runs: int = 0
+
+    def _meta(self, factor: str) -> dict[str, Any]:
+        runs = self.efficiency_runs if factor == "efficiency" else self.activation_runs
+        return {factor: getattr(self, factor), "runs": runs, "gpu": self.gpu, "host": self.host}
+
+    def throughput(self, tp: dict[str, Any]) -> dict[str, Any]:
+        """A throughput estimate with its step time divided by the efficiency factor."""
+        f = self.efficiency
+        if f is None or not tp.get("known"):
+            return tp
+        out = dict(tp)
+        for key in ("compute_s", "communication_s", "exposed_communication_s", "step_time_s"):
+            out[key] = tp[key] / f
+        out["tokens_per_s"] = tp["tokens_per_s"] * f
+        out["mfu"] = tp["mfu"] * f
+        out["calibration"] = {**self._meta("efficiency"), "model_tokens_per_s": tp["tokens_per_s"]}
+        return out
+
+    def activations(self, act: dict[str, Any], info: ModelInfo) -> dict[str, Any]:
+        """An activation estimate scaled by the activation factor (fits, largest mbs too)."""
+        f = self.activation
+        if f is None or not act.get("known"):
+            return act
+        out = dict(act)
+        for key in ("bytes_per_gpu", "with_checkpointing_bytes", "without_checkpointing_bytes"):
+            out[key] = int(round(act[key] * f))
+        out["fits"] = out["bytes_per_gpu"] <= act["available_bytes"]
+        seq = act["sequence_length"]
+        per_sample = bytes_per_token(info, act["gradient_checkpointing"]) * seq
+        available = int(act["available_bytes"] / f)  # f x (mbs x sample + chunk) <= available
+        out["max_micro_batch_size"] = _largest_mbs(available, per_sample, seq, info.vocab_size)
+        out["calibration"] = {**self._meta("activation"), "model_bytes": act["bytes_per_gpu"]}
+        return out
+
+
+def calibration_for(gpu: str, host: str | None = None) -> tuple[Calibration, list[str]]:
+    """The calibration of ``gpu`` on ``host`` (None: this machine), and the warnings of a
+    file that was ignored."""
+    identity = Calibration(gpu, host or "local")
+    path = calibration_path()
+    data, why = read_calibration(path)
+    if why is not None:
+        return identity, [ignored_warning(path, why)]
+    entry = (data.get("entries") or {}).get(entry_key(gpu, host))
+    if not entry:
+        return identity, []
+    runs = [r for r in entry.get("runs") or [] if isinstance(r, dict)]
+    counts = {f: sum(1 for r in runs if _number(r.get(f"{f}_ratio")) is not None) for f in FACTORS}
+    return identity._replace(
+        efficiency=_number(entry.get("efficiency")),
+        efficiency_runs=counts["efficiency"],
+        activation=_number(entry.get("activation")),
+        activation_runs=counts["activation"],
+    ), []
