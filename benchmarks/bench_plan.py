@@ -1,8 +1,13 @@
 """Benchmark: `veri-tui plan` on a 70B-shaped 30-shard checkpoint, and the planner alone.
 
-Targets (issue 2): the whole command at most 2x `python -c "import pydantic"` measured in the
-same run; the planner call (plan_job with the model info in hand) under 5 ms. The checkpoint
-is header-only (sparse files), shaped like meta-llama/Llama-3.1-70B.
+Targets: the whole command (through veri_tui/entry.py, as the console script runs it) at
+most 2.5x `python -c "import pydantic"` measured in the same run (issue 9; 2x in issue 2,
+when a stand-in for pydantic's plugin loader was part of the entry); the planner call
+(plan_job with the model info in hand) under 5 ms. The checkpoint is header-only (sparse
+files), shaped like meta-llama/Llama-3.1-70B.
+
+Noise: besides the ratio of the medians, each alternated pair's own ratio is reported as a
+median and interquartile range; load from other work hits both commands of a pair alike.
 
     python benchmarks/bench_plan.py [--runs 15] [--python PATH]
 
@@ -80,6 +85,12 @@ def report(name: str, samples: list[float]) -> float:
     return med
 
 
+def pair_ratios(base: list[float], cmd: list[float]) -> str:
+    """Each alternated pair's cmd/base ratio: median and interquartile range."""
+    q1, med, q3 = statistics.quantiles([c / b for b, c in zip(base, cmd, strict=True)], n=4)
+    return f"per pair {med:.2f}x (IQR {q1:.2f}-{q3:.2f}x, n={len(base)})"
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=15)
@@ -121,9 +132,15 @@ def main() -> int:
             "plan_job(job, info) (the planner alone)",
             in_process(lambda: plan_job(job, info), args.runs * 20),
         )
-        print(f"ratio plan / import pydantic: {plan_s / pyd:.2f}x (target <= 2x)")
+        ratio = plan_s / pyd
+        print(
+            f"ratio plan / import pydantic: {ratio:.2f}x (target <= 2.5x); {pair_ratios(base, cmd)}"
+        )
         if nopyc:
-            print(f"  with PYTHONDONTWRITEBYTECODE set: {plan_n / pyd_n:.2f}x")
+            ratio_n = plan_n / pyd_n
+            print(
+                f"  with PYTHONDONTWRITEBYTECODE set: {ratio_n:.2f}x; {pair_ratios(base_n, cmd_n)}"
+            )
         print(f"ratio one-model floor / import pydantic: {floor_s / statistics.median(base2):.2f}x")
         print(
             f"planner alone: {call_s * 1e3:.2f} ms (target < 5 ms); headers {read_s * 1e3:.2f} ms"
