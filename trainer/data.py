@@ -9,7 +9,6 @@ permutation per epoch, so every rank knows every global batch and reads only its
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -17,6 +16,8 @@ from typing import Any
 import torch
 
 from trainer.errors import DataError
+from trainer.rows import check_messages, read_rows
+from trainer.rows import text_field as _str
 
 IGNORE = -100
 
@@ -27,37 +28,6 @@ class Example:
 
     input_ids: list[int]
     labels: list[int]
-
-
-def read_rows(path: Path) -> list[tuple[int, dict[str, Any]]]:
-    """(line number, row) for every non-empty line; DataError on unreadable JSON."""
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise DataError(f"{path}: dataset file not found") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise DataError(f"{path}: cannot read the dataset ({exc})") from None
-    rows = []
-    for no, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except ValueError as exc:
-            raise DataError(f"{path} line {no}: not valid JSON ({exc})") from None
-        if not isinstance(row, dict):
-            raise DataError(f"{path} line {no}: a row must be a JSON object")
-        rows.append((no, row))
-    if not rows:
-        raise DataError(f"{path}: the dataset has no rows")
-    return rows
-
-
-def _str(row: dict[str, Any], key: str, where: str) -> str:
-    value = row.get(key)
-    if not isinstance(value, str) or not value:
-        raise DataError(f"{where}: `{key}` must be a non-empty string")
-    return value
 
 
 def _ids(tok: Any, text: str, first: bool) -> list[int]:
@@ -75,17 +45,7 @@ def _segments_to_example(segments: list[tuple[list[int], bool]], max_len: int) -
 
 
 def _messages(tok: Any, row: dict[str, Any], where: str) -> list[tuple[list[int], bool]]:
-    msgs = row["messages"]
-    if not isinstance(msgs, list) or not msgs:
-        raise DataError(f"{where}: `messages` must be a non-empty list")
-    for i, m in enumerate(msgs):
-        ok = isinstance(m, dict) and m.get("role") in ("system", "user", "assistant")
-        if not ok or not isinstance(m.get("content"), str):
-            raise DataError(
-                f"{where}: messages[{i}] needs a role (system/user/assistant) and string content"
-            )
-    if not any(m["role"] == "assistant" for m in msgs):
-        raise DataError(f"{where}: `messages` has no assistant turn to train on")
+    msgs = check_messages(row["messages"], where)
     if getattr(tok, "chat_template", None) is None:
         raise DataError(f"{where}: `messages` rows need a tokenizer with a chat template")
     segments: list[tuple[list[int], bool]] = []

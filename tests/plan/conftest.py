@@ -44,3 +44,9 @@ def model_dirs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 def infos(model_dirs: dict[str, Path]) -> dict[str, ModelInfo]:
     """ModelInfo per model name, read from the headers."""
     return {name: read_model_info(str(path)) for name, path in model_dirs.items()}
+
+
+@pytest.fixture(autouse=True)
+def _private_veri_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Plans with a dataset cache its token count under $VERI_HOME/cache: never the user's."""
+    monkeypatch.setenv("VERI_HOME", str(tmp_path / "veri-home"))

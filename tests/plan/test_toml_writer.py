@@ -89,6 +89,7 @@ KNOBS: dict[str, st.SearchStrategy[Any]] = {
     "use_unsloth": st.booleans(),
     "load_in_4bit": st.booleans(),
     "use_liger": st.booleans(),
+    "price_per_gpu_hour": POS_FLOAT,
     "learning_rate": POS_FLOAT,
     "num_epochs": POS,
     "max_steps": POS,

@@ -12,12 +12,13 @@ import sys
 from veri_tui.commands.common import job_from_args
 from veri_tui.plan import plan_job
 from veri_tui.plan.calibration import calibrated_note
+from veri_tui.plan.cost import cost_line
 from veri_tui.plan.memory import gb
 from veri_tui.plan.record import PlanRecord
 
 
 def summary_lines(rec: PlanRecord) -> list[str]:
-    """Activation and throughput lines printed after the plan (text mode)."""
+    """Activation, throughput and cost lines printed after the plan (text mode)."""
     out = []
     act = rec.activations
     if act.get("known"):
@@ -40,6 +41,7 @@ def summary_lines(rec: PlanRecord) -> list[str]:
         )
     elif tp:
         out.append(f"throughput: not estimated ({tp.get('reason')})")
+    out.append(cost_line(rec.cost))
     return out
 
 

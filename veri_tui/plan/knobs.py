@@ -60,6 +60,14 @@ class Hyperparameters(BaseModel):
     use_unsloth: bool = Field(False, description="Unsloth kernels (single GPU only)")
     load_in_4bit: bool = Field(False, description="QLoRA 4-bit base (single GPU only)")
     use_liger: bool = Field(False, description="Liger kernels (single GPU only)")
+    # --- planning only (the cost line; the trainer ignores it) ---
+    price_per_gpu_hour: float | None = Field(
+        None,
+        gt=0,
+        allow_inf_nan=False,
+        description="USD per GPU-hour for the cost line (default: $VERI_HOME/prices.toml, "
+        "else the GPU type's list price)",
+    )
 
     # --- training keys (read by the bundled trainer) ---
     learning_rate: float = Field(1e-4, gt=0, description="peak AdamW learning rate")

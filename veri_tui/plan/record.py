@@ -51,6 +51,7 @@ class PlanRecord(NamedTuple):
     job: dict[str, Any]
     model: dict[str, Any]
     gpu: dict[str, Any]
+    cost: dict[str, Any]  # time and cost of the whole job (cost.py)
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON object of contracts section 4 (plain types only)."""
@@ -71,6 +72,7 @@ class PlanRecord(NamedTuple):
             "job": dict(self.job),
             "model": dict(self.model),
             "gpu": dict(self.gpu),
+            "cost": dict(self.cost),
         }
 
     def pinned_hyperparameters(self) -> dict[str, Any]:

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from veri_tui.errors import VeriError
 from veri_tui.plan.activations import estimate_activations
 from veri_tui.plan.calibration import calibration_for
+from veri_tui.plan.cost import estimate_cost
 from veri_tui.plan.gpus import GPU, get_gpu
 from veri_tui.plan.knobs import JobConfig
 from veri_tui.plan.memory import MemoryEstimate, estimate_states, gb
@@ -139,12 +140,18 @@ def _notes(job: JobConfig, info: ModelInfo) -> list[str]:
 
 
 def plan_job(
-    job: JobConfig, info: ModelInfo | None = None, *, host: str | None = None
+    job: JobConfig,
+    info: ModelInfo | None = None,
+    *,
+    host: str | None = None,
+    count_tokens: bool = True,
 ) -> PlanRecord:
     """Validate, read the model (unless given), decide, and return the plan record.
 
     Activations and throughput are calibrated by the runs measured on this GPU type on
-    ``host`` (None: this machine; calibration.py), when there are any."""
+    ``host`` (None: this machine; calibration.py), when there are any. The dataset's
+    tokens are counted for the cost (cached by content); with `count_tokens=False` only a
+    cached count is used (the app counts in a worker)."""
     errors = validate(job)
     if errors:
         raise VeriError(errors)
@@ -199,20 +206,28 @@ def plan_job(
     calibration, calibration_warnings = calibration_for(gpu.name, host)
     activations = calibration.activations(activations, info)
     warnings += calibration_warnings
-    throughput = estimate_throughput(
-        info,
-        gpu,
-        gpu_count=job.gpu_count,
-        zero_stage=stage,
-        precision=hp.precision,
-        lora_rank=hp.lora_rank,
-        gradient_accumulation_steps=ga,
-        cpu_offload=hp.cpu_offload,
-        nodes=job.nodes,
-        internode_gbps=network_gbps(job),
+    tp_args = {
+        "gpu_count": job.gpu_count,
+        "zero_stage": stage,
+        "precision": hp.precision,
+        "lora_rank": hp.lora_rank,
+        "gradient_accumulation_steps": ga,
+        "cpu_offload": hp.cpu_offload,
         **common,
+        "nodes": job.nodes,
+        "internode_gbps": network_gbps(job),
+    }
+    throughput = calibration.throughput(estimate_throughput(info, gpu, **tp_args))
+
+    def throughput_at(length: int) -> dict[str, Any]:
+        """The (calibrated) step at a padded sample length: the cost's."""
+        at = {**tp_args, "max_seq_length": length, "max_length": length}
+        return calibration.throughput(estimate_throughput(info, gpu, **at))
+
+    cost, cost_warnings = estimate_cost(
+        job, info.path, gpu, gbs, mbs, throughput_at, count=count_tokens
     )
-    throughput = calibration.throughput(throughput)
+    warnings += cost_warnings
     if activations["known"] and not activations["fits"]:
         warnings.append(
             f"activations {gb(activations['bytes_per_gpu'])}/GPU at mbs={mbs} do not fit beside "
@@ -235,4 +250,5 @@ def plan_job(
         job=job.model_dump(mode="json"),
         model=info.to_dict(),
         gpu=gpu.to_dict(),
+        cost=cost,
     )

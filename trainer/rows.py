@@ -1,0 +1,61 @@
+"""Dataset rows as the trainer reads and checks them, before any tokenizer sees them.
+
+Standard library only: trainer/data.py tokenizes with them, and the planning core
+(veri_tui/plan/tokens.py) counts the same rows for the plan's cost, so both read a dataset
+by one set of rules and refuse a bad row with the same message.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from trainer.errors import DataError
+
+
+def read_rows(path: Path) -> list[tuple[int, dict[str, Any]]]:
+    """(line number, row) for every non-empty line; DataError on unreadable JSON."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise DataError(f"{path}: dataset file not found") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise DataError(f"{path}: cannot read the dataset ({exc})") from None
+    rows = []
+    for no, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except ValueError as exc:
+            raise DataError(f"{path} line {no}: not valid JSON ({exc})") from None
+        if not isinstance(row, dict):
+            raise DataError(f"{path} line {no}: a row must be a JSON object")
+        rows.append((no, row))
+    if not rows:
+        raise DataError(f"{path}: the dataset has no rows")
+    return rows
+
+
+def text_field(row: dict[str, Any], key: str, where: str) -> str:
+    """`row[key]` as a non-empty string, else DataError naming the key."""
+    value = row.get(key)
+    if not isinstance(value, str) or not value:
+        raise DataError(f"{where}: `{key}` must be a non-empty string")
+    return value
+
+
+def check_messages(msgs: Any, where: str) -> list[dict[str, Any]]:
+    """A `messages` list with roles, string contents and an assistant turn to train on."""
+    if not isinstance(msgs, list) or not msgs:
+        raise DataError(f"{where}: `messages` must be a non-empty list")
+    for i, m in enumerate(msgs):
+        ok = isinstance(m, dict) and m.get("role") in ("system", "user", "assistant")
+        if not ok or not isinstance(m.get("content"), str):
+            raise DataError(
+                f"{where}: messages[{i}] needs a role (system/user/assistant) and string content"
+            )
+    if not any(m["role"] == "assistant" for m in msgs):
+        raise DataError(f"{where}: `messages` has no assistant turn to train on")
+    return msgs

@@ -1,0 +1,186 @@
+"""Time and cost of the whole job: tokens -> optimizer steps -> wall time -> GPU-hours -> USD.
+
+steps = max_steps, else num_epochs x floor(rows / global_batch_size) (the trainer drops the
+last partial batch: trainer/data.py `global_batch`). A step's time is the throughput
+model's (throughput.py) for the tokens the step really has: the trainer pads each
+micro-batch to its longest sample (trainer/data.py `collate`), so the sequence length used
+is the expected longest of micro_batch_size random rows (for dpo, of the longer of chosen
+and rejected), each truncated at max_seq_length / max_length. wall time = steps x step
+time; GPU-hours = wall time x gpu_count / 3600; price = GPU-hours x price per GPU-hour.
+Without a tokenizer (a model known from Hub metadata only, or no `tokenizers` package) the
+rows still give the steps and every sample is taken at full length (an upper bound).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from math import exp, lgamma
+from pathlib import Path
+from typing import Any
+
+from trainer.errors import DataError
+from trainer.rows import read_rows
+from veri_tui.plan.prices import price_per_gpu_hour
+from veri_tui.plan.tokens import TokenCount, cached_count, count_tokens, tokenizer_path
+
+COST_KEYS = ("dataset_tokens", "steps", "wall_time_s", "gpu_hours", "price_per_gpu_hour",
+             "price")  # fmt: skip
+
+
+def expected_max(hist: dict[int, int], k: int) -> float:
+    """E[max] of k values drawn without replacement from the multiset `hist` (value ->
+    count): a micro-batch is k consecutive rows of a random permutation."""
+    n = sum(hist.values())
+    k = max(1, min(k, n))
+
+    def below(b: int) -> float:  # P(all k drawn rank <= b) = C(b, k) / C(n, k)
+        if b < k:
+            return 0.0
+        return exp(lgamma(b + 1) - lgamma(b - k + 1) - lgamma(n + 1) + lgamma(n - k + 1))
+
+    total, seen, last = 0.0, 0, 0.0
+    for value in sorted(hist):
+        seen += hist[value]
+        p = below(seen)
+        total += value * (p - last)
+        last = p
+    return total
+
+
+def truncated(count: TokenCount, max_len: int) -> tuple[int, dict[int, int]]:
+    """(tokens fed per epoch, histogram of padded sample lengths) at a truncation length."""
+    tokens, padded = 0, {}
+    for *lengths, rows in count.lengths:
+        cut = [min(x, max_len) for x in lengths]
+        tokens += sum(cut) * rows
+        longest = max(cut)  # dpo: chosen and rejected share one padded forward
+        padded[longest] = padded.get(longest, 0) + rows
+    return tokens, padded
+
+
+def _unknown(reason: str, **extra: Any) -> dict[str, Any]:
+    return {"known": False, **dict.fromkeys(COST_KEYS), **extra, "reason": reason}
+
+
+def _tokens(job: Any, model_path: str | None, count: bool) -> TokenCount | str | None:
+    """The count, or why there is none (a string); None: not cached and not counting now."""
+    dataset = Path(job.dataset).expanduser()
+    if not dataset.is_file():
+        raise DataError(f"{job.dataset}: dataset file not found")
+    tok = tokenizer_path(model_path)
+    if tok is None:
+        why = (
+            "the model is known from Hub metadata only"
+            if not model_path
+            else (f"no tokenizer.json in {model_path}")
+        )
+        return why
+    try:
+        if count:
+            return count_tokens(dataset, tok.parent, job.method)
+        return cached_count(dataset, tok.parent, job.method)
+    except ImportError:
+        return "the tokenizers package is not installed (pip install tokenizers)"
+    except OSError as exc:  # a file vanished or became unreadable between stat and read
+        raise DataError(f"{job.dataset}: cannot read ({exc.strerror})") from None
+
+
+def estimate_cost(
+    job: Any,
+    model_path: str | None,
+    gpu: Any,
+    global_batch_size: int,
+    micro_batch_size: int,
+    throughput_at: Callable[[int], dict[str, Any]],
+    *,
+    count: bool = True,
+) -> tuple[dict[str, Any], list[str]]:
+    """The cost record for a planned job, and warnings (an unusable prices file).
+
+    `throughput_at(length)` is the plan's throughput estimate at a sample length. With
+    `count=False` only cached counts are used (the app counts in a worker): an uncounted
+    dataset gives `{"known": False, "pending": True}`."""
+    hp = job.hyperparameters
+    usd, source, warning = price_per_gpu_hour(gpu.name, hp.price_per_gpu_hour)
+    warnings = [warning] if warning else []
+    price_info = {"price_per_gpu_hour": usd, "source": source}
+    if gpu.bf16_dense_tflops is None:
+        return _unknown(f"{gpu.name} has no throughput estimate", **price_info), warnings
+    if not job.dataset:
+        return _unknown("no dataset given; pass --dataset FILE", **price_info), warnings
+    max_len = hp.max_length if job.method == "dpo" else hp.max_seq_length
+    note = None
+    try:
+        found = _tokens(job, model_path, count)
+        if found is None:
+            return _unknown("counting the dataset's tokens", pending=True, **price_info), warnings
+        if isinstance(found, str):
+            note, rows, tokens = found, len(read_rows(Path(job.dataset).expanduser())), None
+            length = float(max_len)
+        else:
+            rows = found.rows
+            tokens, padded = truncated(found, max_len)
+            length = expected_max(padded, micro_batch_size)
+    except DataError as exc:
+        return _unknown(str(exc), **price_info), warnings
+    per_epoch = rows // global_batch_size
+    if per_epoch == 0:
+        why = f"global_batch_size {global_batch_size} is more than the dataset's {rows} rows"
+        return _unknown(why, dataset_rows=rows, **price_info), warnings
+    steps = hp.max_steps or hp.num_epochs * per_epoch
+    tp = throughput_at(max(1, round(length)))
+    wall = steps * tp["step_time_s"]
+    gpu_hours = wall * job.gpu_count / 3600
+    cost = {
+        "known": True,
+        "dataset_tokens": tokens,
+        "steps": steps,
+        "wall_time_s": wall,
+        "gpu_hours": gpu_hours,
+        "price_per_gpu_hour": usd,
+        "price": gpu_hours * usd if usd is not None else None,
+        "source": source,
+        "dataset_rows": rows,
+        "steps_per_epoch": per_epoch,
+        "sample_length": tp["sequence_length"],
+        "step_time_s": tp["step_time_s"],
+        "gpu": gpu.name,
+        "gpu_count": job.gpu_count,
+    }
+    if note:
+        cost["note"] = f"full-length samples assumed: {note}"
+    return cost, warnings
+
+
+def _duration(seconds: float) -> str:
+    if seconds >= 3600:
+        return f"{seconds / 3600:,.1f} h"
+    if seconds >= 60:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds:.2g} s"
+
+
+def _amount(x: float) -> str:
+    if x >= 0.1:
+        return f"{x:,.1f}"
+    return f"{x:.2g}" if x >= 0.001 else "<0.001"
+
+
+def cost_line(cost: dict[str, Any]) -> str:
+    """`cost: 2.4 h on 4 x L4-24GB = 9.6 GPU-hours, ~$7.70 at $0.80/GPU-hour`."""
+    if not cost:
+        return "cost: not estimated"
+    if not cost.get("known"):
+        if cost.get("pending"):
+            return "cost: counting the dataset's tokens..."
+        return f"cost: not estimated ({cost.get('reason')})"
+    head = (
+        f"cost: {_duration(cost['wall_time_s'])} on {cost['gpu_count']} x {cost['gpu']} = "
+        f"{_amount(cost['gpu_hours'])} GPU-hours"
+    )
+    if cost["price"] is None:
+        head += f", price unknown ({cost['source']})"
+    else:
+        money = f"~${cost['price']:,.2f}" if cost["price"] >= 0.01 else "<$0.01"
+        head += f", {money} at ${cost['price_per_gpu_hour']:,.2f}/GPU-hour"
+    return head + (f" ({cost['note']})" if cost.get("note") else "")
