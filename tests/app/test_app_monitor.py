@@ -183,3 +183,23 @@ async def test_dpo_reward_margin_is_charted_beside_the_loss(veri_home: Path) -> 
         drawn = str(chart.render())
         assert "loss vs step" in drawn and "DPO reward margin vs step" in drawn
         assert "margin 0.6  acc 0.50" in screen.query_one(Log).lines[-1]
+
+
+async def test_monitor_sets_measured_beside_predicted_once_ended(veri_home: Path) -> None:
+    folder = write_job(veri_home, "20261129-220000-mmmm")
+    record = json.loads((folder / "job.json").read_text())
+    record["predicted"] = {"gpu": "L4-24GB", "states_bytes": 1e9, "peak_bytes": 2e9,
+                           "tokens_per_s": 4000.0, "step_time_s": 1.0}  # fmt: skip
+    record["measured"] = {"device": "cuda", "gpu": "L4-24GB", "ranks": 2, "states_bytes": 1e9,
+                          "peak_bytes": 3e9, "peak_source": "cuda_max_allocated",
+                          "tokens_per_s": 2000.0, "step_time_s": 2.0, "steps_timed": 18,
+                          "warmup_steps": 2}  # fmt: skip
+    (folder / "job.json").write_text(json.dumps(record))
+    app = create_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = await _monitor(pilot, "20261129-220000-mmmm")
+        box = screen.query_one("#mon-measured", Static)
+        assert box.display
+        rows = str(box.render()).splitlines()
+        assert rows[2].split() == ["peak", "memory/GPU", "2.00", "GB", "3.00", "GB", "1.5x"]
+        assert rows[3].split()[-1] == "0.5x" and "measured on L4-24GB x2" in rows[-1]

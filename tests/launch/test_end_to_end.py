@@ -58,6 +58,19 @@ def test_launch_wait_succeeds_and_logs_plan_then_metrics(home: Path) -> None:
     job_dir = home / "jobs" / job_id
     rec = json.loads((job_dir / "job.json").read_text())
     assert rec["status"] == "succeeded" and rec["error"] is None
+    # Measured after every run (trainer/runstats.py), beside the plan's figures.
+    measured, predicted = rec["measured"], rec["predicted"]
+    assert (measured["ranks"], measured["gpu"], measured["final"]) == (2, "cpu", True)
+    for states in measured["states_bytes_per_rank"]:  # AdamW's step scalars aside
+        assert states == pytest.approx(rec["spec"]["states_bytes_per_gpu"], rel=0.001)
+    assert measured["peak_bytes"] > measured["states_bytes"] and measured["tokens_per_s"] > 0
+    assert (measured["steps_timed"], measured["warmup_steps"]) == (1, 2)
+    assert predicted["states_bytes"] == rec["spec"]["states_bytes_per_gpu"]
+    assert predicted["tokens_per_s"] > 0 and predicted["peak_bytes"] > predicted["states_bytes"]
+    # `launch --wait` read the finished job: it is folded, as a CPU run, into the calibration.
+    calibration = json.loads((home / "calibration.json").read_text())
+    assert calibration["folded"] == [job_id] and list(calibration["entries"]) == ["cpu@local"]
+    assert "measured on cpu x2, planned for L4-24GB" in cli("jobs", job_id).stdout
     plan = plan_job(load_job_config(None, gpu_count=2, sets=["max_steps=3"]))
     header = [*plan.header_lines, plan.plan_line]  # then the plan's warnings, if any
     log = (job_dir / "log.txt").read_text().splitlines()

@@ -63,7 +63,7 @@ def plan_for_host(job: Any, pf: Preflight) -> tuple[Any, Any]:
     if pf.gpu_name:
         job = job.model_copy(update={"gpu": pf.gpu_name})
     info = pf.model_info if pf.model_info is not None else read_model_info(None)
-    return job, plan_job(job, info)
+    return job, plan_job(job, info, host=pf.host)  # calibrated by this host's runs
 
 
 def remote_record(
@@ -88,7 +88,8 @@ def remote_record(
 def _upload(conn: Connection, job: Any, record: dict[str, Any], job_dir: str) -> None:
     """Build the folder as `.<id>.tmp` beside its final place, then rename it in."""
     sftp = conn.sftp()
-    tmp = posixpath.join(posixpath.dirname(job_dir), f".{record['job_id']}.tmp")
+    # Named after the folder: a multi-node job's nodes may share one home (NFS).
+    tmp = posixpath.join(posixpath.dirname(job_dir), f".{posixpath.basename(job_dir)}.tmp")
     for sub in ("pids", "failures", "data", "pkg"):
         files.makedirs(sftp, posixpath.join(tmp, sub))
     files.upload_package(sftp, _trainer_package(), posixpath.join(tmp, "pkg", "trainer"))
@@ -123,16 +124,24 @@ def launch(
     job_config: Any,
     plan_record: Any = None,
     *,
-    host: str,
+    host: str | list[str],
     trust_host: str | None = None,
     wait: bool = False,
 ) -> str:
     """Preflight `host`, plan for what it has, upload and start; returns the job id.
 
+    Several hosts make a multi-node job (multinode.py), one node each, node 0 first.
+
     `plan_record` (planned on this machine, or None: the CLI does not plan for a host) is
     not used: the plan is made from the model's headers read on the host and the GPU detected
     there. The model and `--output` are paths on the host, checked there, never here.
     """
+    hosts = [host] if isinstance(host, str) else list(host)
+    if len(hosts) > 1:
+        from veri_tui.launch.ssh.multinode import launch_nodes
+
+        return launch_nodes(job_config, hosts, trust_host=trust_host, wait=wait)
+    host = hosts[0]
     check_job(job_config, output_here=False)  # --output is a path on the host: checked there
     conn = Connection.open(host, trust=trust_host)
     try:
