@@ -7,11 +7,14 @@ measured/rank-<r>.json with the bytes it holds, counted tensor by tensor:
 - params / grads / optimizer: the local shards after backward (whole tensors under DDP);
 - compute_copy (stage 2): the unsharded bf16 parameters held from forward through backward,
   measured after the last micro-batch's forward;
-- ref_gathered (DPO full fine-tune): the reference model's parameters while gathered for its
-  forward; ref_shard: what it keeps between forwards (its shard under FSDP2, 0 at stage 0,
-  where ref_gathered already is the whole persistent copy).
+- reference (DPO full fine-tune): what the reference model keeps between its forwards: whole
+  at stage 0, its per-layer shards under FSDP2 (measured after backward);
+- ref_in_flight (FSDP2 only, NOT in `total`): the most of the reference's parameters
+  gathered at once during its forward (the root unit and a layer), seen at each layer. Like
+  the policy's own gathered layers these are transient: contracts section 3 counts states
+  "not counting the transient all-gather of the layer(s) in flight".
 
-`total` sums every component; nothing is left out to match the plan.
+`total` sums every component but the transient `ref_in_flight`; nothing else is left out.
 
 Host memory phases (VERI_MEASURE_MEMORY=1, benchmarks/bench_host_memory.py): each rank
 appends to measured/memory-rank-<r>.jsonl, at each phase's end, VmRSS then and VmHWM, the
@@ -33,6 +36,7 @@ from torch import nn
 from trainer.jobdir import write_text_atomic
 from trainer.report import RankContext
 
+TRANSIENT = ("ref_in_flight",)  # recorded, not part of `total` (contracts section 3)
 _memory_log: list[Path] = []  # the phase log of this rank, once started
 
 
@@ -102,15 +106,23 @@ class StateMeter:
             )
 
     def reference_hook(self, ref: nn.Module) -> Any:
-        """A forward hook on a submodule of the reference: sees it gathered."""
+        """Watch the reference's units in flight; returns a (no-op) forward hook.
 
-        def hook(*_: Any) -> None:
-            if "ref_gathered" not in self.values:
-                self.values["ref_gathered"] = sum(
-                    tensor_bytes(p) for p in ref.parameters() if not _is_sharded(p)
-                )
+        A forward hook runs after FSDP2 resharded the layer, so the watching is done by
+        pre-forward hooks (after FSDP2's unshard) on every decoder layer: the most gathered
+        at once is kept.
+        """
+        from trainer.model import decoder_layers
 
-        return hook
+        def watch(*_: Any) -> None:
+            params = list(ref.parameters())  # FSDP2 swaps the gathered ones in and out
+            if any(map(_is_sharded, params)):
+                now = sum(tensor_bytes(p) for p in params if not _is_sharded(p))
+                self.values["ref_in_flight"] = max(now, self.values.get("ref_in_flight", 0))
+
+        for layer in decoder_layers(ref):
+            layer.register_forward_pre_hook(watch)
+        return lambda *_: None
 
     def after_backward(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> None:
         """Params, grads and optimizer states as they are held after backward."""
@@ -121,14 +133,14 @@ class StateMeter:
         self.values["optimizer"] = sum(tensor_bytes(v) for v in states if torch.is_tensor(v))
 
     def reference_rest(self, ref: nn.Module | None, zero_stage: int) -> None:
-        """What the reference keeps between its forwards (its shard under FSDP2)."""
-        if ref is not None and zero_stage in (2, 3):
-            self.values["ref_shard"] = sum(tensor_bytes(p) for p in ref.parameters())
+        """What the reference keeps between its forwards (whole at stage 0, else its shards)."""
+        if ref is not None:
+            self.values["reference"] = sum(tensor_bytes(p) for p in ref.parameters())
 
     def write(self, extra: dict[str, Any] | None = None) -> dict[str, Any]:
         """measured/rank-<r>.json with every component and their total."""
         record: dict[str, Any] = {"rank": self.ctx.rank, "step": self.step, **self.values}
-        record["total"] = sum(self.values.values())
+        record["total"] = sum(v for k, v in self.values.items() if k not in TRANSIENT)
         record.update(extra or {})
         path = self.ctx.job_dir / "measured" / f"rank-{self.ctx.rank}.json"
         write_text_atomic(path, json.dumps(record))

@@ -161,11 +161,14 @@ def build_reference(path: Path) -> nn.Module:
 
 
 def decoder_layers(model: nn.Module) -> list[nn.Module]:
-    """The transformer blocks (by the model's own `_no_split_modules`), in order."""
+    """The transformer blocks (by the model's own `_no_split_modules`), in order.
+
+    Also once sharded: FSDP2 gives each wrapped block a subclass named FSDP<class>.
+    """
     names: set[str] = set()
     for m in model.modules():
         names.update(getattr(m, "_no_split_modules", None) or [])
-    layers = [m for m in model.modules() if type(m).__name__ in names]
+    layers = [m for m in model.modules() if type(m).__name__.removeprefix("FSDP") in names]
     if not layers:
         raise ModelLoadError("model: cannot find its decoder layers to shard per layer")
     return layers

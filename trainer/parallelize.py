@@ -119,13 +119,19 @@ def wrap_policy(model: nn.Module, cfg: TrainConfig, rt: Runtime) -> nn.Module:
 
 
 def wrap_reference(ref: nn.Module, cfg: TrainConfig, rt: Runtime) -> nn.Module:
-    """DPO full fine-tune reference: whole at stage 0, else sharded as one unit."""
+    """DPO full fine-tune reference: whole at stage 0, else sharded per decoder layer.
+
+    At stages 2 and 3 every layer is resharded after its forward (the reference has no
+    backward to keep it for), so a rank holds 2N/dp plus the units in flight.
+    """
     if cfg.zero_stage == 0:
         materialize(ref, rt.device)
         mark_memory("load_reference")
         return ref.to(rt.device)
     from torch.distributed.fsdp import fully_shard
 
+    for layer in decoder_layers(ref):
+        fully_shard(layer, mesh=rt.mesh, reshard_after_forward=True)
     fully_shard(ref, mesh=rt.mesh, reshard_after_forward=True)
     materialize(ref, rt.device)
     mark_memory("load_reference")

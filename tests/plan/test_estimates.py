@@ -76,6 +76,32 @@ def test_throughput_fields(qwen) -> None:
     assert row["states_bytes_per_gpu"] == 8 * 596_049_920 // 4
 
 
+def _comm(info: ModelInfo, **knobs: Any) -> float:
+    from veri_tui.plan.throughput import estimate_throughput
+
+    base = {"gpu_count": 4, "precision": "bf16", "lora_rank": 0, "micro_batch_size": 1}
+    base.update(max_seq_length=1024, max_length=512, gradient_checkpointing=True)
+    est = estimate_throughput(info, get_gpu("L4-24GB"), **{**base, **knobs})
+    return est["communication_s"]
+
+
+@pytest.mark.parametrize("stage", [0, 2, 3])
+def test_dpo_reference_all_gathers_are_counted(qwen, stage: int) -> None:
+    # The DPO full fine-tune reference is sharded per layer at stages 2 and 3: each
+    # micro-batch all-gathers it (bf16, layers + 1 units) for its forward. At stage 0 it is
+    # whole and moves nothing. sft at seq 1024 = dpo at max_length 512 (chosen + rejected).
+    from veri_tui.plan.throughput import _collective_s
+
+    info, ga = qwen[0], 3
+    knobs = {"zero_stage": stage, "gradient_accumulation_steps": ga}
+    extra = _comm(info, method="dpo", **knobs) - _comm(info, method="sft_text", **knobs)
+    gather = _collective_s(2 * info.parameter_count, 4, get_gpu("L4-24GB"), "all_gather",
+                           info.layer_count + 1)  # fmt: skip
+    assert extra == pytest.approx(ga * gather if stage else 0.0)
+    lora = {**knobs, "lora_rank": 8}
+    assert _comm(info, method="dpo", **lora) == _comm(info, method="sft_text", **lora)
+
+
 def test_custom_gpu_has_no_throughput(qwen) -> None:
     rec = plan(model=str(qwen[1]), gpu="custom-48GB", gpu_count=2)
     assert rec.throughput["known"] is False and "custom-48GB" in rec.throughput["reason"]

@@ -58,9 +58,8 @@ def test_states_per_case(
         3: ceil_div(sharded, dp),
     }[stage]
     if method == "dpo" and rank == 0:
-        expected += 2 * n  # the reference model, whole on every GPU for its forward
-        if stage:
-            expected += ceil_div(2 * n, dp)  # and its FSDP2 shard, resident (measured)
+        # The reference model: whole under DDP, sharded per layer under FSDP2 (measured).
+        expected += ceil_div(2 * n, dp) if stage else 2 * n
     est = estimate_states(
         info, precision=precision, zero_stage=stage, dp=dp, lora_rank=rank, dpo=method == "dpo"
     )
@@ -113,14 +112,16 @@ def test_dpo_lora_has_no_reference_copy(infos: dict[str, ModelInfo]) -> None:
     assert not dpo.dpo_reference
 
 
-def test_dpo_reference_shard_is_resident_under_fsdp2(infos: dict[str, ModelInfo]) -> None:
-    # Measured by the trainer (tests/trainer/test_state_bytes.py): the reference keeps its
-    # 2 x N / dp shard beside the whole copy gathered for its forward.
+def test_dpo_reference_is_sharded_per_layer_under_fsdp2(infos: dict[str, ModelInfo]) -> None:
+    # DPO full fine-tune at stages 2/3: the reference is sharded per decoder layer and
+    # resharded after each layer's forward (measured: tests/trainer/test_state_bytes.py), so
+    # stage 3 holds (8N + 2N) / dp in bf16 and (16N + 2N) / dp in fp32, not 2N + ... as the
+    # seed's "reference in full".
     info = infos["qwen3-0.6b"]
-    n = info.parameter_count
-    sft = estimate_states(info, precision="bf16", zero_stage=3, dp=2)
-    dpo = estimate_states(info, precision="bf16", zero_stage=3, dp=2, dpo=True)
-    assert dpo.states_bytes_per_gpu - sft.states_bytes_per_gpu == 2 * n + n
-    assert dpo.components["reference"] == 3 * n
-    ddp = estimate_states(info, precision="bf16", zero_stage=0, dp=2, dpo=True)
+    n, dp = info.parameter_count, 4
+    for precision, b in (("bf16", 8), ("fp32", 16)):
+        dpo = estimate_states(info, precision=precision, zero_stage=3, dp=dp, dpo=True)
+        assert dpo.states_bytes_per_gpu == ceil_div(b * n, dp) + ceil_div(2 * n, dp)
+        assert dpo.components["reference"] == ceil_div(2 * n, dp)
+    ddp = estimate_states(info, precision="bf16", zero_stage=0, dp=dp, dpo=True)
     assert ddp.components["reference"] == 2 * n  # DDP: one whole copy, nothing sharded

@@ -6,11 +6,11 @@ bytes/param: bf16 = 2 weights + 2 grads + 4 AdamW (m, v) = 8; fp32 master = 4 + 
                           + bytes/param x N / dp
   stage 3 (FSDP2):        bytes/param x N / dp
 LoRA: the frozen base costs 2 bytes/param, the adapters the precision's bytes/param; both are
-divided as above. DPO full fine-tune adds the reference model, 2 x N, whole on every GPU
-(gathered for its forward), and at stages 2 and 3 also the shard it keeps between forwards,
-2 x N / dp: the trainer's state measurement (tests/trainer/test_state_bytes.py) found that
-shard resident beside the gathered copy, so the formula counts it (contracts s.3: the model
-follows the measurement).
+divided as above. DPO full fine-tune adds the reference model, 2 x N: whole on every GPU at
+stage 0; at stages 2 and 3 sharded per decoder layer like the policy and resharded after each
+layer's forward, so 2 x N / dp, its layers in flight being transient like the policy's
+(contracts s.3; the seed counts the reference "in full": ours holds less, and
+tests/trainer/test_state_bytes.py measures it).
 Divisions are exact (rounded up once, at the end). FSDP2 pads each parameter's dim 0 to a
 multiple of dp, so a rank can hold up to (dp - 1) rows per parameter more than N / dp: a
 fraction of a percent on real models, documented rather than modelled.
@@ -93,8 +93,8 @@ def estimate_states(
     components = {k: _ceil_div(v, div) for k, v in parts.items()}
     reference = 0
     if dpo and lora_rank == 0:
-        # Gathered whole for its forward; under FSDP2 its own shard stays resident too.
-        reference = FROZEN_BYTES * n + (_ceil_div(FROZEN_BYTES * n, dp) if zero_stage else 0)
+        # Whole under DDP; under FSDP2 its shard (the layers gathered in turn are transient).
+        reference = _ceil_div(FROZEN_BYTES * n, div)
     host = 0
     if cpu_offload:
         # Everything sharded lives on the host; the GPU holds the units in flight: their bf16

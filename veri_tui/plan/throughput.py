@@ -15,6 +15,8 @@ and reduce-scatter (n-1)/n):
     backward plus a reduce-scatter of the gradients; the backward ones hide behind backward
     up to OVERLAP, the forward ones are counted exposed (conservative: FSDP2 prefetches one
     unit ahead, which on the slow links where the choice matters does not keep up)
+  DPO full fine-tune at stages 2 and 3: the reference, sharded per layer, is all-gathered
+    unit by unit for its forward on every micro-batch (bf16), exposed like forward gathers
 multi-node (the hierarchy, docs/planning.md): a collective over N nodes x G GPUs runs inside
   each node over NVLink (busbw, the G-GPU factor) and across nodes over the network (the node's
   internode bandwidth shared by its G GPUs, each moving 1/G of the bytes: the N-node factor
@@ -141,6 +143,12 @@ def estimate_throughput(
         bwd_c += _collective_s(grad_bytes, n, gpu, "reduce_scatter", units, *net)
         raw_comm = ga * (fwd_c + bwd_c)
         exposed = ga * (fwd_c + max(0.0, bwd_c - OVERLAP * bwd_s))
+    units = layers + 1  # FSDP2 units: one per decoder layer, plus the root
+    if n > 1 and zero_stage in (2, 3) and method == "dpo" and not lora:
+        ref_bytes = COMPUTE_BYTES * info.parameter_count
+        ref_c = ga * _collective_s(ref_bytes, n, gpu, "all_gather", units, *net)
+        raw_comm += ref_c
+        exposed += ref_c
     if cpu_offload:
         # Sharded weights come in twice (forward, backward), gradients go out once.
         moved = (2 * COMPUTE_BYTES * info.parameter_count + grad_bytes) / n
