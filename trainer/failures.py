@@ -231,13 +231,15 @@ def analyze(
     nproc_per_node: int,
     exit_code: int,
     memory: MemoryWatch | None = None,
+    node: int = 0,
 ) -> dict[str, Any]:
     """The ``error`` object of job.json for a failed job (docs/interfaces.md section 2);
-    ``memory``, the supervisor's samples, explains a SIGKILL by the OOM killer."""
+    ``memory``, the supervisor's samples, explains a SIGKILL by the OOM killer; ``node``,
+    this machine's node rank in a multi-node job (its elastic files name local ranks only)."""
     job_dir = Path(job_dir)
     cands = (
         trainer_records(job_dir)
-        + elastic_records(job_dir / "elastic", nproc_per_node)
+        + elastic_records(job_dir / "elastic", nproc_per_node, node)
         + summary_records(job_dir / "torchrun.log", nproc_per_node)
     )
     first = first_failure(cands)

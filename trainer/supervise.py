@@ -62,10 +62,29 @@ class Supervisor:
     def command(self, spec: dict[str, Any]) -> list[str]:
         """The torchrun command line; ``--standalone`` picks a free rendezvous port per job."""
         return [
-            sys.executable, "-m", "torch.distributed.run", "--standalone",
+            sys.executable, "-m", "torch.distributed.run", *self.rendezvous(spec),
             "--nproc-per-node", str(int(spec.get("nproc_per_node") or spec["gpu_count"])),
             "--log-dir", str(self.job_dir / "elastic"),
             "-m", "trainer", "--job", str(self.job_path),
+        ]  # fmt: skip
+
+    @staticmethod
+    def rendezvous(spec: dict[str, Any]) -> list[str]:
+        """``--standalone`` (a free local port per job) on one machine. On several, torchrun's
+        c10d rendezvous with node 0 hosting the store (``is_host``). c10d numbers the nodes by
+        sorting their ``--local-addr``: node 0 gives the address the others reach it at (its
+        workers' MASTER_ADDR), node k that address + ``~node<k>``, which sorts after it in
+        node order and is only ever logged (docs/ssh.md, "Multi-node jobs")."""
+        nnodes = int(spec.get("nnodes") or 1)
+        if nnodes <= 1:
+            return ["--standalone"]
+        node = int(spec.get("node_rank") or 0)
+        addr = str(spec["rdzv_local_addr"])
+        return [
+            "--nnodes", str(nnodes), "--rdzv-backend", "c10d",
+            "--rdzv-endpoint", str(spec["rdzv_endpoint"]), "--rdzv-id", str(spec["rdzv_id"]),
+            "--rdzv-conf", f"is_host={int(node == 0)}",
+            "--local-addr", addr if node == 0 else f"{addr}~node{node:05d}",
         ]  # fmt: skip
 
     def environment(self) -> dict[str, str]:
@@ -117,7 +136,9 @@ class Supervisor:
             error = failures.job_error("RANK_LOST", msg, int(spec.get("gpu_count") or 1))
         world = int(spec.get("gpu_count") or 1)
         nproc = int(spec.get("nproc_per_node") or world)
-        found = failures.analyze(self.job_dir, world, nproc, code, memory)
+        found = failures.analyze(
+            self.job_dir, world, nproc, code, memory, node=int(spec.get("node_rank") or 0)
+        )
         if error is None or found.get("rank") is not None:
             error = found
         plan_line = next((ln for ln in spec.get("plan_header", []) if ln.startswith("plan:")), "")

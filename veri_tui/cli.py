@@ -34,7 +34,12 @@ def _job_options(p: argparse.ArgumentParser) -> None:
         metavar="KEY=VALUE",
         help="override a hyperparameter (repeatable), e.g. --set lora_rank=16",
     )
-    p.add_argument("--host", metavar="SSH_HOST", help="~/.ssh/config alias or user@host[:port]")
+    p.add_argument(
+        "--host",
+        action="append",
+        metavar="SSH_HOST",
+        help="~/.ssh/config alias or user@host[:port]; repeat for a multi-node job (node 0 first)",
+    )
     p.add_argument(
         "--trust-host",
         metavar="FINGERPRINT",

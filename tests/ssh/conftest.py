@@ -123,6 +123,16 @@ def _wait_listening(port: int, proc: subprocess.Popen, log: Path) -> None:
 
 @pytest.fixture(scope="session")
 def sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sshd]:
+    yield from _serve(tmp_path_factory, ALIAS)
+
+
+@pytest.fixture(scope="session")
+def sshd2(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sshd]:
+    """A second server (its own port and host key): the second node of multi-node tests."""
+    yield from _serve(tmp_path_factory, "veri-test-2")
+
+
+def _serve(tmp_path_factory: pytest.TempPathFactory, alias: str) -> Iterator[Sshd]:
     if not os.access(SSHD, os.X_OK):
         reason = f"{SSHD} is missing: apt-get install openssh-server (CI sets VERI_REQUIRE_SSHD=1)"
         if os.environ.get("VERI_REQUIRE_SSHD") == "1":
@@ -142,14 +152,14 @@ def sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sshd]:
     known_hosts.write_text(line + "\n")
     ssh_config = root / "ssh_config"
     ssh_config.write_text(
-        f"Host {ALIAS}\n  HostName 127.0.0.1\n  Port {port}\n  User {getpass.getuser()}\n"
+        f"Host {alias}\n  HostName 127.0.0.1\n  Port {port}\n  User {getpass.getuser()}\n"
         f"  IdentityFile {user_key}\n  UserKnownHostsFile {known_hosts}\n"
     )
     log = root / "sshd.log"
     with log.open("wb") as out:
         proc = subprocess.Popen([SSHD, "-D", "-e", "-f", str(config)], stderr=out, stdout=out)
     _wait_listening(port, proc, log)
-    yield Sshd(port, root, ssh_config, known_hosts, user_key, line, proc)
+    yield Sshd(port, root, ssh_config, known_hosts, user_key, line, proc, alias)
     proc.send_signal(signal.SIGTERM)
     proc.wait(timeout=10)
 

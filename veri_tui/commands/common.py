@@ -28,3 +28,12 @@ def job_from_args(args: argparse.Namespace) -> Any:
         output=args.output,
         sets=args.sets,
     )
+
+
+def hosts_of(args: argparse.Namespace, job: Any) -> str | list[str] | None:
+    """The SSH host(s) to run on: every --host given, else veri.toml's `hosts`; one host as a
+    string, several (a multi-node job, node 0 first) as a list, None for this machine."""
+    hosts = list(getattr(args, "host", None) or job.hosts or [])
+    if not hosts:
+        return None
+    return hosts[0] if len(hosts) == 1 else hosts

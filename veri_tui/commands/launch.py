@@ -13,7 +13,7 @@ import argparse
 import json
 import sys
 
-from veri_tui.commands.common import job_from_args
+from veri_tui.commands.common import hosts_of, job_from_args
 from veri_tui.launch import jobs
 from veri_tui.launch.spec import check_job
 
@@ -23,7 +23,8 @@ def run(args: argparse.Namespace) -> int:
     from veri_tui.plan import plan_job
 
     job = job_from_args(args)
-    if args.host is None:
+    host = hosts_of(args, job)
+    if host is None:
         check_job(job)  # every refusal at once, before the model is even read
         record = plan_job(job)
     else:
@@ -31,7 +32,7 @@ def run(args: argparse.Namespace) -> int:
         # SSH launch checks them there and plans after its preflight (the host's GPUs, the
         # model's headers read over SFTP). Planning here would refuse a model only it holds.
         record = None
-    job_id = jobs.launch(job, record, host=args.host, trust_host=args.trust_host)
+    job_id = jobs.launch(job, record, host=host, trust_host=args.trust_host)
     if args.json:
         # One JSON object on stdout: the record now, or the final one with --wait.
         final = _wait_quietly(job_id) if args.wait else jobs.get_job(job_id)

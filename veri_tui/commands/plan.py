@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from veri_tui.commands.common import job_from_args
+from veri_tui.commands.common import hosts_of, job_from_args
 from veri_tui.plan import plan_job
 from veri_tui.plan.calibration import calibrated_note
 from veri_tui.plan.cost import cost_line
@@ -53,12 +53,13 @@ def run(args: argparse.Namespace) -> int:
     refused), so the model is a path or Hub id on the host and nothing is read here.
     """
     job = job_from_args(args)
-    if args.host is None:
+    host = hosts_of(args, job)
+    if host is None:
         rec = plan_job(job)
     else:
         from veri_tui.launch.ssh import plan_on_host  # paramiko only when a host is used
 
-        rec = plan_on_host(job, host=args.host, trust_host=getattr(args, "trust_host", None))
+        rec = plan_on_host(job, host=host, trust_host=getattr(args, "trust_host", None))
     if args.json:
         import json  # only for --json: a plain `veri-tui plan` never needs it
 

@@ -14,10 +14,12 @@ from veri_tui.launch.ssh import registry
 from veri_tui.launch.ssh.checks import plan_on_host, preflight_rows
 from veri_tui.launch.ssh.hostkeys import ChangedHostKeyError, UnknownHostKeyError
 from veri_tui.launch.ssh.launch import launch
+from veri_tui.launch.ssh.multinode_state import MultiNodeTarget
 from veri_tui.launch.ssh.target import RemoteTarget
 
 __all__ = [
     "ChangedHostKeyError",
+    "MultiNodeTarget",
     "RemoteTarget",
     "UnknownHostKeyError",
     "launch",
@@ -28,9 +30,11 @@ __all__ = [
 ]
 
 
-def target_for_job(job_id: str) -> RemoteTarget | None:
+def target_for_job(job_id: str) -> RemoteTarget | MultiNodeTarget | None:
     """The SSH target of a job this machine launched over SSH, None for any other id."""
     job = registry.load(job_id)
+    if job is not None and job.nodes:
+        return MultiNodeTarget(job)
     return RemoteTarget(job.host) if job is not None else None
 
 
@@ -44,7 +48,14 @@ def list_jobs() -> list[JobRecord]:
     targets: dict[str, RemoteTarget | None] = {}
     for job in registry.all_jobs():
         record: JobRecord = {**job.record, "host": job.host}
-        if not outcome_recorded(record):
+        if job.nodes and not outcome_recorded(record):
+            multi = MultiNodeTarget(job)
+            try:
+                record = multi.get_job(job.job_id)
+            except VeriError:
+                record["stale"] = True
+            multi.close()
+        elif not outcome_recorded(record):
             if job.host not in targets:
                 targets[job.host] = RemoteTarget(job.host)
             target = targets[job.host]

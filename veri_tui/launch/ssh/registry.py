@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 from trainer.jobdir import JobRecord, write_json_atomic
 from veri_tui.launch.spec import veri_home
@@ -27,6 +28,9 @@ class RegistryEntry:
     pid: int | None
     python: str
     record: JobRecord
+    #: A multi-node job's nodes, node 0 first: {host, job_dir, pid} each (host, job_dir
+    #: and pid above are node 0's); None for a one-host job.
+    nodes: list[dict[str, Any]] | None = None
 
 
 def registry_dir() -> Path:

@@ -93,8 +93,12 @@ class RemoteTarget:
                 record = lost_record(record, f"its supervisor on {self.host} is gone")
         record["host"] = self.host
         job.record = record
-        registry.save(job)
+        self._save(job)
         return record
+
+    def _save(self, job: registry.RegistryEntry) -> None:
+        """Keep the record last read (a multi-node job's nodes leave that to the job)."""
+        registry.save(job)
 
     def list_jobs(self) -> list[JobRecord]:
         """This machine's jobs on this host, newest first."""
