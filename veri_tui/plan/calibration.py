@@ -19,7 +19,6 @@ that cannot be read or parsed is ignored; the plan says so in one warning.
 from __future__ import annotations
 
 import os
-import statistics
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -49,15 +48,23 @@ def clip_ratio(ratio: float) -> float:
     return min(max(ratio, RATIO_MIN), RATIO_MAX)
 
 
+def median(values: list[float]) -> float:
+    """The median (mean of the middle two for an even count); here rather than `statistics`,
+    which would cost `veri-tui plan` its import (fractions, decimal, random)."""
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+
+
 def updated_factor(old: float | None, ratios: list[float]) -> float:
     """The estimate after the run whose clipped ratio is ``ratios[-1]`` (``ratios``: every
     run's clipped ratio, oldest first): the windowed median with the prior, held between
     the old estimate (1.0 when uncalibrated) and the new ratio."""
     before = PRIOR if old is None else old
     new = ratios[-1]
-    median = statistics.median([PRIOR, *ratios[-WINDOW:]])
+    middle = median([PRIOR, *ratios[-WINDOW:]])
     low, high = min(before, new), max(before, new)
-    return min(max(median, low), high)
+    return min(max(middle, low), high)
 
 
 def read_calibration(path: Path | None = None) -> tuple[dict[str, Any], str | None]:
