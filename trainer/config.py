@@ -50,6 +50,7 @@ class TrainConfig:
     logging_steps: int = 1
     keep_checkpoints: int = 2
     resume: bool = False
+    hang_timeout_s: float | None = None  # the supervisor's watchdog reads it; checked here
     plan_header: list[str] = field(default_factory=list)
     states_bytes_per_gpu: int | None = None
 
@@ -133,7 +134,8 @@ def from_spec(spec: dict[str, Any], job_dir: Path) -> TrainConfig:
     for key in (*ints, "keep_checkpoints", "logging_steps"):
         if hp.get(key) is not None:
             setattr(cfg, key, _as_int(key, hp[key]))
-    for key in ("learning_rate", "weight_decay", "max_grad_norm", "beta", "lora_alpha"):
+    floats = ("learning_rate", "weight_decay", "max_grad_norm", "beta", "lora_alpha")
+    for key in (*floats, "hang_timeout_s"):
         if hp.get(key) is not None:
             setattr(cfg, key, float(hp[key]))
     for key in ("gradient_checkpointing", "cpu_offload", "resume"):
@@ -168,6 +170,8 @@ def _check(cfg: TrainConfig, hp: dict[str, Any]) -> None:
         )
     if cfg.cpu_offload and cfg.zero_stage == 0:
         raise ConfigError("cpu_offload: needs zero_stage 2 or 3 (offload shards FSDP2 states)")
+    if cfg.hang_timeout_s is not None and not cfg.hang_timeout_s > 0:
+        raise ConfigError("hang_timeout_s: must be a number of seconds above 0 (or unset)")
     if cfg.lora_rank < 0:
         raise ConfigError("lora_rank: must be 0 (full fine-tune) or positive")
     if cfg.lora_alpha is None and cfg.lora_rank:

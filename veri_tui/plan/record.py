@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from trainer.jobdir import PIN_KEYS
 
 if TYPE_CHECKING:
+    from veri_tui.plan.disk import DiskEstimate
     from veri_tui.plan.suggest import Suggestion
 
 
@@ -51,6 +52,7 @@ class PlanRecord(NamedTuple):
     job: dict[str, Any]
     model: dict[str, Any]
     gpu: dict[str, Any]
+    disk: DiskEstimate  # checkpoints and artifact on disk (disk.py)
     cost: dict[str, Any]  # time and cost of the whole job (cost.py)
 
     def to_dict(self) -> dict[str, Any]:
@@ -72,6 +74,7 @@ class PlanRecord(NamedTuple):
             "job": dict(self.job),
             "model": dict(self.model),
             "gpu": dict(self.gpu),
+            "disk": self.disk.to_dict(),
             "cost": dict(self.cost),
         }
 

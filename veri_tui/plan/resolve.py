@@ -13,6 +13,7 @@ from veri_tui.errors import VeriError
 from veri_tui.plan.activations import estimate_activations
 from veri_tui.plan.calibration import calibration_for
 from veri_tui.plan.cost import estimate_cost
+from veri_tui.plan.disk import disk_for
 from veri_tui.plan.gpus import GPU, get_gpu
 from veri_tui.plan.knobs import JobConfig
 from veri_tui.plan.memory import MemoryEstimate, estimate_states, gb
@@ -233,6 +234,9 @@ def plan_job(
             f"activations {gb(activations['bytes_per_gpu'])}/GPU at mbs={mbs} do not fit beside "
             f"the states; largest micro_batch_size that fits: {activations['max_micro_batch_size']}"
         )
+    disk = disk_for(job, info)
+    header = _header(job, info, gpu, est, trace[:1])
+    header.insert(len(header) - 1, disk.line())  # before the decision (its trace follows)
     return PlanRecord(
         parameter_count=info.parameter_count,
         trainable_parameter_count=est.trainable_parameter_count,
@@ -240,7 +244,7 @@ def plan_job(
         states_bytes_per_gpu=est.states_bytes_per_gpu,
         host_bytes_per_node=est.host_bytes_per_node,
         fits=fits,
-        header_lines=_header(job, info, gpu, est, trace[:1]),
+        header_lines=header,
         plan_line=plan_line(rp, est.states_bytes_per_gpu),
         warnings=warnings,
         suggestions=suggestions,
@@ -250,5 +254,6 @@ def plan_job(
         job=job.model_dump(mode="json"),
         model=info.to_dict(),
         gpu=gpu.to_dict(),
+        disk=disk,
         cost=cost,
     )
