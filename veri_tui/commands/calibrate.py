@@ -3,7 +3,7 @@
 Finished jobs are folded into $VERI_HOME/calibration.json when the launch side reads them
 (veri_tui/launch/calibrate.py); plans on the same GPU type and host then use the factors and
 say so (`throughput: ... (calibrated from 3 runs on H100-80GB)`). `--show` (the default)
-folds the jobs found here first, then prints every entry; `--reset` forgets every factor.
+folds the local jobs first, then prints every entry; `--reset` forgets every factor.
 A file that cannot be parsed is reported in one warning line, never a traceback.
 """
 
@@ -37,11 +37,12 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _fold_known_jobs() -> None:
-    """Fold the local and remote jobs this machine knows (their last records) first."""
-    from veri_tui.launch import jobs
+    """Fold the local jobs that completed since they were last read. Remote ones fold when
+    `veri-tui jobs` (or the app) reads them: showing the calibration connects to no host."""
+    from veri_tui.launch.local import LocalTarget
 
     try:
-        jobs.list_jobs()  # folds what completed since (jobs.list_jobs -> calibrate.fold_jobs)
+        calibrate.fold_jobs(LocalTarget().list_jobs())
     except OSError:
         pass
 
