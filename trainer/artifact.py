@@ -1,8 +1,15 @@
 """The final artifact: a complete model directory, written aside and renamed into place.
 
-Full fine-tune: safetensors + config + tokenizer, in the dtype the run trained (bf16, or
-the fp32 master weights for precision fp32). LoRA: the PEFT adapter + tokenizer. Every rank
-takes part in gathering the full state dict; rank 0 writes.
+Written collectively without gathering the model: for a full fine-tune every rank gathers
+one parameter at a time (`full_tensor()`, a collective), rank 0 appends it to the Hugging
+Face safetensors shards (`trainer.weights.ShardWriter`) and frees it, so no rank holds more
+than the largest parameter (the embedding) beyond its shard. The shards are
+`model.safetensors`, or `model-0000k-of-0000n.safetensors` + `model.safetensors.index.json`
+above `VERI_ARTIFACT_SHARD_BYTES` (default 5 GB, as `save_pretrained`), in the dtype trained
+(bf16, or the fp32 masters); then config, generation config and tokenizer. LoRA: only the
+trainable adapter is gathered and saved the PEFT way (`adapter_model.safetensors`,
+`adapter_config.json`). Every artifact gets `manifest.json` (size + sha256 per file, the
+checkpoints' format; `verify_artifact` checks it).
 """
 
 from __future__ import annotations
@@ -15,9 +22,24 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from torch import nn
-from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
+from trainer import manifest
+from trainer.errors import ConfigError
+from trainer.measure import mark_memory
 from trainer.parallelize import unwrap
+from trainer.weights import Planned, ShardWriter, plan_shards
+
+SHARD_BYTES = 5 * 10**9  # save_pretrained's default max_shard_size ("5GB")
+
+
+def shard_bytes() -> int:
+    """Largest artifact file: `VERI_ARTIFACT_SHARD_BYTES`, else 5 GB."""
+    raw = os.environ.get("VERI_ARTIFACT_SHARD_BYTES", "")
+    if not raw:
+        return SHARD_BYTES
+    if not raw.isdigit() or int(raw) < 1:
+        raise ConfigError(f"VERI_ARTIFACT_SHARD_BYTES: expected a positive byte count, got {raw!r}")
+    return int(raw)
 
 
 def _fsync_tree(folder: Path) -> None:
@@ -48,25 +70,85 @@ def _replace_dir(tmp: Path, out: Path) -> None:
         shutil.rmtree(old, ignore_errors=True)
 
 
+def _whole(t: torch.Tensor) -> torch.Tensor:
+    """The full tensor (collective for a DTensor: every rank must call it, in the same order)."""
+    return t.full_tensor() if hasattr(t, "full_tensor") else t.detach()
+
+
+def _model_tensors(base: nn.Module) -> list[tuple[str, torch.Tensor]]:
+    """Parameters (a tied one once, under its first name) then persistent buffers."""
+    keys = set(base.state_dict())
+    params = list(base.named_parameters())
+    return params + [(n, b) for n, b in base.named_buffers() if n in keys]
+
+
+def _model_class(base: nn.Module) -> type:
+    """The model's own class (FSDP2 swaps in a subclass named FSDP<class>)."""
+    from torch.distributed.fsdp import FSDPModule
+
+    return next(c for c in type(base).__mro__ if not issubclass(c, FSDPModule))
+
+
+def _write_full(base: nn.Module, tmp: Path, rank0: bool, precision: str) -> dict[str, Any]:
+    tensors = _model_tensors(base)
+    plan = [Planned(n, t.dtype, tuple(t.shape)) for n, t in tensors]
+    writer = ShardWriter(tmp, plan_shards(plan, shard_bytes())) if rank0 else None
+    for name, t in tensors:
+        full = _whole(t)
+        if writer is not None:
+            writer.write(name, full)
+        del full
+    if writer is None:
+        return {}
+    files = writer.finish()
+    config = base.config
+    config.dtype = torch.bfloat16 if precision == "bf16" else torch.float32
+    config.use_cache = True  # training turned the KV cache off; generation wants it
+    config.architectures = [_model_class(base).__name__]
+    config.save_pretrained(tmp)
+    if getattr(base, "generation_config", None) is not None and base.can_generate():
+        base.generation_config.save_pretrained(tmp)
+    return files
+
+
+def _write_adapter(base: nn.Module, tmp: Path, rank0: bool) -> dict[str, Any]:
+    adapter = {}
+    for name, p in base.named_parameters():
+        if p.requires_grad:  # only the adapter trains; the frozen base is never gathered
+            full = _whole(p)
+            if rank0:
+                adapter[name] = full.to("cpu")
+    if rank0:
+        base.save_pretrained(tmp, state_dict=adapter)
+    return {}
+
+
 def save_artifact(
     model: nn.Module, tokenizer: Any, out: Path, *, lora: bool, precision: str
 ) -> None:
-    """Gather the full state dict (collective) and let rank 0 write the directory."""
-    full = StateDictOptions(full_state_dict=True, cpu_offload=True)
-    sd = get_model_state_dict(model, options=full)  # the whole dict on rank 0, {} elsewhere
-    if dist.get_rank() == 0:
-        out = Path(out)
+    """Write the artifact collectively (every rank calls it); rank 0 writes the files."""
+    mark_memory("train")
+    rank0 = dist.get_rank() == 0
+    out = Path(out)
+    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
+    if rank0:
         out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
         shutil.rmtree(tmp, ignore_errors=True)
-        base = unwrap(model)
-        if lora:
-            base.save_pretrained(tmp, state_dict=sd)
-        else:
-            base.config.dtype = torch.bfloat16 if precision == "bf16" else torch.float32
-            base.config.use_cache = True  # training turned the KV cache off; generation wants it
-            base.save_pretrained(tmp, state_dict=sd, safe_serialization=True)
+        tmp.mkdir()
+    base = unwrap(model)
+    if lora:
+        known = _write_adapter(base, tmp, rank0)
+    else:
+        known = _write_full(base, tmp, rank0, precision)
+    if rank0:
         tokenizer.save_pretrained(tmp)
+        manifest.write(tmp, known)
         _fsync_tree(tmp)
         _replace_dir(tmp, out)
     dist.barrier()
+    mark_memory("artifact")
+
+
+def verify_artifact(folder: Path) -> list[str]:
+    """What is wrong with an artifact folder against its manifest; [] when it is whole."""
+    return manifest.problems(Path(folder))

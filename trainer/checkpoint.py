@@ -1,16 +1,16 @@
 """DCP checkpoints with a commit protocol: a checkpoint is visible only when complete.
 
 Every rank saves into `checkpoints/step-N.tmp/` (DCP writes each rank's data, then rank 0
-writes `.metadata` last). After a barrier, rank 0 checks `.metadata`, writes
-`trainer_state.json` (step, scheduler, data position), a manifest (size + sha256 of every
-file: a zero-filled safetensors-like body loads without error otherwise) and `COMPLETE`,
-fsyncs, renames the folder to `step-N` and fsyncs the parent. Only committed steps are
+writes `.metadata` last). After a barrier every rank hashes its share of the files (so no
+rank hashes a large checkpoint alone while the others wait), rank 0 checks `.metadata`,
+writes `trainer_state.json` (step, scheduler, data position), the manifest (trainer/manifest.py:
+size + sha256 of every file: a zero-filled body loads without error otherwise) and
+`COMPLETE`, fsyncs, renames the folder to `step-N` and fsyncs the parent. Only committed steps are
 purged, never the newest. Resume picks the newest committed step whose manifest verifies.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -22,11 +22,10 @@ import torch.distributed.checkpoint as dcp
 from torch import nn
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict, set_state_dict
 
+from trainer import manifest
 from trainer.errors import TrainerError
 from trainer.faults import FaultPlan
 from trainer.report import atomic_write, classify, describe
-
-MANIFEST = "manifest.json"
 
 
 def _fsync_dir(path: Path) -> None:
@@ -35,14 +34,6 @@ def _fsync_dir(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def _options(lora: bool) -> StateDictOptions:
@@ -63,27 +54,26 @@ def committed_steps(root: Path) -> list[int]:
 
 
 def verify(folder: Path) -> bool:
-    """Every file the manifest lists is there with its size and sha256."""
-    try:
-        manifest = json.loads((folder / MANIFEST).read_text())
-        for name, meta in manifest["files"].items():
-            f = folder / name
-            if f.stat().st_size != meta["size"] or _sha256(f) != meta["sha256"]:
-                return False
-    except (OSError, ValueError, KeyError):
-        return False
-    return (folder / ".metadata").is_file()
+    """A complete checkpoint: DCP's `.metadata` and every file as its manifest says."""
+    return (folder / ".metadata").is_file() and manifest.verify(folder)
 
 
-def _commit(tmp: Path, final: Path, extra: dict[str, Any]) -> None:
+def _hash_share(tmp: Path) -> dict[str, manifest.FileEntry]:
+    """Each rank hashes every world_size-th file; rank 0 gets them all (collective)."""
+    rank, world = dist.get_rank(), dist.get_world_size()
+    mine = {name: manifest.entry(tmp / name) for name in manifest.listed(tmp)[rank::world]}
+    shares: list[Any] = [None] * world
+    dist.all_gather_object(shares, mine)
+    return {name: e for share in shares for name, e in share.items()}
+
+
+def _commit(
+    tmp: Path, final: Path, extra: dict[str, Any], hashed: dict[str, Any] | None = None
+) -> None:
     if not (tmp / ".metadata").is_file():
         raise TrainerError("UNKNOWN", f"checkpoint {tmp}: DCP wrote no .metadata")
     atomic_write(tmp / "trainer_state.json", json.dumps(extra))
-    files = {}
-    for f in sorted(tmp.iterdir()):
-        if f.is_file():
-            files[f.name] = {"size": f.stat().st_size, "sha256": _sha256(f)}
-    atomic_write(tmp / MANIFEST, json.dumps({"step": extra["step"], "files": files}, indent=1))
+    manifest.write(tmp, hashed, step=extra["step"])
     atomic_write(tmp / "COMPLETE", "ok\n")
     _fsync_dir(tmp)
     os.rename(tmp, final)
@@ -136,8 +126,9 @@ def save(
         message = f"checkpoint step-{step} failed ({note}): {describe(exc)}"
         raise TrainerError(code, message) from exc
     dist.barrier()
+    hashed = _hash_share(tmp)
     if rank == 0:
-        _commit(tmp, final, {**extra, "step": step})
+        _commit(tmp, final, {**extra, "step": step}, hashed)
         _purge(root, keep)
     dist.barrier()
     return final

@@ -39,6 +39,9 @@ SMALL = {
     "tie_word_embeddings": True,
     "max_position_embeddings": 2048,
 }
+# A few hundred thousand parameters, tied, for tests that train it.
+TINY_TIED = {**SMALL, "hidden_size": 128, "intermediate_size": 256, "num_attention_heads": 4}
+TINY_TIED.update(num_key_value_heads=2, head_dim=32, vocab_size=1024)
 
 
 def make_random_model(folder: Path, dims: dict, *, seed: int = 0, shard: str = "5GB") -> Path:

@@ -23,11 +23,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from random_model import SMALL, make_random_model
+from random_model import SMALL, TINY_TIED, make_random_model
 from trainer_jobs import REPO, TINY, metrics, run_many, write_job
 
-TIED = {**SMALL, "hidden_size": 128, "intermediate_size": 256, "num_attention_heads": 4}
-TIED.update(num_key_value_heads=2, head_dim=32, vocab_size=1024)
 LAYOUTS = ["0 0 bf16", "2 0 fp32", "3 0 bf16", "3 4 fp32", "2 4 bf16"]  # stage lora precision
 
 
@@ -47,7 +45,7 @@ def _torchrun(out: Path, *args: str, timeout: float = 300) -> list[dict]:
 def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("models")
     return {
-        "tied": make_random_model(root / "tied", TIED, shard="200KB"),
+        "tied": make_random_model(root / "tied", TINY_TIED, shard="200KB"),
         "small": make_random_model(root / "small", SMALL),
     }
 
