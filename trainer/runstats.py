@@ -6,8 +6,8 @@ Cheap enough for every job (a sum over the parameter list once, a float per step
   the local shards: parameters, gradients (taken after `optimizer.step()`, before they are
   zeroed) and optimizer states; at zero_stage 2 the unsharded compute copy, taken after the
   first step's last forward; for a DPO full fine-tune the reference model's resident
-  parameters and, sharded (stage 2/3), the whole copy its forward gathers (the global shapes
-  of its shards). `states_bytes` sums them, as the plan's `states_bytes_per_gpu` does.
+  parameters (whole at stage 0, its shard at stage 2/3: its layers in flight are transient,
+  as in the plan). `states_bytes` sums them, as the plan's `states_bytes_per_gpu` does.
 - peak memory: on CUDA `torch.cuda.max_memory_allocated` and `max_memory_reserved`; on CPU
   the process's VmHWM from /proc/self/status (resident peak; file-backed pages count too).
 - steady-state tokens/s: the median of the per-step rates (global input tokens over the
@@ -65,11 +65,6 @@ def peak_memory(device: torch.device) -> dict[str, Any]:
     return {"peak_bytes": vm_hwm_bytes(), "peak_source": "VmHWM"}
 
 
-def _gathered_bytes(module: nn.Module) -> int:
-    """Bytes of a module's parameters gathered whole (a DTensor's global shape)."""
-    return sum(p.numel() * p.element_size() for p in module.parameters())
-
-
 def steady_rate(rates: list[float], warmup: int = WARMUP_STEPS) -> tuple[float | None, int]:
     """(median of ``rates`` after ``warmup`` steps, steps it used); the warm-up is dropped
     only when steps remain after it."""
@@ -111,8 +106,6 @@ class RunStats:
             got["compute_copy"] = self.compute_copy
         if ref is not None:
             got["reference"] = sum(tensor_bytes(p) for p in ref.parameters())
-            if self.zero_stage in (2, 3):
-                got["reference_gathered"] = _gathered_bytes(ref)
         self.states = got
 
     def step_done(self, tokens: float, seconds: float) -> None:

@@ -47,7 +47,8 @@ def measured(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple, dict]:
         spec = json.loads(job.read_text())["spec"]
         files = [job.parent / "measured" / f"rank-{r}.json" for r in (0, 1)]
         ranks = [json.loads(f.read_text()) for f in files]
-        out[combo] = {"plan": spec["states_bytes_per_gpu"], "ranks": ranks}
+        runs = [json.loads((f.parent / f"run-{f.name}").read_text()) for f in files]
+        out[combo] = {"plan": spec["states_bytes_per_gpu"], "ranks": ranks, "runs": runs}
     return out
 
 
@@ -58,6 +59,16 @@ def test_measured_states_match_plan(measured: dict, combo: tuple) -> None:
     got = measured[combo]
     for rank in got["ranks"]:
         assert rank["total"] == pytest.approx(got["plan"], rel=0.02), (rank, got["plan"])
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_every_runs_own_states_count_matches_plan(measured: dict) -> None:
+    """The always-on count (trainer/runstats.py, job.json `measured`) agrees with the plan
+    in every combination too, taken after the first optimizer step."""
+    for combo, got in measured.items():
+        for run in got["runs"]:
+            assert run["states_bytes"] == pytest.approx(got["plan"], rel=0.02), (combo, run)
 
 
 @pytest.mark.slow
