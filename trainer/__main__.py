@@ -46,10 +46,7 @@ def main(argv: list[str] | None = None) -> int:
         raise
     finally:
         log.close()
-    import torch.distributed as dist
-
-    if dist.is_initialized():
-        dist.destroy_process_group()
+        _leave_group()
     return 0
 
 
@@ -64,6 +61,14 @@ def _start_memory_log(ctx: RankContext) -> None:
         from trainer.measure import start_memory_log
 
         start_memory_log(ctx)
+
+
+def _leave_group() -> None:
+    """Leave the process group on success and on failure alike (once it was joined)."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ import contextlib
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 import torch
@@ -26,6 +27,8 @@ from trainer.errors import ConfigError
 from trainer.loading import materialize
 from trainer.measure import mark_memory
 from trainer.model import decoder_layers
+
+DIST_TIMEOUT_S = 30 * 60  # process-group timeout (seconds) unless VERI_DIST_TIMEOUT_S is set
 
 
 @dataclass
@@ -50,6 +53,13 @@ def init_runtime(cfg: TrainConfig) -> Runtime:
         )
     if want_cuda:
         local = int(os.environ.get("LOCAL_RANK", 0))
+        count = torch.cuda.device_count()
+        if local >= count:  # else set_device fails with an opaque error, classed UNKNOWN
+            raise ConfigError(
+                f"gpu_count: this rank has LOCAL_RANK={local} but torch.cuda.device_count()="
+                f"{count} on this host; run at most {count} ranks per node "
+                "(or check CUDA_VISIBLE_DEVICES)"
+            )
         torch.cuda.set_device(local)
         device = torch.device("cuda", local)
     else:
@@ -63,13 +73,33 @@ def init_runtime(cfg: TrainConfig) -> Runtime:
             # Offloaded shards and their grads live on the CPU: the grad-norm reduction of
             # CPU DTensors needs a CPU backend beside nccl (as torchtitan does for offload).
             backend = "cuda:nccl,cpu:gloo"
-        dist.init_process_group(backend, device_id=device if want_cuda else None)
+        dist.init_process_group(
+            backend, device_id=device if want_cuda else None, timeout=dist_timeout()
+        )
     rt = Runtime(device=device, rank=dist.get_rank(), world_size=dist.get_world_size())
     if cfg.zero_stage in (2, 3):
         from torch.distributed.device_mesh import init_device_mesh
 
         rt.mesh = init_device_mesh(device.type, (rt.world_size,))
     return rt
+
+
+def dist_timeout() -> timedelta:
+    """How long a collective waits for its peers: `VERI_DIST_TIMEOUT_S`, else 30 minutes.
+
+    NCCL's own default is 10 minutes, shorter than what one rank may do alone while the
+    others wait in a collective (writing a large artifact, verifying a checkpoint).
+    """
+    raw = os.environ.get("VERI_DIST_TIMEOUT_S", "")
+    if not raw:
+        return timedelta(seconds=DIST_TIMEOUT_S)
+    try:
+        seconds = float(raw)
+    except ValueError:
+        seconds = -1.0
+    if not seconds > 0:
+        raise ConfigError(f"VERI_DIST_TIMEOUT_S: expected seconds above 0, got {raw!r}")
+    return timedelta(seconds=seconds)
 
 
 def _free_port() -> int:
@@ -145,13 +175,17 @@ def unwrap(model: nn.Module) -> nn.Module:
 
 @contextlib.contextmanager
 def grad_sync(model: nn.Module, sync: bool) -> Iterator[None]:
-    """Skip gradient communication on all but the last micro-batch of a step."""
+    """DDP: skip the all-reduce on all but the last micro-batch. FSDP2: reduce every time.
+
+    DDP accumulates into its (whole) gradients either way, so skipping costs no memory. FSDP2
+    with sync off would keep every layer's *unsharded* gradient until the last micro-batch
+    (2-4 bytes x N per GPU that the plan does not hold); so at stages 2 and 3 each micro-batch
+    reduce-scatters and only the sharded gradient accumulates (the throughput model counts it).
+    """
     if hasattr(model, "no_sync") and not sync:
         with model.no_sync():
             yield
         return
-    if hasattr(model, "set_requires_gradient_sync"):
-        model.set_requires_gradient_sync(sync)
     yield
 
 

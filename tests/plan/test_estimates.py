@@ -102,6 +102,24 @@ def test_dpo_reference_all_gathers_are_counted(qwen, stage: int) -> None:
     assert _comm(info, method="dpo", **lora) == _comm(info, method="sft_text", **lora)
 
 
+def test_stage2_reduce_scatters_every_micro_batch(qwen) -> None:
+    # The trainer keeps gradient sync on at every micro-batch under FSDP2 (an unsharded
+    # accumulation would hold 2-4 bytes x N the plan does not count): stage 2 all-gathers the
+    # weights and reduce-scatters the gradients per micro-batch; DDP all-reduces once a step.
+    from veri_tui.plan.throughput import _collective_s
+
+    info, gpu = qwen[0], get_gpu("L4-24GB")
+    units, n = info.layer_count + 1, info.parameter_count
+    per_mb = _collective_s(2 * n, 4, gpu, "all_gather", units)
+    per_mb += _collective_s(2 * n, 4, gpu, "reduce_scatter", units)
+    for ga in (1, 4):
+        z2 = _comm(info, method="sft_text", zero_stage=2, gradient_accumulation_steps=ga)
+        assert z2 == pytest.approx(ga * per_mb)
+    ddp = [_comm(info, method="sft_text", zero_stage=0, gradient_accumulation_steps=g)
+           for g in (1, 4)]  # fmt: skip
+    assert ddp[0] == ddp[1] > 0
+
+
 def test_custom_gpu_has_no_throughput(qwen) -> None:
     rec = plan(model=str(qwen[1]), gpu="custom-48GB", gpu_count=2)
     assert rec.throughput["known"] is False and "custom-48GB" in rec.throughput["reason"]

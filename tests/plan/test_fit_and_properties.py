@@ -34,12 +34,14 @@ def test_suggested_gpu_count_is_the_smallest_that_fits(model_dirs: dict[str, Pat
     assert not plan(model=model, gpu="L4-24GB", gpu_count=36).fits
 
 
-def test_fp32_offers_bf16_and_dpo_reference_blocks_gpu_count(model_dirs) -> None:
+def test_fp32_offers_bf16_and_a_sharded_dpo_reference_allows_gpu_count(model_dirs) -> None:
     rec = plan(model=str(model_dirs["llama-3.1-70b"]), gpu="H100-80GB", gpu_count=8,
                method="dpo", precision="fp32")  # fmt: skip
     keys = {next(iter(s.set)) for s in rec.suggestions}
-    # The 141 GB reference is whole on every GPU: no gpu_count can fit a full DPO.
-    assert "precision" in keys and "gpu_count" not in keys
+    # The 141 GB reference is sharded per layer at stage 3 (2N/dp), so more GPUs fit a full
+    # DPO; whole on every GPU (as before issue 10) no gpu_count could.
+    assert "precision" in keys and "gpu_count" in keys
+    assert next(s for s in rec.suggestions if "gpu_count" in s.set).fits
 
 
 def test_requested_stage_0_offers_stage_3(model_dirs: dict[str, Path]) -> None:

@@ -9,8 +9,12 @@ compute per micro-batch = FLOPs / (peak x MATMUL_EFFICIENCY[gpu])
   fitted constants come from published eager runs: docs/accuracy.md.
 communication (busbw from the GPU catalog; all-reduce moves 2(n-1)/n of the bytes, all-gather
 and reduce-scatter (n-1)/n):
-  zero_stage 0 and 2: one all-reduce of the trainable gradients per optimizer step, hidden
-    behind the last micro-batch's backward up to OVERLAP of it
+  zero_stage 0 (DDP): one all-reduce of the trainable gradients per optimizer step, hidden
+    behind the last micro-batch's backward up to OVERLAP of it (no_sync before)
+  zero_stage 2: per micro-batch, the bf16 weights all-gathered once (forward; kept through
+    backward), exposed, and the gradients reduce-scattered, hidden behind backward up to
+    OVERLAP: the trainer reduces on every micro-batch, since FSDP2 with sync off would hold
+    the unsharded gradients (2-4 bytes x N) until the last one
   zero_stage 3: per micro-batch, the bf16 weights all-gathered in forward and again in
     backward plus a reduce-scatter of the gradients; the backward ones hide behind backward
     up to OVERLAP, the forward ones are counted exposed (conservative: FSDP2 prefetches one
@@ -131,22 +135,25 @@ def estimate_throughput(
     grad_bytes = WEIGHT_BYTES[precision] * trainable
     raw_comm = exposed = 0.0
     net = (nodes, internode_gbps)
-    if n > 1 and zero_stage in (0, 2):
+    units = layers + 1  # FSDP2 units: one per decoder layer, plus the root
+    gather_bytes = COMPUTE_BYTES * info.parameter_count
+    if n > 1 and zero_stage == 0:
         # DDP's gradient buckets stream back to back under backward: one latency shows.
         raw_comm = _collective_s(grad_bytes, n, gpu, "all_reduce", 1, *net)
         exposed = max(0.0, raw_comm - OVERLAP * bwd_s)
+    elif n > 1 and zero_stage == 2:
+        fwd_c = _collective_s(gather_bytes, n, gpu, "all_gather", units, *net)
+        bwd_c = _collective_s(grad_bytes, n, gpu, "reduce_scatter", units, *net)
+        raw_comm = ga * (fwd_c + bwd_c)
+        exposed = ga * (fwd_c + max(0.0, bwd_c - OVERLAP * bwd_s))
     elif n > 1 and zero_stage == 3:
-        units = max(info.layer_count, 1) + 1
-        gather_bytes = COMPUTE_BYTES * info.parameter_count
         fwd_c = _collective_s(gather_bytes, n, gpu, "all_gather", units, *net)
         bwd_c = _collective_s(gather_bytes, n, gpu, "all_gather", units, *net)
         bwd_c += _collective_s(grad_bytes, n, gpu, "reduce_scatter", units, *net)
         raw_comm = ga * (fwd_c + bwd_c)
         exposed = ga * (fwd_c + max(0.0, bwd_c - OVERLAP * bwd_s))
-    units = layers + 1  # FSDP2 units: one per decoder layer, plus the root
     if n > 1 and zero_stage in (2, 3) and method == "dpo" and not lora:
-        ref_bytes = COMPUTE_BYTES * info.parameter_count
-        ref_c = ga * _collective_s(ref_bytes, n, gpu, "all_gather", units, *net)
+        ref_c = ga * _collective_s(gather_bytes, n, gpu, "all_gather", units, *net)
         raw_comm += ref_c
         exposed += ref_c
     if cpu_offload:
