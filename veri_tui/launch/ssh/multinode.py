@@ -37,6 +37,7 @@ PROBE_TIMEOUT_S = 3
 
 # Runs on node 0: hold the rendezvous port (all interfaces, as torch's store does), say
 # "ready", accept the other nodes' probes, end after `count` of them or `wait` seconds.
+# Torch's store binds this port next (without SO_REUSEADDR): no TIME_WAIT may be left here.
 LISTEN_SCRIPT = r"""
 import socket, sys, time
 port, count, wait = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3])
@@ -52,7 +53,10 @@ s.settimeout(0.5)
 end = time.monotonic() + wait
 while count and time.monotonic() < end:
     try:
-        s.accept()[0].close()
+        c = s.accept()[0]
+        c.settimeout(3)
+        c.recv(1)  # the prober closes first: TIME_WAIT stays on its side, the port is free
+        c.close()
         count -= 1
     except OSError:
         pass
