@@ -8,14 +8,18 @@ by one set of rules and refuse a bad row with the same message.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from trainer.errors import DataError
 
 
-def read_rows(path: Path) -> list[tuple[int, dict[str, Any]]]:
-    """(line number, row) for every non-empty line; DataError on unreadable JSON."""
+def read_rows(
+    path: Path, loads: Callable[[str], Any] = json.loads
+) -> list[tuple[int, dict[str, Any]]]:
+    """(line number, row) for every non-empty line; DataError on unreadable JSON. `loads`
+    parses one line (the planner passes pydantic_core's from_json, ~4x faster)."""
     try:
         text = Path(path).read_text(encoding="utf-8")
     except FileNotFoundError:
@@ -27,7 +31,7 @@ def read_rows(path: Path) -> list[tuple[int, dict[str, Any]]]:
         if not line.strip():
             continue
         try:
-            row = json.loads(line)
+            row = loads(line)
         except ValueError as exc:
             raise DataError(f"{path} line {no}: not valid JSON ({exc})") from None
         if not isinstance(row, dict):

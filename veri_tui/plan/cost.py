@@ -18,6 +18,8 @@ from math import exp, lgamma
 from pathlib import Path
 from typing import Any
 
+from pydantic_core import from_json
+
 from trainer.errors import DataError
 from trainer.rows import read_rows
 from veri_tui.plan.prices import price_per_gpu_hour
@@ -115,8 +117,8 @@ def estimate_cost(
         if found is None:
             return _unknown("counting the dataset's tokens", pending=True, **price_info), warnings
         if isinstance(found, str):
-            note, rows, tokens = found, len(read_rows(Path(job.dataset).expanduser())), None
-            length = float(max_len)
+            rows = len(read_rows(Path(job.dataset).expanduser(), from_json))
+            note, tokens, length = found, None, float(max_len)
         else:
             rows = found.rows
             tokens, padded = truncated(found, max_len)

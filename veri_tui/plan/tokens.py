@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from veri_tui.plan.chat import ChatTemplate
 
 CACHE_VERSION = 1
+CHUNK = 8192  # texts per encode_batch call
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja")
 # In-process memo for re-plans on every keystroke: (file stats, method) -> count.
 _MEMO: dict[tuple[Any, ...], TokenCount] = {}
@@ -151,6 +152,19 @@ def _tokenizer_config(model_dir: Path) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
+def _lengths(tok: Any, texts: list[str], special: bool) -> list[int]:
+    """Token counts of `texts`: each distinct text encoded once (repeated system prompts and
+    prompts are common), in chunks so that the Encoding objects never pile up."""
+    unique: dict[str, int] = dict.fromkeys(texts, 0)
+    keys = list(unique)
+    for i in range(0, len(keys), CHUNK):
+        part = keys[i : i + CHUNK]
+        encoded = tok.encode_batch(part, add_special_tokens=special)
+        for text, enc in zip(part, encoded, strict=True):
+            unique[text] = len(enc)
+    return [unique[t] for t in texts]
+
+
 def _count(dataset: Path, model_dir: Path, method: str) -> TokenCount:
     from collections import Counter
 
@@ -168,7 +182,7 @@ def _count(dataset: Path, model_dir: Path, method: str) -> TokenCount:
     rests: list[str] = []
     plan: list[tuple[Any, ...]] = []
     template: ChatTemplate | None = None
-    for no, row in read_rows(dataset):
+    for no, row in read_rows(dataset, from_json):
         where = f"{dataset} line {no}"
         if method == "dpo":
             texts = [text_field(row, key, where) for key in ("prompt", "chosen", "rejected")]
@@ -193,8 +207,8 @@ def _count(dataset: Path, model_dir: Path, method: str) -> TokenCount:
             raise DataError(
                 f"{where}: an sft_text row needs `text`, `messages` or `prompt`+`completion`"
             )
-    first = [len(e) for e in tok.encode_batch(firsts, add_special_tokens=True)]
-    rest = [len(e) for e in tok.encode_batch(rests, add_special_tokens=False)] if rests else []
+    first = _lengths(tok, firsts, special=True)
+    rest = _lengths(tok, rests, special=False)
     hist: Counter[tuple[int, ...]] = Counter()
     for entry in plan:
         kind, f = entry[0], first[entry[1]]
