@@ -64,3 +64,14 @@ def test_gpu_count_left_unset_waits_for_the_preflight() -> None:
         "nodes: 2 x ? (detected at the preflight) GPUs (a, b)" in ln
         for ln in plan_job(job).header_lines
     )
+
+
+def test_plan_for_two_hosts_states_the_detected_layout(sshd, sshd2, tmp_path) -> None:
+    from multinode_helpers import two_node_env
+
+    env = two_node_env(sshd, sshd2, tmp_path)
+    out = cli("plan", "--host", sshd.alias, "--host", sshd2.alias, env=env)
+    assert out.returncode == 0, out.stderr
+    # CPU hosts: one process per node, detected at the preflight.
+    assert f"nodes: 2 x 1 GPUs ({sshd.alias}, {sshd2.alias})" in out.stdout
+    assert "dp=2" in out.stdout

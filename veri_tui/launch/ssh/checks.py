@@ -53,13 +53,18 @@ def preflight_rows(job: Any, *, host: str, trust_host: str | None = None) -> lis
     return rows + [(e.key, False, e.message) for e in dict.fromkeys(problems)]
 
 
-def plan_on_host(job: Any, *, host: str, trust_host: str | None = None) -> Any:
+def plan_on_host(job: Any, *, host: str | list[str], trust_host: str | None = None) -> Any:
     """`job` planned for what `host` has, as `launch --host` would plan it: the detected
     GPUs as `custom-<GB>GB` with their real memory, the model's headers read over SFTP
     there. Raises VeriError with the job's own refusals (before connecting), else with
     every preflight problem (what `launch --host` would refuse)."""
     from veri_tui.plan import validate
 
+    if not isinstance(host, str) and len(host) > 1:
+        from veri_tui.launch.ssh.multinode import plan_nodes
+
+        return plan_nodes(job, list(host), trust_host)  # several hosts: one node each
+    host = host if isinstance(host, str) else host[0]
     errors = validate(job)
     if errors:
         raise VeriError(errors)

@@ -254,3 +254,19 @@ def launch_nodes(
     finally:
         for conn in conns:
             conn.close()
+
+
+def plan_nodes(job: Any, hosts: list[str], trust_host: str | None = None) -> Any:
+    """The plan `launch` would make for these hosts (`veri-tui plan --host a --host b`):
+    every host's preflight and their agreement refused as launch refuses them."""
+    from veri_tui.plan import validate
+
+    errors = validate(job.model_copy(update={"hosts": list(hosts)}))
+    if errors:
+        raise VeriError(errors)
+    conns, pfs, job, problems = preflight_nodes(job, hosts, trust_host, 0)
+    for conn in conns:
+        conn.close()
+    if problems:
+        raise VeriError(list(dict.fromkeys(problems)))
+    return plan_for_host(job, pfs[0])[1]
