@@ -18,6 +18,7 @@ ATTRIBUTION: dict[str, str] = {
     "CONFIG_ERROR": CUSTOMER,
     "MODEL_LOAD_ERROR": CUSTOMER,
     "RANK_LOST": PLATFORM,
+    "RANK_HUNG": PLATFORM,  # no rank advanced for hang_timeout_s (trainer/watchdog.py)
     "COMM_ERROR": PLATFORM,
     "HARDWARE_ERROR": PLATFORM,
     "UNKNOWN": PENDING,

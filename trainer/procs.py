@@ -104,6 +104,7 @@ def end_processes(job_path: Path, grace: float = GRACE_S, child: Any = None) -> 
         targets.append(child.pid)
     for pid in targets:
         _signal(pid, signal.SIGTERM)
+        _signal(pid, signal.SIGCONT)  # a stopped process acts on SIGTERM once continued
     deadline = time.monotonic() + grace
     while time.monotonic() < deadline:
         if child is not None:

@@ -1,0 +1,217 @@
+"""The hang watchdog: a job whose ranks stopped advancing is ended and the laggard blamed.
+
+The supervisor (trainer/supervise.py) polls `HangWatch.poll` in its wait loop. It reads every
+rank's progress line (trainer/progress.py) once a second and notes when each last changed.
+When no rank has advanced for the timeout, the job has hung: a rank stopped (a stuck GPU, a
+frozen process) and the others wait for it in a collective. The rank(s) with the fewest marks
+are the ones furthest behind and are blamed:
+
+    rank 1/2 (node 0, local_rank 1) failed: stopped making progress at step 7 (forward)
+    for 15 s; the other ranks waited in a collective          (one line)
+
+code RANK_HUNG, attribution platform. When several ranks are equally far behind (the stuck
+one and its waiting peers can stand in the same phase), a rank whose process is stopped
+(SIGSTOP, a debugger) or in uninterruptible sleep (a hung driver or file system) is the one
+blamed; otherwise all of them are named.
+
+The timeout: the job's `hang_timeout_s` when set, else `FLOOR_S` or `STEP_FACTOR` times the
+slowest step (the plan's predicted step time, and each step measured here so far), whichever
+is longer; `SLOW_FACTOR` times that while any rank loads, checkpoints or writes the artifact.
+The watchdog arms once some rank has reached its first step (loading a model may take long).
+Process groups get a timeout above the watchdog's (`environment`), so it speaks first.
+
+Stdlib only and Python 3.8-clean, like the supervisor that imports it.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from trainer.failures import append_report, job_error
+from trainer.procs import end_processes, rank_pid_path, read_pid
+from trainer.progress import FOLDER, SLOW_PHASES, Mark, read_progress
+
+FLOOR_S = 300.0  # the shortest derived timeout: a slow first step, a busy disk or network
+STEP_FACTOR = 10.0  # x the slowest step seen or predicted
+SLOW_FACTOR = 4.0  # loading, checkpoint and artifact phases
+POLL_S = 1.0  # how often the progress files are read
+#: The trainer's process-group timeout when nothing else is set (trainer.parallelize's
+#: DIST_TIMEOUT_S; that module imports torch, so the value is repeated here and a test
+#: keeps the two equal).
+DIST_TIMEOUT_S = 30 * 60
+DIST_TIMEOUT_ENV = "VERI_DIST_TIMEOUT_S"
+MARGIN_S = 60.0  # the process groups' timeout stays this far above the watchdog's
+
+
+def _seconds(value: Any) -> float | None:
+    """A positive number of seconds, or None (unset or unusable: the trainer refuses a bad
+    knob itself, with CONFIG_ERROR; the watchdog then falls back to its default)."""
+    try:
+        out = float(value)
+    except (TypeError, ValueError):
+        return None
+    return out if out > 0 else None
+
+
+def first_timeout_s(spec: dict[str, Any]) -> float:
+    """The timeout before any step is measured: `hang_timeout_s`, else from the floor and
+    the plan's predicted step time (`spec.step_time_s`)."""
+    explicit = _seconds((spec.get("hyperparameters") or {}).get("hang_timeout_s"))
+    return explicit or max(FLOOR_S, STEP_FACTOR * (_seconds(spec.get("step_time_s")) or 0.0))
+
+
+def dist_timeout_s(spec: dict[str, Any], environ: dict[str, str]) -> float:
+    """The process groups' timeout for this job: the environment's (or the default 30 min),
+    raised above `SLOW_FACTOR` x the watchdog's first timeout + `MARGIN_S`."""
+    base = _seconds(environ.get(DIST_TIMEOUT_ENV)) or float(DIST_TIMEOUT_S)
+    return max(base, SLOW_FACTOR * first_timeout_s(spec) + MARGIN_S)
+
+
+def _frozen(pid: int | None) -> bool:
+    """True when the process is stopped (T, t) or in uninterruptible sleep (D)."""
+    if not pid:
+        return False
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    fields = stat.rsplit(")", 1)[-1].split()
+    return bool(fields) and fields[0] in ("T", "t", "D")
+
+
+class HangWatch:
+    """Watches one attempt's ranks; `poll` returns the job's `error` once they hang."""
+
+    def __init__(
+        self,
+        job_dir: Path,
+        spec: dict[str, Any],
+        environ: dict[str, str] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.job_dir = Path(job_dir)
+        self.world = int(spec.get("gpu_count") or 1)
+        self.nproc = int(spec.get("nproc_per_node") or self.world)
+        # This node's ranks: a multi-node job has one supervisor (and job folder) per node.
+        first = int(spec.get("node_rank") or 0) * self.nproc
+        self.ranks = list(range(first, min(first + self.nproc, self.world)))
+        self.explicit = _seconds((spec.get("hyperparameters") or {}).get("hang_timeout_s"))
+        self.predicted = _seconds(spec.get("step_time_s")) or 0.0
+        self.dist_s = dist_timeout_s(spec, dict(os.environ) if environ is None else environ)
+        self.clock = clock
+        self.marks: dict[int, Mark] = {}
+        self.changed: dict[int, float] = {}
+        self.step_seen: dict[int, float] = {}  # rank -> when its current step was first seen
+        self.slowest = 0.0  # the longest step measured so far (seconds)
+        self.started = clock()
+        self.next_poll = 0.0
+        # A new attempt: the previous attempt's lines would read as progress already made.
+        for old in (self.job_dir / FOLDER).glob("rank-*"):
+            old.unlink()
+
+    def environment(self, env: dict[str, str]) -> dict[str, str]:
+        """``env`` with the process-group timeout the trainer reads set above the watchdog's."""
+        return dict(env, **{DIST_TIMEOUT_ENV: str(int(self.dist_s + 0.5))})
+
+    def timeout_s(self, slow: bool) -> float:
+        """How long no rank may advance before the job counts as hung."""
+        if self.explicit:
+            base = self.explicit
+        else:
+            base = max(FLOOR_S, STEP_FACTOR * max(self.predicted, self.slowest))
+            # Below the process groups' timeout, so the watchdog speaks first (unless that
+            # timeout was set shorter than the floor on purpose: then it speaks first).
+            cap = (self.dist_s - MARGIN_S) / SLOW_FACTOR
+            if cap >= FLOOR_S:
+                base = min(base, cap)
+        return base * SLOW_FACTOR if slow else base
+
+    def _read(self, now: float) -> None:
+        for rank in self.ranks:
+            mark = read_progress(self.job_dir, rank)
+            old = self.marks.get(rank)
+            if mark is None or mark == old:
+                continue
+            self.marks[rank], self.changed[rank] = mark, now
+            if old is None or mark.step != old.step:
+                if old is not None and rank in self.step_seen and old.phase not in SLOW_PHASES:
+                    self.slowest = max(self.slowest, now - self.step_seen[rank])
+                self.step_seen[rank] = now
+
+    def poll(self) -> dict[str, Any] | None:
+        """Read the progress files (at most once per `POLL_S`); the RANK_HUNG `error` when no
+        rank has advanced for the timeout, else None."""
+        now = self.clock()
+        if now < self.next_poll:
+            return None
+        self.next_poll = now + POLL_S
+        self._read(now)
+        if all(m.phase == "load" for m in self.marks.values()):
+            return None  # not armed: no rank has reached its first step yet
+        waiting = [r for r in self.ranks if r not in self.marks]  # no mark at all
+        slow = bool(waiting) or any(m.phase in SLOW_PHASES for m in self.marks.values())
+        last = max(self.changed.values())
+        if now - last < self.timeout_s(slow):
+            return None
+        return self.error(now, waiting)
+
+    def error(self, now: float, waiting: list[int]) -> dict[str, Any]:
+        """The RANK_HUNG error naming the rank(s) furthest behind."""
+        if waiting:
+            behind, step, phase = waiting, 0, "load"
+        else:
+            low = min(m.seq for m in self.marks.values())
+            behind = sorted(r for r, m in self.marks.items() if m.seq == low)
+            step, phase = self.marks[behind[0]].step, self.marks[behind[0]].phase
+        if len(behind) > 1:
+            stuck = [r for r in behind if _frozen(read_pid(rank_pid_path(self.job_dir, r)))]
+            behind = stuck or behind
+        since = min(self.changed.get(r, self.started) for r in behind)
+        what = f"stopped making progress at step {step} ({phase}) for {int(now - since)} s"
+        if len(behind) < len(self.ranks):
+            who = " and ".join(self.name(r) for r in behind)
+            what += "; the other ranks waited in a collective"
+        else:  # nothing tells them apart
+            who, causes = f"every rank ({self.world})", "a stuck device"
+            if len(self.ranks) < self.world:
+                node = self.ranks[0] // self.nproc
+                who = f"every rank of node {node} (ranks {self.ranks[0]}-{self.ranks[-1]})"
+                causes += ", or a rank on another node"
+            what += "; none can be told from the others (a collective that never completed, "
+            what += f"{causes})"
+        err = job_error("RANK_HUNG", what, self.world, f"{who} failed: {what}")
+        if len(behind) < len(self.ranks):
+            first = behind[0]
+            err.update(rank=first, node=first // self.nproc, local_rank=first % self.nproc)
+        err["traceback"] = "\n".join(self.where(now))
+        return err
+
+    def name(self, rank: int) -> str:
+        """`rank 1/2 (node 0, local_rank 1)`, as every failure names a rank."""
+        node, local = divmod(rank, self.nproc)
+        return f"rank {rank}/{self.world} (node {node}, local_rank {local})"
+
+    def where(self, now: float) -> list[str]:
+        """One line per rank: its last mark and how long ago it changed (the report's detail)."""
+        lines = [f"progress when the watchdog fired (timeout {self.timeout_s(False):.0f} s):"]
+        for rank in self.ranks:
+            mark = self.marks.get(rank)
+            if mark is None:
+                lines.append(f"  rank {rank}: no progress yet (loading)")
+                continue
+            ago = now - self.changed[rank]
+            lines.append(f"  rank {rank}: step {mark.step} ({mark.phase}), {ago:.0f} s ago")
+        return lines
+
+
+def end_job(job_path: Path, child: Any, error: dict[str, Any], spec: dict[str, Any]) -> int:
+    """End every process of the hung job (trainer.procs), append the failure report to the
+    rank-0 log like any failure's; returns torchrun's exit code."""
+    end_processes(job_path, child=child)
+    plan_line = next((ln for ln in spec.get("plan_header", []) if ln.startswith("plan:")), "")
+    append_report(Path(job_path).parent / "log.txt", error, plan_line)
+    return child.wait()
