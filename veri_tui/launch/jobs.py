@@ -20,6 +20,7 @@ from typing import Any
 
 from trainer.jobdir import has_ended
 from veri_tui.errors import VeriError
+from veri_tui.launch.diskcheck import check_local
 from veri_tui.launch.local import LocalTarget, check_devices
 from veri_tui.launch.records import LogLine, follow_lines
 from veri_tui.launch.spec import build_record, check_job, new_job_id
@@ -70,6 +71,7 @@ def launch(
     while target.job_dir(job_id).exists():  # same second, same random suffix: draw again
         job_id = new_job_id()
     record = build_record(job_config, plan_record, job_id, target.job_dir(job_id))
+    check_local(plan_record.disk, target.jobs_dir, Path(record["spec"]["output_dir"]))
     target.start(record)
     if wait:
         target.wait(job_id)
@@ -120,6 +122,10 @@ def preflight(
             rows += [("model", True, spec["model_path"]), ("dataset", True, spec["dataset"])]
             output = spec["output_dir"] if job_config.output else "<job folder>/output"
             rows.append(("output", True, output))
+            jobs_dir = LocalTarget().jobs_dir  # where the job folder will be
+            out_dir = Path(spec["output_dir"]) if job_config.output else jobs_dir
+            disk = collect(lambda: check_local(plan_record.disk, jobs_dir, out_dir))
+            rows += [disk] if disk else []
     else:
         collect(lambda: check_job(job_config))  # no plan: the dataset and output still checked
     # find_spec locates torch without importing it (the app's process stays torch-free); the
