@@ -88,6 +88,7 @@ class JobSpec(TypedDict, total=False):
     resolved_parallelism: dict[str, Any]
     plan_header: list[str]
     states_bytes_per_gpu: int | None
+    step_time_s: float | None  # the plan's predicted step time (the hang watchdog's)
 
 
 class JobRecord(TypedDict, total=False):

@@ -167,6 +167,8 @@ def make_record(
         "resolved_parallelism": resolved,
         "plan_header": header,
         "states_bytes_per_gpu": plan.get("states_bytes_per_gpu"),
+        # The hang watchdog's first timeout scales with it (trainer/watchdog.py).
+        "step_time_s": (plan.get("throughput") or {}).get("step_time_s"),
     }
     return {
         "job_id": job_id,
