@@ -8,6 +8,7 @@ ConfigError, code CONFIG_ERROR) what this trainer cannot run.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -51,6 +52,8 @@ class TrainConfig:
     keep_checkpoints: int = 2
     resume: bool = False
     hang_timeout_s: float | None = None  # the supervisor's watchdog reads it; checked here
+    resume_from: Path | None = None
+    max_restarts: int = 0
     plan_header: list[str] = field(default_factory=list)
     states_bytes_per_gpu: int | None = None
 
@@ -101,6 +104,17 @@ def load_spec(path: Path) -> dict[str, Any]:
     return spec
 
 
+def _resume_from(value: Any) -> Path | None:
+    """The spec's `resume_from`: the checkpoint folder (`.../step-N`) the supervisor chose
+    and verified for this attempt, or None to start from scratch."""
+    if value in (None, ""):
+        return None
+    path = Path(str(value))
+    if not re.fullmatch(r"step-\d+", path.name):
+        raise ConfigError(f"resume_from: {value!r} is not a checkpoint folder (step-N)")
+    return path
+
+
 def from_spec(spec: dict[str, Any], job_dir: Path) -> TrainConfig:
     """Build a TrainConfig; raise ConfigError naming the key for anything unusable."""
     method = spec.get("method")
@@ -128,10 +142,11 @@ def from_spec(spec: dict[str, Any], job_dir: Path) -> TrainConfig:
         device=str(spec.get("device", "auto")),
         plan_header=list(spec.get("plan_header") or []),
         states_bytes_per_gpu=spec.get("states_bytes_per_gpu"),
+        resume_from=_resume_from(spec.get("resume_from")),
     )
     ints = ("zero_stage", "data_parallel_size", "micro_batch_size", "gradient_accumulation_steps")
     ints += ("lora_rank", "warmup_steps", "num_epochs", "max_steps", "seed", "checkpoint_steps")
-    for key in (*ints, "keep_checkpoints", "logging_steps"):
+    for key in (*ints, "keep_checkpoints", "logging_steps", "max_restarts"):
         if hp.get(key) is not None:
             setattr(cfg, key, _as_int(key, hp[key]))
     floats = ("learning_rate", "weight_decay", "max_grad_norm", "beta", "lora_alpha")
@@ -170,6 +185,8 @@ def _check(cfg: TrainConfig, hp: dict[str, Any]) -> None:
         )
     if cfg.cpu_offload and cfg.zero_stage == 0:
         raise ConfigError("cpu_offload: needs zero_stage 2 or 3 (offload shards FSDP2 states)")
+    if cfg.max_restarts < 0:
+        raise ConfigError("max_restarts: must be 0 (no retries) or more")
     if cfg.hang_timeout_s is not None and not cfg.hang_timeout_s > 0:
         raise ConfigError("hang_timeout_s: must be a number of seconds above 0 (or unset)")
     if cfg.lora_rank < 0:

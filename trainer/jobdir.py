@@ -89,10 +89,27 @@ class JobSpec(TypedDict, total=False):
     plan_header: list[str]
     states_bytes_per_gpu: int | None
     step_time_s: float | None  # the plan's predicted step time (the hang watchdog's)
+    resume_from: str | None
+
+
+class Attempt(TypedDict, total=False):
+    """One run of the job's torchrun: an entry of job.json's `attempts` (trainer/attempts.py).
+    `started_s` is the start in epoch seconds and `wall_s` its length (the credit's clock)."""
+
+    attempt: int
+    started_at: str | None
+    ended_at: str | None
+    status: str
+    error: JobError | None
+    resumed_from_step: int | None
+    gpu_count: int
+    started_s: float
+    wall_s: float
 
 
 class JobRecord(TypedDict, total=False):
-    """The job record: job.json. `lost` and `stale` are only ever set by readers."""
+    """The job record: job.json. `lost` and `stale` are only ever set by readers. The
+    top-level status, error, started_at, ended_at and exit_code are the latest attempt's."""
 
     job_id: str
     status: str
@@ -107,6 +124,9 @@ class JobRecord(TypedDict, total=False):
     preflight: list[str]
     predicted: dict[str, Any]  # the plan's figures (veri_tui/launch/measured.py predicted_of)
     measured: dict[str, Any] | None  # the ranks' measurements (trainer/jobstats.py)
+    attempts: list[Attempt]
+    credited_gpu_s: float
+    resumed_at: str | None
     lost: bool
     stale: bool
 

@@ -11,12 +11,14 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Dict  # noqa: UP035 - Dict: see FileEntry
 
 from trainer.jobdir import write_text_atomic
 
 MANIFEST = "manifest.json"
-FileEntry = dict[str, Any]
+# typing.Dict, not dict[...]: this line runs on import, and the supervisor imports it on
+# GPU hosts whose Python may be 3.8 (where dict[...] raises TypeError).
+FileEntry = Dict[str, Any]  # noqa: UP006
 
 
 def sha256_file(path: Path) -> str:

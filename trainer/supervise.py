@@ -1,8 +1,13 @@
 """The job supervisor: ``python -m trainer.supervise --job <job_dir>/job.json``.
 
-What a launcher starts, detached (setsid, stdin /dev/null), locally or over SSH. It runs
+What a launcher (or `veri-tui resume`) starts, detached (setsid, stdin /dev/null), locally or
+over SSH. Each run of torchrun is an attempt (trainer/attempts.py): before it, the previous
+attempt's files are archived, partial writes removed, and the newest verified checkpoint
+(trainer/ckptindex.py) chosen and passed to the trainer as the spec's ``resume_from``. It runs
 torchrun as a child, keeps ``status`` in job.json true (running, then succeeded, failed or
 cancelled), writes ``exit_code`` and, after a failure, the report built by trainer.failures.
+After a platform failure (RANK_LOST, COMM_ERROR, HARDWARE_ERROR, RANK_HUNG) it starts the
+next attempt itself while the job's ``max_restarts`` allows.
 SIGTERM or SIGINT means cancel: torchrun and every worker are ended (workers run in their own
 sessions, so signalling torchrun's group would miss them), SIGKILL after a grace period.
 
@@ -22,7 +27,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from trainer import failures
+from trainer import attempts, ckptindex, failures
 from trainer.hostmem import MemoryWatch
 from trainer.jobdir import (
     CANCELLED,
@@ -33,20 +38,11 @@ from trainer.jobdir import (
     JobRecord,
     has_ended,
     modify_job,
-    now_iso,
-    update_job,
+    read_job,
     write_text_atomic,
 )
 from trainer.jobstats import record_measured
 from trainer.procs import SUPERVISOR_PID, TORCHRUN_PID, end_processes, job_processes, write_pid
-from trainer.watchdog import HangWatch, end_job
-
-
-def _mark_running(record: JobRecord) -> None:
-    # Checked and set under the job lock: a cancel recorded before this supervisor got going
-    # must not be overwritten by `running`.
-    if not has_ended(record):
-        record.update(status=RUNNING, started_at=now_iso())
 
 
 class Supervisor:
@@ -96,15 +92,70 @@ class Supervisor:
         return env
 
     def run(self) -> int:
-        """Supervise the job to its end; returns torchrun's exit code (0 on success)."""
+        """Supervise the job to its end, attempt after attempt; returns the last torchrun's
+        exit code (0 on success)."""
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, self._on_signal)
         write_pid(self.job_dir / SUPERVISOR_PID)
-        record = modify_job(self.job_path, _mark_running)
+        restarts = 0
+        while True:
+            record = self.begin_attempt()
+            if record is None:
+                return 0  # started twice, or cancelled before it ran: that outcome stands
+            code, status, error = self.run_attempt(record["spec"])
+            limit = attempts.max_restarts(record["spec"])
+            if status == FAILED and attempts.retryable(error) and restarts < limit:
+                if not self.cancel_requested:
+                    restarts += 1
+                    self.end_attempt(code, status, error, retry=f"{restarts} of {limit}")
+                    end_processes(self.job_path)  # nothing of this attempt may linger
+                    continue
+            return self.finish(code, status, error)
+
+    def begin_attempt(self) -> JobRecord | None:
+        """Prepare and record the next attempt; None when the job already has an outcome.
+
+        A first attempt starts from scratch. A later one (a resume, or a retry) archives the
+        previous attempt's files, removes partial writes, rewinds metrics.jsonl and starts
+        from the newest verified checkpoint, saying which in the log.
+        """
+        record = read_job(self.job_path)
         if has_ended(record):
-            return 0  # started twice, or cancelled before it ran: that outcome stands
+            return None
         spec = record["spec"]
-        watch = HangWatch(self.job_dir, spec)  # trainer/watchdog.py: ends a job that hangs
+        number = len(attempts.attempts_of(record)) + 1
+        lines: list[str] = []
+        stale = ckptindex.stale_writes(self.job_dir, spec.get("output_dir"))
+        attempts.remove_stale(stale)
+        lines += [f"resume: removed the partial write {p}" for p in stale]
+        step, path = None, None
+        if number > 1:
+            attempts.archive_attempt(self.job_dir, number - 1)
+            choice = ckptindex.choose(self.job_dir / ckptindex.CHECKPOINTS)
+            # A skipped step is unusable, and the new attempt saves that step again (a
+            # checkpoint is never written into an existing folder): it goes.
+            attempts.remove_stale(
+                [self.job_dir / ckptindex.CHECKPOINTS / f"step-{n}" for n, _ in choice.skipped]
+            )
+            lines += [f"resume: skipped step-{n}: {why}; removed" for n, why in choice.skipped]
+            step, path = choice.step, choice.path
+            where = f"step-{step} (verified)" if step is not None else "step 0 (no checkpoint)"
+            lines.append(f"resume: attempt {number} from {where}")
+            attempts.rewind_metrics(self.job_dir, step or 0)
+        if lines:
+            failures.append_lines(self.job_dir / "log.txt", lines)
+
+        def begin(rec: JobRecord) -> None:
+            # Under the job lock: a cancel recorded meanwhile must not become `running`.
+            if not has_ended(rec):
+                rec["spec"]["resume_from"] = str(path) if path is not None else None
+                attempts.open_attempt(rec, step)
+
+        record = modify_job(self.job_path, begin)
+        return None if has_ended(record) else record
+
+    def run_attempt(self, spec: dict[str, Any]) -> tuple[int, str, JobError | None]:
+        """Run torchrun once to its end: (exit code, status, error)."""
         with open(self.job_dir / "torchrun.log", "ab") as log:
             child = subprocess.Popen(
                 self.command(spec),
@@ -112,23 +163,19 @@ class Supervisor:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 cwd=self.job_dir,
-                env=watch.environment(self.environment()),
+                env=self.environment(),
             )
         write_pid(self.job_dir / TORCHRUN_PID, child.pid)
         memory = MemoryWatch.for_this_process()  # explains a rank's SIGKILL by the OOM killer
-        hung = None
-        while child.poll() is None and not self.cancel_requested and hung is None:
+        while child.poll() is None and not self.cancel_requested:
             memory.poll()
-            hung = watch.poll()  # no rank advanced for hang_timeout_s: RANK_HUNG
             time.sleep(0.2)
-        if hung is not None:
-            return self.finish(end_job(self.job_path, child, hung, spec), FAILED, hung)
         if self.cancel_requested:
             end_processes(self.job_path, child=child)
             return self.cancelled(child.wait())
         code = child.returncode
         if code == 0:
-            return self.finish(code, SUCCEEDED, None)
+            return code, SUCCEEDED, None
         error = None
         if code < 0:
             # torchrun itself was killed: its ranks run on in their own sessions. They are the
@@ -149,7 +196,7 @@ class Supervisor:
             error = found
         plan_line = next((ln for ln in spec.get("plan_header", []) if ln.startswith("plan:")), "")
         failures.append_report(self.job_dir / "log.txt", error, plan_line)
-        return self.finish(code, FAILED, error)
+        return code, FAILED, error
 
     def fail_self(self, exc: Exception) -> None:
         """Record the supervisor's own crash as the job's failure, ending what it started."""
@@ -162,15 +209,37 @@ class Supervisor:
         except (OSError, ValueError):
             pass  # job.json itself is unusable: the launcher reports the job lost
 
-    def cancelled(self, code: int) -> int:
-        # Said in the log too, so whoever follows it sees why it stopped.
+    def cancelled(self, code: int) -> tuple[int, str, None]:
+        # Said in the log too, so whoever follows it sees why it stopped. A cancel leaves no
+        # partial checkpoint or artifact folder behind.
+        attempts.remove_stale(ckptindex.stale_writes(self.job_dir, self._output_dir()))
         failures.append_lines(self.job_dir / "log.txt", ["job cancelled: every rank ended"])
-        return self.finish(code, CANCELLED, None)
+        return code, CANCELLED, None
+
+    def _output_dir(self) -> str | None:
+        try:
+            return read_job(self.job_path)["spec"].get("output_dir")
+        except (OSError, ValueError, KeyError):
+            return None
+
+    def end_attempt(self, code: int, status: str, error: JobError | None, retry: str) -> None:
+        """Close a platform-failed attempt that will be retried: the job stays `running`."""
+
+        def close(record: JobRecord) -> None:
+            attempts.close_attempt(record, status, error, code)
+            record.update(status=RUNNING, ended_at=None)
+
+        modify_job(self.job_path, close)
+        code_text = (error or {}).get("code", "UNKNOWN")
+        failures.append_lines(
+            self.job_dir / "log.txt",
+            [f"retry: {code_text} (platform) ended the attempt; restart {retry} (max_restarts)"],
+        )
 
     def finish(self, code: int, status: str, error: JobError | None) -> int:
         record_measured(self.job_path)  # before the outcome: a reader of it sees both
         write_text_atomic(self.job_dir / "exit_code", f"{code}\n")
-        update_job(self.job_path, status=status, ended_at=now_iso(), exit_code=code, error=error)
+        modify_job(self.job_path, lambda rec: attempts.close_attempt(rec, status, error, code))
         return code
 
 

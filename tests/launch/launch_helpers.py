@@ -1,8 +1,10 @@
-"""Helpers for the job-side tests: wait for a job, and find any process it left behind
-(pid files and /proc, the same search cancel uses)."""
+"""Helpers for the job-side tests: the CLI in a fresh process, wait for a job, and find any
+process it left behind (pid files and /proc, the same search cancel uses)."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -34,3 +36,17 @@ def leftover_pids(job_dir: Path) -> list[int]:
 def wait_ended(target: LocalTarget, job_id: str, timeout: float = 60) -> dict:
     """The job's record once it has ended."""
     return wait_for(lambda: has_ended(r := target.get_job(job_id)) and r, timeout, "job end")
+
+
+def cli(
+    *args: str, env: dict[str, str] | None = None, timeout: float = 150
+) -> subprocess.CompletedProcess[str]:
+    """`veri-tui ARGS` in a fresh process (``env``: the environment, default this one's)."""
+    return subprocess.run(
+        [sys.executable, "-m", "veri_tui", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+        check=False,
+    )

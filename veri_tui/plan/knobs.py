@@ -116,6 +116,12 @@ class Hyperparameters(BaseModel):
         None, gt=0, allow_inf_nan=False, description="Gb/s per node between nodes "
         "(default: from network)"
     )  # fmt: skip
+    max_restarts: int = Field(
+        0,
+        ge=0,
+        description="restarts after a platform failure (rank lost, comm, hardware, hang), "
+        "each from the newest verified checkpoint",
+    )
 
     @field_validator("zero_stage", mode="before")
     @classmethod
