@@ -55,7 +55,9 @@ def run() -> int:
     from veri_tui import cli
 
     args = cli.parse_args(sys.argv[1:])
-    local_plan = args.command == "plan" and args.host is None
+    # Hosts named in a veri.toml show only once the command reads it: for those the
+    # collector stays paused, and the network check below still keeps the usual exit.
+    local_plan = args.command == "plan" and not args.host
     if not local_plan:
         gc.enable()
     code = cli.dispatch(args)

@@ -119,11 +119,18 @@ def test_other_commands_run_with_the_collector_on(tmp_path: Path) -> None:
     assert proc.stderr == f"{TEARDOWN}\n"
 
 
-def test_a_local_plan_leaves_at_once(tmp_path: Path) -> None:
+def _in_process(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
+    """What `cli.main(argv)` prints in this interpreter (status 0)."""
+    capsys.readouterr()
+    assert cli.main(list(argv)) == 0
+    return capsys.readouterr().out
+
+
+def test_a_local_plan_leaves_at_once(capsys: pytest.CaptureFixture[str]) -> None:
     proc = _entry("plan", "--gpu-count", "2")
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr == ""  # no teardown: os._exit after the flush
-    assert proc.stdout.splitlines()[-1].startswith("throughput: ")
+    assert proc.stdout == _in_process(capsys, "plan", "--gpu-count", "2")
 
 
 def _cache(root: Path, repo_id: str) -> None:
@@ -196,30 +203,33 @@ def test_a_refused_hub_lookup_is_one_line_and_ends_as_usual(tmp_path: Path) -> N
     assert lines[1:] == [TEARDOWN]
 
 
-def test_no_quick_exit_after_ssh(tmp_path: Path) -> None:
+@pytest.mark.parametrize("where", ["flag", "veri.toml"])
+def test_no_quick_exit_after_ssh(tmp_path: Path, where: str) -> None:
     # Nothing listens on port 1: the connection is refused at once, after paramiko started.
     (tmp_path / "ssh_config").write_text("")
     env = {
         "VERI_SSH_CONFIG": str(tmp_path / "ssh_config"),
         "VERI_KNOWN_HOSTS": str(tmp_path / "known_hosts"),
     }
-    proc = _entry("plan", "--host", "127.0.0.1:1", env=env)
+    (tmp_path / "veri.toml").write_text('hosts = ["127.0.0.1:1"]\n')
+    argv = ["--host", "127.0.0.1:1"] if where == "flag" else [str(tmp_path / "veri.toml")]
+    proc = _entry("plan", *argv, env=env)
     assert proc.returncode == 2
     lines = proc.stderr.splitlines()
     assert lines[0].startswith("error: host: ") and "cannot connect" in lines[0]
     assert lines[1:] == [TEARDOWN]
 
 
-def test_plan_output_is_complete_through_the_entry() -> None:
+def test_plan_output_is_complete_through_the_entry(capsys: pytest.CaptureFixture[str]) -> None:
     # A local plan leaves with os._exit: everything must be flushed first.
     proc = _veri("plan", "--gpu-count", "2", "--set", "lora_rank=8", "--json")
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr == ""
     record = plan(gpu_count=2, lora_rank=8).to_dict()
     assert json.loads(proc.stdout) == json.loads(json.dumps(record))
-    text = _veri("plan", "--gpu-count", "2")
+    text = _veri("plan", "--gpu-count", "2", "--set", "lora_rank=8")
     assert text.returncode == 0
-    assert text.stdout.splitlines()[-1].startswith("throughput: ")
+    assert text.stdout == _in_process(capsys, "plan", "--gpu-count", "2", "--set", "lora_rank=8")
 
 
 def test_plan_errors_through_the_entry() -> None:
