@@ -1,4 +1,4 @@
-"""The `veri-tui` command line: the app by default, plan/launch/jobs/logs/cancel headless.
+"""The `veri-tui` command line: the app by default; plan, launch, jobs, logs, cancel, resume.
 
 Parsing lives here; each subcommand's work lives in `veri_tui.commands.<name>`, imported
 lazily so that `veri-tui plan` never pays for Textual (and nothing here imports torch).
@@ -17,6 +17,12 @@ from typing import Any
 from veri_tui.errors import VeriError
 
 
+def _set_option(p: argparse.ArgumentParser, help_text: str) -> None:
+    p.add_argument(
+        "--set", dest="sets", action="append", default=[], metavar="KEY=VALUE", help=help_text
+    )
+
+
 def _job_options(p: argparse.ArgumentParser) -> None:
     """Options shared by `plan` and `launch`: the job fields of contracts section 5."""
     p.add_argument("config", nargs="?", help="a veri.toml (job keys on top, knobs under [method])")
@@ -26,14 +32,7 @@ def _job_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--gpu-count", type=int, metavar="N", help="GPUs (processes) to use")
     p.add_argument("--dataset", help="JSONL dataset file")
     p.add_argument("--output", help="output directory for the final artifact")
-    p.add_argument(
-        "--set",
-        dest="sets",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override a hyperparameter (repeatable), e.g. --set lora_rank=16",
-    )
+    _set_option(p, "override a hyperparameter (repeatable), e.g. --set lora_rank=16")
     p.add_argument(
         "--host",
         action="append",
@@ -80,6 +79,14 @@ def _calibrate_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print the calibration file's JSON")
 
 
+def _resume_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("job", help="id of a failed or cancelled job")
+    p.add_argument("--gpu-count", type=int, metavar="N", help="re-plan for N GPUs (same batch)")
+    _set_option(p, "change a hyperparameter and re-plan (repeatable)")
+    p.add_argument("--wait", action="store_true", help="follow the new attempt to the end")
+    p.add_argument("--json", action="store_true", help="print one JSON job record")
+
+
 COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None]]] = {
     "plan": ("print the plan header and plan line", _job_options),
     "launch": ("validate, plan and start a job; prints the job id", _launch_options),
@@ -89,6 +96,10 @@ COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None]]] = {
     "calibrate": (
         "show or reset the throughput/activation factors learnt from finished runs",
         _calibrate_options,
+    ),
+    "resume": (
+        "new attempt of a failed/cancelled job from its newest verified checkpoint",
+        _resume_options,
     ),
 }
 
@@ -156,6 +167,8 @@ def dispatch(args: argparse.Namespace) -> int:
             from veri_tui.commands import launch as cmd
         elif args.command == "calibrate":
             from veri_tui.commands import calibrate as cmd
+        elif args.command == "resume":
+            from veri_tui.commands import resume as cmd
         else:
             from veri_tui.commands import jobs as cmd
         return cmd.run(args)

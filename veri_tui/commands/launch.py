@@ -35,14 +35,18 @@ def run(args: argparse.Namespace) -> int:
     job_id = jobs.launch(job, record, host=host, trust_host=args.trust_host)
     if args.json:
         # One JSON object on stdout: the record now, or the final one with --wait.
-        final = _wait_quietly(job_id) if args.wait else jobs.get_job(job_id)
+        final = wait_quietly(job_id) if args.wait else jobs.get_job(job_id)
         print(json.dumps(final))
         return 0 if not args.wait or final["status"] == "succeeded" else 1
     print(job_id, flush=True)
-    if not args.wait:
-        return 0
+    return follow_to_end(job_id) if args.wait else 0
+
+
+def follow_to_end(job_id: str, offset: int = 0) -> int:
+    """Print the rank-0 log from ``offset`` until the job ends; 0 when it succeeded, else
+    1 with the outcome line on stderr (130 when interrupted: the job keeps running)."""
     try:
-        for line in jobs.follow_log(job_id):
+        for line in jobs.follow_log(job_id, offset):
             print(line.text, flush=True)
     except KeyboardInterrupt:
         print(f"stopped following; job {job_id} keeps running (veri-tui cancel {job_id})",
@@ -68,7 +72,8 @@ def outcome_line(job_id: str, record: dict) -> str:
     return ": ".join(parts)
 
 
-def _wait_quietly(job_id: str) -> dict:
-    for _line in jobs.follow_log(job_id):
+def wait_quietly(job_id: str, offset: int = 0) -> dict:
+    """Follow the log without printing it until the job ends; its final record."""
+    for _line in jobs.follow_log(job_id, offset):
         pass  # following is how any target (local or SSH) tells that the job has ended
     return jobs.get_job(job_id)

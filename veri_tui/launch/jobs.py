@@ -1,4 +1,5 @@
-"""The launch facade used by the CLI and the app: start, list, read, follow and cancel jobs.
+"""The launch facade used by the CLI and the app: start, list, read, follow, cancel and
+resume jobs (a resume is a new attempt of an ended job in its own folder).
 
 Local jobs go to `LocalTarget`; ``host`` goes to the SSH target in ``veri_tui.launch.ssh``,
 looked up lazily (paramiko is imported only when a host is used). The seam with the SSH module
@@ -13,11 +14,12 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from trainer.attempts import resume_refusal
 from trainer.jobdir import has_ended
 from veri_tui.errors import VeriError
 from veri_tui.launch.diskcheck import check_local
@@ -220,6 +222,46 @@ def watch(
         return has_ended(record)
 
     return follow_lines(lambda off: read_log(job_id, off), done, offset, poll_s)
+
+
+def resume(
+    job_id: str, gpu_count: int | None = None, sets: Sequence[str] = (), wait: bool = False
+) -> dict[str, Any]:
+    """A new attempt of an ended job in its own folder, from its newest verified checkpoint;
+    returns the record (pending), or the final one with ``wait``.
+
+    The same plan, unless ``gpu_count`` or ``sets`` (`KEY=VALUE`) change it: then the job is
+    planned again keeping its global batch (veri_tui.launch.replan), here or on its host.
+    VeriError: a job that runs or succeeded, a gpu_count that cannot split the batch, any
+    refusal of the new plan; nothing is changed then.
+    """
+    from veri_tui.launch.replan import resume_spec
+
+    target = target_for(job_id)
+    if not hasattr(target, "resume"):
+        raise VeriError(
+            f"{job_id} runs on several nodes: a multi-node job cannot be resumed; "
+            "launch it again",
+            key="job",
+        )
+    record = target.get_job(job_id)
+    refused = resume_refusal(record, supervisor_alive=not has_ended(record))
+    if refused is not None:
+        raise VeriError(refused.message, key=refused.key)
+    if isinstance(target, LocalTarget):
+        if gpu_count is not None:
+            check_devices(int(gpu_count))
+        spec = resume_spec(record, gpu_count, sets, _plan_here)
+    else:
+        spec = resume_spec(record, gpu_count, sets, target.plan_for_resume)
+    record = target.resume(job_id, spec)
+    return target.wait(job_id) if wait else record
+
+
+def _plan_here(job: Any) -> tuple[Any, Any]:
+    from veri_tui.plan import plan_job
+
+    return job, plan_job(job)
 
 
 def cancel(job_id: str) -> dict[str, Any]:

@@ -4,6 +4,7 @@ A job is started as ``python -m trainer.supervise --job <job_dir>/job.json`` in 
 session (setsid), stdin from /dev/null and output to a file, so it outlives the CLI or app
 that launched it and ignores the SIGHUP of a closing terminal (torchrun dies on SIGHUP even
 under nohup: field notes). All state is read back from the folder, never kept in memory.
+`resume` starts a new attempt of an ended job in the same folder (trainer/attempts.py).
 The SSH target mirrors these methods (docs/jobs.md).
 """
 
@@ -18,9 +19,11 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from trainer.attempts import ResumeRefused, prepare_resume
 from trainer.jobdir import (
     JOB_FILE,
     JobRecord,
+    JobSpec,
     fsync_dir,
     has_ended,
     is_lost,
@@ -93,18 +96,34 @@ class LocalTarget:
         write_json_atomic(tmp / JOB_FILE, record)
         os.rename(tmp, final)
         fsync_dir(self.jobs_dir)  # the job exists once its rename is on disk
-        with open(final / "supervisor.log", "ab") as out:
+        self._start_supervisor(final)
+        return job_id
+
+    def _start_supervisor(self, job_dir: Path) -> None:
+        with open(job_dir / "supervisor.log", "ab") as out:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "trainer.supervise", "--job", str(final / JOB_FILE)],
+                [sys.executable, "-m", "trainer.supervise", "--job", str(job_dir / JOB_FILE)],
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=subprocess.STDOUT,
-                cwd=final,
+                cwd=job_dir,
                 start_new_session=True,
             )
         _reap()
         _children.append(proc)
-        return job_id
+
+    def resume(self, job_id: str, spec: JobSpec | None = None) -> JobRecord:
+        """A new attempt of an ended (failed, cancelled or lost) job in its own folder, from
+        its newest verified checkpoint (the supervisor chooses it); ``spec`` replaces the
+        job's spec (a re-plan). Refused (VeriError) while it runs or once it succeeded."""
+        job_dir = self.job_dir(job_id)
+        self.get_job(job_id)  # unknown id -> VeriError
+        try:
+            record = prepare_resume(job_dir / JOB_FILE, spec)
+        except ResumeRefused as exc:
+            raise VeriError(exc.message, key=exc.key) from None
+        self._start_supervisor(job_dir)
+        return record
 
     def list_jobs(self) -> list[JobRecord]:
         """Every job's record, newest first (ids sort by creation time)."""

@@ -58,7 +58,8 @@ def read_record(job_dir: Path) -> JobRecord:
         return record
     pid = read_pid(job_dir / SUPERVISOR_PID)
     if pid is None:
-        created = _epoch(record.get("created_at"))
+        # A resumed job waits for its new supervisor from the resume on, not from creation.
+        created = _epoch(record.get("resumed_at") or record.get("created_at"))
         if created is None or time.time() - created < START_TIMEOUT_S:
             return record  # just launched: the supervisor has not written its pid yet
         return lost_record(record, "its supervisor never started")

@@ -3,11 +3,14 @@
 State is read from the remote job folder over SFTP (job.json, supervisor.pid, log.txt); the
 log is followed with the resumable tail; cancel signals the remote supervisor, which ends
 every rank, and falls back to ending them itself (with the uploaded trainer.procs code)
-when the supervisor is gone. Every command is an argument list quoted with shlex.
+when the supervisor is gone; resume prepares a new attempt with the uploaded
+trainer.attempts code and starts the job's supervisor again. Every command is an argument
+list quoted with shlex.
 """
 
 from __future__ import annotations
 
+import json
 import posixpath
 import time
 from collections.abc import Iterator
@@ -32,6 +35,20 @@ from trainer.procs import end_processes
 job = Path(sys.argv[1])
 end_processes(job, grace=2.0)
 record_cancel(job)
+"""
+
+
+# A new attempt of the remote job: refusals as one `error: key: message` line, exit 3.
+RESUME_SCRIPT = """
+import json, sys
+from pathlib import Path
+from trainer.attempts import ResumeRefused, prepare_resume
+try:
+    record = prepare_resume(Path(sys.argv[1]), json.loads(sys.stdin.read() or "null"))
+except ResumeRefused as exc:
+    print(exc)
+    sys.exit(3)
+print(json.dumps(record))
 """
 
 
@@ -124,6 +141,45 @@ class RemoteTarget:
     def wait(self, job_id: str, poll_s: float = 1.0) -> JobRecord:
         """Block until the job has ended; returns its final record."""
         return wait_until_ended(lambda: self.get_job(job_id), poll_s)
+
+    def plan_for_resume(self, job: Any) -> tuple[Any, Any]:
+        """(job, plan) as `launch --host` plans: the host's preflight (its GPUs, the model's
+        headers read there), every problem refused."""
+        from veri_tui.launch.ssh.launch import plan_for_host, preflight_job
+
+        pf = preflight_job(self.conn, job)
+        pf.check()
+        return plan_for_host(job, pf)
+
+    def resume(self, job_id: str, spec: dict[str, Any] | None = None) -> JobRecord:
+        """A new attempt of the ended remote job in its folder (the uploaded trainer's
+        `prepare_resume`), then its supervisor started detached; the registry keeps the
+        new pid. ``spec`` replaces the job's spec (a re-plan)."""
+        from veri_tui.launch.ssh.launch import start_supervisor
+
+        job = self._job(job_id)
+        pkg = posixpath.join(job.job_dir, "pkg")
+        line = command_line(
+            [
+                "env",
+                f"PYTHONPATH={pkg}",
+                job.python,
+                "-c",
+                RESUME_SCRIPT,
+                f"{job.job_dir}/{JOB_FILE}",
+            ]
+        )
+        res = self.conn.run_line(line, timeout=60, stdin=json.dumps(spec).encode())
+        if res.exit_status != 0:
+            text = res.text.strip().splitlines()[-1] if res.text.strip() else ""
+            key, _, message = text.removeprefix("error: ").partition(": ")
+            if res.exit_status == 3 and message:
+                raise VeriError(message, key=key)
+            raise VeriError(f"resume on {self.host} failed: {res.error_line()}", key="job")
+        job.pid = start_supervisor(self.conn, job.job_dir, job.python)
+        job.record = json.loads(res.text)
+        registry.save(job)
+        return job.record
 
     def cancel(self, job_id: str, grace: float = GRACE_S) -> JobRecord:
         """SIGTERM the remote supervisor (it ends every rank); clean up itself if it is gone."""
