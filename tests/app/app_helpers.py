@@ -129,3 +129,12 @@ async def editor_ready(pilot, timeout: float = 20.0) -> None:
         if time.monotonic() > deadline:
             raise AssertionError(f"the plan editor was not ready within {timeout} s")
         await asyncio.sleep(0.02)
+
+
+async def until(pilot, condition, what: str, polls: int = 400) -> None:
+    """Let the app run until ``condition()`` holds (a bound on polls, not a timed check)."""
+    for _ in range(polls):
+        if condition():
+            return
+        await pilot.pause(0.05)
+    raise AssertionError(f"never saw: {what}")

@@ -7,7 +7,7 @@ import os
 import threading
 from pathlib import Path
 
-from app_helpers import DATA_ERROR, PLAN_LINE, editor_ready, write_job
+from app_helpers import DATA_ERROR, PLAN_LINE, editor_ready, until, write_job
 from textual.widgets import DataTable, Log, ProgressBar, Static
 
 from veri_tui.app import create_app
@@ -91,15 +91,6 @@ def test_durations() -> None:
     assert (fmt_duration(42), fmt_duration(62), fmt_duration(3720)) == ("42s", "1m02s", "1h02m")
 
 
-async def _until(pilot, condition, what: str, polls: int = 400) -> None:
-    """Let the app run until ``condition()`` holds (a bound on polls, not a timed check)."""
-    for _ in range(polls):
-        if condition():
-            return
-        await pilot.pause(0.05)
-    raise AssertionError(f"never saw: {what}")
-
-
 def _set_status(folder: Path, status: str) -> None:
     record = json.loads((folder / "job.json").read_text())
     (folder / "job.tmp").write_text(json.dumps(dict(record, status=status)))
@@ -115,15 +106,15 @@ async def test_monitor_follows_a_running_job_to_its_end(veri_home: Path) -> None
     async with app.run_test(size=(120, 40)) as pilot:
         screen = await _monitor(pilot, "20261129-230000-eeee", ended=False)
         log = screen.query_one(Log)
-        await _until(pilot, lambda: log.line_count == 4, "the header lines")
+        await until(pilot, lambda: log.line_count == 4, "the header lines")
         assert "status running" in str(screen.query_one("#mon-status", Static).render())
         with (folder / "log.txt").open("a") as fh:
             fh.write('{"step": 1, "total_steps": 2, "loss": 2.5}\nsaving...\npartial')
-        await _until(pilot, lambda: log.line_count == 6, "the new complete lines")
+        await until(pilot, lambda: log.line_count == 6, "the new complete lines")
         with (folder / "log.txt").open("a") as fh:
             fh.write(" line\nlast, no newline")
         _set_status(folder, "succeeded")
-        await _until(pilot, lambda: screen.status == "succeeded", "the end")
+        await until(pilot, lambda: screen.status == "succeeded", "the end")
         await pilot.app.workers.wait_for_complete()  # the watcher ended with the job
         await pilot.pause()
         assert log.lines[4:] == [
@@ -152,11 +143,11 @@ async def test_detach_stops_following_a_running_job(veri_home: Path, monkeypatch
     try:
         async with app.run_test(size=(120, 40)) as pilot:
             monitor = await _monitor(pilot, "20261129-230000-ffff", ended=False)
-            await _until(pilot, lambda: monitor.query_one(Log).line_count == 5, "the log")
+            await until(pilot, lambda: monitor.query_one(Log).line_count == 5, "the log")
             await pilot.press("d")
             # The job still runs; the closed monitor's watcher must end without waiting for it
             # (a thread left behind would also hold the app's exit until the job ends).
-            await _until(pilot, ended.is_set, "the watcher ending after detach")
+            await until(pilot, ended.is_set, "the watcher ending after detach")
             assert json.loads((folder / "job.json").read_text())["status"] == "running"
     finally:
         _set_status(folder, "succeeded")  # never leave a watcher waiting on this job
@@ -178,7 +169,7 @@ async def test_dpo_reward_margin_is_charted_beside_the_loss(veri_home: Path) -> 
     async with app.run_test(size=(120, 40)) as pilot:
         screen = await _monitor(pilot, "20261129-230000-gggg")
         chart = screen.query_one(LossChart)
-        await _until(pilot, lambda: "loss vs step" in str(chart.render()), "the chart drawn")
+        await until(pilot, lambda: "loss vs step" in str(chart.render()), "the chart drawn")
         assert [round(m, 6) for _, m in chart.margins] == [0.1, 0.2, 0.3, 0.4, 0.5, 0.6]
         drawn = str(chart.render())
         assert "loss vs step" in drawn and "DPO reward margin vs step" in drawn

@@ -1,6 +1,9 @@
-"""The jobs screen: local and remote jobs in one table; Enter reattaches the monitor.
+"""The jobs screen: local and remote jobs in one table; Enter reattaches the monitor, R
+resumes a failed or cancelled job (a new attempt in its folder, from its newest verified
+checkpoint) and opens its monitor.
 
-Listing reads job folders and may reach SSH hosts, so it runs in a thread worker.
+Listing reads job folders and may reach SSH hosts, so it runs in a thread worker; so does a
+resume (it may re-plan and reach a host).
 """
 
 from __future__ import annotations
@@ -14,6 +17,9 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static
 
 from veri_tui.app.messages import JobsListed
+
+#: The statuses a job can be resumed from (a lost job reads as failed).
+RESUMABLE = ("failed", "cancelled")
 
 
 def job_row(rec: dict[str, Any]) -> tuple[str, ...]:
@@ -42,6 +48,7 @@ class JobsScreen(Screen):
     BINDINGS = [
         Binding("enter", "open", "Open", show=True),
         Binding("r", "refresh", "Refresh"),
+        Binding("R", "resume", "Resume"),
         Binding("escape", "app.pop_screen", "Back"),
     ]
 
@@ -73,6 +80,7 @@ class JobsScreen(Screen):
         table = self.query_one(DataTable)
         table.clear()
         records = sorted(message.jobs, key=lambda r: str(r.get("job_id", "")), reverse=True)
+        self.statuses = {str(r.get("job_id")): str(r.get("status")) for r in records}
         for rec in records:
             table.add_row(*job_row(rec), key=str(rec.get("job_id")))
         note = message.error or f"{len(records)} job{'s' * (len(records) != 1)}"
@@ -82,11 +90,42 @@ class JobsScreen(Screen):
     def _selected(self, event: DataTable.RowSelected) -> None:
         self._open(str(event.row_key.value))
 
-    def action_open(self) -> None:
+    def _cursor_job(self) -> str | None:
         table = self.query_one(DataTable)
-        if table.row_count:
-            key = table.coordinate_to_cell_key(table.cursor_coordinate).row_key
-            self._open(str(key.value))
+        if not table.row_count:
+            return None
+        return str(table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value)
+
+    def action_open(self) -> None:
+        job_id = self._cursor_job()
+        if job_id is not None:
+            self._open(job_id)
+
+    def action_resume(self) -> None:
+        """Resume the highlighted job if it failed or was cancelled."""
+        job_id = self._cursor_job()
+        if job_id is None:
+            return
+        status = getattr(self, "statuses", {}).get(job_id)
+        if status not in RESUMABLE:
+            self.notify(f"job {job_id} is {status}: only a failed or cancelled job resumes")
+            return
+        self.notify(f"resuming {job_id}...")
+        self.resume_job(job_id)
+
+    @work(thread=True, group="resume")
+    def resume_job(self, job_id: str) -> None:
+        """Resume through the facade (locally or over SSH), then open the monitor."""
+        from veri_tui.launch import jobs
+
+        try:
+            record = jobs.resume(job_id)
+        except Exception as exc:  # noqa: BLE001 - a refusal is shown, not raised
+            self.app.call_from_thread(self.notify, str(exc), severity="error")
+            return
+        attempt = len(record.get("attempts") or []) + 1
+        self.app.call_from_thread(self.notify, f"job {job_id}: attempt {attempt} started")
+        self.app.call_from_thread(self._open, job_id)
 
     def _open(self, job_id: str) -> None:
         from veri_tui.app.screens.monitor import MonitorScreen

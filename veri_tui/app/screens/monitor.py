@@ -1,5 +1,6 @@
 """The run monitor: plan line pinned on top, progress and ETA, loss chart, rank-0 log tail,
-and the failure panel when the job failed. Cancel ends every rank; detach leaves it running.
+and the failure panel when the job failed. Cancel ends every rank; detach leaves it running;
+R resumes a failed or cancelled job (a new attempt in its folder) and follows it.
 
 A thread worker follows the job with the launch facade's watcher (`jobs.watch`, the
 `follow_log` that also hands over each polled job record): it picks the metric lines out and
@@ -71,6 +72,7 @@ class MonitorScreen(Screen):
 
     BINDINGS = [
         Binding("c", "cancel_job", "Cancel job"),
+        Binding("R", "resume_job", "Resume"),
         Binding("d,escape", "detach", "Detach"),
     ]
 
@@ -80,6 +82,7 @@ class MonitorScreen(Screen):
         self.record: dict[str, Any] | None = None
         self.metrics: list[dict[str, Any]] = []
         self.status = "pending"
+        self.log_offset = 0
 
     def compose(self) -> ComposeResult:
         yield Static(f"job {self.job_id}", id="mon-plan", markup=False)
@@ -106,7 +109,7 @@ class MonitorScreen(Screen):
         from veri_tui.launch import jobs
 
         worker = get_current_worker()
-        offset, lines = 0, []
+        offset, lines = self.log_offset, []
         last: dict[str, Any] | None = None
 
         def post(record: dict[str, Any] | None) -> None:
@@ -124,7 +127,7 @@ class MonitorScreen(Screen):
             try:
                 for line in jobs.watch(self.job_id, offset, post, stop, POLL_S):
                     lines.append(line.text)
-                    offset = line.end
+                    offset = self.log_offset = line.end  # a resume follows on from here
             except VeriError as exc:
                 self.post_message(JobUpdate(self.job_id, None, error=str(exc)))
                 if any(e.key == "job" for e in exc.errors):
@@ -156,6 +159,10 @@ class MonitorScreen(Screen):
         # (the newest lines) in view once the new layout is known.
         self.call_after_refresh(self.query_one(Log).scroll_end, animate=False)
         if update.metrics:
+            # A resumed attempt runs again the steps after its checkpoint: they replace the
+            # failed attempt's (metrics.jsonl is rewound the same way).
+            first = int(update.metrics[0].get("step", 0))
+            self.metrics = [m for m in self.metrics if int(m.get("step", 0)) < first]
             self.metrics += update.metrics
             chart = self.query_one(LossChart)
             chart.points = points_of(self.metrics, "loss")
@@ -202,6 +209,26 @@ class MonitorScreen(Screen):
             self.notify(f"job already {self.status}")
             return
         self.cancel_job()
+
+    def action_resume_job(self) -> None:
+        if self.status not in ("failed", "cancelled"):
+            self.notify(f"job {self.status}: only a failed or cancelled job resumes")
+            return
+        self.resume_job()
+
+    @work(thread=True, group="resume")
+    def resume_job(self) -> None:
+        """A new attempt through the facade; the watcher then follows it from the log's end."""
+        from veri_tui.launch import jobs
+
+        try:
+            record = jobs.resume(self.job_id)
+        except Exception as exc:  # noqa: BLE001 - a refusal is shown to the user
+            self.app.call_from_thread(self.notify, str(exc), severity="error")
+            return
+        attempt = len(record.get("attempts") or []) + 1
+        self.app.call_from_thread(self.notify, f"job {self.job_id}: attempt {attempt} started")
+        self.app.call_from_thread(self.follow)
 
     @work(thread=True, group="cancel")
     def cancel_job(self) -> None:
