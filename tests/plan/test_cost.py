@@ -136,7 +136,7 @@ def test_bad_prices_file_is_one_warning(
 
 
 def test_unknown_cost_says_why(tmp_path: Path, capsys) -> None:
-    assert plan_json(capsys)["cost"]["reason"] == "no dataset given; pass --dataset FILE"
+    assert plan_json(capsys)["cost"]["reason"] == "no dataset given"
     small = sft_rows(tmp_path / "small.jsonl", 5)
     cost = plan_json(capsys, "--dataset", str(small), "--set", "global_batch_size=8")["cost"]
     assert (

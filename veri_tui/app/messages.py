@@ -29,6 +29,14 @@ class ModelInfoRead(Message):
 
 
 @dataclass
+class TokensCounted(Message):
+    """The dataset's tokens were counted (into the planning core's cache) or could not be
+    (the core remembers why): the plan editor re-plans to show the cost."""
+
+    key: tuple[str, str | None, str]  # (dataset, model path, method)
+
+
+@dataclass
 class ModelsListed(Message):
     """Candidate models for the picker: rows of (source, name, detail)."""
 

@@ -64,19 +64,18 @@ def _unknown(reason: str, **extra: Any) -> dict[str, Any]:
     return {"known": False, **dict.fromkeys(COST_KEYS), **extra, "reason": reason}
 
 
-def _tokens(job: Any, model_path: str | None, count: bool) -> TokenCount | str | None:
-    """The count, or why there is none (a string); None: not cached and not counting now."""
+def job_tokens(job: Any, model_path: str | None, count: bool = True) -> TokenCount | str | None:
+    """The job's token count, or why there is none (a string: the cost then assumes
+    full-length samples); None when it is not cached and `count` is False. DataError for
+    a dataset that cannot be read or counted. The app calls it in a worker to fill the cache."""
     dataset = Path(job.dataset).expanduser()
     if not dataset.is_file():
         raise DataError(f"{job.dataset}: dataset file not found")
     tok = tokenizer_path(model_path)
     if tok is None:
-        why = (
-            "the model is known from Hub metadata only"
-            if not model_path
-            else (f"no tokenizer.json in {model_path}")
-        )
-        return why
+        if not model_path:
+            return "the model is known from Hub metadata only"
+        return f"no tokenizer.json in {model_path}"
     try:
         if count:
             return count_tokens(dataset, tok.parent, job.method)
@@ -109,11 +108,11 @@ def estimate_cost(
     if gpu.bf16_dense_tflops is None:
         return _unknown(f"{gpu.name} has no throughput estimate", **price_info), warnings
     if not job.dataset:
-        return _unknown("no dataset given; pass --dataset FILE", **price_info), warnings
+        return _unknown("no dataset given", **price_info), warnings
     max_len = hp.max_length if job.method == "dpo" else hp.max_seq_length
     note = None
     try:
-        found = _tokens(job, model_path, count)
+        found = job_tokens(job, model_path, count)
         if found is None:
             return _unknown("counting the dataset's tokens", pending=True, **price_info), warnings
         if isinstance(found, str):

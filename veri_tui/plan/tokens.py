@@ -33,8 +33,9 @@ if TYPE_CHECKING:
 CACHE_VERSION = 1
 CHUNK = 8192  # texts per encode_batch call
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja")
-# In-process memo for re-plans on every keystroke: (file stats, method) -> count.
-_MEMO: dict[tuple[Any, ...], TokenCount] = {}
+# In-process memo for re-plans on every keystroke: (file stats, method) -> the count, or the
+# error counting it raised (so a re-plan reports it without counting again).
+_MEMO: dict[tuple[Any, ...], TokenCount | DataError | ImportError] = {}
 
 
 class TokenCount(NamedTuple):
@@ -99,7 +100,10 @@ def cached_count(dataset: str | Path, model_dir: str | Path, method: str) -> Tok
     dataset, model_dir = Path(dataset), Path(model_dir)
     memo_key = (_stat_key(dataset), _stat_key(model_dir / "tokenizer.json"), method)
     if memo_key in _MEMO:
-        return _MEMO[memo_key]
+        found = _MEMO[memo_key]
+        if isinstance(found, Exception):
+            raise found.with_traceback(None)
+        return found
     found = _from_cache(cache_dir() / f"{_content_key(dataset, model_dir, method)}.json", method)
     if found is not None:
         _MEMO[memo_key] = found
@@ -114,8 +118,13 @@ def count_tokens(dataset: str | Path, model_dir: str | Path, method: str) -> Tok
     if found is not None:
         return found
     key = _content_key(dataset, model_dir, method)
-    count = _count(dataset, model_dir, method)
-    _MEMO[(_stat_key(dataset), _stat_key(model_dir / "tokenizer.json"), method)] = count
+    memo_key = (_stat_key(dataset), _stat_key(model_dir / "tokenizer.json"), method)
+    try:
+        count = _count(dataset, model_dir, method)
+    except (DataError, ImportError) as exc:
+        _MEMO[memo_key] = exc  # until the file changes
+        raise
+    _MEMO[memo_key] = count
     data = {
         "version": CACHE_VERSION,
         "method": method,

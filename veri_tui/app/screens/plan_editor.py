@@ -3,7 +3,8 @@
 Each edit re-runs `job_from_fields` + `validate` (+ `plan_job` and `throughput_sweep` when
 the knobs are valid) on the UI thread: they are pure arithmetic on the model's parameter
 counts, well under a millisecond (benchmarks/bench_app_start.py measures it). Reading the
-model's headers is I/O and runs in a thread worker.
+model's headers and counting the dataset's tokens for the cost are I/O and run in thread
+workers; the count is cached (by file content), so a re-plan after it is instant.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from textual.widgets import Button, Footer, Static
 
 from trainer.jobdir import write_text_atomic
 from veri_tui import plan as core
-from veri_tui.app.messages import ModelInfoRead
+from veri_tui.app.messages import ModelInfoRead, TokensCounted
 from veri_tui.app.widgets.knob_form import KnobForm
 from veri_tui.app.widgets.plan_view import PlanView, show
 from veri_tui.errors import Refusal, VeriError
@@ -48,6 +49,7 @@ class PlanEditorScreen(Screen):
         self.errors: list[Refusal] = []
         self.job: core.JobConfig | None = None
         self.record: core.PlanRecord | None = None
+        self._counting: tuple[str, str | None, str] | None = None  # tokens being counted
         self._initial = {"method": job.method, "gpu": job.gpu, "gpu_count": job.gpu_count}
         self._initial.update(initial or {})
 
@@ -138,7 +140,10 @@ class PlanEditorScreen(Screen):
         elif self.info is None:
             show(plan_line, "plan: waiting for the model's parameter counts")
         else:
-            self.record = rec = core.plan_job(self.job, self.info)
+            # Only a cached token count here: counting runs in a worker, then re-plans.
+            self.record = rec = core.plan_job(self.job, self.info, count_tokens=False)
+            if rec.cost.get("pending"):
+                self.count_later(self.job)
             show(plan_line, rec.plan_line)
             # A valid job always sweeps: gpu_counts it cannot run at come back as skipped
             # rows (e.g. a pinned gbs that does not split over 8 GPUs), which the chart names.
@@ -147,6 +152,30 @@ class PlanEditorScreen(Screen):
         plan_line.set_class(bool(self.errors), "-refused")
         view.show_record(self.record, sweep, current)
         self.query_one("#launch", Button).disabled = not self.can_launch
+
+    def count_later(self, job: core.JobConfig) -> None:
+        """Count the dataset's tokens off the UI thread, once per dataset/model/method."""
+        key = (str(job.dataset), self.info.path if self.info else None, job.method)
+        if key != self._counting:
+            self._counting = key
+            self.count_tokens(job, key)
+
+    @work(thread=True, exclusive=True, group="tokens")
+    def count_tokens(self, job: core.JobConfig, key: tuple[str, str | None, str]) -> None:
+        """Fill the core's token cache (an error is remembered there and shown by the plan)."""
+        from trainer.errors import DataError
+        from veri_tui.plan.cost import job_tokens
+
+        try:
+            job_tokens(job, key[1], count=True)
+        except DataError:
+            pass  # the core remembers it until the file changes: the re-plan shows it
+        self.post_message(TokensCounted(key))
+
+    def on_tokens_counted(self, message: TokensCounted) -> None:
+        if message.key == self._counting:
+            self._counting = None
+            self.recompute()
 
     @property
     def can_launch(self) -> bool:

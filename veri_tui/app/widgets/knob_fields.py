@@ -58,6 +58,7 @@ FIELDS: tuple[FieldSpec, ...] = (
     FieldSpec("method", "method", "select", options=METHODS, section="Job"),
     FieldSpec("gpu", "GPU type", "select"),  # options: the GPU catalog, given by the form
     FieldSpec("gpu_count", "gpu_count"),
+    FieldSpec("dataset", "dataset", hint="JSONL file"),
     FieldSpec(
         "data_parallel_size", "data_parallel_size", hint="= gpu_count", section="Parallelism"
     ),
@@ -79,6 +80,7 @@ FIELDS: tuple[FieldSpec, ...] = (
     FieldSpec("seed", "seed"),
     FieldSpec("beta", "beta", methods=("dpo",)),
     FieldSpec("checkpoint_steps", "checkpoint_steps", hint="off"),
+    FieldSpec("price_per_gpu_hour", "$/GPU-hour", hint="list price"),
     FieldSpec("tensor_parallel_size", "tensor_parallel", hint="only 1", section="Not available"),
     FieldSpec("context_parallel_size", "context_parallel", hint="only 1"),
     FieldSpec("pipeline_parallel_size", "pipeline_parallel", hint="only 1"),

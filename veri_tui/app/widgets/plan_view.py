@@ -1,4 +1,4 @@
-"""The right-hand side of the plan editor: errors, memory, warnings, suggestions, charts.
+"""The right-hand side of the plan editor: errors, memory, warnings, suggestions, charts, cost.
 
 Fed the typed plan record (`PlanRecord`, None when there is no valid plan) plus the
 throughput sweep; it renders, it never computes. Suggestions are numbered so the screen's
@@ -15,6 +15,7 @@ from textual.containers import VerticalScroll
 from textual.widgets import Static
 
 from veri_tui.app.widgets.charts import ThroughputChart
+from veri_tui.app.widgets.cost_view import CostView
 from veri_tui.app.widgets.memory_bar import MemoryBar
 
 if TYPE_CHECKING:
@@ -44,6 +45,7 @@ class PlanView(VerticalScroll):
         yield Static("", id="warnings", classes="warnings", markup=False)
         yield Static("", id="suggestions", markup=False)
         yield ThroughputChart(id="throughput")
+        yield CostView(id="cost")
         yield Static("", id="trace", classes="trace", markup=False)
 
     def show_errors(self, lines: list[str]) -> None:
@@ -66,6 +68,7 @@ class PlanView(VerticalScroll):
         if chart.sweep != tuple(sweep) or chart.current != current:
             chart.sweep = tuple(sweep)
             chart.current = current
+        self.query_one(CostView).show(record.cost if record else None)
         warnings = record.warnings if record else []
         show(
             self.query_one("#warnings", Static),
