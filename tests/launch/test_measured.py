@@ -119,7 +119,8 @@ def test_jobs_job_prints_predicted_beside_measured(home: Path, capsys) -> None:
     assert out[0].split()[:2] == [folder.name, "succeeded"] and out[1] == "plan: dp=2 zero_stage=3"
     assert out[2].split() == ["predicted", "measured", "ratio"]
     assert out[5].split() == ["tokens/s", "2,000", "tok/s", "1,000", "tok/s", "0.5x"]
-    assert "measured on NVIDIA H100 80GB HBM3 x2, planned for H100-80GB" in out[-1]
+    assert "measured on NVIDIA H100 80GB HBM3 x2, planned for H100-80GB" in out[-2]
+    assert out[-1].startswith("gpu-hours: predicted ")  # tests/plan/test_cost.py checks it
     assert main(["jobs", folder.name, "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["measured"] == MEASURED
     assert main(["jobs", "nope"]) == 2

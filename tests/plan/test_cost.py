@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from veri_tui.cli import main
-from veri_tui.plan.cost import expected_max
+from veri_tui.plan.cost import expected_max, gpu_hours_text
 from veri_tui.plan.prices import LIST_PRICES
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -168,3 +168,45 @@ def test_expected_max_matches_enumeration() -> None:
         brute = statistics.mean(max(c) for c in itertools.combinations(values, k))
         assert expected_max(hist, k) == pytest.approx(brute)
     assert expected_max(hist, 100) == 12  # more than the rows: the longest
+
+
+def test_job_record_carries_the_predicted_cost(tmp_path: Path, monkeypatch, capsys) -> None:
+    """make_record writes the plan's GPU-hours into job.json `predicted`; `veri-tui jobs JOB`
+    prints them against (ended_at - started_at) x gpu_count and the credited GPU-seconds."""
+    from veri_tui.launch.spec import make_record
+    from veri_tui.plan import load_job_config, plan_job
+
+    job = load_job_config(EXAMPLES / "sft-tiny.toml")
+    plan = plan_job(job)
+    rec = make_record(job, plan, "20261201-000000-abcd", model_path=str(TINY),
+                      dataset=job.dataset, output_dir=str(tmp_path / "out"))  # fmt: skip
+    assert rec["predicted"]["gpu_hours"] == plan.cost["gpu_hours"] > 0
+    assert rec["predicted"]["price"] == plan.cost["price"]
+    home = tmp_path / "home"
+    monkeypatch.setenv("VERI_HOME", str(home))
+    folder = home / "jobs" / rec["job_id"]
+    folder.mkdir(parents=True)
+    rec.update(status="succeeded", started_at="2026-12-01T00:00:00+00:00",
+               ended_at="2026-12-01T00:01:30+00:00", exit_code=0, credited_gpu_s=36.0)  # fmt: skip
+    (folder / "job.json").write_text(json.dumps(rec))
+    (folder / "log.txt").write_text("")
+    assert main(["jobs", rec["job_id"]]) == 0
+    out = capsys.readouterr().out.splitlines()
+    line = next(x for x in out if x.startswith("gpu-hours: "))
+    predicted = plan.cost["gpu_hours"]
+    actual = 90 * 2 / 3600  # 90 s on 2 GPUs
+    assert line.startswith(f"gpu-hours: predicted {gpu_hours_text(predicted)} (")
+    assert f"actual {gpu_hours_text(actual)} = (ended_at - started_at) x gpu_count" in line
+    assert f"({actual / predicted:,.3g}x the prediction)" in line
+    assert "credited: 0.01 GPU-hours (36.0 GPU-s lost to platform failures" in out[-1]
+
+
+def test_actual_gpu_hours_sum_the_attempts() -> None:
+    from veri_tui.commands.jobs import actual_gpu_s, gpu_hours_lines
+
+    rec = {"status": "succeeded", "spec": {"gpu_count": 4},
+           "attempts": [{"wall_s": 100.0, "gpu_count": 4}, {"wall_s": 50.0}]}  # fmt: skip
+    assert actual_gpu_s(rec) == 600.0
+    assert actual_gpu_s({"status": "running", "spec": {"gpu_count": 2}}) is None
+    (line,) = gpu_hours_lines({"status": "running", "predicted": {"gpu_hours": None}})
+    assert line == "gpu-hours: predicted - (no cost estimate), actual - (the job has not ended)"

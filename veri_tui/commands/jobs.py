@@ -12,7 +12,7 @@ import json
 import os
 import sys
 
-from trainer.jobdir import JobRecord, outcome_recorded
+from trainer.jobdir import JobRecord, has_ended, outcome_recorded
 from veri_tui.launch import jobs
 
 
@@ -71,7 +71,59 @@ def show_job(job_id: str, as_json: bool) -> int:
     header = (rec.get("spec") or {}).get("plan_header") or []
     print(next((h for h in header if h.startswith("plan:")), "plan: (not recorded)"))
     print("\n".join(comparison_lines(rec) or ["measured: not recorded for this job"]))
+    print("\n".join(gpu_hours_lines(rec)))
     return 0
+
+
+def _seconds_between(start: str | None, end: str | None) -> float | None:
+    from datetime import datetime
+
+    try:
+        return (
+            datetime.fromisoformat(str(end)) - datetime.fromisoformat(str(start))
+        ).total_seconds()
+    except ValueError:
+        return None
+
+
+def actual_gpu_s(rec: JobRecord) -> float | None:
+    """GPU-seconds the job held: (ended_at - started_at) x gpu_count, summed over its attempts
+    (a resumed or retried job ran more than once); None until it has ended."""
+    if not has_ended(rec):
+        return None
+    gpus = int((rec.get("spec") or {}).get("gpu_count") or 1)
+    attempts = [a for a in rec.get("attempts") or [] if a.get("wall_s") is not None]
+    if attempts:
+        return sum(float(a["wall_s"]) * int(a.get("gpu_count") or gpus) for a in attempts)
+    wall = _seconds_between(rec.get("started_at"), rec.get("ended_at"))
+    return None if wall is None else max(0.0, wall) * gpus
+
+
+def gpu_hours_lines(rec: JobRecord) -> list[str]:
+    """Predicted against actual GPU-hours, and what platform failures credit back."""
+    from veri_tui.plan.cost import gpu_hours_text, money_text
+
+    predicted = (rec.get("predicted") or {}).get("gpu_hours")
+    price = (rec.get("predicted") or {}).get("price")
+    actual = actual_gpu_s(rec)
+    shown = gpu_hours_text(predicted) if predicted is not None else "- (no cost estimate)"
+    if predicted is not None and price is not None:
+        shown += f" ({money_text(price)})"
+    line = f"gpu-hours: predicted {shown}, actual "
+    if actual is None:
+        line += "- (the job has not ended)" if not has_ended(rec) else "- (no start time)"
+    else:
+        line += f"{gpu_hours_text(actual / 3600)} = (ended_at - started_at) x gpu_count"
+        if predicted:
+            line += f" ({actual / 3600 / predicted:,.3g}x the prediction)"
+    lines = [line]
+    credited = rec.get("credited_gpu_s")
+    if credited:
+        lines.append(
+            f"credited: {gpu_hours_text(credited / 3600)} GPU-hours ({credited:,.1f} GPU-s "
+            "lost to platform failures, not charged)"
+        )
+    return lines
 
 
 def show_log(job_id: str, follow: bool) -> int:

@@ -15,7 +15,7 @@ import sys
 
 from veri_tui.commands.common import hosts_of, job_from_args
 from veri_tui.launch import jobs
-from veri_tui.launch.spec import check_job
+from veri_tui.launch.spec import check_job, local_dataset
 
 
 def run(args: argparse.Namespace) -> int:
@@ -26,7 +26,9 @@ def run(args: argparse.Namespace) -> int:
     host = hosts_of(args, job)
     if host is None:
         check_job(job)  # every refusal at once, before the model is even read
-        record = plan_job(job)
+        # Planned with the dataset it will train on (the bundled one when none is given),
+        # so job.json's predicted GPU-hours and price count its tokens.
+        record = plan_job(job.model_copy(update={"dataset": str(local_dataset(job))}))
     else:
         # The model and --output are paths on the host, which this machine may not have: the
         # SSH launch checks them there and plans after its preflight (the host's GPUs, the

@@ -23,6 +23,7 @@ def predicted_of(plan: dict[str, Any]) -> dict[str, Any]:
     transient = (act.get("transient_gather_bytes") or 0) if known_act else None
     peak = states + activations + transient if states is not None and known_act else None
     known_tp = bool(tp.get("known"))
+    cost = plan.get("cost") or {}
     return {
         "gpu": (plan.get("gpu") or {}).get("name"),
         "states_bytes": states,
@@ -35,6 +36,8 @@ def predicted_of(plan: dict[str, Any]) -> dict[str, Any]:
             "model_tokens_per_s", tp.get("tokens_per_s") if known_tp else None
         ),
         "step_time_s": tp.get("step_time_s") if known_tp else None,
+        # The whole job (the plan's cost): GPU-hours and price, None when not estimated.
+        **{k: cost.get(k) for k in ("gpu_hours", "price", "price_per_gpu_hour")},
         "calibrated": {
             k: v["calibration"] for k, v in (("throughput", tp), ("activations", act))
             if v.get("calibration")

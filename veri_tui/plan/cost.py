@@ -161,10 +161,16 @@ def _duration(seconds: float) -> str:
     return f"{seconds:.2g} s"
 
 
-def _amount(x: float) -> str:
+def gpu_hours_text(x: float) -> str:
+    """9.6, 0.015, <0.001: GPU-hours as the cost line shows them."""
     if x >= 0.1:
         return f"{x:,.1f}"
     return f"{x:.2g}" if x >= 0.001 else "<0.001"
+
+
+def money_text(usd: float) -> str:
+    """~$7.70, or <$0.01."""
+    return f"~${usd:,.2f}" if usd >= 0.01 else "<$0.01"
 
 
 def cost_line(cost: dict[str, Any]) -> str:
@@ -177,11 +183,10 @@ def cost_line(cost: dict[str, Any]) -> str:
         return f"cost: not estimated ({cost.get('reason')})"
     head = (
         f"cost: {_duration(cost['wall_time_s'])} on {cost['gpu_count']} x {cost['gpu']} = "
-        f"{_amount(cost['gpu_hours'])} GPU-hours"
+        f"{gpu_hours_text(cost['gpu_hours'])} GPU-hours"
     )
     if cost["price"] is None:
         head += f", price unknown ({cost['source']})"
     else:
-        money = f"~${cost['price']:,.2f}" if cost["price"] >= 0.01 else "<$0.01"
-        head += f", {money} at ${cost['price_per_gpu_hour']:,.2f}/GPU-hour"
+        head += f", {money_text(cost['price'])} at ${cost['price_per_gpu_hour']:,.2f}/GPU-hour"
     return head + (f" ({cost['note']})" if cost.get("note") else "")
