@@ -89,7 +89,7 @@ KNOBS: dict[str, st.SearchStrategy[Any]] = {
     "use_unsloth": st.booleans(),
     "load_in_4bit": st.booleans(),
     "use_liger": st.booleans(),
-    "price_per_gpu_hour": POS_FLOAT,
+    "price_per_gpu_hour": st.floats(min_value=0, exclude_min=True, allow_infinity=False),  # finite
     "learning_rate": POS_FLOAT,
     "num_epochs": POS,
     "max_steps": POS,
