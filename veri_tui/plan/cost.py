@@ -16,14 +16,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from math import exp, lgamma
 from pathlib import Path
-from typing import Any
-
-from pydantic_core import from_json
+from typing import TYPE_CHECKING, Any
 
 from trainer.errors import DataError
-from trainer.rows import read_rows
 from veri_tui.plan.prices import price_per_gpu_hour
-from veri_tui.plan.tokens import TokenCount, cached_count, count_tokens, tokenizer_path
+
+if TYPE_CHECKING:
+    from veri_tui.plan.tokens import TokenCount
 
 COST_KEYS = ("dataset_tokens", "steps", "wall_time_s", "gpu_hours", "price_per_gpu_hour",
              "price")  # fmt: skip
@@ -68,6 +67,9 @@ def job_tokens(job: Any, model_path: str | None, count: bool = True) -> TokenCou
     """The job's token count, or why there is none (a string: the cost then assumes
     full-length samples); None when it is not cached and `count` is False. DataError for
     a dataset that cannot be read or counted. The app calls it in a worker to fill the cache."""
+    # Imported with a dataset only: a plan without one never pays for them.
+    from veri_tui.plan.tokens import cached_count, count_tokens, tokenizer_path
+
     dataset = Path(job.dataset).expanduser()
     if not dataset.is_file():
         raise DataError(f"{job.dataset}: dataset file not found")
@@ -116,6 +118,10 @@ def estimate_cost(
         if found is None:
             return _unknown("counting the dataset's tokens", pending=True, **price_info), warnings
         if isinstance(found, str):
+            from pydantic_core import from_json
+
+            from trainer.rows import read_rows
+
             rows = len(read_rows(Path(job.dataset).expanduser(), from_json))
             note, tokens, length = found, None, float(max_len)
         else:
