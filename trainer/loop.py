@@ -39,6 +39,7 @@ from trainer.parallelize import (
     wrap_policy,
     wrap_reference,
 )
+from trainer.progress import NoProgress, Progress
 from trainer.report import RankContext, RankLog
 from trainer.runstats import RunStats
 
@@ -62,6 +63,8 @@ def train(cfg: TrainConfig, ctx: RankContext, log: RankLog) -> None:
     """Run the planned job on this rank."""
     for line in cfg.plan_header:
         log.info(line)
+    progress = Progress(cfg.job_dir, ctx.rank)  # read by the supervisor's hang watchdog
+    progress.mark("load")
     rt = init_runtime(cfg)
     torch.manual_seed(cfg.seed)
     path = resolve_model_dir(cfg.model_path)
@@ -94,7 +97,9 @@ def train(cfg: TrainConfig, ctx: RankContext, log: RankLog) -> None:
     stepper = _Stepper(cfg, rt, model, ref, opt, tok.pad_token_id, rows, meter)
     stepper.stats = stats = RunStats(ctx, rt.device, cfg.zero_stage)  # measured/run-rank-<r>
     faults = FaultPlan(rt.rank)
+    stepper.progress = progress
     for step in range(start, total):
+        progress.mark("data", step + 1)
         faults.at_step(step + 1)
         t0 = time.perf_counter()
         loss, grad_norm, tokens, rewards = stepper.step(step)
@@ -110,13 +115,16 @@ def train(cfg: TrainConfig, ctx: RankContext, log: RankLog) -> None:
         if cfg.checkpoint_steps and (step + 1) % cfg.checkpoint_steps == 0:
             extra = {"scheduler": sched.state_dict(), "data_position": step + 1, "seed": cfg.seed}
             lora, keep = bool(cfg.lora_rank), cfg.keep_checkpoints
+            progress.mark("checkpoint")
             checkpoint.save(
                 cfg.ckpt_dir, step + 1, model, opt, extra, lora=lora, keep=keep, faults=faults
             )
             log.info(f"checkpoint: step-{step + 1} committed")
     stats.write()  # the peak of training, before the artifact's gather
+    progress.mark("artifact")
     save_artifact(model, tok, cfg.output_dir, lora=bool(cfg.lora_rank), precision=cfg.precision)
     log.info(f"artifact: {cfg.output_dir}")
+    progress.mark("done")
 
 
 def _resume(cfg: TrainConfig, model: Any, opt: Any, sched: Any, log: RankLog) -> int:
@@ -141,6 +149,7 @@ class _Stepper:
     """One optimizer step: forward/backward over this rank's micro-batches, clip, update."""
 
     stats: RunStats | None = None  # the run's always-on measurements (trainer/runstats.py)
+    progress: Progress = NoProgress()  # train() sets the rank's (trainer/progress.py)
 
     def __init__(
         self,
@@ -198,6 +207,7 @@ class _Stepper:
         last = len(micro) - 1
         for m, mb in enumerate(micro):
             with grad_sync(self.model, m == last):
+                self.progress.mark("forward")
                 with autocast(cfg, rt):
                     loss, sums = self._loss(mb)
                 if measuring and m == last:
@@ -205,11 +215,13 @@ class _Stepper:
                 if self.stats is not None and m == last:
                     self.stats.after_forward(self.model)
                 # DDP and FSDP2 average over ranks: scale so the sum over ranks is the mean.
+                self.progress.mark("backward")
                 (loss * (rt.world_size / denom)).backward()
             totals += sums
         if measuring:
             self.meter.after_backward(self.model, self.opt)
             self.meter.reference_rest(self.ref, cfg.zero_stage)
+        self.progress.mark("optimizer")
         # max_grad_norm 0 turns clipping off; the norm is still reported.
         clip = cfg.max_grad_norm if cfg.max_grad_norm > 0 else float("inf")
         norm = torch.nn.utils.clip_grad_norm_(self.params, clip)

@@ -43,6 +43,7 @@ from trainer.jobdir import (
 )
 from trainer.jobstats import record_measured
 from trainer.procs import SUPERVISOR_PID, TORCHRUN_PID, end_processes, job_processes, write_pid
+from trainer.watchdog import HangWatch, end_job
 
 
 class Supervisor:
@@ -156,6 +157,7 @@ class Supervisor:
 
     def run_attempt(self, spec: dict[str, Any]) -> tuple[int, str, JobError | None]:
         """Run torchrun once to its end: (exit code, status, error)."""
+        watch = HangWatch(self.job_dir, spec)  # trainer/watchdog.py: ends a job that hangs
         with open(self.job_dir / "torchrun.log", "ab") as log:
             child = subprocess.Popen(
                 self.command(spec),
@@ -163,13 +165,17 @@ class Supervisor:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 cwd=self.job_dir,
-                env=self.environment(),
+                env=watch.environment(self.environment()),
             )
         write_pid(self.job_dir / TORCHRUN_PID, child.pid)
         memory = MemoryWatch.for_this_process()  # explains a rank's SIGKILL by the OOM killer
-        while child.poll() is None and not self.cancel_requested:
+        hung = None
+        while child.poll() is None and not self.cancel_requested and hung is None:
             memory.poll()
+            hung = watch.poll()  # no rank advanced for hang_timeout_s: RANK_HUNG
             time.sleep(0.2)
+        if hung is not None:
+            return end_job(self.job_path, child, hung, spec), FAILED, hung
         if self.cancel_requested:
             end_processes(self.job_path, child=child)
             return self.cancelled(child.wait())

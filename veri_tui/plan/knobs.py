@@ -100,12 +100,6 @@ class Hyperparameters(BaseModel):
         description="seconds without progress on any rank before the job fails RANK_HUNG "
         "(default: 300 or 10 x the slowest step, x4 while loading or saving)",
     )
-    hang_timeout_s: float | None = Field(
-        None,
-        gt=0,
-        description="seconds without progress on any rank before the job fails RANK_HUNG "
-        "(default: 300 or 10 x the slowest step, x4 while loading or saving)",
-    )
     # --- planning only, multi-node jobs (the trainer ignores them) ---
     network: str = Field(
         "ethernet",
