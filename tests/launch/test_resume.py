@@ -15,6 +15,8 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,6 +24,7 @@ import pytest
 from launch_helpers import cli, leftover_pids, wait_for
 from resume_helpers import STEPS, killed_job, metrics, reference_run  # noqa: F401
 
+from trainer.attempts import prepare_resume
 from trainer.jobdir import read_job, write_json_atomic
 from trainer.procs import SUPERVISOR_PID, write_pid
 from veri_tui.launch.replan import split_batch
@@ -170,3 +173,30 @@ def test_split_batch() -> None:
     assert split_batch(4, 2, 4) == 1  # lowered to what a rank's share of 1 allows
     assert split_batch(12, 4, 2) == 3  # the largest size below mbs that divides 6
     assert split_batch(2, 1, 1) == 1
+
+
+def test_resume_of_a_lost_job_ends_its_leftover_ranks_and_closes_its_attempt(
+    tmp_path: Path,
+) -> None:
+    job = tmp_path / "job.json"
+    started = time.time() - 30
+    attempt = {"attempt": 1, "status": "running", "started_s": started, "gpu_count": 2}
+    write_json_atomic(job, {"job_id": "j", "status": "running", "spec": {"gpu_count": 2},
+                            "attempts": [attempt]})  # fmt: skip
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    write_pid(tmp_path / SUPERVISOR_PID, gone.pid)  # its supervisor died
+    # A rank it left running: the job.json path on its command line, as torchrun's ranks have.
+    rank = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)", str(job)])
+    (tmp_path / "log.txt").write_text("step 7\n")  # the last sign of life: now
+    try:
+        record = prepare_resume(job)
+        assert rank.wait(timeout=10) is not None  # ended by the resume
+    finally:
+        rank.kill()
+    first = record["attempts"][0]
+    assert record["status"] == "pending" and record["resumed_at"]
+    assert first["status"] == "failed" and first["error"]["code"] == "RANK_LOST"
+    assert 29 <= first["wall_s"] <= 300
+    assert record["credited_gpu_s"] == round(first["wall_s"] * 2, 1)
+    assert not (tmp_path / SUPERVISOR_PID).exists()  # a dead pid would read as lost again

@@ -1,6 +1,8 @@
 """Resume over SSH: a remote job whose rank 1 was SIGKILLed is resumed in its remote folder by
-`veri-tui resume JOB --wait` (the uploaded trainer's prepare_resume, then its supervisor
-started again over the real test sshd) and ends succeeded from its newest verified checkpoint.
+`veri-tui resume JOB --gpu-count 1 --wait` (re-planned after the host's preflight, the
+uploaded trainer's prepare_resume, then its supervisor started again over the real test sshd)
+and ends succeeded from its newest verified checkpoint; a gpu_count that cannot split the
+batch is refused first, changing nothing.
 
 The 'remote' is this machine through the test sshd, so the remote job folder and its
 processes are visible here.
@@ -54,11 +56,19 @@ def test_remote_job_killed_then_resumed_over_ssh(ssh_env) -> None:
     assert record["status"] == "failed" and record["error"]["code"] == "RANK_LOST", record
     first_pid = read_pid(job_dir / "supervisor.pid")
 
-    out = cli("resume", job_id, "--wait", timeout=180)
+    before = (job_dir / "job.json").read_text()
+    refused = cli("resume", job_id, "--gpu-count", "3")
+    assert refused.returncode == 2 and refused.stderr.startswith("error: gpu_count: 3 GPUs ")
+    assert (job_dir / "job.json").read_text() == before  # nothing changed on the host
+
+    # Re-planned on the host (its preflight) for 1 GPU, the global batch kept.
+    out = cli("resume", job_id, "--gpu-count", "1", "--wait", timeout=180)
     assert out.returncode == 0, out.stderr
     assert out.stdout.splitlines()[0] == f"job {job_id} resumed: attempt 2"
     rec = json.loads((job_dir / "job.json").read_text())
     assert rec["status"] == "succeeded" and rec["error"] is None
+    assert rec["spec"]["gpu_count"] == 1 and rec["resolved_parallelism"]["global_batch_size"] == 2
+    assert any(ln.startswith("plan: dp=1 ") for ln in out.stdout.splitlines())
     assert [(a["attempt"], a["status"]) for a in rec["attempts"]] == [
         (1, "failed"),
         (2, "succeeded"),
