@@ -11,9 +11,11 @@ from __future__ import annotations
 from typing import Any
 
 from veri_tui.errors import Refusal, VeriError
+from veri_tui.launch.diskcheck import refusals, row
 from veri_tui.launch.spec import check_job, local_dataset
 from veri_tui.launch.ssh.connection import Connection
 from veri_tui.launch.ssh.launch import check_output, plan_for_host, preflight_job
+from veri_tui.launch.ssh.preflight import remote_places
 
 Row = tuple[str, bool, str]
 
@@ -41,12 +43,16 @@ def preflight_rows(job: Any, *, host: str, trust_host: str | None = None) -> lis
                 rows.append(("output", True, f"{job.output} on {host}"))
             except VeriError as exc:
                 problems += exc.errors
+        places = remote_places(conn, pf, job.output)  # free space where the job writes
     finally:
         conn.close()
     if job.model is None or pf.model_info is not None:  # the model's counts are known
         try:
             _, plan = plan_for_host(job, pf)
             rows.insert(0, ("plan", True, plan.plan_line.removeprefix("plan: ")))
+            too_small = refusals(plan.disk, *places)
+            problems += too_small
+            rows += [] if too_small else [row(plan.disk, *places)]
         except VeriError as exc:
             problems += exc.errors
     # The job's own refusals come from check_job and again from planning: show each once.

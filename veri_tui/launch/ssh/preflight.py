@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import json
 import os
+import posixpath
 from dataclasses import dataclass, field
 from typing import Any
 
 from veri_tui.errors import Refusal, VeriError
+from veri_tui.launch.diskcheck import Place, refusals, row
 from veri_tui.launch.ssh.connection import Connection
 from veri_tui.launch.ssh.remote_model import (
     expand_home,
@@ -24,6 +26,7 @@ from veri_tui.launch.ssh.remote_model import (
 )
 
 MIN_PYTHON = (3, 11)
+Row = tuple[str, bool, str]
 #: Kept free on top of what the job writes, so the remote machine does not run out entirely.
 DISK_MARGIN_BYTES = 512 * 2**20
 
@@ -211,3 +214,41 @@ def _check_model(conn: Connection, pf: Preflight, model: str) -> None:
         pf.model_path = folder
     except VeriError as exc:
         pf.problems.extend(exc.errors)
+
+
+# Free space and filesystem id at each path's nearest existing folder (the job folder and
+# the output dir do not exist yet): one [path, free bytes, st_dev] row per argument.
+DISK_SCRIPT = r"""
+import json, os, sys
+rows = []
+for raw in sys.argv[1:]:
+    path = os.path.expanduser(raw)
+    while not os.path.isdir(path):
+        path = os.path.dirname(path) or "/"
+    st = os.statvfs(path)
+    rows.append([raw, st.f_bavail * st.f_frsize, os.stat(path).st_dev])
+print(json.dumps(rows))
+"""
+
+
+def remote_places(conn: Connection, pf: Preflight, output: str | None) -> tuple[Place, Place]:
+    """Where the job writes on the host: its jobs folder (checkpoints) and the output dir
+    (the job folder's own `output/` when none is given), as `Place`s named `host:path`."""
+    jobs_dir = posixpath.join(pf.veri_home, "jobs")
+    res = conn.run([pf.python, "-c", DISK_SCRIPT, jobs_dir, output or jobs_dir], timeout=60)
+    try:
+        rows = json.loads(res.stdout.decode("utf-8").strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        raise VeriError(f"free space on {pf.host}: {res.error_line()}", key="disk") from None
+    job, out = (Place(f"{pf.host}:{path}", int(free), int(dev)) for path, free, dev in rows)
+    return job, out
+
+
+def check_disk(conn: Connection, pf: Preflight, disk: Any, output: str | None) -> Row:
+    """Refuse (VeriError) a job whose host cannot hold what it writes (the plan's `disk`,
+    veri_tui.launch.diskcheck); else its preflight row."""
+    job, out = remote_places(conn, pf, output)
+    problems = refusals(disk, job, out)
+    if problems:
+        raise VeriError(problems)
+    return row(disk, job, out)
