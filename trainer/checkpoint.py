@@ -22,7 +22,7 @@ import torch.distributed.checkpoint as dcp
 from torch import nn
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict, set_state_dict
 
-from trainer import manifest
+from trainer import ckptindex, manifest
 from trainer.errors import TrainerError
 from trainer.faults import FaultPlan
 from trainer.report import atomic_write, classify, describe
@@ -54,8 +54,9 @@ def committed_steps(root: Path) -> list[int]:
 
 
 def verify(folder: Path) -> bool:
-    """A complete checkpoint: DCP's `.metadata` and every file as its manifest says."""
-    return (folder / ".metadata").is_file() and manifest.verify(folder)
+    """A complete checkpoint: DCP's `.metadata` and every file as its manifest says (the
+    supervisor's check, trainer/ckptindex.py)."""
+    return not ckptindex.problems(folder)
 
 
 def _hash_share(tmp: Path) -> dict[str, manifest.FileEntry]:
@@ -140,10 +141,7 @@ def latest(root: Path) -> int | None:
     if dist.get_rank() == 0:
         for p in root.glob("step-*.tmp"):
             shutil.rmtree(p, ignore_errors=True)
-        for step in reversed(committed_steps(root)):
-            if verify(root / f"step-{step}"):
-                choice[0] = step
-                break
+        choice[0] = ckptindex.choose(root).step  # the choice the supervisor makes too
     dist.broadcast_object_list(choice, src=0)
     return choice[0]
 
