@@ -49,7 +49,7 @@ def _ssh() -> ModuleType:
 def launch(
     job_config: Any,
     plan_record: Any,
-    host: str | None = None,
+    host: str | Sequence[str] | None = None,
     trust_host: str | None = None,
     wait: bool = False,
 ) -> str:
@@ -59,7 +59,8 @@ def launch(
     VeriError for anything `plan` refuses, a model not on disk or a missing dataset, before
     anything starts. ``wait`` blocks until the job has ended. ``plan_record`` None: planned
     here; with ``host`` the SSH side always plans on what the host has (after its
-    preflight), and ``plan_record`` is not used.
+    preflight), and ``plan_record`` is not used. Several hosts: one multi-node job, one node
+    each, node 0 first (veri_tui.launch.ssh.multinode).
     """
     if host is not None:
         return _ssh().launch(job_config, plan_record, host=host, trust_host=trust_host, wait=wait)
@@ -83,7 +84,7 @@ def launch(
 def preflight(
     job_config: Any,
     plan_record: Any = None,
-    host: str | None = None,
+    host: str | Sequence[str] | None = None,
     trust_host: str | None = None,
 ) -> list[tuple[str, bool, str]]:
     """What `launch` would check, starting nothing: (check, ok, detail) rows, every
@@ -93,11 +94,20 @@ def preflight(
     dry run of the job record (model folder, dataset, output dir) and whether torch is
     installed. With ``host``: the SSH side's preflight (python, torch, GPUs, disk, the model
     counted over SFTP, --output on the host) and the plan for what the host has;
-    ``plan_record`` is not used. A host that cannot be reached raises VeriError
-    (``UnknownHostKeyError`` for an unknown host key, so a caller can ask to trust it).
+    ``plan_record`` is not used. Several hosts (a list, else the job's ``hosts``): every
+    node's rows labelled `node <k> (<host>)`, the layout row (`nodes: 2 x 1 GPUs (a, b)`),
+    the rendezvous probe and the plan, as the multi-node launch checks them. A host that
+    cannot be reached raises VeriError (``UnknownHostKeyError`` for an unknown host key, so
+    a caller can ask to trust it).
     """
-    if host is not None:
-        return _ssh().preflight_rows(job_config, host=host, trust_host=trust_host)
+    hosts = [host] if isinstance(host, str) else list(host or job_config.hosts or [])
+    if len(hosts) > 1:
+        _ssh()  # a clear error when SSH support is missing
+        from veri_tui.launch.ssh.multinode_checks import multinode_rows
+
+        return multinode_rows(job_config, hosts, trust_host)
+    if hosts:
+        return _ssh().preflight_rows(job_config, host=hosts[0], trust_host=trust_host)
     rows: list[tuple[str, bool, str]] = []
     problems: list[Any] = []
 
@@ -240,8 +250,7 @@ def resume(
     target = target_for(job_id)
     if not hasattr(target, "resume"):
         raise VeriError(
-            f"{job_id} runs on several nodes: a multi-node job cannot be resumed; "
-            "launch it again",
+            f"{job_id} runs on several nodes: a multi-node job cannot be resumed; launch it again",
             key="job",
         )
     record = target.get_job(job_id)

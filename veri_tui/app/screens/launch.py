@@ -1,5 +1,10 @@
-"""The launch screen: target (local or a ~/.ssh/config host), dataset, output, preflight,
-host-key trust, confirm.
+"""The launch screen: target (local or a ~/.ssh/config host), more hosts for a multi-node
+job, dataset, output, preflight, host-key trust, confirm.
+
+With more hosts the job runs on every host named, one node each, the target first (node 0):
+the preflight shows every node's rows (`node 1 (b): ...`) and the layout (`nodes: 2 x 1
+GPUs (a, b)`), and Launch starts the multi-node job, all through the launch facade. That
+field is checked on Enter, not on every key (each check opens SSH sessions to every host).
 
 The trust dialog shows an unknown host's SHA256 fingerprint and asks once; trust is given
 for exactly that fingerprint (the SSH module records it in known_hosts). A changed key is
@@ -20,6 +25,7 @@ from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen, Screen
 from textual.widgets import Button, Footer, Input, Label, Select, Static
+from textual.worker import get_current_worker
 
 from veri_tui import plan as core
 from veri_tui.app.messages import HostsListed, Launched, PreflightDone
@@ -85,6 +91,7 @@ class LaunchScreen(Screen):
         self.fields = fields
         self.info = info
         self.trusted: dict[str, str] = {}  # host -> fingerprint the user accepted
+        self.accepted: str | None = None  # the last fingerprint accepted for several hosts
         self.ready = False
 
     def compose(self) -> ComposeResult:
@@ -93,6 +100,11 @@ class LaunchScreen(Screen):
             with Horizontal(classes="field-line"):
                 yield Label("target", classes="field-label")
                 yield Select([(LOCAL, LOCAL)], value=LOCAL, allow_blank=False, id="target")
+            with Horizontal(classes="field-line"):
+                yield Label("more hosts", classes="field-label")
+                yield Input(
+                    placeholder="multi-node: other hosts, space-separated (enter)", id="more"
+                )
             with Horizontal(classes="field-line"):
                 yield Label("dataset", classes="field-label")
                 yield Input(placeholder="JSONL file (empty: bundled sample)", id="dataset")
@@ -141,10 +153,42 @@ class LaunchScreen(Screen):
         value = self.query_one("#target", Select).value
         return None if value in (LOCAL, Select.BLANK) else str(value)
 
+    @property
+    def hosts(self) -> list[str]:
+        """Every node's host, node 0 (the target) first; empty for this machine."""
+        more = self.query_one("#more", Input).value.replace(",", " ").split()
+        return list(dict.fromkeys(([self.host] if self.host else []) + more))
+
     @on(Input.Changed)
     @on(Select.Changed)
-    def _inputs_changed(self) -> None:
+    def _inputs_changed(self, event: Input.Changed | Select.Changed) -> None:
+        if event.control.id != "more":
+            self.action_preflight()
+            return
+        self.ready = False  # checked on Enter: each check opens SSH sessions to every host
+        self.query_one("#confirm", Button).disabled = True
+        self.query_one("#preflight", Static).update("enter: check these hosts")
+
+    @on(Input.Submitted, "#more")
+    def _more_submitted(self) -> None:
         self.action_preflight()
+
+    def _trust(self, hosts: list[str]) -> str | None:
+        """The fingerprint to pass on: the one accepted for this host; with several hosts,
+        the last one accepted (it is recorded in known_hosts before the preflight, so each
+        unknown host is asked about once, in turn)."""
+        if len(hosts) == 1:
+            return self.trusted.get(hosts[0])
+        if self.accepted is not None:
+            from veri_tui.launch.ssh.connection import Connection
+
+            for host in hosts:  # the host whose key it is records it; the others refuse it
+                try:
+                    Connection.open(host, trust=self.accepted).close()
+                except VeriError:
+                    pass
+            self.accepted = None
+        return None
 
     # -- preflight ---------------------------------------------------------------------
 
@@ -162,25 +206,29 @@ class LaunchScreen(Screen):
         self.ready = False
         self.query_one("#confirm", Button).disabled = True
         self.query_one("#preflight", Static).update("checking...")
-        self.preflight(self.job_fields(), self.host)
+        self.preflight(self.job_fields(), self.hosts)
 
     @work(thread=True, exclusive=True, group="preflight")
-    def preflight(self, fields: dict[str, Any], host: str | None) -> None:
-        """The launch facade's preflight for this target; each row is (check, ok, detail)."""
+    def preflight(self, fields: dict[str, Any], hosts: list[str]) -> None:
+        """The launch facade's preflight for these hosts (none: this machine); each row is
+        (check, ok, detail), every node's labelled by its node."""
         from veri_tui.launch import jobs
 
         checks: list[tuple[str, bool, str]] = []
+        host = hosts[0] if hosts else None
         try:
             job = core.job_from_fields(fields)
-            trust = self.trusted.get(host) if host else None
-            checks = jobs.preflight(job, self.local_plan(job, host), host=host, trust_host=trust)
+            trust = self._trust(hosts) if hosts else None
+            plan = self.local_plan(job, host)
+            checks = jobs.preflight(job, plan, host=hosts or None, trust_host=trust)
         except VeriError as exc:
             key = _host_key_of(exc)
             if key is not None:
                 self.post_message(PreflightDone(checks, error=str(exc), host_key=key))
                 return
             checks += [(e.key, False, e.message) for e in exc.errors]
-        self.post_message(PreflightDone(checks))
+        if not get_current_worker().is_cancelled:  # a newer check replaced this one
+            self.post_message(PreflightDone(checks))
 
     def on_preflight_done(self, message: PreflightDone) -> None:
         if message.host_key is not None:
@@ -200,6 +248,7 @@ class LaunchScreen(Screen):
         def answered(trust: bool | None) -> None:
             if trust:
                 self.trusted[self.host or host] = fingerprint
+                self.accepted = fingerprint
                 then()
 
         self.app.push_screen(HostKeyScreen(host, fingerprint), answered)
@@ -212,17 +261,19 @@ class LaunchScreen(Screen):
             return
         self.query_one("#confirm", Button).disabled = True
         self.notify("launching...")
-        self.start(self.job_fields(), self.host)
+        self.start(self.job_fields(), self.hosts)
 
     @work(thread=True, exclusive=True, group="launch")
-    def start(self, fields: dict[str, Any], host: str | None) -> None:
+    def start(self, fields: dict[str, Any], hosts: list[str]) -> None:
+        """The launch facade's launch: here, on one host, or one node on each host."""
         from veri_tui.launch import jobs
 
         try:
             job = core.job_from_fields(fields)
-            trust = self.trusted.get(host) if host else None
-            record = self.local_plan(job, host)
-            self.post_message(Launched(jobs.launch(job, record, host=host, trust_host=trust)))
+            trust = self._trust(hosts) if hosts else None
+            record = self.local_plan(job, hosts[0] if hosts else None)
+            job_id = jobs.launch(job, record, host=hosts or None, trust_host=trust)
+            self.post_message(Launched(job_id))
         except VeriError as exc:
             self.post_message(
                 Launched(error="; ".join(map(str, exc.errors)), host_key=_host_key_of(exc))
