@@ -2,10 +2,11 @@
 
 Target (issue 12): counting 100,000 rows takes under 3 s on the 2-core CI-sized box, and a
 second plan of the same file is served from the cache ($VERI_HOME/cache/tokens) without
-importing tokenizers. The dataset is generated under /tmp from the bundled rows, each varied
-with its row number and 4-24 words from the bundled datasets (or, with --random-words,
-random-letter words that defeat the tokenizer's word cache); the tokenizer is the bundled
-tiny model's (nothing is downloaded).
+importing tokenizers. The dataset is generated under /tmp from the bundled rows, each made
+distinct by its row number (--vary number, the default: rows as long as the bundled ones),
+or lengthened by 4-24 words from the bundled datasets (words) or of random letters
+(random, which defeats the tokenizer's word cache); the tokenizer is the bundled tiny
+model's (nothing is downloaded).
 
 Every figure is a fresh process, as a user's `veri-tui plan` is one:
   count (cold): count_tokens in a new interpreter with an empty cache, tokenizers import
@@ -16,7 +17,7 @@ Every figure is a fresh process, as a user's `veri-tui plan` is one:
   plan (no dataset): `veri-tui plan`, for reference.
 
     python benchmarks/bench_token_count.py [--rows 100000] [--runs 5] [--method sft_text|dpo]
-                                           [--random-words]
+                                           [--vary number|words|random]
 
 Results are copied into docs/planning.md (Cost) by hand, with the load average of the run.
 """
@@ -51,31 +52,31 @@ def bundled_words() -> list[str]:
     return sorted(counts, key=lambda w: -counts[w])
 
 
-def make_dataset(path: Path, rows: int, method: str, random_words: bool, seed: int = 0) -> None:
-    """`rows` rows cycled from the bundled dataset, each with its number and 4-24 more words:
-    drawn from the bundled datasets' words (Zipf-weighted, as text is), or with
-    `random_words` made of random letters (the tokenizer's word cache never hits: the worst
-    case for BPE)."""
+def make_dataset(path: Path, rows: int, method: str, vary: str, seed: int = 0) -> None:
+    """`rows` rows cycled from the bundled dataset, each made distinct by its row number
+    (`vary="number"`: rows as long as the bundled ones), or with 4-24 more words drawn from
+    the bundled datasets' words, Zipf-weighted as text is (`"words"`), or made of random
+    letters (`"random"`: the tokenizer's word cache never hits, the worst case for BPE)."""
     rng = random.Random(seed)
     base = [json.loads(x) for x in SOURCES[method].read_text().splitlines() if x.strip()]
     vocab = bundled_words()
     weights = [1 / (i + 1) for i in range(len(vocab))]
     letters = "abcdefghijklmnopqrstuvwxyz"
 
-    def words() -> str:
+    def more(i: int) -> str:
         n = rng.randint(4, 24)
-        if random_words:
-            return " ".join("".join(rng.choices(letters, k=rng.randint(2, 9))) for _ in range(n))
-        return " ".join(rng.choices(vocab, weights, k=n))
+        if vary == "random":
+            words = ("".join(rng.choices(letters, k=rng.randint(2, 9))) for _ in range(n))
+            return f" (row {i}) " + " ".join(words)
+        if vary == "words":
+            return f" (row {i}) " + " ".join(rng.choices(vocab, weights, k=n))
+        return f" (row {i})"
 
     with path.open("w") as fh:
         for i in range(rows):
             row = dict(base[i % len(base)])
-            if method == "dpo":
-                row["prompt"] = f"{row['prompt']} ({i}) {words()}"
-                row["chosen"] = f"{row['chosen']} {words()}"
-            else:
-                row["text"] = f"{row['text']} Note {i}: {words()}"
+            key = "prompt" if method == "dpo" else "text"
+            row[key] = row[key] + more(i)
             fh.write(json.dumps(row) + "\n")
 
 
@@ -111,15 +112,16 @@ def main() -> None:
     ap.add_argument("--rows", type=int, default=100_000)
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--method", choices=sorted(SOURCES), default="sft_text")
-    ap.add_argument("--random-words", action="store_true", help="random-letter words (worst case)")
+    how = "how rows differ: their number, + bundled words, + random words"
+    ap.add_argument("--vary", choices=("number", "words", "random"), default="number", help=how)
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="bench-tokens-"))
     data = work / "data.jsonl"
-    make_dataset(data, args.rows, args.method, args.random_words)
+    make_dataset(data, args.rows, args.method, args.vary)
     py = sys.executable
     size = data.stat().st_size
-    kind = "random-letter words" if args.random_words else "bundled words"
-    print(f"dataset: {data} ({args.rows:,} rows, {size / 1e6:.1f} MB, {args.method}, {kind})")
+    print(f"dataset: {data} ({args.rows:,} rows, {size / 1e6:.1f} MB, {args.method}, "
+          f"vary={args.vary})")  # fmt: skip
     print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs, load average "
           f"{' '.join(f'{x:.1f}' for x in os.getloadavg())} at start")  # fmt: skip
     counts, cpus, count_walls, cold_plans, warm_plans, bare_plans = [], [], [], [], [], []

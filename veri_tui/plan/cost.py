@@ -118,11 +118,9 @@ def estimate_cost(
         if found is None:
             return _unknown("counting the dataset's tokens", pending=True, **price_info), warnings
         if isinstance(found, str):
-            from pydantic_core import from_json
+            from veri_tui.plan.tokens import count_rows
 
-            from trainer.rows import read_rows
-
-            rows = len(read_rows(Path(job.dataset).expanduser(), from_json))
+            rows = count_rows(Path(job.dataset).expanduser())
             note, tokens, length = found, None, float(max_len)
         else:
             rows = found.rows

@@ -36,6 +36,7 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jin
 # In-process memo for re-plans on every keystroke: (file stats, method) -> the count, or the
 # error counting it raised (so a re-plan reports it without counting again).
 _MEMO: dict[tuple[Any, ...], TokenCount | DataError | ImportError] = {}
+_ROWS: dict[tuple[Any, ...], int] = {}
 
 
 class TokenCount(NamedTuple):
@@ -47,6 +48,15 @@ class TokenCount(NamedTuple):
     method: str
     lengths: tuple[tuple[int, ...], ...]
     cached: bool = False
+
+
+def count_rows(dataset: str | Path) -> int:
+    """The rows the trainer reads (no tokenizer needed), remembered by the file's stats."""
+    dataset = Path(dataset)
+    key = ("rows", _stat_key(dataset))
+    if key not in _ROWS:
+        _ROWS[key] = len(read_rows(dataset, from_json))
+    return _ROWS[key]
 
 
 def cache_dir() -> Path:
