@@ -34,6 +34,7 @@ from trainer.loop import _Stepper  # noqa: E402
 from trainer.measure import StateMeter  # noqa: E402
 from trainer.model import build_policy, load_tokenizer  # noqa: E402
 from trainer.parallelize import init_runtime, wrap_policy  # noqa: E402
+from trainer.progress import Progress  # noqa: E402
 from trainer.report import RankContext  # noqa: E402
 
 
@@ -98,6 +99,7 @@ def main(argv: list[str] | None = None) -> None:
     opt = torch.optim.AdamW([q for q in model.parameters() if q.requires_grad], lr=1e-4)
     meter = StateMeter(RankContext(0, 0, 0, 1, tmp), step=-1)
     stepper = _Stepper(cfg, rt, model, None, opt, tok.pad_token_id, rows, meter)
+    stepper.progress = Progress(tmp, 0)  # the hang watchdog's progress line, as in a run
     plain = wrap_policy(build_policy(cfg, tmp / "model"), cfg, rt)
     plain_opt = torch.optim.AdamW(plain.parameters(), lr=1e-4)
     batch = data.collate(rows[: args.mbs], tok.pad_token_id)
@@ -127,6 +129,14 @@ def main(argv: list[str] | None = None) -> None:
     # Paired ratios are the robust figure when other work shares the cores.
     print(f"overhead:     {100 * (pairs - 1):+.1f}% (median of paired step ratios; target < 5%)")
     print(f"              {100 * (a / b - 1):+.1f}% (ratio of the two medians)")
+    # The progress marks inside the trainer step, timed alone (too small for the ratios).
+    marks = 2 + 2 * cfg.gradient_accumulation_steps  # data, optimizer, forward+backward each
+    t0 = time.perf_counter()
+    for _ in range(20_000):
+        stepper.progress.mark("forward")
+    per_mark = (time.perf_counter() - t0) / 20_000
+    share = 100 * marks * per_mark / a
+    print(f"progress:     {marks} marks/step x {per_mark * 1e6:.1f} us = {share:.4f}% of the step")
     torch.distributed.destroy_process_group()
 
 
