@@ -225,6 +225,8 @@ def test_sigstopped_rank_1_fails_the_job_rank_hung(home: Path) -> None:
     wait_for(lambda: step() >= 5, 120, "step 5 in metrics.jsonl")
     pid = read_pid(job_dir / "pids" / "rank-1")
     assert pid
+    # The process group's timeout the rank got sits above the watchdog's (1800 >= 4 x 15 + 60).
+    assert b"VERI_DIST_TIMEOUT_S=1800" in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
     os.kill(pid, signal.SIGSTOP)
     stopped = time.monotonic()
     stopped_after = step()
