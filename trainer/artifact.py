@@ -1,9 +1,10 @@
 """The final artifact: a complete model directory, written aside and renamed into place.
 
-Written collectively without gathering the model: for a full fine-tune every rank gathers
-one parameter at a time (`full_tensor()`, a collective), rank 0 appends it to the Hugging
-Face safetensors shards (`trainer.weights.ShardWriter`) and frees it, so no rank holds more
-than the largest parameter (the embedding) beyond its shard. The shards are
+Written collectively without gathering the model: for a full fine-tune rank 0 receives one
+parameter at a time (each rank sends its rows, point to point, straight into that tensor),
+appends it to the Hugging Face safetensors shards (`trainer.weights.ShardWriter`) and frees
+it, so rank 0 holds at most the largest parameter (the embedding) beyond its shard, and the
+others nothing. The shards are
 `model.safetensors`, or `model-0000k-of-0000n.safetensors` + `model.safetensors.index.json`
 above `VERI_ARTIFACT_SHARD_BYTES` (default 5 GB, as `save_pretrained`), in the dtype trained
 (bf16, or the fp32 masters); then config, generation config and tokenizer. LoRA: only the
@@ -70,9 +71,29 @@ def _replace_dir(tmp: Path, out: Path) -> None:
         shutil.rmtree(old, ignore_errors=True)
 
 
-def _whole(t: torch.Tensor) -> torch.Tensor:
-    """The full tensor (collective for a DTensor: every rank must call it, in the same order)."""
-    return t.full_tensor() if hasattr(t, "full_tensor") else t.detach()
+def _to_rank0(t: torch.Tensor, rank: int) -> torch.Tensor | None:
+    """The whole tensor on rank 0 (None elsewhere); collective for a DTensor.
+
+    FSDP2 shards dim 0 in `torch.chunk` pieces, rank r holding rows [r*c, (r+1)*c). Rank 0
+    receives each piece straight into its rows of one tensor (point to point): no rank
+    gathers the whole (`full_tensor()` would, on every rank).
+    """
+    if not hasattr(t, "_local_tensor"):
+        return t.detach() if rank == 0 else None
+    local = t._local_tensor.detach()
+    rows, world = t.shape[0], dist.get_world_size()
+    step = -(-rows // world)
+    if rank != 0:
+        if local.numel():
+            dist.send(local.contiguous(), dst=0)
+        return None
+    whole = torch.empty(t.shape, dtype=t.dtype, device=local.device)
+    whole[: local.shape[0]].copy_(local)
+    for r in range(1, world):
+        part = whole[r * step : min(rows, (r + 1) * step)]
+        if part.numel():
+            dist.recv(part, src=r)
+    return whole
 
 
 def _model_tensors(base: nn.Module) -> list[tuple[str, torch.Tensor]]:
@@ -89,15 +110,15 @@ def _model_class(base: nn.Module) -> type:
     return next(c for c in type(base).__mro__ if not issubclass(c, FSDPModule))
 
 
-def _write_full(base: nn.Module, tmp: Path, rank0: bool, precision: str) -> dict[str, Any]:
+def _write_full(base: nn.Module, tmp: Path, rank: int, precision: str) -> dict[str, Any]:
     tensors = _model_tensors(base)
     plan = [Planned(n, t.dtype, tuple(t.shape)) for n, t in tensors]
-    writer = ShardWriter(tmp, plan_shards(plan, shard_bytes())) if rank0 else None
+    writer = ShardWriter(tmp, plan_shards(plan, shard_bytes())) if rank == 0 else None
     for name, t in tensors:
-        full = _whole(t)
-        if writer is not None:
-            writer.write(name, full)
-        del full
+        whole = _to_rank0(t, rank)
+        if writer is not None and whole is not None:
+            writer.write(name, whole)
+        del whole
     if writer is None:
         return {}
     files = writer.finish()
@@ -111,14 +132,14 @@ def _write_full(base: nn.Module, tmp: Path, rank0: bool, precision: str) -> dict
     return files
 
 
-def _write_adapter(base: nn.Module, tmp: Path, rank0: bool) -> dict[str, Any]:
+def _write_adapter(base: nn.Module, tmp: Path, rank: int) -> dict[str, Any]:
     adapter = {}
     for name, p in base.named_parameters():
         if p.requires_grad:  # only the adapter trains; the frozen base is never gathered
-            full = _whole(p)
-            if rank0:
-                adapter[name] = full.to("cpu")
-    if rank0:
+            whole = _to_rank0(p, rank)
+            if whole is not None:
+                adapter[name] = whole.to("cpu")
+    if rank == 0:
         base.save_pretrained(tmp, state_dict=adapter)
     return {}
 
@@ -128,7 +149,8 @@ def save_artifact(
 ) -> None:
     """Write the artifact collectively (every rank calls it); rank 0 writes the files."""
     mark_memory("train")
-    rank0 = dist.get_rank() == 0
+    rank = dist.get_rank()
+    rank0 = rank == 0
     out = Path(out)
     tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
     if rank0:
@@ -137,9 +159,9 @@ def save_artifact(
         tmp.mkdir()
     base = unwrap(model)
     if lora:
-        known = _write_adapter(base, tmp, rank0)
+        known = _write_adapter(base, tmp, rank)
     else:
-        known = _write_full(base, tmp, rank0, precision)
+        known = _write_full(base, tmp, rank, precision)
     if rank0:
         tokenizer.save_pretrained(tmp)
         manifest.write(tmp, known)

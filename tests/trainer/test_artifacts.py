@@ -10,6 +10,9 @@ manifest verifies, and a shard zeroed in place (still a loadable safetensors fil
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -17,7 +20,7 @@ import torch
 from random_model import TINY_TIED, make_random_model
 from safetensors import safe_open
 from safetensors.torch import load_file
-from trainer_jobs import TINY, checkpoint_tensors, run_many, write_job
+from trainer_jobs import REPO, TINY, checkpoint_tensors, run_many, write_job
 
 from trainer.artifact import verify_artifact
 
@@ -127,3 +130,38 @@ def test_manifest_verifies_and_a_zeroed_file_is_caught(runs: dict[str, Path], na
     assert all(t.abs().sum() == 0 for t in load_file(victim).values())  # loads without error
     problems = verify_artifact(out)
     assert len(problems) == 1 and victim.name in problems[0] and "sha256" in problems[0]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_uneven_shards_reach_rank0_whole(tmp_path: Path) -> None:
+    """Rows that do not split evenly (7 over 2 ranks: 4 + 3; 1 row: 1 + 0) arrive whole."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO), "OUT": str(tmp_path)}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", __file__]
+    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert json.loads((tmp_path / "rank-0.json").read_text()) == {"equal": [True] * 4}
+    assert json.loads((tmp_path / "rank-1.json").read_text()) == {"equal": [None] * 4}
+
+
+def _gather_worker() -> None:
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    from trainer.artifact import _to_rank0
+
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    torch.manual_seed(0)  # the same module on both ranks
+    model = torch.nn.Sequential(torch.nn.Linear(3, 7), torch.nn.Linear(7, 1))
+    want = [p.detach().clone() for p in model.parameters()]
+    fully_shard(model, mesh=init_device_mesh("cpu", (2,)))
+    got = [_to_rank0(p, rank) for p in model.parameters()]
+    equal = [None if g is None else bool(torch.equal(g, w)) for g, w in zip(got, want, strict=True)]
+    (Path(os.environ["OUT"]) / f"rank-{rank}.json").write_text(json.dumps({"equal": equal}))
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    _gather_worker()
