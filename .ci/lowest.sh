@@ -35,7 +35,9 @@ EOF
 echo "lowest versions (from pyproject.toml):"
 sed 's/^/  /' "$pins"
 
-pip install -q -c "$pins" torch==2.13.0 -e '.[train,dev]'
+# --no-compile: byte-compiling every installed file (torch's thousands) is most of the
+# install's time; the tests compile what they import.
+pip install -q --no-compile -c "$pins" torch==2.13.0 -e '.[train,dev]'
 python -m pip check
 echo "lowest.sh: installed in ${SECONDS}s"
 python -m pytest -q -p no:cacheprovider -m "not slow" --ignore=tests/app/test_app_snapshots.py
