@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from veri_tui.commands.plan import summary_lines
 from veri_tui.plan import load_job_config, plan, plan_job
 from veri_tui.plan.disk import (
     ENTRY_BYTES,
@@ -98,11 +99,12 @@ def test_checkpoints_at_once(infos, checkpoint_steps, keep, max_steps, count) ->
     assert disk.total_bytes == count * disk.checkpoint_bytes + disk.artifact_bytes
 
 
-def test_the_plan_shows_it_in_the_header_and_json() -> None:
+def test_the_plan_shows_it_after_the_plan_line_and_in_json() -> None:
     rec = plan(checkpoint_steps=10, keep_checkpoints=3, max_steps=100)
-    lines = rec.header_lines
+    assert not any(ln.startswith("disk: ") for ln in rec.header_lines)  # the log's header
+    lines = summary_lines(rec)
     disk = next(ln for ln in lines if ln.startswith("disk: "))
-    assert lines.index(disk) == len(lines) - 2 and lines[-1].startswith("decision: ")
+    assert lines[lines.index(disk) + 1].startswith("cost: ")
     d = rec.disk
     assert disk == (
         f"disk: {size(d.total_bytes)} = 4 checkpoints x {size(d.checkpoint_bytes)} + artifact "
@@ -111,7 +113,7 @@ def test_the_plan_shows_it_in_the_header_and_json() -> None:
     js = rec.to_dict()["disk"]
     assert js["checkpoints"] == 4 and js["total_bytes"] == d.total_bytes
     assert set(js) >= {"checkpoint_bytes", "artifact_bytes", "why"}
-    assert "(no checkpoints: checkpoint_steps unset)" in plan().header_lines[-2]
+    assert "(no checkpoints: checkpoint_steps unset)" in plan().disk.line()
 
 
 def test_sizes_read_in_the_unit_that_fits() -> None:

@@ -36,7 +36,7 @@ def test_seed_example_line(model_dirs: dict[str, Path], capsys) -> None:
         "gradient_checkpointing=on (auto: 8.0 GB states/GPU)"
     ]
     i = lines.index(plan_lines[0])
-    assert [x.split(":")[0] for x in lines[:i]] == ["model", "budget", "disk", "decision"]
+    assert [x.split(":")[0] for x in lines[:i]] == ["model", "budget", "decision"]
     assert "8,030,261,248 parameters" in lines[0]
     assert "15.3 GB/GPU on L4-24GB x8" in lines[1]
 

@@ -18,7 +18,11 @@ from veri_tui.plan.record import PlanRecord
 
 
 def summary_lines(rec: PlanRecord) -> list[str]:
-    """Activation, throughput and cost lines printed after the plan (text mode)."""
+    """Activation, throughput, disk and cost lines printed after the plan (text mode).
+
+    Not header lines: the job log's header is the parameter count, the budget, the decision and
+    the plan line (contracts section 4); these estimates follow it.
+    """
     out = []
     act = rec.activations
     if act.get("known"):
@@ -41,6 +45,7 @@ def summary_lines(rec: PlanRecord) -> list[str]:
         )
     elif tp:
         out.append(f"throughput: not estimated ({tp.get('reason')})")
+    out.append(rec.disk.line())
     out.append(cost_line(rec.cost))
     return out
 

@@ -144,15 +144,16 @@ def plan_job(
     job: JobConfig,
     info: ModelInfo | None = None,
     *,
-    host: str | None = None,
     count_tokens: bool = True,
+    host: str | None = None,
 ) -> PlanRecord:
     """Validate, read the model (unless given), decide, and return the plan record.
 
     Activations and throughput are calibrated by the runs measured on this GPU type on
-    ``host`` (None: this machine; calibration.py), when there are any. The dataset's
-    tokens are counted for the cost (cached by content); with `count_tokens=False` only a
-    cached count is used (the app counts in a worker)."""
+    ``host`` (None: this machine; calibration.py), when there are any.
+
+    The dataset's tokens are counted for the cost (cached by content); with
+    `count_tokens=False` only a cached count is used (the app counts in a worker)."""
     errors = validate(job)
     if errors:
         raise VeriError(errors)
@@ -236,7 +237,6 @@ def plan_job(
         )
     disk = disk_for(job, info)
     header = _header(job, info, gpu, est, trace[:1])
-    header.insert(len(header) - 1, disk.line())  # before the decision (its trace follows)
     return PlanRecord(
         parameter_count=info.parameter_count,
         trainable_parameter_count=est.trainable_parameter_count,
