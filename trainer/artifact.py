@@ -6,7 +6,7 @@ appends it to the Hugging Face safetensors shards (`trainer.weights.ShardWriter`
 it, so rank 0 holds at most the largest parameter (the embedding) beyond its shard, and the
 others nothing. The shards are
 `model.safetensors`, or `model-0000k-of-0000n.safetensors` + `model.safetensors.index.json`
-above `VERI_ARTIFACT_SHARD_BYTES` (default 5 GB, as `save_pretrained`), in the dtype trained
+above the `artifact_shard_bytes` knob (default 5 GB, as `save_pretrained`), in the dtype trained
 (bf16, or the fp32 masters); then config, generation config and tokenizer. LoRA: only the
 trainable adapter is gathered and saved the PEFT way (`adapter_model.safetensors`,
 `adapter_config.json`). Every artifact gets `manifest.json` (size + sha256 per file, the
@@ -25,22 +25,11 @@ import torch.distributed as dist
 from torch import nn
 
 from trainer import manifest
-from trainer.errors import ConfigError
 from trainer.measure import mark_memory
 from trainer.parallelize import unwrap
 from trainer.weights import Planned, ShardWriter, plan_shards
 
 SHARD_BYTES = 5 * 10**9  # save_pretrained's default max_shard_size ("5GB")
-
-
-def shard_bytes() -> int:
-    """Largest artifact file: `VERI_ARTIFACT_SHARD_BYTES`, else 5 GB."""
-    raw = os.environ.get("VERI_ARTIFACT_SHARD_BYTES", "")
-    if not raw:
-        return SHARD_BYTES
-    if not raw.isdigit() or int(raw) < 1:
-        raise ConfigError(f"VERI_ARTIFACT_SHARD_BYTES: expected a positive byte count, got {raw!r}")
-    return int(raw)
 
 
 def _fsync_tree(folder: Path) -> None:
@@ -110,10 +99,12 @@ def _model_class(base: nn.Module) -> type:
     return next(c for c in type(base).__mro__ if not issubclass(c, FSDPModule))
 
 
-def _write_full(base: nn.Module, tmp: Path, rank: int, precision: str) -> dict[str, Any]:
+def _write_full(
+    base: nn.Module, tmp: Path, rank: int, precision: str, shard_bytes: int
+) -> dict[str, Any]:
     tensors = _model_tensors(base)
     plan = [Planned(n, t.dtype, tuple(t.shape)) for n, t in tensors]
-    writer = ShardWriter(tmp, plan_shards(plan, shard_bytes())) if rank == 0 else None
+    writer = ShardWriter(tmp, plan_shards(plan, shard_bytes)) if rank == 0 else None
     for name, t in tensors:
         whole = _to_rank0(t, rank)
         if writer is not None and whole is not None:
@@ -145,7 +136,13 @@ def _write_adapter(base: nn.Module, tmp: Path, rank: int) -> dict[str, Any]:
 
 
 def save_artifact(
-    model: nn.Module, tokenizer: Any, out: Path, *, lora: bool, precision: str
+    model: nn.Module,
+    tokenizer: Any,
+    out: Path,
+    *,
+    lora: bool,
+    precision: str,
+    shard_bytes: int = SHARD_BYTES,
 ) -> None:
     """Write the artifact collectively (every rank calls it); rank 0 writes the files."""
     mark_memory("train")
@@ -161,7 +158,7 @@ def save_artifact(
     if lora:
         known = _write_adapter(base, tmp, rank)
     else:
-        known = _write_full(base, tmp, rank, precision)
+        known = _write_full(base, tmp, rank, precision, shard_bytes)
     if rank0:
         tokenizer.save_pretrained(tmp)
         manifest.write(tmp, known)

@@ -50,6 +50,7 @@ class TrainConfig:
     checkpoint_steps: int = 0
     logging_steps: int = 1
     keep_checkpoints: int = 2
+    artifact_shard_bytes: int = 5 * 10**9  # save_pretrained's default max_shard_size
     resume: bool = False
     hang_timeout_s: float | None = None  # the supervisor's watchdog reads it; checked here
     resume_from: Path | None = None
@@ -146,6 +147,7 @@ def from_spec(spec: dict[str, Any], job_dir: Path) -> TrainConfig:
     )
     ints = ("zero_stage", "data_parallel_size", "micro_batch_size", "gradient_accumulation_steps")
     ints += ("lora_rank", "warmup_steps", "num_epochs", "max_steps", "seed", "checkpoint_steps")
+    ints += ("artifact_shard_bytes",)
     for key in (*ints, "keep_checkpoints", "logging_steps", "max_restarts"):
         if hp.get(key) is not None:
             setattr(cfg, key, _as_int(key, hp[key]))
@@ -172,7 +174,7 @@ def _check(cfg: TrainConfig, hp: dict[str, Any]) -> None:
     if cfg.device not in ("auto", "cpu", "cuda"):
         raise ConfigError(f"device: {cfg.device!r} is not one of auto, cpu, cuda")
     positive = ("micro_batch_size", "gradient_accumulation_steps", "data_parallel_size")
-    for key in (*positive, "logging_steps", "keep_checkpoints"):
+    for key in (*positive, "logging_steps", "keep_checkpoints", "artifact_shard_bytes"):
         if getattr(cfg, key) < 1:
             raise ConfigError(f"{key}: must be at least 1")
     if cfg.max_length < 2:

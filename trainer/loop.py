@@ -122,7 +122,10 @@ def train(cfg: TrainConfig, ctx: RankContext, log: RankLog) -> None:
             log.info(f"checkpoint: step-{step + 1} committed")
     stats.write()  # the peak of training, before the artifact's gather
     progress.mark("artifact")
-    save_artifact(model, tok, cfg.output_dir, lora=bool(cfg.lora_rank), precision=cfg.precision)
+    save_artifact(
+        model, tok, cfg.output_dir, lora=bool(cfg.lora_rank), precision=cfg.precision,
+        shard_bytes=cfg.artifact_shard_bytes,
+    )  # fmt: skip
     log.info(f"artifact: {cfg.output_dir}")
     progress.mark("done")
 

@@ -104,6 +104,7 @@ KNOBS: dict[str, st.SearchStrategy[Any]] = {
     "keep_checkpoints": POS,
     "resume": st.booleans(),
     "logging_steps": POS,
+    "artifact_shard_bytes": POS,
     "network": st.sampled_from(["ethernet", "infiniband"]),
     "internode_bandwidth_gbps": st.floats(1e-3, 1e6),
     "hang_timeout_s": POS_FLOAT,

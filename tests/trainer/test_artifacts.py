@@ -1,6 +1,6 @@
 """Artifacts written without a full gather (trainer/artifact.py): real 2-rank jobs (gloo).
 
-A full fine-tune's artifact, forced into small shards (VERI_ARTIFACT_SHARD_BYTES), comes out
+A full fine-tune's artifact, forced into small shards (`artifact_shard_bytes`), comes out
 in the Hugging Face layout (`model-0000k-of-0000n.safetensors` + index), loads untouched with
 `from_pretrained`, generates, keeps a tied head tied, and holds exactly the final checkpoint's
 tensors; a LoRA artifact holds only the adapter and loads with `PeftModel`. Every artifact's
@@ -49,8 +49,9 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
             max_steps=2,
             checkpoint_steps=2,
             micro_batch_size=2,
+            artifact_shard_bytes=SHARD,
         )
-    run_many(list(jobs.values()), env={"VERI_ARTIFACT_SHARD_BYTES": str(SHARD)})
+    run_many(list(jobs.values()))
     return {name: job.parent for name, job in jobs.items()}
 
 

@@ -63,6 +63,7 @@ def test_resolved_parallelism_wins_and_defaults_apply(tmp_path: Path) -> None:
         ({"hyperparameters": {"max_steps": "many"}}, "max_steps"),
         ({"dataset": None}, "dataset"),
         ({"hyperparameters": {"cpu_offload": True}}, "cpu_offload"),
+        ({"hyperparameters": {"artifact_shard_bytes": 0}}, "artifact_shard_bytes"),
     ],
 )
 def test_spec_refusals_name_the_key(tmp_path: Path, over: dict, key: str) -> None:

@@ -94,6 +94,12 @@ class Hyperparameters(BaseModel):
         False, description="continue from the newest complete checkpoint of this job"
     )
     logging_steps: int = Field(1, ge=1, description="write a metric line every N steps")
+    artifact_shard_bytes: int = Field(
+        5_000_000_000,
+        ge=1,
+        description="largest safetensors file of a full fine-tune's artifact, in bytes "
+        "(default 5 GB, as save_pretrained)",
+    )
     hang_timeout_s: float | None = Field(
         None,
         gt=0,
