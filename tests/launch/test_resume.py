@@ -94,6 +94,7 @@ def test_resume_skips_a_corrupt_step_and_equals_the_uninterrupted_run(
     assert rec["credited_gpu_s"] == round(first["wall_s"] * 2, 1) > 0
     got = metrics(job_dir)
     assert [m["step"] for m in got] == list(range(1, STEPS + 1))  # each step once
+    print(f"resumed on 2 GPUs: last loss {got[-1]['loss']} vs {reference[-1]['loss']}")
     assert close(got[-1]["loss"], reference[-1]["loss"], 1e-3)
     assert all(close(g["loss"], r["loss"], 1e-3) for g, r in zip(got, reference, strict=True))
     assert (job_dir / "attempts" / "1" / "torchrun.log").is_file()
@@ -117,6 +118,8 @@ def test_resume_on_one_gpu_keeps_the_global_batch(failed: tuple, reference: list
     assert any(ln.startswith("plan: dp=1 ") for ln in out.stdout.splitlines())
     got = metrics(copy_dir)
     assert [m["step"] for m in got] == list(range(1, STEPS + 1))
+    rel = got[-1]["loss"] / reference[-1]["loss"] - 1
+    print(f"resumed on 1 GPU: last loss {got[-1]['loss']} vs {reference[-1]['loss']} ({rel:+.3%})")
     assert close(got[-1]["loss"], reference[-1]["loss"], 2e-2)
 
 
