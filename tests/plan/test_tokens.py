@@ -121,3 +121,20 @@ def test_bad_rows_name_file_and_line(tmp_path: Path) -> None:
         path = tmp_path / "dpo.jsonl"
         path.write_text('{"prompt": "p", "rejected": "r"}\n')
         count_tokens(path, TINY, "dpo")
+
+
+def test_without_the_tokenizers_package_samples_are_full_length(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from veri_tui.plan import plan
+
+    monkeypatch.setitem(sys.modules, "tokenizers", None)  # `import tokenizers` fails
+    data = tmp_path / "d.jsonl"
+    data.write_text((DATA / "sft.jsonl").read_text())
+    cost = plan(dataset=str(data), max_seq_length=128).cost
+    assert cost["known"] and cost["dataset_tokens"] is None and cost["sample_length"] == 128
+    assert cost["note"] == (
+        "full-length samples assumed: the tokenizers package is not installed "
+        "(pip install tokenizers)"
+    )
+    assert cost["steps"] == 64  # the rows still count: 64 rows, gbs 1
