@@ -18,8 +18,9 @@ def test_a_good_job_passes_every_check(home: Path, tmp_path: Path) -> None:
     job = load_job_config(None, gpu_count=2, output=str(tmp_path / "out"))
     plan = plan_job(job)
     rows = jobs.preflight(job, plan)
-    disk = rows.pop(4)  # what is free changes from run to run
+    disk, memory = rows.pop(4), rows.pop(4)  # what is free changes from run to run
     assert disk[:2] == ("disk", True) and disk[2].endswith(f"({plan.disk.parts()})")
+    assert memory[:2] == ("host_memory", True) and memory[2].startswith("no offloaded states")
     assert rows == [
         ("plan", True, plan.plan_line.removeprefix("plan: ")),
         ("model", True, str(REPO_ROOT / "assets" / "tiny-model")),

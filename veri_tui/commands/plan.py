@@ -10,6 +10,7 @@ import argparse
 import sys
 
 from veri_tui.commands.common import hosts_of, job_from_args
+from veri_tui.launch.memcheck import need_text
 from veri_tui.plan import plan_job
 from veri_tui.plan.calibration import calibrated_note
 from veri_tui.plan.cost import cost_line
@@ -45,6 +46,8 @@ def summary_lines(rec: PlanRecord) -> list[str]:
         )
     elif tp:
         out.append(f"throughput: not estimated ({tp.get('reason')})")
+    if rec.host_bytes_per_node:
+        out.append(f"host memory: {need_text(rec)} of offloaded states (cpu_offload)")
     out.append(rec.disk.line())
     out.append(cost_line(rec.cost))
     return out

@@ -24,6 +24,7 @@ from trainer.jobdir import has_ended
 from veri_tui.errors import VeriError
 from veri_tui.launch.diskcheck import check_local
 from veri_tui.launch.local import LocalTarget, check_devices
+from veri_tui.launch.memcheck import check_local as check_memory
 from veri_tui.launch.records import LogLine, follow_lines
 from veri_tui.launch.spec import build_record, check_job, new_job_id
 
@@ -74,6 +75,7 @@ def launch(
     while target.job_dir(job_id).exists():  # same second, same random suffix: draw again
         job_id = new_job_id()
     record = build_record(job_config, plan_record, job_id, target.job_dir(job_id))
+    check_memory(plan_record)  # refused before anything is created
     check_local(plan_record.disk, target.jobs_dir, Path(record["spec"]["output_dir"]))
     target.start(record)
     if wait:
@@ -138,6 +140,8 @@ def preflight(
             out_dir = Path(spec["output_dir"]) if job_config.output else jobs_dir
             disk = collect(lambda: check_local(plan_record.disk, jobs_dir, out_dir))
             rows += [disk] if disk else []
+        memory = collect(lambda: check_memory(plan_record))
+        rows += [memory] if memory else []
     else:
         collect(lambda: check_job(job_config))  # no plan: the dataset and output still checked
     # find_spec locates torch without importing it (the app's process stays torch-free); the

@@ -51,6 +51,7 @@ def states_for(job: JobConfig, info: ModelInfo, zero_stage: int) -> MemoryEstima
         lora_rank=hp.lora_rank,
         dpo=job.method == "dpo",
         cpu_offload=hp.cpu_offload and zero_stage == 3,
+        gpus_per_node=job.gpu_count // job.nodes or None,  # host memory is per node
     )
 
 

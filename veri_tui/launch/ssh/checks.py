@@ -15,7 +15,7 @@ from veri_tui.launch.diskcheck import refusals, row
 from veri_tui.launch.spec import check_job, local_dataset
 from veri_tui.launch.ssh.connection import Connection
 from veri_tui.launch.ssh.launch import check_output, plan_for_host, preflight_job
-from veri_tui.launch.ssh.preflight import remote_places
+from veri_tui.launch.ssh.preflight import check_memory, remote_places
 
 Row = tuple[str, bool, str]
 
@@ -50,6 +50,10 @@ def preflight_rows(job: Any, *, host: str, trust_host: str | None = None) -> lis
         try:
             _, plan = plan_for_host(job, pf)
             rows.insert(0, ("plan", True, plan.plan_line.removeprefix("plan: ")))
+            try:
+                rows.append(check_memory(pf, plan))
+            except VeriError as exc:
+                problems += exc.errors
             too_small = refusals(plan.disk, *places)
             problems += too_small
             rows += [] if too_small else [row(plan.disk, *places)]

@@ -18,7 +18,13 @@ from veri_tui.errors import VeriError
 from veri_tui.launch.spec import check_job, local_dataset, make_record, new_job_id
 from veri_tui.launch.ssh import files, registry
 from veri_tui.launch.ssh.connection import Connection, command_line
-from veri_tui.launch.ssh.preflight import Preflight, check_disk, remote_python, run_preflight
+from veri_tui.launch.ssh.preflight import (
+    Preflight,
+    check_disk,
+    check_memory,
+    remote_python,
+    run_preflight,
+)
 from veri_tui.launch.ssh.remote_model import expand_home
 from veri_tui.launch.ssh.target import RemoteTarget
 
@@ -150,7 +156,8 @@ def launch(
         if job_config.output:
             job_config = check_output(conn, job_config, pf)
         job, plan = plan_for_host(job_config, pf)
-        check_disk(conn, pf, plan.disk, job.output)  # before anything is created there
+        check_memory(pf, plan)  # before anything is created there
+        check_disk(conn, pf, plan.disk, job.output)
         job_id = new_job_id()
         jobs_dir = posixpath.join(pf.veri_home, "jobs")
         files.makedirs(conn.sftp(), jobs_dir)

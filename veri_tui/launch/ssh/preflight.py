@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from veri_tui.errors import Refusal, VeriError
+from veri_tui.launch import memcheck
 from veri_tui.launch.diskcheck import Place, refusals, row
 from veri_tui.launch.ssh.connection import Connection
 from veri_tui.launch.ssh.remote_model import (
@@ -65,6 +66,13 @@ while not os.path.isdir(path):
 st = os.statvfs(path)
 out["disk_path"] = path
 out["disk_free_bytes"] = st.f_bavail * st.f_frsize
+try:
+    with open("/proc/meminfo") as f:
+        kb = [int(l.split()[1]) for l in f if l.startswith("MemAvailable:")]
+    if kb:
+        out["mem_available_bytes"] = kb[0] * 1024
+except (OSError, ValueError, IndexError):
+    pass
 print(json.dumps(out))
 """
 
@@ -242,6 +250,12 @@ def remote_places(conn: Connection, pf: Preflight, output: str | None) -> tuple[
         raise VeriError(f"free space on {pf.host}: {res.error_line()}", key="disk") from None
     job, out = (Place(f"{pf.host}:{path}", int(free), int(dev)) for path, free, dev in rows)
     return job, out
+
+
+def check_memory(pf: Preflight, plan: Any) -> Row:
+    """Refuse (VeriError, `host_memory`) a plan whose host memory per node exceeds the
+    host's MemAvailable, as the probe read it (veri_tui.launch.memcheck); else its row."""
+    return memcheck.check(plan, pf.facts.get("mem_available_bytes"), pf.host)
 
 
 def check_disk(conn: Connection, pf: Preflight, disk: Any, output: str | None) -> Row:
