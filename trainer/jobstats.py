@@ -5,7 +5,8 @@ first optimizer step, its peak memory and its steady-state tokens/s. The job's f
 
 - `peak_bytes` (and `peak_reserved_bytes` on CUDA): the largest over the ranks, since the
   fullest GPU is the one that runs out;
-- `tokens_per_s`, `step_time_s`: rank 0's (every rank times the same global step; rank 0 is
+- `tokens_per_s`, `step_time_s`, `setup_s` (seconds loading the model, sharding it, reading
+  the data and the first step): rank 0's (every rank times the same global step; rank 0 is
   the one the log reports);
 - `states_bytes`: the largest over the ranks, `states_bytes_per_rank` each rank's;
 - `gpu`: the planned GPU type on CUDA, "cpu" when the ranks ran on CPU (a CPU run is
@@ -69,6 +70,7 @@ def gather(job_dir: Path, spec: dict[str, Any]) -> dict[str, Any] | None:
         "peak_source": first.get("peak_source"),
         "tokens_per_s": first.get("tokens_per_s") if first["rank"] == 0 else None,
         "step_time_s": first.get("step_time_s") if first["rank"] == 0 else None,
+        "setup_s": first.get("setup_s") if first["rank"] == 0 else None,
         "steps_timed": first.get("steps_timed"),
         "warmup_steps": first.get("warmup_steps"),
     }

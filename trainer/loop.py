@@ -68,8 +68,10 @@ def train(cfg: TrainConfig, ctx: RankContext, log: RankLog) -> None:
     rt = init_runtime(cfg)
     torch.manual_seed(cfg.seed)
     path = resolve_model_dir(cfg.model_path)
-    tok = load_tokenizer(path)
-    rows = data.load_dataset(cfg.dataset, cfg.method, tok, cfg.max_length)
+    stats = RunStats(ctx, rt.device, cfg.zero_stage)  # measured/run-rank-<r>
+    with stats.setup.phase("data"):
+        tok = load_tokenizer(path)
+        rows = data.load_dataset(cfg.dataset, cfg.method, tok, cfg.max_length)
     gbs = cfg.global_batch_size
     if len(rows) < gbs:
         raise ConfigError(f"global_batch_size: {gbs} is more than the dataset's {len(rows)} rows")
@@ -83,10 +85,16 @@ def train(cfg: TrainConfig, ctx: RankContext, log: RankLog) -> None:
             "cpu_offload: CPUOffloadPolicy needs an accelerator; on CPU the states already "
             "live in host memory, so this run goes without it"
         )
-    model = wrap_policy(build_policy(cfg, path), cfg, rt)
+    with stats.setup.phase("model"):
+        policy = build_policy(cfg, path)
+    with stats.setup.phase("shard"):
+        model = wrap_policy(policy, cfg, rt)
     ref = None
     if cfg.method == "dpo" and not cfg.lora_rank:
-        ref = wrap_reference(build_reference(path), cfg, rt)
+        with stats.setup.phase("model"):
+            reference = build_reference(path)
+        with stats.setup.phase("shard"):
+            ref = wrap_reference(reference, cfg, rt)
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(s, cfg.warmup_steps, total))
@@ -95,7 +103,7 @@ def train(cfg: TrainConfig, ctx: RankContext, log: RankLog) -> None:
     if ref is not None and meter.enabled:
         decoder_layers(ref)[0].register_forward_hook(meter.reference_hook(ref))
     stepper = _Stepper(cfg, rt, model, ref, opt, tok.pad_token_id, rows, meter)
-    stepper.stats = stats = RunStats(ctx, rt.device, cfg.zero_stage)  # measured/run-rank-<r>
+    stepper.stats = stats
     faults = FaultPlan(rt.rank)
     stepper.progress = progress
     for step in range(start, total):
@@ -104,6 +112,8 @@ def train(cfg: TrainConfig, ctx: RankContext, log: RankLog) -> None:
         t0 = time.perf_counter()
         loss, grad_norm, tokens, rewards = stepper.step(step)
         stats.step_done(tokens, time.perf_counter() - t0)
+        if step == start:
+            log.info(stats.setup.line())  # this attempt's set-up, once its first step is done
         lr = sched.get_last_lr()[0]
         sched.step()
         if (step + 1) % cfg.logging_steps == 0 or step + 1 == total:

@@ -81,6 +81,16 @@ def test_launch_wait_succeeds_and_logs_plan_then_metrics(home: Path) -> None:
     assert [(m["step"], m["total_steps"]) for m in metrics] == [(1, 3), (2, 3), (3, 3)]
     assert log.index(next(ln for ln in log if ln.startswith('{"step"'))) > len(header) - 1
     assert followed == log  # --wait printed the rank-0 log, every line once
+    # Set-up time (trainer/runstats.py SetupClock): one rank-0 line, the same figures in job.json.
+    setup = measured["setup_s"]
+    assert sorted(setup) == ["data", "first_step", "model", "shard"]
+    assert all(v >= 0 for v in setup.values()) and setup["model"] > 0
+    [line] = [ln for ln in log if ln.startswith("setup: ")]
+    names = ("model", "shard", "data", "first step")
+    shown = dict(p.rsplit(" ", 2)[:2] for p in line.removeprefix("setup: ").split(", "))
+    assert tuple(shown) == names and line.endswith(" s")
+    for name, value in shown.items():  # the line has 1 decimal, the record 3
+        assert float(value) == pytest.approx(setup[name.replace(" ", "_")], abs=0.051)
     assert (Path(rec["spec"]["output_dir"]) / "config.json").is_file()
     # The other commands read the same folder from a fresh process.
     assert cli("logs", job_id).stdout.splitlines() == log
