@@ -4,11 +4,13 @@ every edit re-plans from the cached count at once."""
 from __future__ import annotations
 
 import itertools
+import threading
 from pathlib import Path
 
 from app_helpers import editor_ready
 from textual.widgets import Input
 
+import veri_tui.plan.cost as cost_module
 from veri_tui.app import create_app
 from veri_tui.app.widgets.cost_view import CostView
 
@@ -32,9 +34,20 @@ async def _set(pilot, key: str, value: str) -> None:
 
 
 async def test_cost_is_counted_in_a_worker_then_follows_the_knobs(
-    veri_home: Path, tmp_path: Path
+    veri_home: Path, tmp_path: Path, monkeypatch
 ) -> None:
-    data = _rows(tmp_path / "data.jsonl", 20_000)  # long enough to see the worker at work
+    data = _rows(tmp_path / "data.jsonl", 20_000)
+    # The worker's count waits for this gate, so the test sees the editor answer while the
+    # count is still running, however fast the machine counts (it raced on a quiet box).
+    gate = threading.Event()
+    real = cost_module.job_tokens
+
+    def gated(job, model_path, count=True):
+        if count:  # the worker's count; the editor's cache-only lookups pass straight through
+            gate.wait(60)
+        return real(job, model_path, count)
+
+    monkeypatch.setattr(cost_module, "job_tokens", gated)
     app = create_app()
     async with app.run_test(size=(120, 40)) as pilot:
         await editor_ready(pilot)
@@ -45,6 +58,7 @@ async def test_cost_is_counted_in_a_worker_then_follows_the_knobs(
         assert screen.record is not None and screen.record.cost.get("pending")
         assert [w.group for w in app.workers] == ["tokens"]
         assert _cost(screen).startswith("cost: counting the dataset's tokens...")
+        gate.set()
         await app.workers.wait_for_complete()
         await pilot.pause()
         cost = screen.record.cost

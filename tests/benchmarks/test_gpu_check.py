@@ -193,7 +193,7 @@ def test_sigterm_to_the_check_ends_the_running_job(cpu_check: dict) -> None:
     """What the shell wrapper's outer `timeout` does: TERM mid-run leaves no rank behind."""
     root = cpu_check["root"]
     _prepare_cpu(root / "prep-term", steps=100_000, gc="on")
-    work = root / "work"
+    work = root / "work-term"  # its own: the timeouts test leaves pid files in "work"
     env = {**os.environ, "PYTHONPATH": str(SCRIPT.parents[1])}
     cmd = [sys.executable, str(SCRIPT), str(root / "prep-term"), "--work", str(work)]
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
