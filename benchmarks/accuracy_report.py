@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import as_ran
 from published_runs import compile_speedup
 
 TARGET_TOKENS, TARGET_MEMORY = 0.20, 0.10
@@ -20,12 +21,55 @@ def _mark(ratio: float | None, target: float) -> str:
 
 
 def _config(run: Any) -> str:
-    ac = {"full": "full AC", "none": "no AC", "selective": "selective AC"}[run.checkpointing]
+    ac = {"full": "full AC", "none": "no AC", "selective-op": "selective op AC"}[run.checkpointing]
     stage = "FSDP (stage 3)" if run.zero_stage == 3 else "one GPU" if run.gpu_count == 1 else "DDP"
+    where = ""
+    if run.nodes > 1:  # planned over the network only where the source states it
+        link = f"{run.internode_gbps:,.0f} Gb/s each" if run.internode_gbps else "one domain"
+        where = f" ({run.nodes} nodes, {link})"
     return (
-        f"{run.gpu} x{run.gpu_count}, {stage}, mbs {run.micro_batch_size} x ga {run.grad_acc}, "
-        f"seq {run.seq}, {ac}, {run.precision}"
+        f"{as_ran.gpu_for(run).name} x{run.gpu_count}{where}, {stage}, mbs "
+        f"{run.micro_batch_size} x ga {run.grad_acc}, seq {run.seq}, {ac}, {run.precision}"
     )
+
+
+def _corrections(rows: list[dict[str, Any]]) -> list[str]:
+    """The rows planned differently from before, their ratios before and after, and each
+    correction with the source that states it."""
+    changed = [r for r in rows if r["corrections"]]
+    fitted = [r["run"].id for r in changed if r["run"].fit]
+    out = [
+        "Where a source states how its run differs from a plain catalog plan, the run is "
+        "planned that way (`benchmarks/as_ran.py`); nothing here is fitted. Before = as "
+        "planned before: the catalog GPU, selective checkpointing as none, every GPU in one "
+        "NVSwitch domain (same constants). "
+        + (
+            f"Fitted rows among them: {', '.join(fitted)}."
+            if fitted
+            else "No fitted row is among them, so the fit is unchanged."
+        ),
+        "",
+        "| run | planned as it ran | recomputed: forward FLOPs / elementwise passes | ratio "
+        "before | after |",
+        "|---|---|---|---|---|",
+    ]
+    for r in changed:
+        run = r["run"]
+        shares = "-"
+        if run.checkpointing == "selective-op":
+            flops, passes = as_ran.op_sac_recompute(r["info"], run.seq)
+            shares = f"{100 * flops:.1f}% / {passes:g}"
+        target = 1.0 if run.compiled else TARGET_TOKENS
+        out.append(
+            f"| `{run.id}` | {', '.join(c.key for c in r['corrections'])} | {shares} "
+            f"| {_mark(r['uncorrected_ratio'], target)} | {_mark(r['tokens_ratio'], target)} |"
+        )
+    out.append("")
+    for c in as_ran.CORRECTIONS:
+        repo, path, commit = c.source
+        out.append(f"- **{c.key}**: {repo} `{path}` (commit {commit[:10]}): \"{c.quote}\" "
+                   f"{c.sentence}")  # fmt: skip
+    return out
 
 
 def _table(rows: list[dict[str, Any]]) -> list[str]:
@@ -91,11 +135,14 @@ def render(rows: list[dict[str, Any]], fit: dict[str, Any], published: dict[str,
         "`benchmarks/published_runs.py`, every measured figure quoted from its source below). "
         "Each run is planned with `veri_tui.plan.plan(...)` on a header-only checkpoint of its "
         "model's shape, for the catalog GPU, GPU count, micro-batch, accumulation, sequence, "
-        "checkpointing, precision and stage it ran with. Ratio = plan / measured (above 1: the "
-        "plan is optimistic). Targets: every eager row within +-20% on tokens/s; peak memory "
-        "within +-10% where the source states it for a configuration the memory model covers. "
-        "MFU = tokens/s per GPU x the planner's model FLOPs per token (6N + 12 L x heads x "
-        "head_dim x seq, no recompute) / the catalog's dense bf16 peak.",
+        "checkpointing, precision and stage it ran with, and its throughput as it ran where "
+        "the source states more: the GPU it describes, what selective checkpointing "
+        "recomputes, the nodes and network (Corrections, below). Ratio = plan / measured "
+        "(above 1: the plan is optimistic). Targets: every eager row within +-20% on "
+        "tokens/s; peak memory within +-10% where the source states it for a configuration "
+        "the memory model covers. MFU = tokens/s per GPU x the planner's model FLOPs per "
+        "token (6N + 12 L x heads x head_dim x seq, no recompute) / the dense bf16 peak of the "
+        "GPU planned (the catalog's, or the one the source describes).",
         "",
         "## Runs",
         "",
@@ -108,6 +155,10 @@ def render(rows: list[dict[str, Any]], fit: dict[str, Any], published: dict[str,
             else ""
         )
         + f". Worst fitted row: {100 * worst_fit:.0f}%; held-out eager rows: {len(held)}.",
+        "",
+        "## Corrections: each run planned as it ran",
+        "",
+        *_corrections(rows),
         "",
         "## The fit",
         "",
@@ -140,13 +191,25 @@ def render(rows: list[dict[str, Any]], fit: dict[str, Any], published: dict[str,
         "RMSNorm and rotary) under FSDP2; the fitted rows ran MosaicML's Composer with its own "
         "fused kernels. How close our eager step comes is what `benchmarks/gpu_check.sh` "
         "measures (docs/trainer.md); it has not run on a GPU yet.",
-        "- torchtitan's H100 rows ran on 96 GB HBM2e H100s at 500 W (\"the actual peak TFLOPs "
-        "number is between SXM and NVL\"): planned as the catalog's H100-80GB SXM they come "
-        "out optimistic; no catalog entry describes that part.",
-        "- Multi-node rows are planned as one NVSwitch domain of that many GPUs; the planner "
-        "has no inter-node link. HSDP is planned as FSDP over one 8-GPU node.",
-        "- Selective activation checkpointing is not modelled (planned as none: it recomputes "
-        "part of the forward, so those plans lean optimistic).",
+        '- torchtitan\'s H100 peak is not known ("between SXM and NVL"): the midpoint is '
+        "an assumption. At the NVL and SXM ends of that bracket the rows would plan at "
+        + "; ".join(
+            f"`{r['run'].id}` {r['bracket'][0]:.2f}-{r['bracket'][1]:.2f}"
+            for r in rows
+            if r["bracket"]
+        )
+        + ".",
+        "- Multi-node rows whose source states no network are planned as one NVSwitch domain "
+        "of that many GPUs: "
+        + ", ".join(
+            f"`{r['run'].id}`" for r in rows if r["run"].nodes > 1 and not r["run"].internode_gbps
+        )
+        + ". HSDP is planned as FSDP over one 8-GPU node. The inter-node model puts the "
+        "NVLink and network parts of a collective one after the other, the conservative end.",
+        "- Selective op checkpointing: the matmul share recomputed is counted exactly from the "
+        "policy; the elementwise work is counted as one whole pass (the planner's "
+        "elementwise term has no finer grain). torchtitan's other selective option (every "
+        "k-th layer checkpointed whole, k = selective_ac_option) ran in no row here.",
         "- Memory: no source states a peak for a configuration the memory model covers "
         "(torchtitan: selective AC; KempnerForge: master-weight precision and allocated vs "
         "reserved not stated, 13B eager across two nodes). The stated figures are shown with "

@@ -5,9 +5,11 @@
 Each run of benchmarks/published_runs.py is planned with `veri_tui.plan.plan(...)` on a
 header-only checkpoint of its model's shape (nothing downloaded), for the catalog GPU, GPU
 count, micro-batch, accumulation, sequence, checkpointing, precision and ZeRO stage it ran
-with. The plan's tokens/s per GPU is set against the measured one (ratio = plan / measured:
-above 1 the plan is optimistic), and its peak memory (states + activations + stage-3
-gathers) against a stated peak. The fit searches the throughput constants
+with; its throughput with the planner's estimate_throughput as the run ran, where the source
+states it (benchmarks/as_ran.py: a GPU it describes, selective checkpointing's recompute, the
+nodes and network). The plan's tokens/s per GPU is set against the measured one (ratio =
+plan / measured: above 1 the plan is optimistic), and its peak memory (states + activations +
+stage-3 gathers) against a stated peak. The fit searches the throughput constants
 (veri_tui/plan/throughput.py: matmul efficiency per GPU architecture and the elementwise
 bytes) that minimise the squared log ratios over the rows marked `fit`; every other row is
 held out. The planner runs eager kernels' figures (the bundled trainer runs eager); compiled
@@ -29,6 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(ROOT / "tests"))  # support.synthetic: header-only checkpoints
 
+import as_ran  # noqa: E402
 from accuracy_report import TARGET_TOKENS, render  # noqa: E402
 from published_runs import (  # noqa: E402
     PUBLISHED_PARAMS,
@@ -70,42 +73,55 @@ def plan_run(run: Run, model: Path) -> dict[str, Any]:
     return rec.to_dict()
 
 
-def _throughput(run: Run, info: Any, rec: dict[str, Any]) -> dict[str, Any]:
-    """The planner's throughput function on this run (re-evaluated while fitting)."""
-    from veri_tui.plan import get_gpu
+def _throughput(
+    run: Run, info: Any, rec: dict[str, Any], *, corrected: bool = True,
+    tflops: float | None = None,
+) -> dict[str, Any]:  # fmt: skip
+    """The planner's throughput function on this run (re-evaluated while fitting): as it ran
+    (benchmarks/as_ran.py; `tflops`: at that peak), or with `corrected=False` as planned
+    before the corrections."""
     from veri_tui.plan.throughput import estimate_throughput
 
     rp = rec["resolved_parallelism"]
-    return estimate_throughput(
-        info, get_gpu(run.gpu), method="sft_text", gpu_count=run.gpu_count,
-        zero_stage=rp["zero_stage"], precision=run.precision, lora_rank=0,
-        micro_batch_size=rp["micro_batch_size"],
-        gradient_accumulation_steps=rp["gradient_accumulation_steps"], max_seq_length=run.seq,
-        max_length=run.seq, gradient_checkpointing=run.checkpointing == "full",
-    )  # fmt: skip
+    with as_ran.tables_for(run) if corrected else contextlib.nullcontext():
+        return estimate_throughput(
+            info, method="sft_text", gpu_count=run.gpu_count, zero_stage=rp["zero_stage"],
+            precision=run.precision, lora_rank=0, micro_batch_size=rp["micro_batch_size"],
+            gradient_accumulation_steps=rp["gradient_accumulation_steps"],
+            max_seq_length=run.seq, max_length=run.seq,
+            **as_ran.throughput_args(run, info, as_ran=corrected, tflops=tflops),
+        )  # fmt: skip
 
 
 def evaluate(dirs: dict[str, Path]) -> list[dict[str, Any]]:
     """One row per run: configuration, measured and planned figures, ratios."""
-    from veri_tui.plan import get_gpu, read_model_info
+    from veri_tui.plan import read_model_info
     from veri_tui.plan.throughput import flops_per_token
 
     rows = []
     for run in RUNS:
         info = read_model_info(str(dirs[run.shape]))
         rec = plan_run(run, dirs[run.shape])
-        planned = rec["throughput"]["tokens_per_s"] / run.gpu_count
-        expected = planned * (COMPILE_SPEEDUP if run.compiled else 1.0)
+        speedup = COMPILE_SPEEDUP if run.compiled else 1.0
+        planned = _throughput(run, info, rec)["tokens_per_s"] / run.gpu_count
+        expected = planned * speedup
+        before = _throughput(run, info, rec, corrected=False)["tokens_per_s"] / run.gpu_count
         act = rec["activations"]
         peak = rec["states_bytes_per_gpu"] + act["bytes_per_gpu"] + act["transient_gather_bytes"]
         model_flops = flops_per_token(info, run.seq, lora=False, gc=False, dpo=False)["total"]
-        dense = get_gpu(run.gpu).bf16_dense_tflops * 1e12
+        dense = as_ran.gpu_for(run).bf16_dense_tflops * 1e12
         with constants(*OLD_CONSTANTS):
             old = _throughput(run, info, rec)["tokens_per_s"] / run.gpu_count
         rows.append({
             "run": run, "info": info, "record": rec, "parameters": info.parameter_count,
-            "old_ratio": old * (COMPILE_SPEEDUP if run.compiled else 1.0)
-            / run.tokens_per_s_per_gpu,
+            "old_ratio": old * speedup / run.tokens_per_s_per_gpu,
+            "uncorrected_ratio": before * speedup / run.tokens_per_s_per_gpu,
+            "corrections": as_ran.corrections_for(run),
+            "bracket": [  # a described GPU's ratio at each end of its source's peak bracket
+                _throughput(run, info, rec, tflops=t)["tokens_per_s"] * speedup
+                / run.gpu_count / run.tokens_per_s_per_gpu
+                for t in (as_ran.DESCRIBED[run.hardware].bracket if run.hardware else ())
+            ],
             "planned_tokens_per_s": planned, "expected_tokens_per_s": expected,
             "tokens_ratio": expected / run.tokens_per_s_per_gpu,
             "measured_mfu": run.tokens_per_s_per_gpu * model_flops / dense,

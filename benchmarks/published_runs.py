@@ -25,7 +25,8 @@ TITAN_A100 = (
 )  # fmt: skip
 # Its presets "for 64 A100 GPUs": seq_len = 8192, compile = false (train_configs/llama3_8b.toml
 # at 0011fb905e, torchtitan/models/llama/train_configs/llama3_8b.toml at 08a5a9f389,
-# train_configs/llama3_70b.toml at 08e537949f).
+# train_configs/llama3_70b.toml at 08e537949f); the 8B's mode = 'selective' with
+# selective_ac_option = 'op' at both, which the H100 tables' "selective" is taken to be.
 FMS_FSDP = (
     "foundation-model-stack/fms-fsdp", "README.md", "0d319983c4b3b7f7b3b5e2c5e7f746746b6f73a9",
 )  # fmt: skip
@@ -122,7 +123,7 @@ class Run(NamedTuple):
     micro_batch_size: int
     grad_acc: int
     seq: int
-    checkpointing: str  # "full", "none" or "selective" (not modelled: planned as none)
+    checkpointing: str  # "full", "none" or "selective-op" (torchtitan's op-level policy)
     precision: str  # "fp32": fp32 masters, bf16 compute (amp_bf16); "bf16": bf16 params
     zero_stage: int  # FSDP FULL_SHARD = 3; HSDP is planned as stage 3 over one node
     compiled: bool
@@ -131,13 +132,17 @@ class Run(NamedTuple):
     memory_modelled: bool = False  # a configuration the memory model covers
     fit: bool = False  # used to fit the constants (else held out)
     note: str = ""
+    hardware: str = ""  # a GPU the source describes (benchmarks/as_ran.py), else the catalog's
+    nodes: int = 1  # machines, as the source states them
+    internode_gbps: float | None = None  # Gb/s per node as stated; None: one NVSwitch domain
 
 
-def _mpt(quote: str, gpu: str, shape: str, fit: bool = True, note: str = "") -> Run:
+def _mpt(quote: str, gpu: str, shape: str, fit: bool = True, **facts: Any) -> Run:
     """A row of llm-foundry's benchmark tables (Composer, FSDP FULL_SHARD, eager, flash
     attention); columns: Model, SeqLen, #GPUs, GPU, MFU, HFU, Model TFLOP, MicroBatchSize,
     GradAccum, GlobalBatchSize, S/s, T/s, T/s/GPU, GlobalBatchSize (T), Precision, MP Mode,
-    Sharding, Activation Checkpointing, CPUOffload, NumParams."""
+    Sharding, Activation Checkpointing, CPUOffload, NumParams. `facts`: the Run fields the
+    row does not give (note, nodes, internode_gbps)."""
     cells = [c.strip() for c in quote.strip("| ").split("|")]
     return Run(
         id=f"mpt-{cells[0]}-{cells[3]}-seq{cells[1]}-{'ac' if cells[17] == 'True' else 'noac'}",
@@ -145,7 +150,7 @@ def _mpt(quote: str, gpu: str, shape: str, fit: bool = True, note: str = "") -> 
         micro_batch_size=int(cells[7]), grad_acc=int(cells[8]), seq=int(cells[1]),
         checkpointing="full" if cells[17] == "True" else "none",
         precision="fp32" if cells[14] == "amp_bf16" else "bf16", zero_stage=3, compiled=False,
-        tokens_per_s_per_gpu=float(cells[12]), fit=fit, note=note,
+        tokens_per_s_per_gpu=float(cells[12]), fit=fit, **facts,
     )  # fmt: skip
 
 
@@ -157,14 +162,14 @@ RUNS: list[Run] = [
     _mpt("|  7b | 8192 | 8 | h100_80gb | 37.14 | 49.52 |  3.674893E+14 | 8 | 2 | 128 | 6 | 55481 | 6935 | 1048576 | amp_bf16 | DEFAULT | FULL_SHARD | True | False | 6684024832 |", H100, "mpt-7b@8192", fit=False),  # noqa: E501
     _mpt("|  13b | 2048 | 8 | h100_80gb | 39.79 | 39.79 |  3.937055E+14 | 2 | 1 | 16 | 18 | 38336 | 4792 | 32768 | amp_bf16 | DEFAULT | FULL_SHARD | False | False | 12853954560 |", H100, "mpt-13b@2048"),  # noqa: E501
     _mpt("|  30b | 2048 | 8 | h100_80gb | 38.11 | 50.82 |  3.771361E+14 | 3 | 21 | 504 | 7 | 16022 | 2002 | 1032192 | amp_bf16 | DEFAULT | FULL_SHARD | True | False | 29975214080 |", H100, "mpt-30b@2048"),  # noqa: E501
-    _mpt("|  70b | 2048 | 64 | h100_80gb | 42.57 | 56.76 |  4.212583E+14 | 8 | 4 | 2048 | 32 | 66523 | 1039 | 4194304 | amp_bf16 | DEFAULT | FULL_SHARD | True | False | 64862437376 |", H100, "mpt-70b@2048", fit=False, note="8 nodes: planned as one 64-GPU NVSwitch domain"),  # noqa: E501
+    _mpt("|  70b | 2048 | 64 | h100_80gb | 42.57 | 56.76 |  4.212583E+14 | 8 | 4 | 2048 | 32 | 66523 | 1039 | 4194304 | amp_bf16 | DEFAULT | FULL_SHARD | True | False | 64862437376 |", H100, "mpt-70b@2048", fit=False, nodes=8, note="8 nodes, the H100 table states no interconnect: planned as one 64-GPU NVSwitch domain"),  # noqa: E501
     _mpt("|  760m | 2048 | 8 | a100_80gb | 56.85 | 56.85 |  1.773749E+14 | 24 | 2 | 384 | 126 | 259472 | 32434 | 786432 | amp_bf16 | DEFAULT | FULL_SHARD | False | False | 760470528 |", A100_80, "mpt-760m@2048"),  # noqa: E501
     _mpt("|  1b | 2048 | 8 | a100_80gb | 59.86 | 59.86 |  1.867501E+14 | 14 | 4 | 448 | 80 | 164109 | 20513 | 917504 | amp_bf16 | DEFAULT | FULL_SHARD | False | False | 1315950592 |", A100_80, "mpt-1b@2048"),  # noqa: E501
     _mpt("|  7b | 2048 | 8 | a100_80gb | 64.23 | 64.23 |  2.003836E+14 | 6 | 2 | 96 | 18 | 37130 | 4641 | 196608 | amp_bf16 | DEFAULT | FULL_SHARD | False | False | 6658859008 |", A100_80, "mpt-7b@2048"),  # noqa: E501
     _mpt("|  7b | 8192 | 8 | a100_80gb | 54.47 | 72.62 |  1.699318E+14 | 8 | 2 | 128 | 3 | 25655 | 3206 | 1048576 | amp_bf16 | DEFAULT | FULL_SHARD | True | False | 6684024832 |", A100_80, "mpt-7b@8192", fit=False),  # noqa: E501
     _mpt("|  13b | 2048 | 8 | a100_80gb | 59.57 | 59.57 |  1.858556E+14 | 2 | 3 | 48 | 8 | 18097 | 2262 | 98304 | amp_bf16 | DEFAULT | FULL_SHARD | False | False | 12853954560 |", A100_80, "mpt-13b@2048"),  # noqa: E501
     _mpt("|  30b | 2048 | 8 | a100_80gb | 55.3 | 73.74 |  1.725420E+14 | 3 | 21 | 504 | 3 | 7330 | 916 | 1032192 | amp_bf16 | DEFAULT | FULL_SHARD | True | False | 29975214080 |", A100_80, "mpt-30b@2048"),  # noqa: E501
-    _mpt("|  70b | 2048 | 64 | a100_80gb | 53.33 | 71.1 | 1.663896E+16 | 8 | 4 | 2048 | 12 | 26274 | 410 | 4194304 | bf16 | PURE | FULL_SHARD | True | False | 64862437376 |", A100_80, "mpt-70b@2048", fit=False, note="8 nodes: planned as one 64-GPU NVSwitch domain"),  # noqa: E501
+    _mpt("|  70b | 2048 | 64 | a100_80gb | 53.33 | 71.1 | 1.663896E+16 | 8 | 4 | 2048 | 12 | 26274 | 410 | 4194304 | bf16 | PURE | FULL_SHARD | True | False | 64862437376 |", A100_80, "mpt-70b@2048", fit=False, nodes=8, internode_gbps=1600.0, note="8 nodes of 8, 1600 Gbps node-node interconnect (the A100 80GB table's header)"),  # noqa: E501
     _mpt("|  7b | 2048 | 8 | a100_40gb | 50.92 | 67.89 |  1.588704E+16 | 12 | 4 | 384 | 14 | 29436 | 3679 | 786432 | bf16 | PURE | FULL_SHARD | True | False | 6658859008 |", A100_40, "mpt-7b@2048", fit=False),  # noqa: E501
     Run(
         id="torchtitan-llama3.1-8b-h100-fsdp2-eager", source=TITAN_H100,
@@ -172,17 +177,17 @@ RUNS: list[Run] = [
         "batch size 2, global batch size 16. Selective activation checkpointing. row: | FSDP | "
         "5,762 | 82.4 | (TPS/GPU, Memory(GiB))",
         shape="llama-3.1-8b", gpu=H100, gpu_count=8, micro_batch_size=2, grad_acc=1, seq=8192,
-        checkpointing="selective", precision="fp32", zero_stage=3, compiled=False,
-        tokens_per_s_per_gpu=5762, peak_memory_bytes=82.4 * 2**30,
-        note="H100 with 96 GB HBM2e at 500 W (lower peak than the catalog's SXM); seq 8192 "
-        "from the llama3_8b.toml preset; selective AC planned as none; memory in GiB",
+        checkpointing="selective-op", precision="fp32", zero_stage=3, compiled=False,
+        tokens_per_s_per_gpu=5762, peak_memory_bytes=82.4 * 2**30, hardware="grand-teton-h100",
+        note="H100 with 96 GB HBM2e at 500 W, planned as described (Corrections); seq 8192 and "
+        "selective_ac_option 'op' from the llama3_8b.toml preset; memory in GiB",
     ),
     Run(
         id="torchtitan-llama3.1-8b-h100-fsdp2-compiled", source=TITAN_H100,
         quote="caption: as the eager row. row: | FSDP + torch.compile | 6,667 | 77.0 |",
         shape="llama-3.1-8b", gpu=H100, gpu_count=8, micro_batch_size=2, grad_acc=1, seq=8192,
-        checkpointing="selective", precision="fp32", zero_stage=3, compiled=True,
-        tokens_per_s_per_gpu=6667, peak_memory_bytes=77.0 * 2**30,
+        checkpointing="selective-op", precision="fp32", zero_stage=3, compiled=True,
+        tokens_per_s_per_gpu=6667, peak_memory_bytes=77.0 * 2**30, hardware="grand-teton-h100",
         note="as the eager row, with torch.compile",
     ),
     Run(
@@ -191,10 +196,11 @@ RUNS: list[Run] = [
         "batch size 2, global batch size 256. Selective activation checkpointing. row: | FSDP | "
         "5,605 | 67.0 |",
         shape="llama-3.1-8b", gpu=H100, gpu_count=128, micro_batch_size=2, grad_acc=1, seq=8192,
-        checkpointing="selective", precision="fp32", zero_stage=3, compiled=False,
-        tokens_per_s_per_gpu=5605, peak_memory_bytes=67.0 * 2**30,
-        note="16 nodes (RDMA 400 Gb/s per GPU), planned as one domain; H100 96 GB at 500 W; "
-        "memory in GiB",
+        checkpointing="selective-op", precision="fp32", zero_stage=3, compiled=False,
+        tokens_per_s_per_gpu=5605, peak_memory_bytes=67.0 * 2**30, hardware="grand-teton-h100",
+        nodes=16, internode_gbps=8 * 400.0,
+        note="16 nodes of 8, RDMA 400 Gb/s per GPU; H100 96 GB at 500 W as the eager 8-GPU "
+        "row; memory in GiB",
     ),
     Run(
         id="torchtitan-llama3-8b-a100x64-fsdp2-eager", source=TITAN_A100,
@@ -202,19 +208,20 @@ RUNS: list[Run] = [
         "size | Batch size | Activation checkpoiting | WPS | MFU | row: | 8B | 1 | selective op "
         "| 2973 | 58.2% |",
         shape="llama-3.1-8b", gpu=A100_80, gpu_count=64, micro_batch_size=1, grad_acc=1,
-        seq=8192, checkpointing="selective", precision="fp32", zero_stage=3, compiled=False,
+        seq=8192, checkpointing="selective-op", precision="fp32", zero_stage=3, compiled=False,
         tokens_per_s_per_gpu=2973,
-        note="8 nodes, planned as one domain; seq 8192 and compile = false from the 64-A100 "
-        "preset; Llama 3 8B has Llama 3.1 8B's shape; selective AC planned as none",
+        nodes=8,
+        note="8 nodes, network not stated: planned as one domain; seq 8192 and compile = false "
+        "from the 64-A100 preset; Llama 3 8B has Llama 3.1 8B's shape",
     ),
     Run(
         id="torchtitan-llama3-70b-a100x64-fsdp2-eager", source=TITAN_A100,
         quote="(text and header as above) row: | 70B | 1 | full | 331 | 51.7% |",
         shape="llama-3.1-70b", gpu=A100_80, gpu_count=64, micro_batch_size=1, grad_acc=1,
         seq=8192, checkpointing="full", precision="fp32", zero_stage=3, compiled=False,
-        tokens_per_s_per_gpu=331,
-        note="8 nodes, planned as one domain; seq 8192 and compile = false from the 70B preset "
-        "(which also sets TP 8; the table is FSDP2 only)",
+        tokens_per_s_per_gpu=331, nodes=8,
+        note="8 nodes, network not stated: planned as one domain; seq 8192 and compile = "
+        "false from the 70B preset (which also sets TP 8; the table is FSDP2 only)",
     ),
     Run(
         id="fms-fsdp-llama2-7b-a100x128-hsdp-eager", source=FMS_FSDP,
@@ -231,7 +238,8 @@ RUNS: list[Run] = [
         quote="| 70b | 128 * A100 | FSDP | True | 6 | **380 token/gpu/sec** |",
         shape="llama-2-70b", gpu=A100_80, gpu_count=128, micro_batch_size=6, grad_acc=1,
         seq=4096, checkpointing="full", precision="fp32", zero_stage=3, compiled=False,
-        tokens_per_s_per_gpu=380, note="16 nodes, planned as one domain; seq 4096 as above",
+        tokens_per_s_per_gpu=380, nodes=16,
+        note="16 nodes, network not stated: planned as one domain; seq 4096 as above",
     ),
     Run(
         id="kempnerforge-13b-h200x8-fsdp2-eager", source=KEMPNER,
@@ -240,9 +248,10 @@ RUNS: list[Run] = [
         "`torch.compile=true` (except experiment 08 which used `compile=false`).",
         shape="kempner-13b", gpu="H200-141GB", gpu_count=8, micro_batch_size=4, grad_acc=4,
         seq=4096, checkpointing="full", precision="fp32", zero_stage=3, compiled=False,
-        tokens_per_s_per_gpu=35405 / 8, peak_memory_bytes=88.5e9,
-        note="2 nodes of 4 (InfiniBand), planned as one 8-GPU node; 35,405 tok/s over 8 GPUs; "
-        "header: activation checkpointing (full); master-weight precision not stated",
+        tokens_per_s_per_gpu=35405 / 8, peak_memory_bytes=88.5e9, nodes=2, internode_gbps=400.0,
+        note="2 nodes of 4, InfiniBand at the planner's default rate (the report gives none); "
+        "35,405 tok/s over 8 GPUs; header: activation checkpointing (full); master-weight "
+        "precision not stated",
     ),
     Run(
         id="kempnerforge-7b-h200x1-compiled", source=KEMPNER,

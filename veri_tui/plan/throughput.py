@@ -6,7 +6,10 @@ compute per micro-batch = FLOPs / (peak x MATMUL_EFFICIENCY[gpu])
   (matmuls at a fitted share of the peak; the memory-bound elementwise work, which weighs
   more on GPUs with more FLOPs per byte of bandwidth and on narrow models; a fixed per-layer
   cost: kernel launches, why efficiency grows with the tokens in a micro-batch). The two
-  fitted constants come from published eager runs: docs/accuracy.md.
+  fitted constants come from published eager runs: docs/accuracy.md. Passes: forward,
+  backward, and the recompute: all of the forward with gradient checkpointing; a caller may
+  give a selective policy's shares of the FLOPs and of the elementwise passes (no knob sets
+  them: the bundled trainer checkpoints whole layers; benchmarks/as_ran.py does, for runs).
 communication (busbw from the GPU catalog; all-reduce moves 2(n-1)/n of the bytes, all-gather
 and reduce-scatter (n-1)/n):
   zero_stage 0 (DDP): one all-reduce of the trainable gradients per optimizer step, hidden
@@ -52,8 +55,13 @@ OVERLAP = 0.8  # share of backward time that communication kernels can run under
 HOST_LINK_GBPS = 25.0  # PCIe Gen4 x16 host<->device copies, used by cpu_offload
 
 
-def flops_per_token(info: ModelInfo, seq: int, *, lora: bool, gc: bool, dpo: bool) -> dict:
-    """Hardware FLOPs per token: forward, backward, recompute, DPO reference forward."""
+def flops_per_token(
+    info: ModelInfo, seq: int, *, lora: bool, gc: bool, dpo: bool,
+    recompute_fraction: float | None = None,
+) -> dict:  # fmt: skip
+    """Hardware FLOPs per token: forward, backward, recompute, DPO reference forward.
+    `recompute_fraction`: the share of the forward recomputed in backward (None: all of it
+    with `gc`, none without; selective checkpointing recomputes a part)."""
     matmul_params = info.parameter_count - info.embedding_parameters
     if info.tied_embeddings:
         matmul_params += info.vocab_size * info.hidden_size  # the head still multiplies
@@ -61,7 +69,10 @@ def flops_per_token(info: ModelInfo, seq: int, *, lora: bool, gc: bool, dpo: boo
     fwd = 2 * matmul_params + 4 * info.layer_count * qd * seq  # PaLM: 6N + 12*L*H*Q*T total
     # Frozen weights (LoRA) need activation gradients but no weight gradients.
     bwd = fwd if lora else 2 * fwd
-    recompute = fwd if gc else 0
+    if recompute_fraction is None:
+        recompute = fwd if gc else 0
+    else:
+        recompute = fwd * recompute_fraction
     reference = fwd if dpo else 0
     return {
         "forward": fwd,
@@ -110,20 +121,33 @@ def estimate_throughput(
     cpu_offload: bool = False,
     nodes: int = 1,
     internode_gbps: float = 25.0,
+    recompute_fraction: float | None = None,
+    recompute_elementwise: float | None = None,
 ) -> dict:
     """One plan's step time, tokens/s, compute/communication split and scaling efficiency;
-    `nodes` machines joined by `internode_gbps` (Gb/s per node) share the `gpu_count`."""
+    `nodes` machines joined by `internode_gbps` (Gb/s per node) share the `gpu_count`.
+
+    Selective activation checkpointing: `recompute_fraction` is the share of the forward's
+    FLOPs and `recompute_elementwise` the share of its elementwise passes recomputed in
+    backward (None: what `gradient_checkpointing` means, all of both or none)."""
     if gpu.bf16_dense_tflops is None:
         return {"known": False, "reason": f"{gpu.name} has no known peak; pick a catalog GPU"}
     n = max(gpu_count, 1)
     seq = sequence_length(method, max_seq_length, max_length)
     lora = lora_rank > 0
-    f = flops_per_token(info, seq, lora=lora, gc=gradient_checkpointing, dpo=method == "dpo")
+    f = flops_per_token(
+        info, seq, lora=lora, gc=gradient_checkpointing, dpo=method == "dpo",
+        recompute_fraction=recompute_fraction,
+    )  # fmt: skip
     tokens_mb = micro_batch_size * seq
     peak = gpu.bf16_dense_tflops * 1e12 * MATMUL_EFFICIENCY.get(gpu.name, DEFAULT_MATMUL_EFFICIENCY)
     layers = max(info.layer_count, 1)
     overhead = layers * LAYER_OVERHEAD_S
     passes = f["total"] / f["forward"] if f["forward"] else 0.0
+    if recompute_elementwise is not None and f["forward"]:
+        # Selective checkpointing saves some matmul outputs but reruns the elementwise ops
+        # between them: the elementwise passes need not follow the recomputed FLOPs.
+        passes = (f["total"] - f["recompute"]) / f["forward"] + recompute_elementwise
     traffic = passes * layers * info.hidden_size * ELEMENTWISE_BYTES * tokens_mb
     hbm = HBM_GBPS.get(gpu.name)  # every catalog GPU has one; a new one without it: no term
     memory_s = traffic / (hbm * 1e9) if hbm else 0.0
