@@ -1,10 +1,12 @@
-"""Datasets: read and check the whole JSONL file, tokenize, and cut global batches.
+"""Datasets: check and tokenize JSONL rows, and cut global batches.
 
 sft_text rows carry `text`, or `messages` (rendered through the tokenizer's chat template,
 loss on assistant turns only), or `prompt` + `completion` (loss on the completion only).
 dpo rows carry `prompt`, `chosen`, `rejected`. Every row is checked before training: the
 first bad one raises DataError naming the file and line. Batches are cut from a seeded
 permutation per epoch, so every rank knows every global batch and reads only its part.
+The trainer tokenizes once into the job folder's token cache (trainer/dataprep.py,
+trainer/tokencache.py) and reads its rows from there.
 """
 
 from __future__ import annotations
@@ -105,16 +107,19 @@ def encode_dpo(tok: Any, row: dict[str, Any], where: str, max_len: int) -> tuple
     return pair[0], pair[1]
 
 
+def encode_row(tok: Any, row: dict[str, Any], where: str, method: str, max_len: int) -> Any:
+    """One row of `method`: an Example (sft_text) or a (chosen, rejected) pair (dpo)."""
+    if method == "dpo":
+        return encode_dpo(tok, row, where, max_len)
+    return encode_sft(tok, row, where, max_len)
+
+
 def load_dataset(path: Path, method: str, tok: Any, max_len: int) -> list[Any]:
-    """Check and tokenize the whole file: Examples (sft_text) or (chosen, rejected) pairs."""
-    out = []
-    for no, row in read_rows(path):
-        where = f"{path} line {no}"
-        if method == "dpo":
-            out.append(encode_dpo(tok, row, where, max_len))
-        else:
-            out.append(encode_sft(tok, row, where, max_len))
-    return out
+    """Check and tokenize the whole file in memory: Examples (sft_text) or (chosen, rejected)
+    pairs. The trainer itself goes through the token cache (trainer/dataprep.py) instead;
+    this is the reference its tests and the planner's token count are checked against."""
+    rows = read_rows(path)
+    return [encode_row(tok, row, f"{path} line {no}", method, max_len) for no, row in rows]
 
 
 def epoch_order(n: int, seed: int, epoch: int) -> list[int]:

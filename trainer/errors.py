@@ -37,10 +37,12 @@ class TrainerError(Exception):
 
 
 class DataError(TrainerError):
-    """A dataset problem; the message names the file and line."""
+    """A dataset problem; the message names the file and line. `line` (when the rank that
+    found it knows it) lets ranks that checked different rows agree on the first bad one."""
 
-    def __init__(self, message: str) -> None:
+    def __init__(self, message: str, line: int | None = None) -> None:
         super().__init__("DATA_ERROR", message)
+        self.line = line
 
 
 class ModelLoadError(TrainerError):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import resource
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -19,6 +20,7 @@ import torch.distributed as dist
 from trainer import checkpoint, data, losses
 from trainer.artifact import save_artifact
 from trainer.config import TrainConfig
+from trainer.dataprep import prepare_dataset
 from trainer.errors import ConfigError
 from trainer.faults import FaultPlan
 from trainer.measure import StateMeter
@@ -71,7 +73,7 @@ def train(cfg: TrainConfig, ctx: RankContext, log: RankLog) -> None:
     stats = RunStats(ctx, rt.device, cfg.zero_stage)  # measured/run-rank-<r>
     with stats.setup.phase("data"):
         tok = load_tokenizer(path)
-        rows = data.load_dataset(cfg.dataset, cfg.method, tok, cfg.max_length)
+        rows = prepare_dataset(cfg, ctx, tok, path, log)  # <job_dir>/tokens/, mapped
     gbs = cfg.global_batch_size
     if len(rows) < gbs:
         raise ConfigError(f"global_batch_size: {gbs} is more than the dataset's {len(rows)} rows")
@@ -172,7 +174,7 @@ class _Stepper:
         ref: torch.nn.Module | None,
         opt: torch.optim.Optimizer,
         pad_id: int,
-        rows: list[Any],
+        rows: Sequence[Any],
         meter: StateMeter,
     ) -> None:
         self.cfg, self.rt, self.model, self.ref, self.opt = cfg, rt, model, ref, opt

@@ -8,7 +8,7 @@ by one set of rules and refuse a bad row with the same message.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,20 +26,51 @@ def read_rows(
         raise DataError(f"{path}: dataset file not found") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise DataError(f"{path}: cannot read the dataset ({exc})") from None
-    rows = []
-    for no, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            row = loads(line)
-        except ValueError as exc:
-            raise DataError(f"{path} line {no}: not valid JSON ({exc})") from None
-        if not isinstance(row, dict):
-            raise DataError(f"{path} line {no}: a row must be a JSON object")
-        rows.append((no, row))
+    rows = [
+        (no, parse_row(line, f"{path} line {no}", loads))
+        for no, line in enumerate(text.splitlines(), start=1)
+        if line.strip()
+    ]
     if not rows:
         raise DataError(f"{path}: the dataset has no rows")
     return rows
+
+
+def parse_row(line: str, where: str, loads: Callable[[str], Any] = json.loads) -> dict[str, Any]:
+    """One line as a JSON object; DataError naming `where` (file and line) otherwise."""
+    try:
+        row = loads(line)
+    except ValueError as exc:
+        raise DataError(f"{where}: not valid JSON ({exc})") from None
+    if not isinstance(row, dict):
+        raise DataError(f"{where}: a row must be a JSON object")
+    return row
+
+
+def numbered_lines(path: Path) -> Iterator[tuple[int, str]]:
+    """(line number, text) of every non-empty line, streamed: the lines and numbers that
+    `read_rows` gives, without the whole file in memory (the token cache's ranks each parse
+    only their own rows of it)."""
+    try:
+        fh = open(path, "rb")
+    except FileNotFoundError:
+        raise DataError(f"{path}: dataset file not found") from None
+    except OSError as exc:
+        raise DataError(f"{path}: cannot read the dataset ({exc})") from None
+    no = 0
+    with fh:
+        # Binary lines end after b"\n" only, which no multi-byte UTF-8 character contains;
+        # str.splitlines then splits each at the other separators read_rows' splitlines
+        # honours (\r, \x85, \u2028, ...), so the numbering is the same.
+        for raw in fh:
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise DataError(f"{path}: cannot read the dataset (line {no + 1}: {exc})") from None
+            for line in text.splitlines():
+                no += 1
+                if line.strip():
+                    yield no, line
 
 
 def text_field(row: dict[str, Any], key: str, where: str) -> str:

@@ -3,9 +3,11 @@
 Real torchrun, 2 CPU ranks, the tiny model, 60 steps, a checkpoint every 10. Rank 1 is
 SIGKILLed from outside once step-20 is committed; step-20 is then damaged (one byte, same
 size: only the manifest's sha256 catches it) and a partial `step-30.tmp` planted. The resume
-skips step-20 by name, removes the partial folder, starts from step-10, and ends with the
-uninterrupted run's losses; a copy of the failed folder resumed on 1 GPU (same global
-batch, grad_acc 2) ends within 2% of it. Refusals need no torchrun.
+skips step-20 by name, removes the partial folder, starts from step-10, reuses the token
+cache the first attempt built (no tokenization: the log says so), and ends with the
+uninterrupted run's losses; a copy of the failed folder, one byte of its token cache flipped,
+resumed on 1 GPU (same global batch, grad_acc 2), tokenizes again (the damaged cache is not
+trusted) and ends within 2% of it. Refusals need no torchrun.
 """
 
 from __future__ import annotations
@@ -79,6 +81,16 @@ def test_resume_skips_a_corrupt_step_and_equals_the_uninterrupted_run(
     assert f"resume: removed the partial write {ckpts / 'step-30.tmp'}" in lines
     assert "resume: attempt 2 from step-10 (verified)" in lines
     assert not (ckpts / "step-30.tmp").exists()
+    # The token cache the first attempt built (2 ranks) is checked and reused, not rebuilt.
+    tokens = job_dir / "tokens"
+    reused = f"data: token cache reused ({tokens}, 64 rows, checked in "
+    assert sum(ln.startswith(reused) for ln in lines) == 1
+    assert not any(ln.startswith("data: tokenized") for ln in lines)
+    history = (job_dir / "log.txt").read_text().splitlines()
+    [built] = [ln for ln in history if ln.startswith("data: tokenized")]
+    assert built.startswith(f"data: tokenized 64 rows into {tokens} (") and "2 ranks" in built
+    [again] = [ln for ln in lines if ln.startswith(reused)]
+    print(f"token cache: {built.removeprefix('data: ')}; on resume: {again.removeprefix('data: ')}")
 
     rec = read_job(job_dir / "job.json")
     assert rec["status"] == "succeeded" and rec["error"] is None and rec["exit_code"] == 0
@@ -106,9 +118,18 @@ def test_resume_skips_a_corrupt_step_and_equals_the_uninterrupted_run(
 def test_resume_on_one_gpu_keeps_the_global_batch(failed: tuple, reference: list[dict]) -> None:
     env, _, _, copy_id = failed
     copy_dir = Path(env["VERI_HOME"]) / "jobs" / copy_id
+    damaged = copy_dir / "tokens" / "part-1.ids"  # one byte: only the manifest's sha256 sees it
+    raw = bytearray(damaged.read_bytes())
+    raw[len(raw) // 2] ^= 0x01
+    damaged.write_bytes(bytes(raw))
     out = cli("resume", copy_id, "--gpu-count", "1", "--wait", env=env)
     assert out.returncode == 0, out.stderr[-3000:]
-    assert "resume: attempt 2 from step-20 (verified)" in out.stdout.splitlines()
+    lines = out.stdout.splitlines()
+    assert "resume: attempt 2 from step-20 (verified)" in lines
+    stale = f"data: token cache not reused: {damaged}: sha256 differs from the manifest "
+    assert any(ln.startswith(stale) for ln in lines)
+    rebuilt = f"data: tokenized 64 rows into {copy_dir / 'tokens'} ("
+    assert any(ln.startswith(rebuilt) and ln.endswith(", 1 rank)") for ln in lines)
     rec = read_job(copy_dir / "job.json")
     assert rec["status"] == "succeeded"
     assert rec["spec"]["gpu_count"] == 1 and rec["attempts"][1]["gpu_count"] == 1
