@@ -88,9 +88,11 @@ def attempts_of(record: JobRecord) -> list[Attempt]:
     ]
 
 
-def open_attempt(record: JobRecord, resumed_from_step: int | None) -> None:
-    """Append the next attempt to ``record`` (running now) and make it the top level's.
-    Returns None, so `modify_job(path, lambda r: open_attempt(r, s))` edits in place."""
+def open_attempt(record: JobRecord, resumed_from_step: int | None, retry: bool = False) -> None:
+    """Append the next attempt to ``record`` (running now) and make it the top level's;
+    ``retry``: a multi-node launcher started it after a platform failure (marked, so the
+    retries since the last start can be counted). Returns None, so
+    `modify_job(path, lambda r: open_attempt(r, s))` edits in place."""
     attempts = attempts_of(record)
     attempt: Attempt = {
         "attempt": len(attempts) + 1,
@@ -102,6 +104,8 @@ def open_attempt(record: JobRecord, resumed_from_step: int | None) -> None:
         "gpu_count": int((record.get("spec") or {}).get("gpu_count") or 1),
         "started_s": round(time.time(), 3),
     }
+    if retry:
+        attempt["retry"] = True
     record["attempts"] = attempts + [attempt]
     record.update(status=RUNNING, started_at=attempt["started_at"], ended_at=None, error=None)
     record.pop("exit_code", None)
@@ -149,10 +153,11 @@ def retryable(error: dict[str, Any] | None) -> bool:
     return err.get("code") in RETRY_CODES and err.get("attribution") == "platform"
 
 
-def max_restarts(spec: dict[str, Any]) -> int:
+def max_restarts(spec: dict[str, Any], alone: bool = True) -> int:
     """The `max_restarts` knob of the job's hyperparameters (default 0). A multi-node job
-    (`nnodes` > 1) is not restarted by one node's supervisor alone: 0 there."""
-    if int(spec.get("nnodes") or 1) > 1:
+    (`nnodes` > 1) is not restarted by one node's supervisor ``alone``: 0 there; its
+    launcher asks with ``alone=False`` and restarts every node together."""
+    if alone and int(spec.get("nnodes") or 1) > 1:
         return 0
     try:
         return max(0, int((spec.get("hyperparameters") or {}).get("max_restarts") or 0))
@@ -212,9 +217,16 @@ def resume_refusal(record: JobRecord, supervisor_alive: bool) -> ResumeRefused |
     return None
 
 
-def prepare_resume(job_path: Path, spec: dict[str, Any] | None = None) -> JobRecord:
+def prepare_resume(
+    job_path: Path, spec: dict[str, Any] | None = None, choice: dict[str, Any] | None = None
+) -> JobRecord:
     """Make an ended (failed or cancelled) job `pending` for a new attempt in its folder;
     ``spec`` replaces its spec (a re-plan). The caller then starts a supervisor.
+
+    ``choice`` (a multi-node job's launcher): `resume_choice`, the step the new attempt
+    starts from (`step`, None for scratch), how to say it (`where`, `lines`), `retry`, and
+    `after_attempt`: refused unless the job has exactly that many attempts (another
+    watcher resumed it first).
 
     Refused (ResumeRefused) while the job runs, and for a succeeded job. A job whose
     supervisor vanished (lost) has its leftover processes ended and its open attempt
@@ -231,6 +243,9 @@ def prepare_resume(job_path: Path, spec: dict[str, Any] | None = None) -> JobRec
         refused = resume_refusal(record, alive)
         if refused is not None:
             raise refused
+        expected = (choice or {}).get("after_attempt")
+        if expected is not None and len(attempts_of(record)) != expected:
+            raise ResumeRefused("job", f"{record.get('job_id')} was resumed meanwhile")
         if not has_ended(record):
             _close_lost(record, job_dir)
         if spec is not None:
@@ -238,6 +253,10 @@ def prepare_resume(job_path: Path, spec: dict[str, Any] | None = None) -> JobRec
             record["resolved_parallelism"] = dict(spec.get("resolved_parallelism") or {})
         record["attempts"] = attempts_of(record)
         record.update(status=PENDING, resumed_at=now_iso(), ended_at=None)
+        if choice is not None:
+            record["resume_choice"] = choice
+        else:
+            record.pop("resume_choice", None)
         for name in (SUPERVISOR_PID, TORCHRUN_PID):  # a dead pid would read as lost
             try:
                 os.unlink(job_dir / name)

@@ -6,7 +6,17 @@ rank hashes a large checkpoint alone while the others wait), rank 0 checks `.met
 writes `trainer_state.json` (step, scheduler, data position), the manifest (trainer/manifest.py:
 size + sha256 of every file: a zero-filled body loads without error otherwise) and
 `COMPLETE`, fsyncs, renames the folder to `step-N` and fsyncs the parent. Only committed steps are
-purged, never the newest. Resume picks the newest committed step whose manifest verifies.
+purged, never the newest, and only once every rank is past the commit. Resume picks the
+newest committed step whose manifest verifies.
+
+A multi-node job (fewer ranks per node than in all) has one job folder per node, on disks
+the other nodes may not see: there every rank saves a rank-local DCP checkpoint (its own
+`__<rank>_*.distcp` and `__<rank>.metadata`, torch's `use_collectives=False` format: replicated
+state written by every rank, so each node's folder loads on its own ranks without reading
+another node's files), and each node's local rank 0 commits its node's part: the manifest
+(with the node's `ranks`) and `COMPLETE`, in that node's folder. A step is then usable only
+when every node committed it; the launcher picks such a step (docs/ssh.md, Multi-node jobs).
+Such a checkpoint loads at the same world size and node layout only (no resharding).
 """
 
 from __future__ import annotations
@@ -14,6 +24,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -59,22 +70,50 @@ def verify(folder: Path) -> bool:
     return not ckptindex.problems(folder)
 
 
-def _hash_share(tmp: Path) -> dict[str, manifest.FileEntry]:
-    """Each rank hashes every world_size-th file; rank 0 gets them all (collective)."""
+def node_ranks() -> list[int] | None:
+    """The global ranks on this rank's node when the job spans several nodes, else None.
+    torchrun gives every node the same number of ranks (LOCAL_WORLD_SIZE), node k holding
+    ranks k*n .. k*n+n-1, as the launcher lays them out."""
+    world = dist.get_world_size()
+    per_node = int(os.environ.get("LOCAL_WORLD_SIZE", world))
+    if per_node >= world:
+        return None
+    first = dist.get_rank() // per_node * per_node
+    return list(range(first, first + per_node))
+
+
+def _hash_share(tmp: Path, ranks: list[int] | None) -> dict[str, manifest.FileEntry]:
+    """Each rank hashes its share of the files, rank 0 (a node's first rank, across nodes)
+    gets them all (collective). On one node: every world_size-th file. Across nodes each
+    rank hashes its own rank-local files, which only its node holds."""
     rank, world = dist.get_rank(), dist.get_world_size()
-    mine = {name: manifest.entry(tmp / name) for name in manifest.listed(tmp)[rank::world]}
+    names = manifest.listed(tmp)
+    if ranks is None:
+        names = names[rank::world]
+    else:
+        names = [n for n in names if n.startswith(f"__{rank}_") or n == f"__{rank}.metadata"]
+    mine = {name: manifest.entry(tmp / name) for name in names}
     shares: list[Any] = [None] * world
     dist.all_gather_object(shares, mine)
+    if ranks is not None:  # the node's own files only: the others are on other disks
+        shares = [shares[r] for r in ranks]
     return {name: e for share in shares for name, e in share.items()}
 
 
 def _commit(
-    tmp: Path, final: Path, extra: dict[str, Any], hashed: dict[str, Any] | None = None
+    tmp: Path,
+    final: Path,
+    extra: dict[str, Any],
+    hashed: dict[str, Any] | None = None,
+    ranks: list[int] | None = None,
 ) -> None:
-    if not (tmp / ".metadata").is_file():
-        raise TrainerError("UNKNOWN", f"checkpoint {tmp}: DCP wrote no .metadata")
+    wanted = [".metadata"] if ranks is None else [f"__{r}.metadata" for r in ranks]
+    missing = [name for name in wanted if not (tmp / name).is_file()]
+    if missing:
+        raise TrainerError("UNKNOWN", f"checkpoint {tmp}: DCP wrote no {missing[0]}")
     atomic_write(tmp / "trainer_state.json", json.dumps(extra))
-    manifest.write(tmp, hashed, step=extra["step"])
+    more = {} if ranks is None else {"ranks": ranks}
+    manifest.write(tmp, hashed, step=extra["step"], **more)
     atomic_write(tmp / "COMPLETE", "ok\n")
     _fsync_dir(tmp)
     os.rename(tmp, final)
@@ -108,31 +147,49 @@ def save(
     keep: int,
     faults: FaultPlan,
 ) -> Path:
-    """Save and commit checkpoint `step` (collective: every rank calls it)."""
-    rank = dist.get_rank()
+    """Save and commit checkpoint `step` (collective: every rank calls it). Each node's first
+    rank owns its node's folder (rank 0 on a single node)."""
+    ranks = node_ranks()
+    leader = dist.get_rank() == (ranks[0] if ranks else 0)
     tmp, final = root / f"step-{step}.tmp", root / f"step-{step}"
-    if rank == 0:
+    if leader:
         root.mkdir(parents=True, exist_ok=True)
         shutil.rmtree(tmp, ignore_errors=True)  # a stale partial save: never save into it
     dist.barrier()
     msd, osd = get_state_dict(model, optimizer, options=_options(lora))
     try:
-        dcp.save({"model": msd, "optim": osd}, checkpoint_id=str(tmp))
+        with warnings.catch_warnings():
+            # Rank-local saves: a node's second rank sees its first rank's metadata file in
+            # the fresh folder and warns that it "overwrites" a checkpoint; it does not.
+            warnings.filterwarnings("ignore", "Detected an existing checkpoint")
+            dcp.save({"model": msd, "optim": osd}, checkpoint_id=str(tmp),
+                     use_collectives=ranks is None)  # fmt: skip
         faults.in_checkpoint(step)
     except BaseException as exc:  # CheckpointException is a BaseException
         note = _disk_note(root)  # before the cleanup frees the space again
-        if rank == 0:
+        if leader:
             shutil.rmtree(tmp, ignore_errors=True)
         code, _ = classify(exc)
         message = f"checkpoint step-{step} failed ({note}): {describe(exc)}"
         raise TrainerError(code, message) from exc
     dist.barrier()
-    hashed = _hash_share(tmp)
-    if rank == 0:
-        _commit(tmp, final, {**extra, "step": step}, hashed)
-        _purge(root, keep)
+    hashed = _hash_share(tmp, ranks)
+    if leader:
+        _commit(tmp, final, {**extra, "step": step}, hashed, ranks)
+    # Purged only once every node has committed: a node killed before its commit leaves
+    # the other nodes' previous step, so some step stays committed on every node.
     dist.barrier()
+    if leader:
+        _purge(root, keep)
     return final
+
+
+class _RankLocalReader(dcp.FileSystemReader):
+    """Reads this rank's own `__<rank>.metadata` first. DCP would find it too, but only
+    after logging the missing global `.metadata` as a warning with a traceback."""
+
+    def read_metadata(self, *args: Any, **kwargs: Any) -> Any:
+        return super().read_metadata(rank=dist.get_rank())
 
 
 def latest(root: Path) -> int | None:
@@ -152,7 +209,10 @@ def load(root: Path, step: int, model: nn.Module, optimizer: Any, *, lora: bool)
     opts = _options(lora)
     msd, osd = get_state_dict(model, optimizer, options=opts)
     state = {"model": msd, "optim": osd}
-    dcp.load(state, checkpoint_id=str(folder))
+    if (folder / ".metadata").is_file():
+        dcp.load(state, checkpoint_id=str(folder))
+    else:  # a node's part of a multi-node checkpoint: each rank reads its own files
+        dcp.load(state, storage_reader=_RankLocalReader(folder))
     set_state_dict(
         model,
         optimizer,

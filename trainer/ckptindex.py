@@ -2,8 +2,9 @@
 
 A committed checkpoint is `checkpoints/step-<n>/` holding the `COMPLETE` marker and its
 `manifest.json` (trainer/checkpoint.py writes both last, then renames `step-<n>.tmp` into
-place). Verified means DCP's `.metadata` is there and every file the manifest lists has its
-size and sha256 (trainer/manifest.py). The supervisor calls `choose` before each attempt (a
+place). Verified means DCP's `.metadata` is there (a multi-node job's node part: each of the node's
+ranks' `__<rank>.metadata`, the ranks its manifest names) and every file the manifest lists
+has its size and sha256 (trainer/manifest.py). The supervisor calls `choose` before each attempt (a
 resume, or a retry after a platform failure) and passes the chosen folder to the trainer as
 the spec's `resume_from`, so the trainer loads exactly that step; a corrupt newer step is
 skipped and named. Partial writes (`step-<n>.tmp`, an artifact's `.<output>.tmp-<pid>`) are
@@ -14,6 +15,7 @@ Stdlib only and Python 3.8-clean: the supervisor imports it on GPU hosts.
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 from typing import NamedTuple
@@ -53,9 +55,21 @@ def committed(root: Path) -> list[tuple[int, Path]]:
     return sorted(out, reverse=True)
 
 
+def metadata_files(folder: Path) -> list[str]:
+    """DCP's metadata files the checkpoint needs: `.metadata`, or for a node's part of a
+    multi-node checkpoint (its manifest lists the node's `ranks`) `__<rank>.metadata` each."""
+    try:
+        ranks = json.loads((Path(folder) / manifest.MANIFEST).read_text()).get("ranks")
+    except (OSError, ValueError, AttributeError):
+        ranks = None  # an unreadable manifest is reported by manifest.problems
+    if isinstance(ranks, list) and ranks:
+        return [f"__{int(r)}.metadata" for r in ranks]
+    return [".metadata"]
+
+
 def problems(folder: Path) -> list[str]:
     """What keeps ``folder`` from being a sound checkpoint, one line each; [] when sound."""
-    out = [] if (folder / ".metadata").is_file() else [f"{folder}/.metadata: missing"]
+    out = [f"{folder}/{n}: missing" for n in metadata_files(folder) if not (folder / n).is_file()]
     return out + manifest.problems(folder)
 
 
@@ -68,6 +82,14 @@ def choose(root: Path) -> Choice:
             return Choice(step, folder, skipped)
         skipped.append((step, found[0] + (f" (and {len(found) - 1} more)" if found[1:] else "")))
     return Choice(None, None, skipped)
+
+
+def pinned(root: Path, step: int | None) -> tuple[Choice, list[Path]]:
+    """The step a launcher chose for a multi-node attempt (committed and verified on every
+    node: this node cannot judge that alone), and this node's committed folders newer
+    than it, which the new attempt saves again (never into an existing folder)."""
+    newer = [folder for n, folder in committed(root) if step is None or n > step]
+    return Choice(step, None if step is None else Path(root) / f"step-{step}", []), newer
 
 
 def stale_writes(job_dir: Path, output_dir: Path | str | None = None) -> list[Path]:

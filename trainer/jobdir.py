@@ -105,6 +105,7 @@ class Attempt(TypedDict, total=False):
     gpu_count: int
     started_s: float
     wall_s: float
+    retry: bool  # started by a multi-node launcher after a platform failure
 
 
 class JobRecord(TypedDict, total=False):
@@ -127,6 +128,7 @@ class JobRecord(TypedDict, total=False):
     attempts: list[Attempt]
     credited_gpu_s: float
     resumed_at: str | None
+    resume_choice: dict[str, Any] | None  # a multi-node resume's step, for its next attempt
     lost: bool
     stale: bool
 

@@ -7,7 +7,8 @@ attempt's files are archived, partial writes removed, and the newest verified ch
 torchrun as a child, keeps ``status`` in job.json true (running, then succeeded, failed or
 cancelled), writes ``exit_code`` and, after a failure, the report built by trainer.failures.
 After a platform failure (RANK_LOST, COMM_ERROR, HARDWARE_ERROR, RANK_HUNG) it starts the
-next attempt itself while the job's ``max_restarts`` allows.
+next attempt itself while the job's ``max_restarts`` allows; never in a multi-node job, whose
+launcher resumes every node together and names the step (job.json ``resume_choice``).
 SIGTERM or SIGINT means cancel: torchrun and every worker are ended (workers run in their own
 sessions, so signalling torchrun's group would miss them), SIGKILL after a grace period.
 
@@ -130,18 +131,23 @@ class Supervisor:
         attempts.remove_stale(stale)
         lines += [f"resume: removed the partial write {p}" for p in stale]
         step, path = None, None
+        pinned = record.get("resume_choice")  # a multi-node resume: the launcher chose
         if number > 1:
             attempts.archive_attempt(self.job_dir, number - 1)
-            choice = ckptindex.choose(self.job_dir / ckptindex.CHECKPOINTS)
-            # A skipped step is unusable, and the new attempt saves that step again (a
-            # checkpoint is never written into an existing folder): it goes.
-            attempts.remove_stale(
-                [self.job_dir / ckptindex.CHECKPOINTS / f"step-{n}" for n, _ in choice.skipped]
-            )
-            lines += [f"resume: skipped step-{n}: {why}; removed" for n, why in choice.skipped]
+            root = self.job_dir / ckptindex.CHECKPOINTS
+            if pinned is not None:
+                choice, newer = ckptindex.pinned(root, pinned.get("step"))
+                attempts.remove_stale(newer)
+                lines += list(pinned.get("lines") or [])
+            else:
+                choice = ckptindex.choose(root)
+                # A skipped step is unusable, and the new attempt saves that step again (a
+                # checkpoint is never written into an existing folder): it goes.
+                attempts.remove_stale([root / f"step-{n}" for n, _ in choice.skipped])
+                lines += [f"resume: skipped step-{n}: {why}; removed" for n, why in choice.skipped]
             step, path = choice.step, choice.path
             where = f"step-{step} (verified)" if step is not None else "step 0 (no checkpoint)"
-            lines.append(f"resume: attempt {number} from {where}")
+            lines.append(f"resume: attempt {number} from {(pinned or {}).get('where', where)}")
             attempts.rewind_metrics(self.job_dir, step or 0)
         if lines:
             failures.append_lines(self.job_dir / "log.txt", lines)
@@ -150,7 +156,8 @@ class Supervisor:
             # Under the job lock: a cancel recorded meanwhile must not become `running`.
             if not has_ended(rec):
                 rec["spec"]["resume_from"] = str(path) if path is not None else None
-                attempts.open_attempt(rec, step)
+                attempts.open_attempt(rec, step, retry=bool((pinned or {}).get("retry")))
+                rec.pop("resume_choice", None)  # this attempt's only
 
         record = modify_job(self.job_path, begin)
         return None if has_ended(record) else record

@@ -246,22 +246,22 @@ def resume(
 
     The same plan, unless ``gpu_count`` or ``sets`` (`KEY=VALUE`) change it: then the job is
     planned again keeping its global batch (veri_tui.launch.replan), here or on its host.
-    VeriError: a job that runs or succeeded, a gpu_count that cannot split the batch, any
-    refusal of the new plan; nothing is changed then.
+    A multi-node job resumes on every node from the newest step committed and verified on
+    all of them, on its own layout and plan (veri_tui.launch.ssh.multinode_resume).
+    VeriError: a job that runs or succeeded, a gpu_count that cannot split the batch (or
+    changes a multi-node job's), any refusal of the new plan; nothing is changed then.
     """
     from veri_tui.launch.replan import resume_spec
 
     target = target_for(job_id)
-    if not hasattr(target, "resume"):
-        raise VeriError(
-            f"{job_id} runs on several nodes: a multi-node job cannot be resumed; launch it again",
-            key="job",
-        )
-    record = target.get_job(job_id)
+    multi = getattr(target, "resume_record", None)  # a multi-node job: nothing re-planned
+    record = multi(gpu_count, sets) if multi else target.get_job(job_id)
     refused = resume_refusal(record, supervisor_alive=not has_ended(record))
     if refused is not None:
         raise VeriError(refused.message, key=refused.key)
-    if isinstance(target, LocalTarget):
+    if multi:
+        spec = None
+    elif isinstance(target, LocalTarget):
         if gpu_count is not None:
             check_devices(int(gpu_count))
         spec = resume_spec(record, gpu_count, sets, _plan_here)

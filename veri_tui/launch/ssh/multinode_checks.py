@@ -3,17 +3,24 @@ hosts, shown by the app's launch screen): every node's facts labelled by node, t
 the rendezvous probe and the plan, each problem a row with ok False.
 
 The checks are the multi-node launch's own (multinode.py: `preflight_nodes`, `agreement`,
-`probe_rendezvous`), so a row passes here exactly when `launch --host a --host b` would.
+`probe_rendezvous`), so a row passes here exactly when `launch --host a --host b` would. The
+`storage` row says whether the nodes' jobs folders are one shared filesystem (a marker file
+written from node 0, looked for from the others; multinode_ckpt.shared_storage): where a
+resume reads the nodes' checkpoints.
 """
 
 from __future__ import annotations
 
+import posixpath
 from typing import Any
 
 from veri_tui.errors import Refusal, VeriError
 from veri_tui.launch.spec import check_job, local_dataset
+from veri_tui.launch.ssh import files
+from veri_tui.launch.ssh.connection import Connection
 from veri_tui.launch.ssh.launch import check_output, plan_for_host
 from veri_tui.launch.ssh.multinode import preflight_nodes, probe_rendezvous
+from veri_tui.launch.ssh.multinode_ckpt import shared_storage
 
 Row = tuple[str, bool, str]
 
@@ -55,6 +62,7 @@ def multinode_rows(job: Any, hosts: list[str], trust_host: str | None = None) ->
         if not rdzv_problems:
             others = ", ".join(hosts[1:])
             rows.append(("rendezvous", True, f"{addr}:{port} on node 0, reached from {others}"))
+        rows.append(storage_row(conns, [posixpath.join(pf.veri_home, "jobs") for pf in pfs]))
         if job.output:
             try:
                 job = check_output(conns[0], job, pfs[0])
@@ -72,3 +80,18 @@ def multinode_rows(job: Any, hosts: list[str], trust_host: str | None = None) ->
         except VeriError as exc:
             problems += exc.errors
     return rows + [(e.key, False, e.message) for e in dict.fromkeys(problems)]
+
+
+def storage_row(conns: list[Connection], jobs_dirs: list[str]) -> Row:
+    """Whether the nodes' jobs folders are one filesystem (made when missing, as launch
+    makes them); informative: either way the job runs."""
+    try:
+        for conn, folder in zip(conns, jobs_dirs, strict=True):
+            files.makedirs(conn.sftp(), folder)
+        shared = shared_storage(conns, jobs_dirs)
+    except OSError as exc:
+        return ("storage", True, f"not checked ({exc})")
+    if shared:
+        return ("storage", True, "one shared filesystem: node 0 sees every node's job folder "
+                "(a resume checks the checkpoints there)")  # fmt: skip
+    return ("storage", True, "each node's own disk (a resume asks every node for its checkpoints)")

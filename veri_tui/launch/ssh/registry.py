@@ -31,6 +31,9 @@ class RegistryEntry:
     #: A multi-node job's nodes, node 0 first: {host, job_dir, pid} each (host, job_dir
     #: and pid above are node 0's); None for a one-host job.
     nodes: list[dict[str, Any]] | None = None
+    #: A multi-node job whose platform retry could not start: the number of attempts it had
+    #: then (so readers do not try again for that attempt); None otherwise.
+    retry_refused: str | None = None
 
 
 def registry_dir() -> Path:

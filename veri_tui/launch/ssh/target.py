@@ -38,13 +38,16 @@ record_cancel(job)
 """
 
 
-# A new attempt of the remote job: refusals as one `error: key: message` line, exit 3.
+# A new attempt of the remote job: refusals as one `error: key: message` line, exit 3. The
+# spec comes on stdin; a multi-node job's step choice (argv[2]) only when there is one, so a
+# job uploaded by an older veri-tui still resumes.
 RESUME_SCRIPT = """
 import json, sys
 from pathlib import Path
 from trainer.attempts import ResumeRefused, prepare_resume
+choice = [json.loads(sys.argv[2])] if sys.argv[2:] else []
 try:
-    record = prepare_resume(Path(sys.argv[1]), json.loads(sys.stdin.read() or "null"))
+    record = prepare_resume(Path(sys.argv[1]), json.loads(sys.stdin.read() or "null"), *choice)
 except ResumeRefused as exc:
     print(exc)
     sys.exit(3)
@@ -155,31 +158,47 @@ class RemoteTarget:
         """A new attempt of the ended remote job in its folder (the uploaded trainer's
         `prepare_resume`), then its supervisor started detached; the registry keeps the
         new pid. ``spec`` replaces the job's spec (a re-plan)."""
-        from veri_tui.launch.ssh.launch import start_supervisor
+        record = self.prepare_resume(job_id, spec)
+        self.start(job_id)
+        return record
 
+    def prepare_resume(
+        self, job_id: str, spec: dict[str, Any] | None = None, choice: dict[str, Any] | None = None
+    ) -> JobRecord:
+        """The job made `pending` for its next attempt on the host, starting nothing;
+        ``choice``: a multi-node launcher's step (trainer.attempts.prepare_resume)."""
         job = self._job(job_id)
         pkg = posixpath.join(job.job_dir, "pkg")
-        line = command_line(
-            [
-                "env",
-                f"PYTHONPATH={pkg}",
-                job.python,
-                "-c",
-                RESUME_SCRIPT,
-                f"{job.job_dir}/{JOB_FILE}",
-            ]
-        )
-        res = self.conn.run_line(line, timeout=60, stdin=json.dumps(spec).encode())
+        argv = ["env", f"PYTHONPATH={pkg}", job.python, "-c", RESUME_SCRIPT,
+                f"{job.job_dir}/{JOB_FILE}"] + ([json.dumps(choice)] if choice else [])  # fmt: skip
+        res = self.conn.run_line(command_line(argv), timeout=60, stdin=json.dumps(spec).encode())
         if res.exit_status != 0:
             text = res.text.strip().splitlines()[-1] if res.text.strip() else ""
             key, _, message = text.removeprefix("error: ").partition(": ")
             if res.exit_status == 3 and message:
                 raise VeriError(message, key=key)
             raise VeriError(f"resume on {self.host} failed: {res.error_line()}", key="job")
-        job.pid = start_supervisor(self.conn, job.job_dir, job.python)
         job.record = json.loads(res.text)
-        registry.save(job)
+        self._save(job)
         return job.record
+
+    def start(self, job_id: str) -> int:
+        """Start the job's supervisor detached again (after `prepare_resume`); its pid."""
+        from veri_tui.launch.ssh.launch import start_supervisor
+
+        job = self._job(job_id)
+        job.pid = start_supervisor(self.conn, job.job_dir, job.python)
+        self._save(job)
+        return job.pid
+
+    def append_log(self, job_id: str, line: str) -> None:
+        """Add a line to the job's log (once its supervisor has ended: no writer races it)."""
+        job = self._job(job_id)
+        try:
+            with self.conn.sftp().open(f"{job.job_dir}/log.txt", "a") as fh:
+                fh.write((line + "\n").encode())
+        except OSError:
+            pass  # the log says less; the record still tells the outcome
 
     def cancel(self, job_id: str, grace: float = GRACE_S) -> JobRecord:
         """SIGTERM the remote supervisor (it ends every rank); clean up itself if it is gone."""
