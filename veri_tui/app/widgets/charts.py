@@ -56,11 +56,18 @@ def render_chart(
 class ChartWidget(Widget):
     """A widget drawn by plotext: shows a placeholder while plotext is being imported."""
 
+    _importing = False
+
     def plotext_ready(self) -> bool:
         """True once plotext is imported; otherwise start importing it off the UI thread."""
         if "plotext" in sys.modules:
             return True
-        self.run_worker(self._import_plotext, thread=True, group="plotext", exclusive=True)
+        # One import worker per widget, started once: every render until it ends lands here,
+        # and an exclusive worker per render would cancel the one before (a cancelled
+        # worker's thread still imports, but waiting for it raises WorkerCancelled).
+        if not self._importing:
+            self._importing = True
+            self.run_worker(self._import_plotext, thread=True, group="plotext")
         return False
 
     def _import_plotext(self) -> None:
