@@ -95,6 +95,9 @@ def test_retry_then_resume_across_two_nodes(sshd, sshd2, tmp_path: Path, monkeyp
         ("failed", 20, True),
     ]
     assert rec["attempts"][1]["error"]["code"] == "RANK_LOST"
+    first, second = rec["attempts"]
+    gap = second["started_s"] - first["started_s"] - first["wall_s"]
+    print(f"the retry's attempt began {gap:.1f} s after the first attempt's end was recorded")
     assert sorted(p.name for p in (dirs[1] / "checkpoints").iterdir()) == ["step-10", "step-20"]
     assert (dirs[1] / "checkpoints" / "step-20" / "__1.metadata").is_file()  # node 1's own
 
