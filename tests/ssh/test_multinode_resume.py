@@ -12,6 +12,8 @@ the tiny model under FSDP, a checkpoint every 10 steps), in one job's life:
 3. `veri-tui resume JOB --wait` starts attempt 3 on both nodes from step-10 and succeeds:
    each step once in metrics.jsonl, every loss equal to an uninterrupted run's within
    tests/launch/test_resume.py's tolerance (0.1%).
+
+Two fast tests need no server: the common step and what a node lacks, and when a retry is due.
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ from ssh_helpers import cli, script
 
 from veri_tui.launch.ssh.connection import Connection
 from veri_tui.launch.ssh.multinode_ckpt import NodeCheck, choose_step, common_steps, shared_storage
+from veri_tui.launch.ssh.multinode_resume import layout_refusal, retry_due
+from veri_tui.launch.ssh.registry import RegistryEntry
 from veri_tui.plan.sources import bundled_tiny_model
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "launch"))
@@ -62,6 +66,24 @@ def test_common_steps_name_what_a_node_lacks() -> None:
     assert common_steps([[20], [10]]) == ([], ["step-20: committed on node 0 only",
                                                "step-10: committed on node 1 only"])  # fmt: skip
     assert common_steps([[], []]) == ([], [])
+
+
+def test_a_retry_is_due_after_a_platform_failure_with_restarts_left() -> None:
+    entry = RegistryEntry("j", "a", "/x", 1, "python3", {}, [])
+    spec = {"nnodes": 2, "gpu_count": 2, "hyperparameters": {"max_restarts": 1}}
+    lost = {"code": "RANK_LOST", "attribution": "platform"}
+    rec = {"job_id": "j", "status": "failed", "error": lost, "spec": spec, "attempts": [{}]}
+    assert retry_due(rec, entry)
+    assert not retry_due({**rec, "attempts": [{}, {"retry": True}]}, entry)  # none left
+    assert retry_due({**rec, "attempts": [{}, {"retry": True}, {}]}, entry)  # a resume: anew
+    customer = {"code": "DATA_ERROR", "attribution": "customer"}
+    assert not retry_due({**rec, "error": customer}, entry)
+    assert not retry_due({**rec, "status": "running"}, entry)  # a node has not ended yet
+    entry.retry_refused = "1"  # this attempt's retry could not start: not again
+    assert not retry_due(rec, entry)
+    assert layout_refusal(rec, None, []) is None and layout_refusal(rec, 2, []) is None
+    assert layout_refusal(rec, 1, []).errors[0].key == "gpu_count"
+    assert layout_refusal(rec, None, ["max_steps=9"]).errors[0].key == "max_steps"
 
 
 @pytest.mark.slow

@@ -160,7 +160,7 @@ def retry(target: Any, job_id: str, record: JobRecord) -> JobRecord:
                 f"{retries_done(record) + 1} of {limit} (max_restarts)")  # fmt: skip
         try:
             resume_nodes(target, job_id, retry=line)
-        except VeriError as exc:
+        except Exception as exc:  # noqa: BLE001 - a retry that fails must not break a read
             # Said once, in the job's log, and kept in the registry: each later read would
             # only fail the same way.
             target.entry.retry_refused = str(len(attempts_of(record)))

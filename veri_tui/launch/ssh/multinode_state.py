@@ -16,6 +16,8 @@ import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+import paramiko
+
 from trainer.failure_rules import is_peer_text
 from trainer.failures import job_error
 from trainer.jobdir import (
@@ -214,7 +216,10 @@ class MultiNodeTarget:
 
         with job_lock(registry.registry_dir() / f"{job_id}.json"):
             self.refresh_entry()
-            return resume_nodes(self, job_id)
+            try:
+                return resume_nodes(self, job_id)
+            except (OSError, paramiko.SSHException) as exc:  # one error line, no traceback
+                raise VeriError(f"resume of {job_id} failed: {exc}", key="job") from exc
 
     def wait(self, job_id: str, poll_s: float = 1.0) -> JobRecord:
         return wait_until_ended(lambda: self.get_job(job_id), poll_s)
