@@ -212,6 +212,14 @@ def test_resume_of_a_lost_job_ends_its_leftover_ranks_and_closes_its_attempt(
     write_pid(tmp_path / SUPERVISOR_PID, gone.pid)  # its supervisor died
     # A rank it left running: the job.json path on its command line, as torchrun's ranks have.
     rank = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)", str(job)])
+    # Popen can return (vfork) before the kernel has set the child's command line: until
+    # then /proc/<pid>/cmdline reads empty and no scan could find it. A lost job's ranks
+    # have long been running; wait for that here.
+    cmdline = Path(f"/proc/{rank.pid}/cmdline")
+    for _ in range(1000):
+        if str(job).encode() in cmdline.read_bytes():
+            break
+        time.sleep(0.01)
     (tmp_path / "log.txt").write_text("step 7\n")  # the last sign of life: now
     try:
         record = prepare_resume(job)
