@@ -25,6 +25,7 @@ import torch.distributed as dist
 from torch import nn
 
 from trainer import manifest
+from trainer.jobdir import fsync_dir
 from trainer.measure import mark_memory
 from trainer.parallelize import unwrap
 from trainer.weights import Planned, ShardWriter, plan_shards
@@ -37,11 +38,7 @@ def _fsync_tree(folder: Path) -> None:
         if f.is_file():
             with open(f, "rb") as fh:
                 os.fsync(fh.fileno())
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    fsync_dir(folder)
 
 
 def _replace_dir(tmp: Path, out: Path) -> None:
@@ -51,11 +48,7 @@ def _replace_dir(tmp: Path, out: Path) -> None:
         old = out.with_name(f".{out.name}.old-{os.getpid()}")
         os.rename(out, old)
     os.rename(tmp, out)
-    fd = os.open(out.parent, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    fsync_dir(out.parent)
     if old is not None:
         shutil.rmtree(old, ignore_errors=True)
 

@@ -36,15 +36,8 @@ from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_
 from trainer import ckptindex, manifest
 from trainer.errors import TrainerError
 from trainer.faults import FaultPlan
+from trainer.jobdir import fsync_dir
 from trainer.report import atomic_write, classify, describe
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _options(lora: bool) -> StateDictOptions:
@@ -115,9 +108,9 @@ def _commit(
     more = {} if ranks is None else {"ranks": ranks}
     manifest.write(tmp, hashed, step=extra["step"], **more)
     atomic_write(tmp / "COMPLETE", "ok\n")
-    _fsync_dir(tmp)
+    fsync_dir(tmp)
     os.rename(tmp, final)
-    _fsync_dir(final.parent)
+    fsync_dir(final.parent)
 
 
 def _purge(root: Path, keep: int) -> None:

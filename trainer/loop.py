@@ -9,7 +9,6 @@ grad_acc x dp split of the same global batch gives the same update.
 from __future__ import annotations
 
 import math
-import resource
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -37,10 +36,12 @@ from trainer.parallelize import (
     grad_sync,
     init_runtime,
     offload_active,
+    offload_threads,
     unwrap,
     wrap_policy,
     wrap_reference,
 )
+from trainer.peakmem import window_peak
 from trainer.progress import NoProgress, Progress
 from trainer.report import RankContext, RankLog
 from trainer.runstats import RunStats
@@ -52,13 +53,6 @@ def lr_factor(step: int, warmup: int, total: int) -> float:
         return (step + 1) / warmup
     progress = (step - warmup) / max(1, total - warmup)
     return 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))
-
-
-def peak_mem_bytes(device: torch.device) -> int:
-    """Peak allocated GPU memory, or the process's peak RSS on CPU."""
-    if device.type == "cuda":
-        return int(torch.cuda.max_memory_allocated(device))
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
 def train(cfg: TrainConfig, ctx: RankContext, log: RankLog) -> None:
@@ -87,6 +81,10 @@ def train(cfg: TrainConfig, ctx: RankContext, log: RankLog) -> None:
             "cpu_offload: CPUOffloadPolicy needs an accelerator; on CPU the states already "
             "live in host memory, so this run goes without it"
         )
+    threads = offload_threads(cfg, rt)
+    if threads is not None:
+        torch.set_num_threads(threads)
+        log.info(f"cpu_offload: the host-side optimizer step runs on {threads} threads per rank")
     with stats.setup.phase("model"):
         policy = build_policy(cfg, path)
     with stats.setup.phase("shard"):
@@ -122,7 +120,7 @@ def train(cfg: TrainConfig, ctx: RankContext, log: RankLog) -> None:
             metric = {"step": step + 1, "total_steps": total, "loss": round(loss, 6), "lr": lr}
             metric["grad_norm"] = round(grad_norm, 6)
             metric["tokens_per_s"] = round(tokens / (time.perf_counter() - t0), 1)
-            metric["peak_mem_bytes"] = peak_mem_bytes(rt.device)
+            metric.update(window_peak(rt.device))  # a collective: every rank logs here
             log.metric({**metric, **rewards})
         if cfg.checkpoint_steps and (step + 1) % cfg.checkpoint_steps == 0:
             extra = {"scheduler": sched.state_dict(), "data_position": step + 1, "seed": cfg.seed}

@@ -115,6 +115,24 @@ def offload_active(cfg: TrainConfig, rt: Runtime) -> bool:
     return cfg.cpu_offload and cfg.zero_stage in (2, 3) and rt.device.type == "cuda"
 
 
+def offload_threads(cfg: TrainConfig, rt: Runtime, env: dict[str, str] | None = None) -> int | None:
+    """The CPU threads this rank's offloaded AdamW step gets, or None to leave torch's.
+
+    With cpu_offload the optimizer step runs on the host, and OMP_NUM_THREADS=1 (set by the
+    supervisor, or by torchrun when unset) would run it on one core: each rank gets its share
+    of the cores this process may use instead. An OMP_NUM_THREADS the user set stays (the
+    supervisor marks its own default with VERI_OMP_DEFAULT=1).
+    """
+    env = os.environ if env is None else env
+    if not offload_active(cfg, rt):
+        return None
+    if "OMP_NUM_THREADS" in env and env.get("VERI_OMP_DEFAULT") != "1":
+        return None
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    ranks_here = int(env.get("LOCAL_WORLD_SIZE") or 1)
+    return max(1, (cores or 1) // max(1, ranks_here))
+
+
 def wrap_policy(model: nn.Module, cfg: TrainConfig, rt: Runtime) -> nn.Module:
     """Apply the planned parallelism to the trained model; returns the module to call."""
     if cfg.zero_stage == 0:

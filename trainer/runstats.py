@@ -37,6 +37,7 @@ from torch import nn
 
 from trainer.jobdir import write_json_atomic
 from trainer.measure import tensor_bytes
+from trainer.peakmem import run_peaks
 from trainer.report import RankContext
 
 #: Steps of each attempt left out of the steady-state rate (start-up, first allocations).
@@ -63,11 +64,9 @@ def vm_hwm_bytes() -> int | None:
 def peak_memory(device: torch.device) -> dict[str, Any]:
     """The peak so far: CUDA allocated and reserved, or the process's VmHWM on CPU."""
     if device.type == "cuda":
-        return {
-            "peak_bytes": int(torch.cuda.max_memory_allocated(device)),
-            "peak_reserved_bytes": int(torch.cuda.max_memory_reserved(device)),
-            "peak_source": "cuda_max_allocated",
-        }
+        alloc, reserved = run_peaks(device)  # across the metric lines' window resets
+        return {"peak_bytes": alloc, "peak_reserved_bytes": reserved,
+                "peak_source": "cuda_max_allocated"}  # fmt: skip
     return {"peak_bytes": vm_hwm_bytes(), "peak_source": "VmHWM"}
 
 

@@ -90,7 +90,10 @@ class Supervisor:
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         # One thread per CPU rank: N ranks each using every core would thrash; torchrun only
         # sets this (with a warning) when unset. On GPUs ranks do little CPU work either way.
-        env.setdefault("OMP_NUM_THREADS", "1")
+        if "OMP_NUM_THREADS" not in env:
+            # Marked as ours: a cpu_offload rank on a GPU takes its share of the cores instead
+            # (trainer/parallelize.py offload_threads); a user's own setting is kept.
+            env.update(OMP_NUM_THREADS="1", VERI_OMP_DEFAULT="1")
         return env
 
     def run(self) -> int:

@@ -2,12 +2,15 @@
 
 They cannot show on 2 CPU ranks as failures (issue 10, part 7), so each is pinned here: FSDP2
 reduce-scatters on every micro-batch (DDP alone skips its all-reduce), the process group's
-timeout, and LOCAL_RANK checked against the visible GPUs before `set_device` (only CUDA is
-mocked). Real gloo groups of one process, created and destroyed by each test.
+timeout, LOCAL_RANK checked against the visible GPUs before `set_device`, an offloaded
+optimizer's share of the cores, and metric lines' peak memory per window and over ranks (only
+CUDA is mocked). Real gloo groups of one process, created and destroyed by each test.
 """
 
 from __future__ import annotations
 
+import os
+import resource
 from datetime import timedelta
 from pathlib import Path
 
@@ -16,9 +19,18 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from trainer import peakmem
 from trainer.config import TrainConfig
 from trainer.errors import ConfigError
-from trainer.parallelize import DIST_TIMEOUT_S, dist_timeout, grad_sync, init_runtime
+from trainer.parallelize import (
+    DIST_TIMEOUT_S,
+    Runtime,
+    dist_timeout,
+    grad_sync,
+    init_runtime,
+    offload_threads,
+)
+from trainer.peakmem import run_peaks, window_peak
 
 
 @pytest.fixture
@@ -101,3 +113,68 @@ def test_local_rank_beyond_the_visible_gpus_is_a_config_error(
     assert err.value.code == "CONFIG_ERROR"
     assert "LOCAL_RANK=3" in err.value.message and "device_count()=2" in err.value.message
     assert err.value.message.startswith("gpu_count: ")
+
+
+def _runtime(kind: str) -> Runtime:
+    return Runtime(device=torch.device(kind, 0) if kind == "cuda" else torch.device(kind),
+                   rank=0, world_size=1)  # fmt: skip
+
+
+def test_an_offloaded_optimizer_gets_its_share_of_the_cores() -> None:
+    cfg = _cfg(cpu_offload=True, zero_stage=3)
+    cores = len(os.sched_getaffinity(0))
+    ours = {"OMP_NUM_THREADS": "1", "VERI_OMP_DEFAULT": "1", "LOCAL_WORLD_SIZE": "2"}
+    assert offload_threads(cfg, _runtime("cuda"), ours) == max(1, cores // 2)
+    assert offload_threads(cfg, _runtime("cuda"), {"LOCAL_WORLD_SIZE": "1"}) == cores
+    # The user's own OMP_NUM_THREADS stays; no offload (or no GPU, so no offload): torch's.
+    assert offload_threads(cfg, _runtime("cuda"), {"OMP_NUM_THREADS": "3"}) is None
+    assert offload_threads(_cfg(zero_stage=3), _runtime("cuda"), ours) is None
+    assert offload_threads(cfg, _runtime("cpu"), ours) is None
+
+
+def test_supervisor_marks_its_own_thread_default(tmp_path: Path, monkeypatch) -> None:
+    from trainer.supervise import Supervisor
+
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    env = Supervisor(tmp_path / "job.json").environment()
+    assert (env["OMP_NUM_THREADS"], env["VERI_OMP_DEFAULT"]) == ("1", "1")
+    monkeypatch.setenv("OMP_NUM_THREADS", "6")
+    env = Supervisor(tmp_path / "job.json").environment()
+    assert env["OMP_NUM_THREADS"] == "6" and "VERI_OMP_DEFAULT" not in env
+
+
+def test_cuda_peaks_are_per_logging_window(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each window reads the allocator's peaks and resets them; the run's peak survives."""
+    peaks = {"alloc": 700, "reserved": 900}
+
+    def reset(_device: object = None) -> None:
+        peaks.update(alloc=100, reserved=200)
+
+    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda d=None: peaks["alloc"])
+    monkeypatch.setattr(torch.cuda, "max_memory_reserved", lambda d=None: peaks["reserved"])
+    monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", reset)
+    monkeypatch.setattr(peakmem, "_RUN", [0, 0])
+    cuda = torch.device("cuda", 0)
+    assert window_peak(cuda) == {"peak_mem_bytes": 700, "peak_reserved_bytes": 900}
+    peaks.update(alloc=300)  # the next window needed less than the first
+    assert window_peak(cuda) == {"peak_mem_bytes": 300, "peak_reserved_bytes": 200}
+    assert run_peaks(cuda) == (700, 900)  # what runstats records for the job
+
+
+def _peak_worker(rank: int, store_path: str, out: str) -> None:
+    dist.init_process_group("gloo", init_method=f"file://{store_path}", rank=rank, world_size=2)
+    if rank == 1:  # rank 1, not rank 0, is the fuller one
+        torch.ones(64 * 2**20, dtype=torch.uint8).fill_(1)
+    got = window_peak(torch.device("cpu"))["peak_mem_bytes"]
+    own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    Path(out, f"rank-{rank}").write_text(f"{got} {own}")
+    dist.destroy_process_group()
+
+
+@pytest.mark.slow
+def test_a_metric_lines_peak_is_the_fullest_ranks(tmp_path: Path) -> None:
+    torch.multiprocessing.spawn(
+        _peak_worker, args=(str(tmp_path / "store"), str(tmp_path)), nprocs=2
+    )
+    got = {r: [int(x) for x in (tmp_path / f"rank-{r}").read_text().split()] for r in (0, 1)}
+    assert got[0][0] == got[1][0] == max(got[0][1], got[1][1]) == got[1][1]
