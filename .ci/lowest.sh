@@ -11,13 +11,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# From a copy of the tree: .ci/run starts this beside the main suite, and two pip installs
-# of one source tree would write the same veri_tui.egg-info (and share .hypothesis/).
-src=$(mktemp -d /tmp/veri-lowest-src.XXXXXX)
-trap 'rm -rf "$src"' EXIT
-tar --exclude=./.git --exclude='./*.egg-info' --exclude=./.hypothesis -cf - . | tar -xf - -C "$src"
-cd "$src"
-
 venv=${VERI_LOWEST_VENV:-/tmp/veri-ci-lowest}
 python3.11 -m venv --clear "$venv"
 # shellcheck disable=SC1091
@@ -47,7 +40,7 @@ sed 's/^/  /' "$pins"
 pip install -q --no-compile -c "$pins" torch==2.13.0 -e '.[train,dev]'
 python -m pip check
 echo "lowest.sh: installed in ${SECONDS}s"
-python -m pytest -q -p no:cacheprovider --basetemp "$src/.tmp-fast" -m "not slow" --ignore=tests/app/test_app_snapshots.py
-python -m pytest -q -p no:cacheprovider --basetemp "$src/.tmp-slow" tests/trainer/test_trainer_runs.py \
+python -m pytest -q -p no:cacheprovider -m "not slow" --ignore=tests/app/test_app_snapshots.py
+python -m pytest -q -p no:cacheprovider tests/trainer/test_trainer_runs.py \
   tests/ssh/test_ssh_connect.py tests/ssh/test_ssh_hostkeys.py
 echo "lowest.sh: done in ${SECONDS}s"
