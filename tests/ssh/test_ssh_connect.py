@@ -115,6 +115,27 @@ def test_stdout_stderr_exit_status_and_stdin(ssh_env) -> None:
     conn.close()
 
 
+def test_makedirs_from_two_sessions_at_once(ssh_env, tmp_path: Path) -> None:
+    """Two nodes on one shared home make the same jobs folder in parallel (multi-node
+    launch): the one that loses the race sees SFTP's bare "Failure", which is not an error
+    when the folder is there."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from veri_tui.launch.ssh import files
+
+    conns = [Connection.open(ssh_env.alias) for _ in range(2)]
+    for round_ in range(5):
+        target = str(tmp_path / f"home-{round_}" / "jobs" / "x")
+        with ThreadPoolExecutor(2) as pool:
+            list(pool.map(lambda c, t=target: files.makedirs(c.sftp(), t), conns))
+        assert Path(target).is_dir()
+    (tmp_path / "a-file").write_text("")
+    with pytest.raises(OSError):  # a file in the way is still refused
+        files.makedirs(conns[0].sftp(), str(tmp_path / "a-file" / "sub"))
+    for conn in conns:
+        conn.close()
+
+
 def test_silent_server_times_out(tmp_path: Path) -> None:
     with socket.socket() as silent:  # accepts TCP but never sends an SSH banner
         silent.bind(("127.0.0.1", 0))

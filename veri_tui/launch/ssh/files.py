@@ -43,7 +43,14 @@ def makedirs(sftp: paramiko.SFTPClient, path: str) -> None:
         parts.append(path)
         path = posixpath.dirname(path)
     for part in reversed(parts):
-        sftp.mkdir(part)
+        try:
+            sftp.mkdir(part)
+        except OSError:
+            # SFTP says only "Failure" for an existing folder: another writer (a second node
+            # on a shared home, started in parallel) may have just made it. Only a folder
+            # that still is not there is an error.
+            if not is_dir(sftp, part):
+                raise
 
 
 def read_bytes(sftp: paramiko.SFTPClient, path: str, limit: int, offset: int = 0) -> bytes:
