@@ -2,7 +2,8 @@
 
 They cannot show on 2 CPU ranks as failures (issue 10, part 7), so each is pinned here: FSDP2
 reduce-scatters on every micro-batch (DDP alone skips its all-reduce), the process group's
-timeout, LOCAL_RANK checked against the visible GPUs before `set_device`, an offloaded
+timeout, LOCAL_RANK checked against the visible GPUs before `set_device`, the group left
+on failure too, an offloaded
 optimizer's share of the cores, and metric lines' peak memory per window and over ranks (only
 CUDA is mocked). Real gloo groups of one process, created and destroyed by each test.
 """
@@ -178,3 +179,25 @@ def test_a_metric_lines_peak_is_the_fullest_ranks(tmp_path: Path) -> None:
     )
     got = {r: [int(x) for x in (tmp_path / f"rank-{r}").read_text().split()] for r in (0, 1)}
     assert got[0][0] == got[1][0] == max(got[0][1], got[1][1]) == got[1][1]
+
+
+def test_the_process_group_is_left_on_failure_too(tmp_path: Path, monkeypatch) -> None:
+    """destroy_process_group runs in `finally`: a rank that fails leaves its group as one that
+    succeeds does (NCCL otherwise warns and may hang at exit), after its failure record."""
+    from trainer_jobs import write_job
+
+    import trainer.__main__ as entry
+    import trainer.loop
+
+    def joins_then_fails(*_: object) -> None:
+        dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+        raise RuntimeError("boom after the group was joined")
+
+    monkeypatch.setattr(trainer.loop, "train", joins_then_fails)
+    for name in ("RANK", "LOCAL_RANK", "GROUP_RANK", "WORLD_SIZE", "TORCHELASTIC_ERROR_FILE"):
+        monkeypatch.delenv(name, raising=False)
+    job = write_job(tmp_path, gpu_count=1)
+    with pytest.raises(RuntimeError, match="boom"):
+        entry.main(["--job", str(job)])
+    assert not dist.is_initialized()
+    assert (tmp_path / "failures" / "rank-0.json").is_file()
