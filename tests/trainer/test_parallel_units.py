@@ -2,10 +2,10 @@
 
 They cannot show on 2 CPU ranks as failures (issue 10, part 7), so each is pinned here: FSDP2
 reduce-scatters on every micro-batch (DDP alone skips its all-reduce), the process group's
-timeout, LOCAL_RANK checked against the visible GPUs before `set_device`, the group left
-on failure too, an offloaded
-optimizer's share of the cores, and metric lines' peak memory per window and over ranks (only
-CUDA is mocked). Real gloo groups of one process, created and destroyed by each test.
+timeout, LOCAL_RANK checked against the visible GPUs before `set_device`, the group left on
+failure too, an offloaded optimizer's share of the cores, and metric lines' peak memory per
+window and over ranks (only CUDA is mocked). Real gloo groups of one process, created and
+destroyed by each test.
 """
 
 from __future__ import annotations
