@@ -5,7 +5,11 @@
 Each kill trial launches the bundled tiny model on 2 CPU ranks through the real launcher
 (supervisor, torchrun), `max_steps` 5 with a checkpoint after every step. It waits for
 `checkpoints/step-N.tmp` to appear (N drawn from 1-4: a save has begun), sleeps a random
-0-250 ms and SIGKILLs one of rank 0, rank 1, torchrun or the supervisor (drawn). Once the
+time within the save and SIGKILLs one of rank 0, rank 1, torchrun or the supervisor (drawn).
+How long a save takes on this machine is measured first, by a run without a kill (each
+`step-N.tmp` timed from its appearance to its rename): the sleep is drawn from 0 to that
+median, so the kills land inside saves whatever the machine's speed (`--max-delay-ms` fixes
+it instead). Once the
 attempt is over (a killed supervisor's ranks are ended as `resume` would end them), it checks
 that every visible `step-N` is complete (COMPLETE, `.metadata`, every file's size and sha256
 as its manifest says, hashed here independently of trainer/ckptindex.py), notes the newest
@@ -89,8 +93,34 @@ def victim(job_dir: Path, target: str) -> int | None:
     return read_pid(job_dir / names[target])
 
 
-def kill_trial(rng: random.Random, n: int) -> dict:
-    target, step, delay = rng.choice(TARGETS), rng.randint(1, STEPS - 1), rng.uniform(0, 0.25)
+def save_seconds() -> float:
+    """The median time a save takes here: one job without a kill, each `step-N.tmp` timed
+    from its appearance to its rename."""
+    job_id, job_dir = launch()
+    seen: dict[int, list[float]] = {}
+    checked = 0.0
+    while True:
+        now = time.monotonic()
+        for step in range(1, STEPS + 1):
+            tmp = job_dir / "checkpoints" / f"step-{step}.tmp"
+            if step not in seen and tmp.exists():
+                seen[step] = [now]
+            elif len(seen.get(step, ())) == 1 and not tmp.exists():
+                seen[step].append(now)
+        if now - checked > 0.2:
+            checked = now
+            if has_ended(jobs.get_job(job_id)):
+                break
+        time.sleep(0.002)
+    spans = sorted(t[1] - t[0] for t in seen.values() if len(t) == 2)
+    if not spans:
+        raise SystemExit("the calibration run showed no checkpoint save")
+    return spans[len(spans) // 2]
+
+
+def kill_trial(rng: random.Random, n: int, max_delay: float) -> dict:
+    target, step = rng.choice(TARGETS), rng.randint(1, STEPS - 1)
+    delay = rng.uniform(0, max_delay)
     job_id, job_dir = launch()
     tmp = job_dir / "checkpoints" / f"step-{step}.tmp"
     wait_for(lambda: tmp.exists() or (job_dir / "checkpoints" / f"step-{step}").exists(), 180)
@@ -185,18 +215,24 @@ def main() -> int:
     parser.add_argument("--kills", type=int, default=20)
     parser.add_argument("--cancels", type=int, default=3, help="of each kind (save, artifact)")
     parser.add_argument("--markdown", type=Path, help="also write the table here")
+    parser.add_argument("--max-delay-ms", type=float, help="default: a save's median time here")
     args = parser.parse_args()
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**31)
     print(f"seed {seed}", flush=True)
     rng = random.Random(seed)
     os.environ["VERI_HOME"] = tempfile.mkdtemp(prefix="crash-save-")
     t0, rows = time.monotonic(), []
+    if args.max_delay_ms is not None:
+        max_delay, why = args.max_delay_ms / 1000, "given"
+    else:
+        max_delay, why = save_seconds(), "a save's median time here"
+    print(f"kill delays drawn from 0 to {max_delay * 1000:.0f} ms ({why})", flush=True)
     plan = [("kill", None)] * args.kills + [
         ("cancel", "save"),
         ("cancel", "artifact"),
     ] * args.cancels
     for n, (kind, during) in enumerate(plan, 1):
-        row = kill_trial(rng, n) if kind == "kill" else cancel_trial(rng, n, during)
+        row = kill_trial(rng, n, max_delay) if kind == "kill" else cancel_trial(rng, n, during)
         rows.append(row)
         print(json.dumps(row), flush=True)
     took = time.monotonic() - t0
@@ -207,7 +243,7 @@ def main() -> int:
         f"seed {seed}: {sum(r['ok'] for r in kills)}/{len(kills)} kills resumed from the newest "
         f"complete verified step ({sum(r['at kill'] == 'saving' for r in kills)} of them with "
         f"the save still in flight); {sum(r['ok'] for r in cancels)}/{len(cancels)} cancels "
-        f"left no partial folder; {took:.0f} s in all"
+        f"left no partial folder; kill delays 0-{max_delay * 1000:.0f} ms; {took:.0f} s in all"
     )
     print(text + "\n" + summary)
     if args.markdown:
