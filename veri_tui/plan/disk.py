@@ -69,7 +69,7 @@ class DiskEstimate(NamedTuple):
         out = []
         if with_checkpoints and self.checkpoints:
             out.append(f"{self.checkpoints} checkpoints x {size(self.checkpoint_bytes)}")
-        if with_artifact:
+        if with_artifact and self.artifact_bytes:  # none on a multi-node job's other nodes
             out.append(f"artifact {size(self.artifact_bytes)}")
         return " + ".join(out)
 

@@ -210,6 +210,9 @@ def launch_nodes(
         if job.output:
             job = check_output(conns[0], job, pfs[0])
         job, plan = plan_for_host(job, pfs[0])
+        from veri_tui.launch.ssh.node_checks import check_nodes
+
+        check_nodes(conns, pfs, plan, job.output, hosts)  # before anything is created
         job_id = new_job_id()
         nproc = job.gpu_count // len(hosts)
 

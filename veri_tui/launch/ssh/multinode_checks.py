@@ -21,6 +21,7 @@ from veri_tui.launch.ssh.connection import Connection
 from veri_tui.launch.ssh.launch import check_output, plan_for_host
 from veri_tui.launch.ssh.multinode import preflight_nodes, probe_rendezvous
 from veri_tui.launch.ssh.multinode_ckpt import shared_storage
+from veri_tui.launch.ssh.node_checks import node_rows
 
 Row = tuple[str, bool, str]
 
@@ -36,8 +37,9 @@ def multinode_rows(job: Any, hosts: list[str], trust_host: str | None = None) ->
     The job's own refusals (with the hosts set, so a gpu_count that does not split over the
     nodes is one), each node's facts (`node 0 (a): python ..., torch ...`), the layout
     (`nodes: 2 x 1 GPUs (a, b)`), whether the nodes agree, whether every node reaches node
-    0's rendezvous port, the output dir on node 0 and the plan. A host that cannot be
-    reached raises VeriError (UnknownHostKeyError for an unknown key), as one host does.
+    0's rendezvous port, the output dir on node 0, the plan, and each node's host memory and
+    disk against what it must hold (node_checks.py). A host that cannot be reached raises
+    VeriError (UnknownHostKeyError for an unknown key), as one host does.
     """
     problems: list[Refusal] = []
     try:
@@ -69,16 +71,20 @@ def multinode_rows(job: Any, hosts: list[str], trust_host: str | None = None) ->
                 rows.append(("output", True, f"{job.output} on node 0 ({hosts[0]})"))
             except VeriError as exc:
                 problems += exc.errors
+        known = job.model is None or all(pf.model_info is not None for pf in pfs)
+        if known and not own_refusals:  # the model's counts are known on every node
+            try:
+                _, plan = plan_for_host(job, pfs[0])
+                rows.insert(0, ("plan", True, plan.plan_line.removeprefix("plan: ")))
+                labels = [node_label(k, h) for k, h in enumerate(hosts)]
+                more, refused = node_rows(conns, pfs, plan, job.output, labels)
+                rows += more
+                problems += refused
+            except VeriError as exc:
+                problems += exc.errors
     finally:
         for conn in conns:
             conn.close()
-    known = job.model is None or all(pf.model_info is not None for pf in pfs)
-    if known and not own_refusals:  # the model's counts are known on every node
-        try:
-            _, plan = plan_for_host(job, pfs[0])
-            rows.insert(0, ("plan", True, plan.plan_line.removeprefix("plan: ")))
-        except VeriError as exc:
-            problems += exc.errors
     return rows + [(e.key, False, e.message) for e in dict.fromkeys(problems)]
 
 
