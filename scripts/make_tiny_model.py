@@ -2,7 +2,9 @@
 
 Run `python scripts/make_tiny_model.py` to regenerate `assets/tiny-model/` (a randomly
 initialised Qwen3-architecture causal LM with a byte-level BPE tokenizer trained on the
-bundled text, saved with save_pretrained as safetensors) and `assets/data/*.jsonl`.
+bundled text, saved with save_pretrained as safetensors), `assets/tiny-moe/` (the same
+tokenizer on a randomly initialised Qwen3-MoE: one dense layer, then one layer of 8 routed
+experts, 2 per token, saved in bf16) and `assets/data/*.jsonl`.
 The text is synthetic and templated on purpose: a random-init model learns its patterns
 within a few dozen CPU steps, which is what the trainer tests need to see.
 """
@@ -109,28 +111,69 @@ def build_tokenizer(texts: list[str], vocab_size: int):
     return fast
 
 
+def _shape(vocab_size: int, eos_id: int) -> dict:
+    """The config values both tiny models share: width, attention, positions, tokens."""
+    return {
+        "vocab_size": vocab_size,
+        "hidden_size": 64,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "head_dim": 16,
+        "max_position_embeddings": 2048,  # the default max_seq_length fits without a warning
+        "tie_word_embeddings": False,
+        "bos_token_id": eos_id,
+        "eos_token_id": eos_id,
+        "pad_token_id": eos_id,
+    }
+
+
 def build_model(vocab_size: int, eos_id: int):
     """A randomly initialised Qwen3 of about 0.2M parameters (seeded)."""
     import torch
     from transformers import AutoModelForCausalLM, Qwen3Config
 
     torch.manual_seed(SEED)
-    config = Qwen3Config(
-        vocab_size=vocab_size,
-        hidden_size=64,
-        intermediate_size=192,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=16,
-        max_position_embeddings=2048,  # the default max_seq_length fits without a warning
-        tie_word_embeddings=False,
-        bos_token_id=eos_id,
-        eos_token_id=eos_id,
-        pad_token_id=eos_id,
+    config = Qwen3Config(intermediate_size=192, **_shape(vocab_size, eos_id))
+    return AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+
+
+def build_moe_model(vocab_size: int, eos_id: int):
+    """A randomly initialised Qwen3-MoE of about 0.16M parameters (seeded), in bf16.
+
+    Layer 0 is dense (`mlp_only_layers`), layer 1 holds 8 routed experts with 2 per token:
+    both kinds of layer, the router and the experts, at a size the CPU tests train in
+    seconds. bf16 halves the file (the trainer loads the base in bf16 anyway).
+    """
+    import torch
+    from transformers import AutoModelForCausalLM, Qwen3MoeConfig
+
+    torch.manual_seed(SEED)
+    config = Qwen3MoeConfig(
+        intermediate_size=128,  # the dense layer's MLP
+        moe_intermediate_size=32,
+        num_experts=8,
+        num_experts_per_tok=2,
+        norm_topk_prob=True,
+        decoder_sparse_step=1,
+        mlp_only_layers=[0],
+        **_shape(vocab_size, eos_id),
     )
-    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-    return model
+    return AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
+
+
+def portable_moe_config(folder: Path) -> None:
+    """Write the expert count as `num_experts`, Qwen's own key (Qwen3-30B-A3B's config.json).
+
+    transformers 5 saves it as `num_local_experts` (its attribute_map's name), which 4.x's
+    Qwen3MoeConfig does not read: it would build its default 128 experts. Both read
+    `num_experts`.
+    """
+    path = folder / "config.json"
+    cfg = json.loads(path.read_text())
+    if "num_local_experts" in cfg:
+        cfg["num_experts"] = cfg.pop("num_local_experts")
+    path.write_text(json.dumps(dict(sorted(cfg.items())), indent=2) + "\n")
 
 
 def portable_tokenizer_config(folder: Path) -> None:
@@ -172,6 +215,14 @@ def main(argv: list[str] | None = None) -> None:
     portable_tokenizer_config(out)
     n = sum(p.numel() for p in model.parameters())
     print(f"wrote {out} ({n} parameters, vocab {vocab}) and {len(sets)} datasets in {data_dir}")
+    moe = build_moe_model(vocab, tok.eos_token_id)
+    moe_out = args.out / "tiny-moe"
+    moe.save_pretrained(moe_out, safe_serialization=True)
+    portable_moe_config(moe_out)
+    tok.save_pretrained(moe_out)
+    portable_tokenizer_config(moe_out)
+    n = sum(p.numel() for p in moe.parameters())
+    print(f"wrote {moe_out} ({n} parameters: 8 routed experts, 2 per token)")
 
 
 if __name__ == "__main__":
