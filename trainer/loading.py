@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -55,7 +55,7 @@ def params_on_meta() -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def cpu_stand_ins(model: nn.Module, targets: list[str]) -> Iterator[None]:
+def cpu_stand_ins(model: nn.Module, adapted: Callable[[str], bool]) -> Iterator[None]:
     """Give the LoRA targets' meta weights a CPU stand-in while peft wraps them.
 
     peft creates each adapter on the CPU (seeded init, as over a loaded base), then moves it to
@@ -65,7 +65,7 @@ def cpu_stand_ins(model: nn.Module, targets: list[str]) -> Iterator[None]:
     """
     swapped = []
     for name, module in model.named_modules():
-        if isinstance(module, nn.Linear) and name.rsplit(".", 1)[-1] in targets:
+        if isinstance(module, nn.Linear) and adapted(name):
             weight = module.weight
             if weight.device.type == "meta":
                 stand_in = torch.empty((), dtype=weight.dtype).expand(weight.shape)

@@ -17,8 +17,7 @@ from torch import nn
 from trainer.config import TrainConfig
 from trainer.errors import ModelLoadError
 from trainer.loading import cpu_stand_ins, defer, eager, params_on_meta
-
-LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+from trainer.lora_targets import LORA_TARGETS, adapts, is_moe, target_modules
 
 
 def dtype_kwarg(dtype: torch.dtype) -> dict[str, torch.dtype]:
@@ -109,12 +108,13 @@ def load_base(path: Path, dtype: torch.dtype) -> nn.Module:
     return model
 
 
-def lora_targets(model: nn.Module) -> list[str]:
-    """The attention and MLP projections this architecture actually has."""
-    names = {
-        name.rsplit(".", 1)[-1] for name, m in model.named_modules() if isinstance(m, nn.Linear)
-    }
-    return [t for t in LORA_TARGETS if t in names]
+def lora_targets(model: nn.Module) -> tuple[list[str], bool]:
+    """peft's target_modules by trainer/lora_targets.py's rule (the one the planner counts
+    by): the attention and MLP projections this model has, attention only in a mixture of
+    experts; and whether it is one."""
+    moe = is_moe(name for name, _ in model.named_parameters())
+    linears = [name for name, m in model.named_modules() if isinstance(m, nn.Linear)]
+    return target_modules(linears, moe), moe
 
 
 def build_policy(cfg: TrainConfig, path: Path) -> nn.Module:
@@ -133,7 +133,7 @@ def build_policy(cfg: TrainConfig, path: Path) -> nn.Module:
         return defer(model, path)
     from peft import LoraConfig, get_peft_model
 
-    targets = lora_targets(model)
+    targets, moe = lora_targets(model)
     if not targets:
         raise ModelLoadError(f"model {path}: none of {LORA_TARGETS} found for LoRA")
     lora = LoraConfig(
@@ -144,7 +144,7 @@ def build_policy(cfg: TrainConfig, path: Path) -> nn.Module:
         task_type="CAUSAL_LM",
     )
     # autocast_adapter_dtype=False: we choose the adapter dtype (the precision's), not peft.
-    with cpu_stand_ins(model, targets):
+    with cpu_stand_ins(model, lambda name: adapts(name, moe)):
         model = get_peft_model(model, lora, autocast_adapter_dtype=False)
     for p in model.parameters():
         if p.requires_grad:

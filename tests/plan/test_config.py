@@ -101,6 +101,13 @@ def test_bundled_examples_plan(name: str) -> None:
     assert Path(rec.job["dataset"]).is_file()
 
 
+def test_bundled_moe_example_plans() -> None:
+    rec = plan_job(load_job_config(EXAMPLES / "sft-lora-tiny-moe.toml"))
+    assert rec.fits and rec.model["path"] == str(bundled_tiny_model().parent / "tiny-moe")
+    assert rec.header_lines[1].startswith("experts: 8 routed, 2 per token")
+    assert rec.resolved_parallelism["zero_stage"] == 3 and rec.trainable_parameter_count == 7168
+
+
 def test_hub_examples_plan_from_cache(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, model_dirs: dict[str, Path]
 ) -> None:

@@ -16,6 +16,7 @@ from veri_tui.plan.calibration import calibrated_note
 from veri_tui.plan.cost import cost_line
 from veri_tui.plan.memory import gb
 from veri_tui.plan.record import PlanRecord
+from veri_tui.plan.resolve import human_count
 
 
 def summary_lines(rec: PlanRecord) -> list[str]:
@@ -38,8 +39,16 @@ def summary_lines(rec: PlanRecord) -> list[str]:
     tp = rec.throughput
     if tp.get("known"):
         bound = ", communication-bound" if tp["communication_bound"] else ""
+        # A mixture of experts computes with its active parameters, not N: say so.
+        active = ""
+        if rec.model.get("moe_layer_count"):
+            active = (
+                f" ({tp['flops_per_token'] / 1e9:.1f} GFLOP/token from the "
+                f"{human_count(rec.active_parameter_count)} active parameters)"
+            )
         out.append(
-            f"throughput: ~{tp['tokens_per_s']:,.0f} tokens/s, step {tp['step_time_s']:.2f} s "
+            f"throughput: ~{tp['tokens_per_s']:,.0f} tokens/s{active}, "
+            f"step {tp['step_time_s']:.2f} s "
             f"(compute {tp['compute_s']:.2f} s + exposed communication "
             f"{tp['exposed_communication_s']:.2f} s), scaling efficiency "
             f"{tp['scaling_efficiency']:.0%}{bound}{calibrated_note(tp)}"

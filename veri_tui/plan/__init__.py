@@ -5,11 +5,12 @@ models): never torch or textual, so `veri-tui plan` and the app start fast. The 
 is what docs/interfaces.md section 1 lists.
 """
 
+from trainer.lora_targets import LORA_TARGETS
 from veri_tui.plan.api import plan, throughput_sweep
 from veri_tui.plan.config import job_from_fields, load_job_config
 from veri_tui.plan.gpus import GPU, GPU_CATALOG, get_gpu
 from veri_tui.plan.knobs import Hyperparameters, JobConfig
-from veri_tui.plan.model_info import LORA_TARGETS, ModelInfo
+from veri_tui.plan.model_info import ModelInfo
 from veri_tui.plan.record import PIN_KEYS, PlanRecord
 from veri_tui.plan.resolve import plan_job
 from veri_tui.plan.sources import read_model_info

@@ -7,6 +7,12 @@ backward are, in bytes:
   attention: q (2qd) + k, v (2 x 2kvd) + attention output (2qd)     = 4qd + 4kvd
              + the softmax log-sum-exp, fp32 per head               = 4a
   MLP:       gate, silu(gate), up, silu(gate) x up (4 x 2I)         = 8I
+A mixture-of-experts layer's MLP saves instead, per token (transformers 5's default
+grouped_mm experts, measured with saved_tensors_hooks): per routed copy (k per token) its
+gathered input and its output (4h), the SwiGLU's 8I (I = moe_intermediate_size) and 34 bytes
+of sort indices and routing weight; the router's fp32 probabilities (4E); each shared expert's
+8I. DeepSeek's latent attention keeps v and its output at the v width and its two latents
+normed (8 x (q_lora_rank + kv_lora_rank)).
 With gradient checkpointing each layer keeps only its bf16 input (2h) and one layer is
 recomputed at a time. Logits and loss, as trainer/losses.py computes them (the label
 log-probabilities by gather minus a logsumexp taken over chunks of tokens, never a
@@ -28,22 +34,48 @@ LOSS_CHUNK_BYTES = 256 * 2**20
 FINAL_NORM_BYTES_PER_HIDDEN = 2 + 2 + 4
 
 
-def layer_bytes_per_token(info: ModelInfo) -> int:
-    """Bytes one decoder layer saves for backward, per token, without checkpointing."""
-    h, i_size, a = info.hidden_size, info.intermediate_size, info.num_attention_heads
+# A MoE layer, per routed copy of a token: int64 sort/unsort indices (4 x 8) + its bf16
+# routing weight (2); per expert of the router: its fp32 probability (measured, module doc).
+MOE_INDEX_BYTES = 34
+ROUTER_BYTES_PER_EXPERT = 4
+
+
+def mlp_bytes_per_token(info: ModelInfo, moe: bool = False) -> int:
+    """Bytes a layer's MLP saves per token beyond its input: dense 8I, or a MoE block's."""
+    if not moe:
+        return 8 * info.intermediate_size
+    routed = 8 * info.moe_intermediate_size + 4 * info.hidden_size + MOE_INDEX_BYTES
+    return (
+        info.experts_per_token * routed
+        + ROUTER_BYTES_PER_EXPERT * info.experts
+        + 8 * info.shared_expert_intermediate_size
+    )
+
+
+def layer_bytes_per_token(info: ModelInfo, moe: bool = False) -> int:
+    """Bytes one decoder layer (a MoE one with `moe`) saves for backward, per token, without
+    checkpointing."""
+    h, a, kv = info.hidden_size, info.num_attention_heads, info.num_key_value_heads
     qd = a * info.head_dim or h
-    kvd = info.num_key_value_heads * info.head_dim or h
-    return 16 * h + 4 * qd + 4 * kvd + 4 * a + 8 * i_size
+    kvd = kv * info.head_dim or h
+    # q, k at the q/k width; v and the attention output at the v width (equal but in MLA).
+    attention = (
+        2 * qd + 2 * kvd + 2 * (kv * info.v_head_dim or kvd) + 2 * (a * info.v_head_dim or qd)
+    )
+    latents = 8 * (info.q_lora_rank + info.kv_lora_rank)
+    return 16 * h + attention + latents + 4 * a + mlp_bytes_per_token(info, moe)
 
 
 def bytes_per_token(info: ModelInfo, gradient_checkpointing: bool) -> int:
     """Peak activation bytes per token in one micro-batch, logits and loss included."""
-    per_layer = layer_bytes_per_token(info)
     layers = max(info.layer_count, 1)
+    moe_layers = info.moe_layer_count
+    per_layer = layer_bytes_per_token(info) if layers > moe_layers else 0
+    per_moe = layer_bytes_per_token(info, moe=True) if moe_layers else 0
     if gradient_checkpointing:
-        body = layers * 2 * info.hidden_size + per_layer
+        body = layers * 2 * info.hidden_size + max(per_layer, per_moe)
     else:
-        body = layers * per_layer
+        body = (layers - moe_layers) * per_layer + moe_layers * per_moe
     root = FINAL_NORM_BYTES_PER_HIDDEN * info.hidden_size
     return body + root + LOGITS_BYTES_PER_VOCAB * info.vocab_size
 

@@ -2,8 +2,9 @@
 
 Counts come from header shapes only (dtypes mix, so byte sizes would lie). From config.json
 we take the architecture figures the activation and throughput estimates need. The LoRA
-targets are the ones the bundled trainer adapts (see LORA_TARGETS), so adapter sizes here
-match what it allocates.
+targets are the ones the bundled trainer adapts (the one rule of trainer/lora_targets.py),
+so adapter sizes here match what it allocates. Mixture-of-experts figures (routed and shared
+experts, dense layers, active parameters): veri_tui/plan/moe.py.
 """
 
 from __future__ import annotations
@@ -12,13 +13,12 @@ import re
 from collections.abc import Iterable
 from typing import Any, NamedTuple
 
+# The LoRA rule, shared with the trainer (a stdlib module uploaded with it to GPU hosts).
+from trainer.lora_targets import ATTENTION_TARGETS, targets
 from veri_tui.plan.headers import TensorInfo
+from veri_tui.plan.moe import LayerExperts, attention_figures, cfg_int, logical_numel, moe_figures
 
-# Linear layers inside the decoder blocks that LoRA adapts; the trainer uses this same list.
-LORA_TARGETS = (
-    "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj",
-    "qkv_proj", "gate_up_proj",
-)  # fmt: skip
+_TARGETS, _ATTENTION = targets(moe=False), frozenset(ATTENTION_TARGETS)
 _LAYER = re.compile(r"(?:^|\.)(?:layers|h|blocks|block)\.(\d+)\.")
 # Suffix tests, not regexes: they run on every tensor name of every `veri-tui plan`.
 _EMBED_ENDS = (
@@ -40,7 +40,15 @@ class ModelInfo(NamedTuple):
     parameter_count is N: every tensor in the checkpoint, a tied head counted once.
     largest_layer_parameters is the largest FSDP unit: one decoder layer, or the root
     (embeddings, untied head, final norm) when that is larger. lora_in_out_sum is the sum of
-    in + out features over the linears LoRA adapts. dtypes: parameters per header dtype.
+    in + out features over the linears LoRA adapts. dtypes: parameters per header dtype
+    (`MXFP4` for gpt-oss's packed expert blocks).
+
+    Mixture of experts (moe.py; zeros and active = N for a dense model):
+    active_parameter_count is what one token uses (N less the routed experts it is not sent
+    to); experts is E per MoE layer, experts_per_token k, shared_experts the always-active
+    ones; moe_layer_count of layer_count layers hold routed experts. head_dim is the q/k
+    width per head and v_head_dim the v width (they differ in DeepSeek's latent attention,
+    whose latent ranks are q_lora_rank and kv_lora_rank; 0 elsewhere).
     """
 
     source: str
@@ -65,6 +73,19 @@ class ModelInfo(NamedTuple):
     vocab_size: int
     max_position_embeddings: int | None
     dtypes: dict[str, int]
+    active_parameter_count: int
+    experts: int
+    experts_per_token: int
+    shared_experts: int
+    moe_layer_count: int
+    moe_intermediate_size: int
+    shared_expert_intermediate_size: int
+    routed_expert_parameters: int
+    router_parameters: int
+    shared_expert_parameters: int
+    v_head_dim: int
+    q_lora_rank: int
+    kv_lora_rank: int
 
     def to_dict(self) -> dict[str, Any]:
         """JSON form (the record's `model`): plain types, lists and dicts copied."""
@@ -82,14 +103,6 @@ class ModelInfo(NamedTuple):
         """One line: name and N in billions."""
         n = self.parameter_count
         return f"{self.source}: {n:,} parameters ({n / 1e9:.2f}B)"
-
-
-def _cfg_int(config: dict[str, Any], *keys: str, default: int = 0) -> int:
-    for key in keys:
-        value = config.get(key)
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-    return default
 
 
 def build_model_info(
@@ -123,32 +136,47 @@ def build_model_info(
     total = 0
     dtypes: dict[str, int] = {}
     layers: dict[int, int] = {}
+    experts: dict[int, LayerExperts] = {}
     root = 0
-    in_out = 0
-    target_count = 0
-    modules: set[str] = set()
+    # LoRA targets, attention and MLP apart: a mixture of experts adapts attention only.
+    in_out = {True: 0, False: 0}
+    target_count = {True: 0, False: 0}
+    modules: dict[bool, set[str]] = {True: set(), False: set()}
     for name, t in by_name.items():
         if name in skip:
             continue
         n = t.numel
+        dtype = t.dtype
+        if dtype == "U8":  # gpt-oss's MXFP4 blocks: 2 weights a byte; their scales: none
+            n = logical_numel(name, dtype, n, by_name)
+            dtype = "MXFP4" if n else dtype
         total += n
-        dtypes[t.dtype] = dtypes.get(t.dtype, 0) + n
+        if n:
+            dtypes[dtype] = dtypes.get(dtype, 0) + n
         layer = layer_of[name]
         if layer is None:
             root += n
             continue
         layers[layer] = layers.get(layer, 0) + n
+        # Substring tests first: most tensors are no expert, router or shared expert.
+        if "expert" in name or "gate." in name or "router." in name:
+            lay = experts.get(layer)
+            if lay is None:
+                lay = experts[layer] = LayerExperts()
+            lay.add(name.split("."), t.shape, n)
+        # trainer.lora_targets.adapts on the module name, unrolled (it runs per tensor).
         parts = name.rsplit(".", 2)
-        if len(t.shape) == 2 and parts[-1] == "weight" and parts[-2] in LORA_TARGETS:
+        if len(t.shape) == 2 and parts[-1] == "weight" and parts[-2] in _TARGETS:
+            attention = parts[-2] in _ATTENTION
             out_f, in_f = t.shape
-            in_out += in_f + out_f
-            target_count += 1
-            modules.add(parts[-2])
-    head_dim = _cfg_int(text, "head_dim")
-    heads_n = _cfg_int(text, "num_attention_heads", "n_head")
-    hidden = _cfg_int(text, "hidden_size", "n_embd", "d_model")
-    if not head_dim and heads_n:
-        head_dim = hidden // heads_n
+            in_out[attention] += in_f + out_f
+            target_count[attention] += 1
+            modules[attention].add(parts[-2])
+    heads_n = cfg_int(text, "num_attention_heads", "n_head")
+    hidden = cfg_int(text, "hidden_size", "n_embd", "d_model")
+    attention = attention_figures(text, heads_n, hidden)
+    moe = moe_figures(experts, text, total)
+    kinds = (True,) if moe["moe_layer_count"] else (True, False)  # attention only in a MoE
     return ModelInfo(
         source=source,
         path=path,
@@ -160,16 +188,17 @@ def build_model_info(
         tied_note=note,
         layer_count=len(layers),
         largest_layer_parameters=max([root, *layers.values()]),
-        lora_in_out_sum=in_out,
-        lora_target_count=target_count,
-        lora_target_modules=sorted(modules),
+        lora_in_out_sum=sum(in_out[k] for k in kinds),
+        lora_target_count=sum(target_count[k] for k in kinds),
+        lora_target_modules=sorted(set().union(*(modules[k] for k in kinds))),
         model_type=text.get("model_type") or config.get("model_type"),
         hidden_size=hidden,
-        intermediate_size=_cfg_int(text, "intermediate_size", "n_inner", "ffn_dim"),
+        intermediate_size=cfg_int(text, "intermediate_size", "n_inner", "ffn_dim"),
         num_attention_heads=heads_n,
-        num_key_value_heads=_cfg_int(text, "num_key_value_heads", default=heads_n),
-        head_dim=head_dim,
-        vocab_size=_cfg_int(text, "vocab_size"),
-        max_position_embeddings=_cfg_int(text, "max_position_embeddings", "n_positions") or None,
+        num_key_value_heads=cfg_int(text, "num_key_value_heads", default=heads_n),
+        vocab_size=cfg_int(text, "vocab_size"),
+        max_position_embeddings=cfg_int(text, "max_position_embeddings", "n_positions") or None,
         dtypes=dtypes,
+        **attention,
+        **moe,
     )

@@ -1,7 +1,8 @@
 """PlanRecord: the resolved plan, as `veri-tui plan --json` prints it and the job spec holds it.
 
 The plan line format is fixed by contracts section 4; the header lines before it say the
-parameter count, the budget and the decision. A record renders as text in a terminal or
+parameter count (and, for a mixture of experts, the experts and the active parameters), the
+budget and the decision. A record renders as text in a terminal or
 rich console and as a small table in a notebook.
 """
 
@@ -37,6 +38,7 @@ class PlanRecord(NamedTuple):
     every `veri-tui plan` start-up pays (benchmarks/bench_plan.py)."""
 
     parameter_count: int
+    active_parameter_count: int  # per token: N less the routed experts it skips (MoE)
     trainable_parameter_count: int
     budget_bytes: int
     states_bytes_per_gpu: int
@@ -59,6 +61,7 @@ class PlanRecord(NamedTuple):
         """The JSON object of contracts section 4 (plain types only)."""
         return {
             "parameter_count": self.parameter_count,
+            "active_parameter_count": self.active_parameter_count,
             "trainable_parameter_count": self.trainable_parameter_count,
             "budget_bytes": self.budget_bytes,
             "states_bytes_per_gpu": self.states_bytes_per_gpu,

@@ -18,6 +18,7 @@ from veri_tui.plan.gpus import GPU, get_gpu
 from veri_tui.plan.knobs import JobConfig
 from veri_tui.plan.memory import MemoryEstimate, estimate_states, gb
 from veri_tui.plan.model_info import ModelInfo
+from veri_tui.plan.moe import moe_line
 from veri_tui.plan.record import PlanRecord, plan_line
 from veri_tui.plan.sources import read_model_info
 from veri_tui.plan.throughput import estimate_throughput
@@ -91,10 +92,12 @@ def _header(job: JobConfig, info: ModelInfo, gpu: GPU, est: MemoryEstimate, trac
         kind = "full fine-tune"
     tied = "; tied embeddings counted once" if info.tied_embeddings else ""
     usable = gpu.memory_bytes / 1e9
+    experts = moe_line(info, bool(hp.lora_rank), human_count)
     return [
         f"model: {info.source}: {info.parameter_count:,} parameters "
         f"({human_count(info.parameter_count)}), {est.trainable_parameter_count:,} trainable "
         f"({kind}){tied}",
+        *([experts] if experts else []),
         f"budget: {gb(gpu.budget_bytes)}/GPU on {gpu.name} x{job.gpu_count} "
         f"(70% of {usable:.1f} GB after a 2 GiB reserve)",
         *_layout(job),
@@ -240,6 +243,7 @@ def plan_job(
     header = _header(job, info, gpu, est, trace[:1])
     return PlanRecord(
         parameter_count=info.parameter_count,
+        active_parameter_count=info.active_parameter_count,
         trainable_parameter_count=est.trainable_parameter_count,
         budget_bytes=gpu.budget_bytes,
         states_bytes_per_gpu=est.states_bytes_per_gpu,

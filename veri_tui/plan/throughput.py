@@ -61,12 +61,19 @@ def flops_per_token(
 ) -> dict:  # fmt: skip
     """Hardware FLOPs per token: forward, backward, recompute, DPO reference forward.
     `recompute_fraction`: the share of the forward recomputed in backward (None: all of it
-    with `gc`, none without; selective checkpointing recomputes a part)."""
-    matmul_params = info.parameter_count - info.embedding_parameters
+    with `gc`, none without; selective checkpointing recomputes a part).
+
+    The matmuls are those of the parameters a token uses: a mixture of experts counts its
+    active parameters (the k routed experts a token is sent to, the router, shared experts),
+    not N. `router` is the routers' share of the forward (2 x h x E per MoE layer), in it."""
+    matmul_params = info.active_parameter_count - info.embedding_parameters
     if info.tied_embeddings:
         matmul_params += info.vocab_size * info.hidden_size  # the head still multiplies
-    qd = info.num_attention_heads * info.head_dim or info.hidden_size
-    fwd = 2 * matmul_params + 4 * info.layer_count * qd * seq  # PaLM: 6N + 12*L*H*Q*T total
+    # Scores use the q/k width per head, the weighted sum the v width (DeepSeek's latent
+    # attention: 192 and 128); both are head_dim elsewhere.
+    qk = info.num_attention_heads * info.head_dim or info.hidden_size
+    v = info.num_attention_heads * info.v_head_dim or info.hidden_size
+    fwd = 2 * matmul_params + 2 * info.layer_count * (qk + v) * seq  # PaLM: 6N + 12*L*H*Q*T
     # Frozen weights (LoRA) need activation gradients but no weight gradients.
     bwd = fwd if lora else 2 * fwd
     if recompute_fraction is None:
@@ -76,6 +83,7 @@ def flops_per_token(
     reference = fwd if dpo else 0
     return {
         "forward": fwd,
+        "router": 2 * info.router_parameters,
         "backward": bwd,
         "recompute": recompute,
         "reference": reference,
@@ -199,6 +207,7 @@ def estimate_throughput(
         "sequence_length": seq,
         "tokens_per_micro_batch": tokens_mb,
         "flops_per_token": f["total"],
+        "active_parameter_count": info.active_parameter_count,
         "compute_s": compute_s,
         "communication_s": raw_comm,
         "exposed_communication_s": exposed,
