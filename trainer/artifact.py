@@ -7,10 +7,11 @@ it, so rank 0 holds at most the largest parameter (the embedding) beyond its sha
 others nothing. The shards are
 `model.safetensors`, or `model-0000k-of-0000n.safetensors` + `model.safetensors.index.json`
 above the `artifact_shard_bytes` knob (default 5 GB, as `save_pretrained`), in the dtype trained
-(bf16, or the fp32 masters); then config, generation config and tokenizer. LoRA: only the
-trainable adapter is gathered and saved the PEFT way (`adapter_model.safetensors`,
-`adapter_config.json`). Every artifact gets `manifest.json` (size + sha256 per file, the
-checkpoints' format; `verify_artifact` checks it).
+(bf16, or the fp32 masters; transformers 5's fused routed experts written back one tensor
+per expert, as read: trainer/experts.py); then config, generation config and tokenizer.
+LoRA: only the trainable adapter is gathered and saved the PEFT way
+(`adapter_model.safetensors`, `adapter_config.json`). Every artifact gets `manifest.json`
+(size + sha256 per file, the checkpoints' format; `verify_artifact` checks it).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import torch.distributed as dist
 from torch import nn
 
 from trainer import manifest
+from trainer.experts import ATTR, split, unfused
 from trainer.jobdir import fsync_dir
 from trainer.measure import mark_memory
 from trainer.parallelize import unwrap
@@ -96,12 +98,26 @@ def _write_full(
     base: nn.Module, tmp: Path, rank: int, precision: str, shard_bytes: int
 ) -> dict[str, Any]:
     tensors = _model_tensors(base)
-    plan = [Planned(n, t.dtype, tuple(t.shape)) for n, t in tensors]
+    # Fused routed experts go back one tensor per expert, as they were read (experts.py).
+    layouts = base.__dict__.get(ATTR, {})
+    plan = []
+    for n, t in tensors:
+        if n in layouts:
+            plan += [Planned(k, t.dtype, shape) for k, shape in unfused(t, layouts[n])]
+        else:
+            plan.append(Planned(n, t.dtype, tuple(t.shape)))
     writer = ShardWriter(tmp, plan_shards(plan, shard_bytes)) if rank == 0 else None
     for name, t in tensors:
         whole = _to_rank0(t, rank)
         if writer is not None and whole is not None:
-            writer.write(name, whole)
+            if name in layouts:
+                pieces = zip(
+                    unfused(whole, layouts[name]), split(whole, layouts[name]), strict=True
+                )
+                for (key, _), piece in pieces:
+                    writer.write(key, piece)
+            else:
+                writer.write(name, whole)
         del whole
     if writer is None:
         return {}

@@ -11,7 +11,9 @@ What the constructors really computed is kept: buffers (rotary `inv_freq`, built
 from the config exactly as `from_pretrained` recomputes them) and the LoRA adapters (peft
 initialises them with the seeded RNG, as over a loaded base) are copied aside before `to_empty`
 and restored after. Tied parameters stay one parameter (the tie is made on the meta model and
-FSDP2 keeps it). `VERI_LOAD=from_pretrained` (tests only) loads the old way, whole on every rank.
+FSDP2 keeps it). transformers 5's fused routed experts are filled from the checkpoint's
+one-tensor-per-expert layout (trainer/experts.py), each rank reading its own experts.
+`VERI_LOAD=from_pretrained` (tests only) loads the old way, whole on every rank.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import torch
 from torch import nn
 
 from trainer.errors import ModelLoadError
+from trainer.experts import ATTR, Layout, find_layout, read_experts
 from trainer.weights import Entry, checkpoint_entries, read_rows
 
 PENDING = "_veri_pending_load"
@@ -122,12 +125,26 @@ def _region(t: torch.Tensor) -> tuple[torch.Tensor, int]:
     return local, (offset[0] if offset else 0)
 
 
-def _checkpoint_key(name: str, entries: dict[str, Entry], prefix: str) -> str | None:
-    """The checkpoint's name for a model tensor: peft's wrapping removed, base prefix tried."""
+def _candidates(name: str, prefix: str) -> tuple[str, str, str]:
+    """Checkpoint names a model tensor may have: peft's wrapping removed, base prefix tried."""
     key = name.removeprefix("base_model.model.").replace(".base_layer.", ".")
-    for cand in (key, key.removeprefix(f"{prefix}."), f"{prefix}.{key}"):
-        if cand in entries:
-            return cand
+    return key, key.removeprefix(f"{prefix}."), f"{prefix}.{key}"
+
+
+def _checkpoint_key(name: str, entries: dict[str, Entry], prefix: str) -> str | None:
+    """The checkpoint's name for a model tensor, or None."""
+    return next((c for c in _candidates(name, prefix) if c in entries), None)
+
+
+def _expert_layout(
+    names: list[str], entries: dict[str, Entry], prefix: str, experts: int
+) -> Layout | None:
+    """How the checkpoint stores a fused experts parameter one expert at a time (experts.py)."""
+    for name in names:
+        for cand in _candidates(name, prefix):
+            layout = find_layout(cand, entries, experts)
+            if layout is not None:
+                return layout
     return None
 
 
@@ -161,6 +178,8 @@ def materialize(model: nn.Module, device: torch.device) -> None:
     prefix = getattr(hf, "base_model_prefix", "") or "model"
     aliases = _aliases(model)
     persistent = {k for k in model.state_dict() if not k.endswith("._extra_state")}
+    layouts: dict[str, Layout] = {}
+    model.__dict__[ATTR] = layouts  # the artifact writes fused experts back this way
     with torch.no_grad():
         for name, t in [*model.named_parameters(), *model.named_buffers()]:
             local, start = _region(t)
@@ -170,6 +189,15 @@ def materialize(model: nn.Module, device: torch.device) -> None:
             if key is None and name in pending.kept:  # adapters and non-persistent buffers
                 kept = pending.kept[name]
                 local.copy_(kept[start : start + local.shape[0]] if local.dim() else kept)
+                continue
+            layout = None
+            if key is None and t.dim() == 3:  # transformers 5's fused routed experts
+                layout = _expert_layout(
+                    [n for n in names if n in persistent], entries, prefix, t.shape[0]
+                )
+            if layout is not None:
+                read_experts(layout, entries, local, start)
+                layouts[name] = layout
                 continue
             if key is None:
                 raise ModelLoadError(f"model {pending.path}: no tensor for {name} in its files")

@@ -1,9 +1,11 @@
 """Sharded loading (trainer/loading.py) against `from_pretrained`, on 2 CPU ranks (gloo).
 
-- Equal: on a random-weight tied model stored in several safetensors files, and on the
-  bundled tiny model (an fp32 file loaded as bf16), every layout (DDP, FSDP2 stages 2/3, LoRA,
-  fp32 masters, the DPO reference) loads bit for bit what `from_pretrained` gives: weights,
-  rotary buffers, the tie, the seeded LoRA init. And a job trains to the same losses.
+- Equal: on a random-weight tied model stored in several safetensors files, on the
+  bundled tiny model (an fp32 file loaded as bf16) and on the tiny mixture of experts (its
+  routed experts fused by transformers 5 from per-expert tensors), every layout (DDP, FSDP2
+  stages 2/3, LoRA, fp32 masters, the DPO reference) loads bit for bit what
+  `from_pretrained` gives: weights, rotary buffers, the tie, the seeded LoRA init. And a job
+  trains to the same losses.
 - Small: each rank's resident memory while loading (VmHWM, reset just before, against VmRSS
   before) is about its shard, not the model. A ~29M-parameter random model (58 MB in bf16):
   at zero_stage 3 on 2 ranks a rank reads 29 MB, so the load must stay under 0.75 x the
@@ -24,7 +26,7 @@ from pathlib import Path
 
 import pytest
 from random_model import SMALL, TINY_TIED, make_random_model
-from trainer_jobs import REPO, TINY, metrics, run_many, write_job
+from trainer_jobs import REPO, TINY, TINY_MOE, metrics, run_many, write_job
 
 LAYOUTS = ["0 0 bf16", "2 0 fp32", "3 0 bf16", "3 4 fp32", "2 4 bf16"]  # stage lora precision
 
@@ -52,11 +54,13 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-@pytest.mark.parametrize("model", ["tied", "tiny"])
+@pytest.mark.parametrize("model", ["tied", "tiny", "tiny-moe"])
 def test_every_layout_loads_what_from_pretrained_loads(
     models: dict, model: str, tmp_path: Path
 ) -> None:
-    path = TINY if model == "tiny" else models["tied"]
+    # tiny-moe: transformers 5 fuses its per-expert tensors into 3-D parameters; the sharded
+    # loader fills each rank's experts from the per-expert files (trainer/experts.py).
+    path = {"tiny": TINY, "tiny-moe": TINY_MOE}.get(model) or models["tied"]
     if model == "tied":
         assert len(list(path.glob("model-*-of-*.safetensors"))) > 1  # several files
     rows = _torchrun(tmp_path, "equal", str(path), *LAYOUTS)

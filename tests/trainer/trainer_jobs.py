@@ -23,6 +23,7 @@ from veri_tui.plan import plan
 
 REPO = Path(__file__).resolve().parents[2]
 TINY = REPO / "assets" / "tiny-model"
+TINY_MOE = REPO / "assets" / "tiny-moe"  # Qwen3-MoE: a dense layer, then 8 experts (2 a token)
 DATA = REPO / "assets" / "data"
 DATASETS = {
     "text": DATA / "sft.jsonl",
@@ -41,11 +42,13 @@ def write_job(
     dataset: str | Path = "text",
     gpu_count: int = 2,
     model: Path = TINY,
+    plan_with: Path = TINY,
     **hyperparameters: Any,
 ) -> Path:
-    """Plan with veri_tui.plan and write <job_dir>/job.json; returns its path."""
+    """Plan with veri_tui.plan (on `plan_with`: the bundled model unless given) and write
+    <job_dir>/job.json; returns its path."""
     hp = {**FAST, **hyperparameters}
-    record = plan(model=str(TINY), method=method, gpu="L4-24GB", gpu_count=gpu_count, **hp)
+    record = plan(model=str(plan_with), method=method, gpu="L4-24GB", gpu_count=gpu_count, **hp)
     d = record.to_dict()
     data_path = DATASETS.get(str(dataset), Path(dataset))
     spec = {
