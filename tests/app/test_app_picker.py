@@ -8,7 +8,7 @@ from app_helpers import editor_ready, write_big_model
 from textual.widgets import Input, OptionList, Static
 
 from veri_tui.app import create_app
-from veri_tui.app.screens.model_picker import ModelPickerScreen
+from veri_tui.app.screens.model_picker import ModelPickerScreen, describe
 from veri_tui.app.screens.plan_editor import PlanEditorScreen
 from veri_tui.plan import read_model_info
 
@@ -63,3 +63,11 @@ async def test_arrows_move_the_list_and_enter_takes_it(veri_home: Path, tmp_path
         editor = await _plan_ready(pilot)
         assert editor.model == str(recent)
         assert editor.record is not None
+
+
+def test_the_model_picker_names_the_experts() -> None:
+    moe_lines = describe(read_model_info("assets/tiny-moe")).splitlines()
+    assert (
+        moe_lines[1] == "experts 8 routed, 2 per token, 0 shared; active 119,680 (0.00B) per token"
+    )
+    assert not describe(read_model_info("assets/tiny-model")).splitlines()[1].startswith("experts")

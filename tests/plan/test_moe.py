@@ -201,3 +201,17 @@ def test_tiny_moe_plan_counts(tmp_path: Path) -> None:
     # 6 of the 8 experts of layer 1 (3 x 32 x 64 each) are skipped by a token.
     assert info.active_parameter_count == 156_544 - 6 * 3 * 32 * 64
     assert info.lora_target_count == 2 * 4
+
+
+def test_unknown_experts_per_token_counts_every_expert_active(tmp_path: Path) -> None:
+    config = {k: v for k, v in MIXTRAL_8X7B.items() if k != "num_experts_per_tok"}
+    config["num_hidden_layers"] = 2
+    write_checkpoint(tmp_path / "m", config, tensors=moe_tensors(config))
+    info = read_model_info(str(tmp_path / "m"))
+    assert (info.experts, info.experts_per_token) == (8, 0)
+    assert info.active_parameter_count == info.parameter_count  # FLOPs an upper bound
+    rec = plan(model=str(tmp_path / "m"), gpu="H100-80GB")
+    assert (
+        "8 routed, ? (config.json names none: all counted active) per token"
+        in (rec.header_lines[1])
+    )

@@ -46,7 +46,7 @@ def mlp_bytes_per_token(info: ModelInfo, moe: bool = False) -> int:
         return 8 * info.intermediate_size
     routed = 8 * info.moe_intermediate_size + 4 * info.hidden_size + MOE_INDEX_BYTES
     return (
-        info.experts_per_token * routed
+        (info.experts_per_token or info.experts) * routed  # k unknown: every expert
         + ROUTER_BYTES_PER_EXPERT * info.experts
         + 8 * info.shared_expert_intermediate_size
     )

@@ -45,7 +45,8 @@ class ModelInfo(NamedTuple):
 
     Mixture of experts (moe.py; zeros and active = N for a dense model):
     active_parameter_count is what one token uses (N less the routed experts it is not sent
-    to); experts is E per MoE layer, experts_per_token k, shared_experts the always-active
+    to); experts is E per MoE layer, experts_per_token k (0 when config.json names none:
+    then every expert counts as active), shared_experts the always-active
     ones; moe_layer_count of layer_count layers hold routed experts. head_dim is the q/k
     width per head and v_head_dim the v width (they differ in DeepSeek's latent attention,
     whose latent ranks are q_lora_rank and kv_lora_rank; 0 elsewhere).

@@ -98,10 +98,14 @@ def moe_figures(
     per_layer = {lay.experts(configured) for lay in moe.values()}
     experts = max(per_layer, default=0)
     k = cfg_int(text, *PER_TOKEN_KEYS) if moe else 0
-    if moe and not 0 < k <= experts:
-        k = experts  # unknown: every expert counted active (FLOPs an upper bound)
+    if not 0 < k <= experts:
+        k = 0  # unknown: 0 here, and every expert counted active (FLOPs an upper bound)
     routed = sum(lay.routed for lay in moe.values())
-    inactive = sum(lay.routed - lay.routed * k // lay.experts(configured) for lay in moe.values())
+    inactive = 0
+    if k:
+        inactive = sum(
+            lay.routed - lay.routed * k // lay.experts(configured) for lay in moe.values()
+        )
     shared_n = cfg_int(text, "n_shared_experts", "num_shared_experts")
     moe_inter = cfg_int(text, "moe_intermediate_size") if moe else 0
     shared_inter = cfg_int(text, "shared_expert_intermediate_size") or shared_n * moe_inter
@@ -143,8 +147,9 @@ def moe_line(info: Any, lora: bool, human_count: Callable[[int], str]) -> str | 
     dense = info.layer_count - info.moe_layer_count
     shared = f"{info.shared_experts} shared" if info.shared_experts else "no shared"
     n, active = info.parameter_count, info.active_parameter_count
+    k = info.experts_per_token or "? (config.json names none: all counted active)"
     line = (
-        f"experts: {info.experts} routed, {info.experts_per_token} per token, {shared}, in "
+        f"experts: {info.experts} routed, {k} per token, {shared}, in "
         f"{info.moe_layer_count} of {info.layer_count} layers ({dense} dense); "
         f"{active:,} active parameters per token ({human_count(active)} of {human_count(n)})"
     )

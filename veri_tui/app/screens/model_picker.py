@@ -43,8 +43,15 @@ def describe(info: Any) -> str:
     else:
         where = "Hub metadata only (not downloaded)"
     dtypes = ", ".join(f"{d} {n:,}" for d, n in sorted(info.dtypes.items())) or "?"
+    moe = ""
+    if info.moe_layer_count:  # a mixture of experts: what a token uses
+        moe = (
+            f"experts {info.experts} routed, {info.experts_per_token or '?'} per token, "
+            f"{info.shared_experts} shared; active {info.active_parameter_count:,} "
+            f"({info.active_parameter_count / 1e9:.2f}B) per token\n"
+        )
     return (
-        f"parameters {info.parameter_count:,} ({info.parameter_count / 1e9:.2f}B)\n"
+        f"parameters {info.parameter_count:,} ({info.parameter_count / 1e9:.2f}B)\n{moe}"
         f"architecture {arch}, {info.layer_count} layers, hidden {info.hidden_size}\n"
         f"dtypes {dtypes}\n{where}"
     )
