@@ -15,9 +15,9 @@ import torch
 from torch import nn
 
 from trainer.config import TrainConfig
-from trainer.errors import ModelLoadError
+from trainer.errors import ConfigError, ModelLoadError
 from trainer.loading import cpu_stand_ins, defer, eager, params_on_meta
-from trainer.lora_targets import LORA_TARGETS, adapts, is_moe, target_modules
+from trainer.lora_targets import LORA_TARGETS, ROUTED_EXPERTS, adapts, is_moe, target_modules
 
 
 def dtype_kwarg(dtype: torch.dtype) -> dict[str, torch.dtype]:
@@ -117,10 +117,38 @@ def lora_targets(model: nn.Module) -> tuple[list[str], bool]:
     return target_modules(linears, moe), moe
 
 
+def check_experts(model: nn.Module, cfg: TrainConfig) -> None:
+    """Refuse a full fine-tune on several ranks of a MoE built with one module per expert.
+
+    transformers 4 builds each routed expert as its own nn.Linear modules and runs only the
+    experts its tokens are routed to, so ranks end a backward with gradients for different
+    parameters: FSDP2's reduce-scatters then disagree between ranks (gloo aborted on the tiny
+    MoE at step 2, transformers 4.56) and DDP, without find_unused_parameters, refuses a
+    step in which a parameter got no gradient. transformers 5 fuses the experts into 3-D
+    parameters that every backward reaches; LoRA leaves the experts frozen.
+    """
+    if cfg.lora_rank or cfg.data_parallel_size <= 1:
+        return
+    per_expert = any(
+        isinstance(m, nn.Linear) and ROUTED_EXPERTS in name.split(".")
+        for name, m in model.named_modules()
+    )
+    if per_expert:
+        import transformers
+
+        raise ConfigError(
+            f"lora_rank: a full fine-tune of this mixture of experts on {cfg.data_parallel_size} "
+            f"ranks cannot run with transformers {transformers.__version__}, which builds one "
+            "module per expert (ranks would reduce different experts' gradients); use "
+            "transformers 5 or later (fused experts), set lora_rank, or train on one GPU"
+        )
+
+
 def build_policy(cfg: TrainConfig, path: Path) -> nn.Module:
     """The model being trained: full fine-tune, or a PEFT LoRA model over a frozen base."""
     train_dtype = torch.bfloat16 if cfg.precision == "bf16" else torch.float32
     model = load_base(path, torch.bfloat16 if cfg.lora_rank else train_dtype)
+    check_experts(model, cfg)
     if cfg.gradient_checkpointing:
         # Non-reentrant checkpointing works with FSDP2, DDP and frozen (LoRA) inputs.
         kwargs = {"use_reentrant": False}

@@ -76,6 +76,33 @@ def test_moe_layer_saves_what_the_activation_model_counts() -> None:
     assert per_token > mlp_bytes_per_token(info, moe=True)
 
 
+def test_full_fine_tune_of_per_expert_modules_is_refused_on_several_ranks() -> None:
+    """transformers 4's MoE (one nn.Linear per expert), without transformers 4 installed."""
+    from pathlib import Path
+
+    from torch import nn
+
+    from trainer.config import TrainConfig
+    from trainer.errors import ConfigError
+    from trainer.model import check_experts
+
+    class Block(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.gate = nn.Linear(4, 2)
+            self.experts = nn.ModuleList(nn.Linear(4, 4) for _ in range(2))
+
+    model = nn.Sequential(Block())
+    cfg = TrainConfig(Path("."), "sft_text", "m", Path("d"), Path("."))
+    cfg.data_parallel_size = 2
+    with pytest.raises(ConfigError, match="lora_rank: a full fine-tune of this mixture"):
+        check_experts(model, cfg)
+    cfg.lora_rank = 4
+    check_experts(model, cfg)  # LoRA: the experts stay frozen
+    cfg.lora_rank, cfg.data_parallel_size = 0, 1
+    check_experts(model, cfg)  # one rank: nothing to disagree about
+
+
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
     root = tmp_path_factory.mktemp("moe-jobs")
