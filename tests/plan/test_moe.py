@@ -215,3 +215,15 @@ def test_unknown_experts_per_token_counts_every_expert_active(tmp_path: Path) ->
         "8 routed, ? (config.json names none: all counted active) per token"
         in (rec.header_lines[1])
     )
+
+
+def test_expert_parallelism_stays_refused(moe_dirs: dict[str, Path]) -> None:
+    from veri_tui.errors import VeriError
+
+    model = str(moe_dirs["qwen3-30b-a3b"])
+    with pytest.raises(VeriError) as err:
+        plan(model=model, gpu="H100-80GB", gpu_count=8, expert_parallel_size=2)
+    assert [r.key for r in err.value.errors] == ["expert_parallel_size"]
+    # FSDP2 shards the experts like any parameter: ZeRO-3 divides every expert by dp.
+    rec = plan(model=model, gpu="H100-80GB", gpu_count=8, zero_stage=3)
+    assert rec.states_bytes_per_gpu == -(-8 * rec.parameter_count // 8)
