@@ -60,7 +60,7 @@ class PlanEditorScreen(Screen):
             )
             yield Static("", id="plan-line", markup=False)
         with Horizontal(id="plan-body"):
-            yield KnobForm(list(core.GPU_CATALOG), self._initial, id="form")
+            yield KnobForm(list(core.GPU_CATALOG), self._initial, self.recompute, id="form")
             with Vertical(id="side"):
                 with Horizontal(id="actions"):
                     yield Button("Launch ^l", id="launch", variant="primary", disabled=True)
@@ -113,7 +113,6 @@ class PlanEditorScreen(Screen):
         values = self.query_one(KnobForm).values()
         return {**values, "model": self.model} if self.model else values
 
-    @on(KnobForm.Changed)
     def recompute(self) -> None:
         """Validate and plan the knobs as they stand; show errors beside their fields."""
         self.job, self.record = None, None

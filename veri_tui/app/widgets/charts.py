@@ -89,7 +89,8 @@ def throughput_points(sweep: Sequence[dict[str, Any]], stage: int) -> tuple[list
 class ThroughputChart(ChartWidget):
     """tokens/s and scaling efficiency against gpu_count for zero_stage 0, 2, 3; `X` = now."""
 
-    sweep: reactive[tuple[dict[str, Any], ...]] = reactive((), layout=True)
+    # No layout on a new sweep: the chart's height is fixed (veri.tcss), only its lines change.
+    sweep: reactive[tuple[dict[str, Any], ...]] = reactive(())
     current: reactive[tuple[int, int] | None] = reactive(None)  # (gpu_count, zero_stage)
 
     def render(self) -> Text:

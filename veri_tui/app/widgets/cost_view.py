@@ -14,6 +14,7 @@ from typing import Any
 from rich.text import Text
 from textual.widgets import Static
 
+from veri_tui.app.widgets.steady import show
 from veri_tui.plan.cost import cost_line
 
 
@@ -51,7 +52,7 @@ class CostView(Static):
         self.cost: dict[str, Any] | None = None
 
     def show(self, cost: dict[str, Any] | None) -> None:
-        """Render `cost` (only when it changed: every update costs a relayout)."""
+        """Render `cost` (only when it changed; a relayout only when its height did)."""
         if cost != self.cost or not self.content:
             self.cost = cost
-            self.update(cost_text(cost))
+            show(self, cost_text(cost))

@@ -10,20 +10,47 @@ description in the help line docked under the form.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Any
 
 from textual import events, on
 from textual.app import ComposeResult
 from textual.containers import Grid, VerticalScroll
+from textual.geometry import Size
 from textual.message import Message
+from textual.reactive import Reactive
+from textual.widget import Widget
 from textual.widgets import Input, Label, Select, Static, Switch
 
 from veri_tui.app.widgets.knob_fields import FIELDS, FieldSpec
 
+KEYS = frozenset(spec.key for spec in FIELDS)
+
+
+class KnobInput(Input):
+    """An Input whose typing repaints it without laying the screen out again.
+
+    Input sets its virtual size (the text's width, for horizontal scrolling) on every
+    change, and Widget's `virtual_size` asks for a layout of the whole screen when it
+    changes: with the form's ~100 widgets that was most of a keystroke's latency. A knob's
+    input has a fixed size (its grid cell) and no scrollbars, and Input scrolls to its
+    cursor from `virtual_size` itself, so no layout is needed for it.
+    """
+
+    virtual_size = Reactive(Size(0, 0), layout=False)
+
+    def watch_value(self) -> None:
+        """Hand typed text to the form at once, not through Input.Changed: that message is
+        handled after the next frame (which then shows only the typed digit), so the new
+        plan line would wait one or two frame intervals more."""
+        for node in self.ancestors:
+            if isinstance(node, KnobForm):
+                node.notify_change()
+                return
+
 
 class KnobForm(VerticalScroll):
-    """Every job field and knob; posts `KnobForm.Changed` after any edit."""
+    """Every job field and knob; calls `on_change()` after an edit that changed `values()`."""
 
     DEFAULT_CSS = """
     KnobForm #knob-help {
@@ -37,17 +64,21 @@ class KnobForm(VerticalScroll):
     }
     """
 
-    @dataclass
-    class Changed(Message):
-        """Some value changed; `values` is what `values()` returns now."""
-
-        values: dict[str, Any]
-
-    def __init__(self, gpu_names: list[str], initial: dict[str, Any], **kwargs: Any) -> None:
+    def __init__(
+        self,
+        gpu_names: list[str],
+        initial: dict[str, Any],
+        on_change: Callable[[], None],
+        **kwargs: Any,
+    ) -> None:
         super().__init__(**kwargs)
+        self._on_change = on_change
+        self._notified: dict[str, Any] | None = None  # the values on_change last saw
+        self._quiet = False  # set_values: one on_change at the end, not one per field
         self._gpu_names = gpu_names
         self._initial = initial
         self._shown_errors: dict[str, str] = {}
+        self._parts: dict[str, Widget] = {}
 
     def compose(self) -> ComposeResult:
         # One grid (label | editor, the error row spanning both) instead of a container per
@@ -83,15 +114,15 @@ class KnobForm(VerticalScroll):
             )
         initial = self._initial.get(spec.key)  # unset: empty, so the core's default applies
         text = "" if initial is None else str(initial)
-        return Input(text, placeholder=spec.placeholder, id=wid, tooltip=spec.help)
+        return KnobInput(text, placeholder=spec.placeholder, id=wid, tooltip=spec.help)
 
     def values(self) -> dict[str, Any]:
         """The keys the user set, as raw form values (strings, or bools for switches)."""
         out: dict[str, Any] = {}
         for spec in FIELDS:
-            if not self.query_one(f"#label-{spec.key}").display:
+            if not self._part("label", spec.key).display:
                 continue
-            widget = self.query_one(f"#knob-{spec.key}")
+            widget = self._part("knob", spec.key)
             if isinstance(widget, Switch):
                 if widget.value != spec.default:
                     out[spec.key] = widget.value
@@ -104,32 +135,53 @@ class KnobForm(VerticalScroll):
         return out
 
     def set_values(self, values: dict[str, Any]) -> None:
-        """Put values into their editors (pin, suggestions); posts one Changed afterwards."""
+        """Put values into their editors (pin, suggestions); one on_change afterwards."""
+        self._quiet = True
         with self.prevent(Input.Changed, Select.Changed, Switch.Changed):
             for key, value in values.items():
-                widgets = self.query(f"#knob-{key}")
-                if not widgets:
+                if key not in KEYS:
                     continue
-                widget = widgets.first()
+                widget = self._part("knob", key)
                 if isinstance(widget, Switch):
                     widget.value = bool(value)
                 elif isinstance(widget, Select):
                     widget.value = str(value)
                 elif isinstance(widget, Input):
                     widget.value = "" if value is None else str(value)
+        self._quiet = False
         self._show_for_method(self.values().get("method", "sft_text"))
-        self.post_message(self.Changed(self.values()))
+        self.notify_change()
+
+    def notify_change(self) -> None:
+        """Call on_change if `values()` differ from what it last saw (typing calls this
+        for each key, and the Input.Changed that follows finds nothing new)."""
+        if self._quiet:
+            return
+        values = self.values()
+        if values != self._notified:
+            self._notified = values
+            self._on_change()
+
+    def _part(self, prefix: str, key: str) -> Widget:
+        """The label, editor or error row of `key`, looked up once: a query by id walks the
+        whole form, and every keystroke reads every field."""
+        name = f"{prefix}-{key}"
+        widget = self._parts.get(name)
+        if widget is None:
+            widget = self._parts[name] = self.query_one(f"#{name}")
+        return widget
 
     def set_errors(self, errors: dict[str, list[str]]) -> list[str]:
         """Show each key's messages under its field; returns the keys no visible field shows."""
         for spec in FIELDS:
-            box = self.query_one(f"#err-{spec.key}", Static)
+            box = self._part("err", spec.key)
+            assert isinstance(box, Static)
             text = "\n".join(errors.get(spec.key, []))
             if text != self._shown_errors.get(spec.key, ""):  # untouched rows: no relayout
                 box.update(text)
                 box.set_class(bool(text), "-shown")
                 self._shown_errors[spec.key] = text
-        shown = {s.key for s in FIELDS if self.query_one(f"#label-{s.key}").display}
+        shown = {s.key for s in FIELDS if self._part("label", s.key).display}
         return [key for key in errors if key not in shown]
 
     def _show_for_method(self, method: str) -> None:
@@ -137,7 +189,7 @@ class KnobForm(VerticalScroll):
             if spec.methods:
                 visible = method in spec.methods
                 for prefix in ("label", "knob"):
-                    self.query_one(f"#{prefix}-{spec.key}").display = visible
+                    self._part(prefix, spec.key).display = visible
 
     @on(Input.Changed)
     @on(Select.Changed)
@@ -146,7 +198,7 @@ class KnobForm(VerticalScroll):
         event.stop()
         if isinstance(event, Select.Changed) and event.select.id == "knob-method":
             self._show_for_method(str(event.value))
-        self.post_message(self.Changed(self.values()))
+        self.notify_change()
 
     def on_descendant_focus(self, event: events.DescendantFocus) -> None:
         """Show the focused field's full description in the help line."""

@@ -17,16 +17,12 @@ from textual.widgets import Static
 from veri_tui.app.widgets.charts import ThroughputChart
 from veri_tui.app.widgets.cost_view import CostView
 from veri_tui.app.widgets.memory_bar import MemoryBar
+from veri_tui.app.widgets.steady import show
 
 if TYPE_CHECKING:
     from veri_tui.plan import PlanRecord
 
-
-def show(static: Static, content: str | Text) -> None:
-    """Update `static` only when its content changes: every update costs a screen relayout,
-    and most keystrokes change only the plan line."""
-    if static.content != content:
-        static.update(content)
+__all__ = ["PlanView", "decision_trace", "show"]
 
 
 def decision_trace(record: PlanRecord) -> list[str]:
@@ -38,6 +34,10 @@ def decision_trace(record: PlanRecord) -> list[str]:
 
 class PlanView(VerticalScroll):
     """Everything the plan says about the knobs as they stand."""
+
+    # What `_show_below` will show, when one is scheduled: (record, sweep, current).
+    _below: tuple[PlanRecord | None, tuple[dict[str, Any], ...], tuple[int, int] | None] | None
+    _below = None
 
     def compose(self) -> ComposeResult:
         yield Static("", id="general-errors", classes="errors", markup=False)
@@ -60,15 +60,17 @@ class PlanView(VerticalScroll):
         sweep: list[dict[str, Any]],
         current: tuple[int, int] | None,
     ) -> None:
-        """Render a plan record (None: no valid plan right now, keep the panes empty)."""
+        """Render a plan record (None: no valid plan right now, keep the panes empty).
+
+        The memory bar, warnings and suggestions are updated now, the panes under the
+        charts one frame later (`_show_below`): Textual repaints the box around everything
+        changed in a frame, and the plan line on top with the trace at the bottom made that
+        box the whole screen (every field of the form repainted on each keystroke). Keys
+        typed before that frame only change what it will show (the charts are built once).
+        """
         bar = self.query_one(MemoryBar)
         if bar.record != record:
             bar.record = record
-        chart = self.query_one(ThroughputChart)
-        if chart.sweep != tuple(sweep) or chart.current != current:
-            chart.sweep = tuple(sweep)
-            chart.current = current
-        self.query_one(CostView).show(record.cost if record else None)
         warnings = record.warnings if record else []
         show(
             self.query_one("#warnings", Static),
@@ -83,5 +85,18 @@ class PlanView(VerticalScroll):
                 text.append(f" {i}. {s.text}\n")
         show(self.query_one("#suggestions", Static), text)
         self.query_one("#suggestions").display = bool(sugg)
+        if self._below is None:
+            self.call_after_refresh(self._show_below)
+        self._below = (record, tuple(sweep), current)
+
+    def _show_below(self) -> None:
+        """The throughput charts (two plotext builds, ~15 ms), the cost and the trace."""
+        if self._below is None:
+            return
+        (record, sweep, current), self._below = self._below, None
+        chart = self.query_one(ThroughputChart)
+        if chart.sweep != sweep or chart.current != current:
+            chart.sweep, chart.current = sweep, current
+        self.query_one(CostView).show(record.cost if record else None)
         trace = decision_trace(record) if record else []
         show(self.query_one("#trace", Static), "\n".join(trace))
