@@ -1,4 +1,5 @@
-"""The `veri-tui` command line: the app by default; plan, launch, jobs, logs, cancel, resume.
+"""The `veri-tui` command line: the app by default; plan, launch, jobs, logs, cancel, resume,
+serve.
 
 Parsing lives here; each subcommand's work lives in `veri_tui.commands.<name>`, imported
 lazily so that `veri-tui plan` never pays for Textual (and nothing here imports torch).
@@ -87,6 +88,23 @@ def _resume_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON job record")
 
 
+def _serve_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="address to listen on (default 127.0.0.1); one other machines can reach "
+        "needs --allow-remote and $VERI_SERVE_TOKEN",
+    )
+    p.add_argument(
+        "--port", type=int, default=8710, metavar="N", help="TCP port (default 8710; 0: a free one)"
+    )
+    p.add_argument(
+        "--allow-remote",
+        action="store_true",
+        help="allow a non-loopback --host (plain HTTP; the token comes from $VERI_SERVE_TOKEN)",
+    )
+
+
 COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None]]] = {
     "plan": ("print the plan header and plan line", _job_options),
     "launch": ("validate, plan and start a job; prints the job id", _launch_options),
@@ -100,6 +118,10 @@ COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None]]] = {
     "resume": (
         "new attempt of a failed/cancelled job from its newest verified checkpoint",
         _resume_options,
+    ),
+    "serve": (
+        "serve the app to a browser (each tab its own app; a token printed once)",
+        _serve_options,
     ),
 }
 
@@ -169,6 +191,8 @@ def dispatch(args: argparse.Namespace) -> int:
             from veri_tui.commands import calibrate as cmd
         elif args.command == "resume":
             from veri_tui.commands import resume as cmd
+        elif args.command == "serve":
+            from veri_tui.commands import serve as cmd
         else:
             from veri_tui.commands import jobs as cmd
         return cmd.run(args)

@@ -1,0 +1,123 @@
+"""Who may reach a served app: the bind address rule, the token, and its check on every request.
+
+textual-serve itself has no authentication, and each websocket it accepts starts an app
+process that can launch and cancel jobs as this user, so `veri-tui serve` adds it here:
+
+- it binds 127.0.0.1 by default; an address other machines can reach is refused unless the
+  user passes `--allow-remote` and sets the token themselves ($VERI_SERVE_TOKEN);
+- a random token (48 hex digits, `secrets`) is printed once in a Jupyter-style URL, and
+  every request (page, static file, websocket, download) must carry it: `?token=` in the
+  URL, the websocket's path (`/ws/<token>`), or the cookie the first page load sets;
+- anything else gets 403 before a handler runs, so no app process is ever started for it.
+  Tokens are compared in constant time (hmac.compare_digest).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import ipaddress
+import secrets
+import socket
+from collections.abc import Awaitable, Callable
+
+from aiohttp import web
+
+from veri_tui.errors import VeriError
+
+TOKEN_ENV = "VERI_SERVE_TOKEN"
+MIN_TOKEN_LENGTH = 24
+FORBIDDEN = (
+    "403 Forbidden: this veri-tui server needs its token; open the URL `veri-tui serve` "
+    "printed (http://HOST:PORT/?token=...)\n"
+)
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def new_token() -> str:
+    """A fresh random token: 24 random bytes as 48 hex digits (URL-safe as is)."""
+    return secrets.token_hex(24)
+
+
+def is_loopback(host: str) -> bool:
+    """True when `host` is reachable only from this machine (127.0.0.0/8, ::1, localhost).
+
+    A name is resolved and counts as loopback only if every address it resolves to is;
+    `0.0.0.0` and `::` (every interface) are not.
+    """
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        pass
+    try:
+        infos = socket.getaddrinfo(host, None)
+    except OSError:
+        return False
+    addresses = {info[4][0] for info in infos}
+    return bool(addresses) and all(ipaddress.ip_address(a).is_loopback for a in addresses)
+
+
+def check_bind(host: str, port: int, allow_remote: bool, user_token: str | None) -> None:
+    """Refuse a bind other machines could reach unless both the flag and a token are given."""
+    if is_loopback(host):
+        return
+    if not allow_remote or not user_token:
+        missing = "--allow-remote" if not allow_remote else f"${TOKEN_ENV}"
+        raise VeriError(
+            f"{host} is not a loopback address, so other machines could reach the app; "
+            f"tunnel instead (ssh -L {port}:127.0.0.1:{port} THIS-HOST, then serve on "
+            f"127.0.0.1), or pass --allow-remote and set ${TOKEN_ENV} (missing: {missing})",
+            key="--host",
+        )
+    if len(user_token) < MIN_TOKEN_LENGTH:
+        raise VeriError(
+            f"${TOKEN_ENV} is {len(user_token)} characters; a token for a non-loopback bind "
+            f"needs at least {MIN_TOKEN_LENGTH} (python -c 'import secrets; "
+            "print(secrets.token_hex(24))' makes one)",
+            key=TOKEN_ENV,
+        )
+
+
+def cookie_name(token: str) -> str:
+    """Cookies do not tell ports apart: a name per token keeps two servers' cookies apart
+    (a hash prefix: the name itself says nothing about the token)."""
+    return "veri_tui_" + hashlib.sha256(token.encode("utf-8")).hexdigest()[:12]
+
+
+def token_matches(given: str | None, token: str) -> bool:
+    """Constant-time comparison (a mismatch takes as long wherever it is)."""
+    if not given:
+        return False
+    return hmac.compare_digest(given.encode("utf-8", "replace"), token.encode("utf-8"))
+
+
+def token_middleware(token: str) -> Callable[[web.Request, Handler], Awaitable]:
+    """aiohttp middleware: 403 for any request without the token; the page sets the cookie."""
+    cookie = cookie_name(token)
+
+    @web.middleware
+    async def require_token(request: web.Request, handler: Handler) -> web.StreamResponse:
+        from_url = request.query.get("token") or request.match_info.get("token")
+        from_cookie = request.cookies.get(cookie)
+        if not (token_matches(from_url, token) or token_matches(from_cookie, token)):
+            return web.Response(status=403, text=FORBIDDEN)
+        response = await handler(request)
+        # The tokened URL stays out of Referer headers and caches.
+        response.headers.setdefault("Referrer-Policy", "no-referrer")
+        if request.path == "/":
+            response.headers.setdefault("Cache-Control", "no-store")
+            if from_url and not response.prepared:
+                response.set_cookie(cookie, token, httponly=True, samesite="Strict", path="/")
+        return response
+
+    return require_token
+
+
+def tunnel_line(port: int) -> str:
+    """How to reach a loopback-bound server from another machine (one line)."""
+    host = socket.gethostname() or "THIS-HOST"
+    return (
+        f"from another machine: ssh -L {port}:127.0.0.1:{port} {host}, "
+        "then open the URL above there"
+    )

@@ -1,0 +1,108 @@
+"""`veri-tui serve`: the Textual app in a browser, through textual-serve, behind a token.
+
+textual-serve's `Server` does the work that matters: each websocket (each browser tab) gets
+its own app process (`python -m veri_tui` under Textual's web driver) and its output is
+relayed to xterm.js in the page; its JS and fonts ship in the wheel, so nothing is fetched
+from the internet. This subclass changes what a public server would need:
+
+- every route sits behind the token middleware (veri_tui.web.auth); the websocket's path
+  carries the token (`/ws/<token>`), since a notebook's IFrame may not get the cookie;
+- the page is veri-tui's own template: relative URLs only (so it also works under a
+  jupyter-server-proxy prefix), the bundled Roboto Mono instead of Google's font CSS;
+- it binds the socket itself (port 0 picks a free one) and prints the URL once.
+
+App processes inherit this process's environment less the token, and its working directory
+and VERI_HOME: the job folders stay the one state every tab and the terminal app share.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import shlex
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+import aiohttp_jinja2
+import jinja2
+from aiohttp import web
+from textual_serve.server import Server
+
+from veri_tui.web.auth import TOKEN_ENV, token_middleware, tunnel_line
+
+TEMPLATES = Path(__file__).parent / "templates"
+APP_COMMAND = f"{shlex.quote(sys.executable)} -m veri_tui"
+
+
+class VeriServer(Server):
+    """textual-serve's Server with the token on every route and veri-tui's own page."""
+
+    def __init__(self, host: str, port: int, token: str, command: str = APP_COMMAND) -> None:
+        super().__init__(command, host=host, port=port, title="veri-tui")
+        self.token = token
+
+    async def _make_app(self) -> web.Application:
+        app = web.Application(middlewares=[token_middleware(self.token)])
+        aiohttp_jinja2.setup(app, loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True)
+        app.add_routes(
+            [
+                web.get("/", self.handle_index, name="index"),
+                web.get("/ws/{token}", self.handle_websocket, name="websocket"),
+                web.get("/download/{key}", self.handle_download, name="download"),
+                web.static("/static", self.statics_path, name="static"),
+            ]
+        )
+        return app
+
+    @aiohttp_jinja2.template("app_index.html")
+    async def handle_index(self, request: web.Request) -> dict[str, Any]:
+        """The page: xterm.js and textual.js, pointed at this server's websocket."""
+        try:
+            font_size = int(request.query.get("fontsize", "16"))
+        except ValueError:
+            font_size = 16
+        return {"token": self.token, "font_size": font_size, "title": self.title}
+
+    async def start(self) -> web.AppRunner:
+        """Bind and start serving; `self.port` becomes the bound port (port 0: a free one)."""
+        runner = web.AppRunner(await self._make_app(), handle_signals=False)
+        await runner.setup()
+        site = web.TCPSite(runner, self.host, self.port)
+        await site.start()
+        self.port = int(runner.addresses[0][1])
+        return runner
+
+    def url(self) -> str:
+        """The one URL that opens the app (printed once)."""
+        host = self.host if ":" not in self.host else f"[{self.host}]"
+        return f"http://{host}:{self.port}/?token={self.token}"
+
+
+def serve(host: str, port: int, token: str, loopback: bool) -> int:
+    """Serve until SIGINT/SIGTERM; prints the URL (and the ssh -L line) once. Exit status."""
+    logging.basicConfig(level=logging.WARNING, format="veri-tui serve: %(message)s")
+    os.environ.pop(TOKEN_ENV, None)  # app processes inherit the environment: not the token
+    server = VeriServer(host, port, token)
+
+    async def main() -> None:
+        runner = await server.start()
+        print(f"veri-tui serve: {server.url()}", flush=True)
+        if loopback:
+            print(tunnel_line(server.port), flush=True)
+        else:
+            print("warning: plain HTTP: the token crosses the network unencrypted", flush=True)
+        print("each browser tab runs its own app; ctrl+c stops the server", flush=True)
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        try:
+            await stop.wait()
+        finally:
+            await runner.cleanup()  # closes the websockets: each app process is told to quit
+
+    asyncio.run(main())
+    return 0
