@@ -2,8 +2,8 @@
 
 The plan line format is fixed by contracts section 4; the header lines before it say the
 parameter count (and, for a mixture of experts, the experts and the active parameters), the
-budget and the decision. A record renders as text in a terminal or
-rich console and as a small table in a notebook.
+budget and the decision. A record renders as text in a terminal or rich console and as HTML
+in a notebook (veri_tui.notebook.html).
 """
 
 from __future__ import annotations
@@ -97,16 +97,7 @@ class PlanRecord(NamedTuple):
         return str(self)
 
     def _repr_html_(self) -> str:
-        import html  # notebooks only
+        # Notebooks only: the renderer is imported when a record is first shown as HTML.
+        from veri_tui.notebook.html import record_html
 
-        rows = [
-            ("plan", self.plan_line),
-            *(("", line) for line in self.header_lines),
-            *(("warning", w) for w in self.warnings),
-        ]
-        body = "".join(
-            f"<tr><th style='text-align:left'>{html.escape(k)}</th>"
-            f"<td style='text-align:left'><code>{html.escape(v)}</code></td></tr>"
-            for k, v in rows
-        )
-        return f"<table>{body}</table>"
+        return record_html(self)
