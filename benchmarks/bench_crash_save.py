@@ -12,7 +12,7 @@ median, so the kills land inside saves whatever the machine's speed (`--max-dela
 it instead). Once the
 attempt is over (a killed supervisor's ranks are ended as `resume` would end them), it checks
 that every visible `step-N` is complete (COMPLETE, `.metadata`, every file's size and sha256
-as its manifest says, hashed here independently of trainer/ckptindex.py), notes the newest
+as its manifest says, hashed here independently of jobfolder/ckptindex.py), notes the newest
 such step, runs `resume` and waits: the new attempt must start from exactly that step
 (`resumed_from_step` and the log's `resume: attempt 2 from step-N (verified)`), succeed, and
 leave each step once in metrics.jsonl. Cancel trials cancel during a save (a `step-N.tmp` is
@@ -38,8 +38,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from trainer.jobdir import has_ended  # noqa: E402
-from trainer.procs import SUPERVISOR_PID, TORCHRUN_PID, end_processes, read_pid  # noqa: E402
+from jobfolder.layout import SUPERVISOR_PID, TORCHRUN_PID  # noqa: E402
+from jobfolder.procs import end_processes, read_pid  # noqa: E402
+from jobfolder.status import has_ended  # noqa: E402
 from veri_tui.launch import jobs  # noqa: E402
 from veri_tui.launch.local import LocalTarget  # noqa: E402
 from veri_tui.plan import load_job_config  # noqa: E402

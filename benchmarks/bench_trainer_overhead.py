@@ -28,13 +28,13 @@ import torch.nn.functional as F
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from jobfolder.progress import Progress  # noqa: E402
 from trainer import data  # noqa: E402
 from trainer.config import TrainConfig  # noqa: E402
 from trainer.loop import _Stepper  # noqa: E402
 from trainer.measure import StateMeter  # noqa: E402
 from trainer.model import build_policy, load_tokenizer  # noqa: E402
 from trainer.parallelize import init_runtime, wrap_policy  # noqa: E402
-from trainer.progress import Progress  # noqa: E402
 from trainer.report import RankContext  # noqa: E402
 
 

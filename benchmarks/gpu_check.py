@@ -11,7 +11,7 @@ H200-141GB at sequence 2048, micro_batch_size 1 and 4, gradient checkpointing on
 (8 runs), writing each job.json and the predicted figures (benchmarks/gpu_check_prepare.py).
 The run half, stdlib only apart from the trainer it starts, builds random-weight models from
 the configs (in a child process: this one never touches CUDA), then runs every job through
-the project's own supervisor (`python -m trainer.supervise`, in a session of its own). Each
+the project's own supervisor (`python -m jobfolder.supervise`, in a session of its own). Each
 run's timeout comes out of what is left of the total budget, keeping a floor for the runs
 after it; a run that overruns is cancelled the supervisor's way (SIGTERM: it ends torchrun
 and every rank), then anything of the job still alive is found by its command line in /proc
@@ -40,7 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from gpu_check_report import render, summarize  # noqa: E402
 
-from trainer.jobdir import write_text_atomic  # noqa: E402 (stdlib only)
+from jobfolder.atomic import write_text_atomic  # noqa: E402 (stdlib only)
 
 STOP_RESERVE_S = 20.0  # cancelling a run: the supervisor's 5 s grace, a SIGKILL, a /proc scan
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja")
@@ -119,7 +119,7 @@ def build_models(prep: Path, work: Path, plan: dict[str, Any], deadline: float) 
 
 def stop_job(proc: subprocess.Popen, job: Path) -> list[int]:
     """End the supervisor, torchrun and every rank of `job`; returns pids still alive."""
-    from trainer.procs import GRACE_S, end_processes, job_processes
+    from jobfolder.procs import GRACE_S, end_processes, job_processes
 
     if proc.poll() is None:
         proc.send_signal(signal.SIGTERM)  # the supervisor's cancel: every rank, then SIGKILL
@@ -139,7 +139,7 @@ def stop_job(proc: subprocess.Popen, job: Path) -> list[int]:
 def run_job(job: Path, timeout: float) -> dict[str, Any]:
     """Supervise one job with a deadline; the raw outcome (status, metrics, log tail)."""
     env = {**os.environ, "VERI_MEASURE_STATES": "1", "PYTHONPATH": str(REPO)}
-    cmd = [sys.executable, "-m", "trainer.supervise", "--job", str(job)]
+    cmd = [sys.executable, "-m", "jobfolder.supervise", "--job", str(job)]
     t0 = time.monotonic()
     with open(job.parent / "supervisor.log", "wb") as log:
         proc = subprocess.Popen(

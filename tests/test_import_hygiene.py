@@ -3,9 +3,11 @@ interpreter, so other tests' imports cannot hide a leak)."""
 
 from __future__ import annotations
 
+import ast
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -52,3 +54,33 @@ def test_core_and_plan_command_load_nothing_of_the_notebook_or_web_side() -> Non
     # A record shown as HTML (a notebook) brings the renderer, still not the web server.
     html = _loaded("from veri_tui.plan import plan\nplan()._repr_html_()", WEB)
     assert html == ["veri_tui.notebook"]
+
+
+def test_the_job_folder_package_is_standard_library_only() -> None:
+    """Every jobfolder module, imported in a fresh interpreter, loads nothing outside the
+    standard library: it runs on GPU hosts beside the trainer (and before torch)."""
+    code = (
+        "import json, pkgutil, sys, importlib\n"
+        "import jobfolder\n"
+        "before = set(sys.modules)\n"
+        "for m in pkgutil.iter_modules(jobfolder.__path__):\n"
+        "    importlib.import_module('jobfolder.' + m.name)\n"
+        "new = {m.split('.')[0] for m in set(sys.modules) - before}\n"
+        "print(json.dumps(sorted(new - set(sys.stdlib_module_names) - {'jobfolder'})))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert json.loads(out.stdout) == []
+
+
+def test_the_launcher_side_never_imports_the_trainer() -> None:
+    """veri_tui reaches job folders through jobfolder, never the torch rank program."""
+    root = Path(__file__).resolve().parents[1] / "veri_tui"
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module]
+            if any(n == "trainer" or n.startswith("trainer.") for n in names):
+                found.append(f"{path.relative_to(root.parent)}:{node.lineno}")
+    assert found == []

@@ -25,9 +25,9 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from trainer import manifest
+from jobfolder import manifest
+from jobfolder.atomic import fsync_dir
 from trainer.experts import ATTR, split, unfused
-from trainer.jobdir import fsync_dir
 from trainer.measure import mark_memory
 from trainer.parallelize import unwrap
 from trainer.weights import Planned, ShardWriter, plan_shards

@@ -3,7 +3,7 @@
 Every rank saves into `checkpoints/step-N.tmp/` (DCP writes each rank's data, then rank 0
 writes `.metadata` last). After a barrier every rank hashes its share of the files (so no
 rank hashes a large checkpoint alone while the others wait), rank 0 checks `.metadata`,
-writes `trainer_state.json` (step, scheduler, data position), the manifest (trainer/manifest.py:
+writes `trainer_state.json` (step, scheduler, data position), the manifest (jobfolder/manifest.py:
 size + sha256 of every file: a zero-filled body loads without error otherwise) and
 `COMPLETE`, fsyncs, renames the folder to `step-N` and fsyncs the parent. Only committed steps are
 purged, never the newest, and only once every rank is past the commit. Resume picks the
@@ -33,10 +33,10 @@ import torch.distributed.checkpoint as dcp
 from torch import nn
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict, set_state_dict
 
-from trainer import ckptindex, manifest
-from trainer.errors import TrainerError
+from jobfolder import ckptindex, manifest
+from jobfolder.atomic import fsync_dir
+from jobfolder.errors import TrainerError
 from trainer.faults import FaultPlan
-from trainer.jobdir import fsync_dir
 from trainer.report import atomic_write, classify, describe
 
 
@@ -59,7 +59,7 @@ def committed_steps(root: Path) -> list[int]:
 
 def verify(folder: Path) -> bool:
     """A complete checkpoint: DCP's `.metadata` and every file as its manifest says (the
-    supervisor's check, trainer/ckptindex.py)."""
+    supervisor's check, jobfolder/ckptindex.py)."""
     return not ckptindex.problems(folder)
 
 

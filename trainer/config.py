@@ -13,8 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from trainer.errors import ConfigError
-from trainer.jobdir import PIN_KEYS
+from jobfolder.errors import ConfigError
+from jobfolder.layout import CHECKPOINTS, OUTPUT
+from jobfolder.record import PIN_KEYS
 
 METHODS = ("sft_text", "dpo")
 
@@ -66,7 +67,7 @@ class TrainConfig:
     @property
     def ckpt_dir(self) -> Path:
         """Where committed DCP checkpoints live."""
-        return self.job_dir / "checkpoints"
+        return self.job_dir / CHECKPOINTS
 
 
 def _as_bool(key: str, value: Any) -> bool:
@@ -139,7 +140,7 @@ def from_spec(spec: dict[str, Any], job_dir: Path) -> TrainConfig:
         method=method,
         model_path=str(model),
         dataset=Path(spec["dataset"]),
-        output_dir=Path(spec.get("output_dir") or Path(job_dir) / "output"),
+        output_dir=Path(spec.get("output_dir") or Path(job_dir) / OUTPUT),
         device=str(spec.get("device", "auto")),
         plan_header=list(spec.get("plan_header") or []),
         states_bytes_per_gpu=spec.get("states_bytes_per_gpu"),

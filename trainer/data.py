@@ -17,9 +17,9 @@ from typing import Any
 
 import torch
 
-from trainer.errors import DataError
-from trainer.rows import check_messages, read_rows
-from trainer.rows import text_field as _str
+from jobfolder.errors import DataError
+from jobfolder.rows import check_messages, read_rows
+from jobfolder.rows import text_field as _str
 
 IGNORE = -100
 

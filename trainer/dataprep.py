@@ -27,13 +27,13 @@ from typing import Any
 
 import torch.distributed as dist
 
-from trainer import manifest
+from jobfolder import manifest
+from jobfolder.atomic import fsync_dir, write_json_atomic
+from jobfolder.errors import DataError
+from jobfolder.rows import numbered_lines, parse_row
 from trainer.config import TrainConfig
 from trainer.data import encode_row
-from trainer.errors import DataError
-from trainer.jobdir import fsync_dir, write_json_atomic
 from trainer.report import RankContext, RankLog
-from trainer.rows import numbered_lines, parse_row
 from trainer.tokencache import FORMAT, META, CacheError, PartWriter, TokenCache
 
 CACHE, BUILDING = "tokens", "tokens.tmp"
@@ -45,7 +45,7 @@ TOKENIZER_FILES = (
     "chat_template.jinja", "chat_template.json", "config.json",
 )  # fmt: skip
 #: The code that turns rows into tokens: a change to it makes every old cache stale.
-ENCODERS = ("data.py", "rows.py", "tokencache.py")
+ENCODERS = ("trainer/data.py", "jobfolder/rows.py", "trainer/tokencache.py")
 
 
 def cache_key(dataset: Path, method: str, max_len: int, model_dir: Path, tok: Any) -> dict:
@@ -58,8 +58,8 @@ def cache_key(dataset: Path, method: str, max_len: int, model_dir: Path, tok: An
     except OSError as exc:
         raise DataError(f"{dataset}: cannot read the dataset ({exc})") from None
     files = {n: manifest.sha256_file(f) for n in TOKENIZER_FILES if (f := model_dir / n).is_file()}
-    here = Path(__file__).parent
-    code = hashlib.sha256(b"".join((here / n).read_bytes() for n in ENCODERS)).hexdigest()
+    root = Path(__file__).parents[1]  # beside trainer/: jobfolder/ (both are uploaded)
+    code = hashlib.sha256(b"".join((root / n).read_bytes() for n in ENCODERS)).hexdigest()
     import tokenizers
     import transformers
 

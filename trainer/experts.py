@@ -20,7 +20,7 @@ from typing import NamedTuple
 
 import torch
 
-from trainer.errors import ModelLoadError
+from jobfolder.errors import ModelLoadError
 from trainer.weights import Entry, read_rows
 
 ATTR = "_veri_expert_layouts"  # model.__dict__: fused parameter name -> its Layout

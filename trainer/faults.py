@@ -92,7 +92,7 @@ class FaultPlan:
 
 def _fill_host_memory() -> None:
     """Allocate and touch 64 MiB at a time until the kernel kills this process."""
-    from trainer.hostmem import find_cgroup
+    from jobfolder.hostmem import find_cgroup
 
     group = find_cgroup()
     limit = group.limit() if group else None

@@ -27,7 +27,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from trainer.errors import ModelLoadError
+from jobfolder.errors import ModelLoadError
 from trainer.experts import ATTR, Layout, find_layout, read_experts
 from trainer.weights import Entry, checkpoint_entries, read_rows
 

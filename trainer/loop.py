@@ -16,11 +16,12 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from jobfolder.errors import ConfigError
+from jobfolder.progress import NoProgress, Progress
 from trainer import checkpoint, data, losses
 from trainer.artifact import save_artifact
 from trainer.config import TrainConfig
 from trainer.dataprep import prepare_dataset
-from trainer.errors import ConfigError
 from trainer.faults import FaultPlan
 from trainer.measure import StateMeter
 from trainer.model import (
@@ -42,7 +43,6 @@ from trainer.parallelize import (
     wrap_reference,
 )
 from trainer.peakmem import window_peak
-from trainer.progress import NoProgress, Progress
 from trainer.report import RankContext, RankLog
 from trainer.runstats import RunStats
 
@@ -162,7 +162,7 @@ class _Stepper:
     """One optimizer step: forward/backward over this rank's micro-batches, clip, update."""
 
     stats: RunStats | None = None  # the run's always-on measurements (trainer/runstats.py)
-    progress: Progress = NoProgress()  # train() sets the rank's (trainer/progress.py)
+    progress: Progress = NoProgress()  # train() sets the rank's (jobfolder/progress.py)
 
     def __init__(
         self,

@@ -33,7 +33,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from trainer.jobdir import write_text_atomic
+from jobfolder.atomic import write_text_atomic
 from trainer.report import RankContext
 
 TRANSIENT = ("ref_in_flight",)  # recorded, not part of `total` (contracts section 3)

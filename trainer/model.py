@@ -14,10 +14,10 @@ from typing import Any
 import torch
 from torch import nn
 
+from jobfolder.errors import ConfigError, ModelLoadError
+from jobfolder.lora_targets import LORA_TARGETS, ROUTED_EXPERTS, adapts, is_moe, target_modules
 from trainer.config import TrainConfig
-from trainer.errors import ConfigError, ModelLoadError
 from trainer.loading import cpu_stand_ins, defer, eager, params_on_meta
-from trainer.lora_targets import LORA_TARGETS, ROUTED_EXPERTS, adapts, is_moe, target_modules
 
 
 def dtype_kwarg(dtype: torch.dtype) -> dict[str, torch.dtype]:
@@ -109,7 +109,7 @@ def load_base(path: Path, dtype: torch.dtype) -> nn.Module:
 
 
 def lora_targets(model: nn.Module) -> tuple[list[str], bool]:
-    """peft's target_modules by trainer/lora_targets.py's rule (the one the planner counts
+    """peft's target_modules by jobfolder/lora_targets.py's rule (the one the planner counts
     by): the attention and MLP projections this model has, attention only in a mixture of
     experts; and whether it is one."""
     moe = is_moe(name for name, _ in model.named_parameters())

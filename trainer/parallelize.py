@@ -22,8 +22,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from jobfolder.errors import ConfigError
 from trainer.config import TrainConfig
-from trainer.errors import ConfigError
 from trainer.loading import materialize
 from trainer.measure import mark_memory
 from trainer.model import decoder_layers

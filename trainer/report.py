@@ -16,9 +16,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-from trainer.errors import TrainerError
-from trainer.failure_rules import classify_exceptions
-from trainer.jobdir import RankFailure, write_json_atomic, write_text_atomic
+from jobfolder.atomic import write_json_atomic, write_text_atomic
+from jobfolder.errors import TrainerError
+from jobfolder.failure_rules import classify_exceptions
+from jobfolder.layout import JobLayout
+from jobfolder.record import RankFailure
 
 
 @dataclass(frozen=True)
@@ -45,14 +47,14 @@ class RankContext:
 
 
 def atomic_write(path: Path, text: str) -> None:
-    """jobdir's atomic writer (readers never see half a file), making the folder first."""
+    """jobfolder's atomic writer (readers never see half a file), making the folder first."""
     path.parent.mkdir(parents=True, exist_ok=True)
     write_text_atomic(path, text)
 
 
 def write_pid(ctx: RankContext) -> None:
     """pids/rank-<r>: lets cancel end workers that torchrun lost track of."""
-    atomic_write(ctx.job_dir / "pids" / f"rank-{ctx.rank}", f"{os.getpid()}\n")
+    atomic_write(JobLayout(ctx.job_dir).rank_pid(ctx.rank), f"{os.getpid()}\n")
 
 
 def _chain(exc: BaseException) -> list[BaseException]:
@@ -74,7 +76,7 @@ def _chain(exc: BaseException) -> list[BaseException]:
 
 def classify(exc: BaseException) -> tuple[str, bool]:
     """(error code, peer_failure) for an exception that ended a rank: the table of
-    trainer/failure_rules.py over the exception, its causes and DCP's per-rank causes."""
+    jobfolder/failure_rules.py over the exception, its causes and DCP's per-rank causes."""
     return classify_exceptions(_chain(exc))
 
 
@@ -110,9 +112,9 @@ def write_failure(ctx: RankContext, exc: BaseException) -> RankFailure:
     """Write failures/rank-<r>.json atomically; never raises (we are already failing)."""
     record = failure_record(ctx, exc)
     try:
-        folder = ctx.job_dir / "failures"
-        folder.mkdir(parents=True, exist_ok=True)
-        write_json_atomic(folder / f"rank-{ctx.rank}.json", record)
+        path = JobLayout(ctx.job_dir).rank_failure(ctx.rank)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_json_atomic(path, record)
     except OSError:
         pass
     return record
@@ -127,8 +129,9 @@ class RankLog:
         self._metrics: TextIO | None = None
         if ctx.rank == 0:
             ctx.job_dir.mkdir(parents=True, exist_ok=True)
-            self._log = open(ctx.job_dir / "log.txt", "a", encoding="utf-8")
-            self._metrics = open(ctx.job_dir / "metrics.jsonl", "a", encoding="utf-8")
+            layout = JobLayout(ctx.job_dir)
+            self._log = open(layout.log, "a", encoding="utf-8")
+            self._metrics = open(layout.metrics, "a", encoding="utf-8")
 
     def info(self, line: str) -> None:
         """One human-readable line in log.txt (rank 0 only)."""
@@ -153,7 +156,7 @@ class RankLog:
         if self._metrics is None:
             return
         self._metrics.close()
-        path = self.ctx.job_dir / "metrics.jsonl"
+        path = JobLayout(self.ctx.job_dir).metrics
         kept = []
         for line in path.read_text(encoding="utf-8").splitlines():
             try:

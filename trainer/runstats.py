@@ -19,7 +19,7 @@ Cheap enough for every job (a sum over the parameter list once, a float per step
 
 The file is written after the first step (states and the peak so far) and again when
 training ends, before the artifact is saved (the peak of training, not of the final gather).
-The supervisor gathers the ranks' files into job.json's `measured` (trainer/jobstats.py).
+The supervisor gathers the ranks' files into job.json's `measured` (jobfolder/jobstats.py).
 VERI_MEASURE_STATES=1 (trainer/measure.py) still writes the detailed measured/rank-<r>.json.
 """
 
@@ -35,7 +35,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from trainer.jobdir import write_json_atomic
+from jobfolder.atomic import write_json_atomic
+from jobfolder.layout import JobLayout
 from trainer.measure import tensor_bytes
 from trainer.peakmem import run_peaks
 from trainer.report import RankContext
@@ -46,7 +47,7 @@ WARMUP_STEPS = 2
 
 def run_stats_path(job_dir: Path, rank: int) -> Path:
     """measured/run-rank-<r>.json of a job folder."""
-    return job_dir / "measured" / f"run-rank-{rank}.json"
+    return JobLayout(job_dir).rank_measured(rank)
 
 
 def vm_hwm_bytes() -> int | None:

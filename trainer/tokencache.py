@@ -11,7 +11,7 @@ position `i // parts` there. Each part is three flat native-endian files:
 
 A dpo row is two sequences (chosen, then rejected); an sft_text row is one. `meta.json`
 holds the key (what the tokens were made from: trainer/dataprep.py `cache_key`), the row
-count and the layout; `manifest.json` (trainer/manifest.py) the size and sha256 of every
+count and the layout; `manifest.json` (jobfolder/manifest.py) the size and sha256 of every
 file, meta.json included, so a damaged or truncated file is caught before a reuse.
 
 Reading maps the files (`torch.from_file`, copy-on-write, paged in lazily): a rank touches
@@ -31,8 +31,8 @@ from typing import Any
 
 import torch
 
+from jobfolder.manifest import FileEntry
 from trainer.data import IGNORE, Example
-from trainer.manifest import FileEntry
 
 FORMAT = 1
 META = "meta.json"

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import torch
 
-from trainer.errors import ModelLoadError
+from jobfolder.errors import ModelLoadError
 
 DTYPES = {
     "BF16": torch.bfloat16,

@@ -15,7 +15,7 @@ import pytest
 from app_helpers import DATA_ERROR, editor_ready, until, write_job
 from textual.widgets import DataTable
 
-from trainer.jobdir import write_json_atomic
+from jobfolder.atomic import write_json_atomic
 from veri_tui.app import create_app
 from veri_tui.app.screens.jobs import JobsScreen
 from veri_tui.app.screens.monitor import MonitorScreen

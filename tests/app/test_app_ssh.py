@@ -21,7 +21,7 @@ import pytest
 from app_helpers import editor_ready
 from textual.widgets import Input, Select, Static
 
-from trainer.jobdir import has_ended
+from jobfolder.status import has_ended
 from veri_tui.app import create_app
 from veri_tui.app.screens.launch import HostKeyScreen, LaunchScreen
 from veri_tui.app.screens.monitor import MonitorScreen

@@ -10,8 +10,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from trainer.jobdir import JOB_FILE, has_ended
-from trainer.procs import SUPERVISOR_PID, job_processes, pid_alive, read_pid
+from jobfolder.layout import JOB_FILE, SUPERVISOR_PID
+from jobfolder.procs import job_processes, pid_alive, read_pid
+from jobfolder.status import has_ended
 from veri_tui.launch.local import LocalTarget
 
 

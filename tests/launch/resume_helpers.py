@@ -15,8 +15,9 @@ from pathlib import Path
 import pytest
 from launch_helpers import cli, wait_for
 
-from trainer.jobdir import has_ended, read_job
-from trainer.procs import read_pid
+from jobfolder.procs import read_pid
+from jobfolder.record import read_job
+from jobfolder.status import has_ended
 
 STEPS = 60
 JOB = ["--gpu-count", "2", "--set", f"max_steps={STEPS}", "--set", "checkpoint_steps=10"]

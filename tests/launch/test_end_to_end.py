@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from launch_helpers import leftover_pids, wait_ended, wait_for
 
-from trainer.procs import pid_alive, read_pid
+from jobfolder.procs import pid_alive, read_pid
 from veri_tui.launch import jobs
 from veri_tui.launch.local import LocalTarget
 from veri_tui.launch.spec import REPO_ROOT

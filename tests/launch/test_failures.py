@@ -1,4 +1,4 @@
-"""trainer.failures on hand-written job folders: every way torchrun leaves a failure behind."""
+"""jobfolder.failures on hand-written job folders: every way torchrun leaves a failure behind."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import sys
 import time
 from pathlib import Path
 
-from trainer import failures
+from jobfolder import failures
 
 T0 = 1_795_991_955  # whole seconds, as torch elastic writes them
 
@@ -235,7 +235,7 @@ def test_a_supervisor_crash_still_ends_the_job_as_failed(tmp_path: Path) -> None
     job = tmp_path / "job.json"
     job.write_text(json.dumps({"status": "pending", "spec": {}}))  # no gpu_count: unusable
     proc = subprocess.run(
-        [sys.executable, "-m", "trainer.supervise", "--job", str(job)],
+        [sys.executable, "-m", "jobfolder.supervise", "--job", str(job)],
         capture_output=True,
         text=True,
         timeout=30,

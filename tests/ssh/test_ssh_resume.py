@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 from ssh_helpers import cli
 
-from trainer.jobdir import has_ended
-from trainer.procs import read_pid
+from jobfolder.procs import read_pid
+from jobfolder.status import has_ended
 from veri_tui.launch.ssh import launch, target_for_job
 from veri_tui.plan import load_job_config
 from veri_tui.plan.sources import bundled_tiny_model

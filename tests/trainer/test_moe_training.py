@@ -82,8 +82,8 @@ def test_full_fine_tune_of_per_expert_modules_is_refused_on_several_ranks() -> N
 
     from torch import nn
 
+    from jobfolder.errors import ConfigError
     from trainer.config import TrainConfig
-    from trainer.errors import ConfigError
     from trainer.model import check_experts
 
     class Block(nn.Module):

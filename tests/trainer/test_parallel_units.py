@@ -20,9 +20,9 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from jobfolder.errors import ConfigError
 from trainer import peakmem
 from trainer.config import TrainConfig
-from trainer.errors import ConfigError
 from trainer.parallelize import (
     DIST_TIMEOUT_S,
     Runtime,
@@ -134,7 +134,7 @@ def test_an_offloaded_optimizer_gets_its_share_of_the_cores() -> None:
 
 
 def test_supervisor_marks_its_own_thread_default(tmp_path: Path, monkeypatch) -> None:
-    from trainer.supervise import Supervisor
+    from jobfolder.supervise import Supervisor
 
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     env = Supervisor(tmp_path / "job.json").environment()

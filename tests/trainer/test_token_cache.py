@@ -19,13 +19,13 @@ import pytest
 import torch.distributed as dist
 from trainer_jobs import DATASETS, TINY
 
+from jobfolder.errors import DataError
+from jobfolder.rows import numbered_lines, read_rows
 from trainer import data
 from trainer.config import TrainConfig
 from trainer.dataprep import NO_CACHE, build_part, cache_key, commit, prepare_dataset, stale_reason
-from trainer.errors import DataError
 from trainer.model import load_tokenizer
 from trainer.report import RankContext, RankLog
-from trainer.rows import numbered_lines, read_rows
 from trainer.tokencache import TokenCache, part_file
 
 METHOD = {"text": "sft_text", "messages": "sft_text", "prompt_completion": "sft_text"}

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from trainer_jobs import DATASETS, TINY, failure, run_trainer, write_job
 
-from trainer.errors import ATTRIBUTION
+from jobfolder.status import ATTRIBUTION
 
 
 def _elastic_error_files(job_dir: Path) -> list[Path]:

@@ -13,10 +13,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 from trainer_jobs import DATASETS, TINY
 
+from jobfolder.errors import ConfigError, DataError, ModelLoadError, TrainerError
 from trainer import data
 from trainer.checkpoint import _commit, committed_steps, verify
 from trainer.config import from_spec, load_spec
-from trainer.errors import ConfigError, DataError, ModelLoadError, TrainerError
 from trainer.faults import FaultPlan, parse
 from trainer.loop import lr_factor
 from trainer.model import check_model_files, load_tokenizer, resolve_model_dir

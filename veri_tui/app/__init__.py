@@ -26,7 +26,9 @@ def create_app(
 
     if veri_home is not None:
         os.environ["VERI_HOME"] = str(veri_home)
-    home = Path(os.environ.get("VERI_HOME") or Path.home() / ".veri").expanduser()
+    from jobfolder.layout import veri_home as home_now
+
+    home = home_now()
     return VeriApp(
         veri_home=home,
         model=model,

@@ -21,7 +21,7 @@ from textual.binding import Binding
 from textual.screen import Screen
 from textual.widgets import Footer, Static
 
-from trainer.jobdir import write_json_atomic
+from jobfolder.atomic import write_json_atomic
 
 RECENT_MAX = 8
 
@@ -92,7 +92,7 @@ class VeriApp(App[int]):
         return [str(m) for m in data if isinstance(m, str)] if isinstance(data, list) else []
 
     def remember_model(self, model: str) -> None:
-        """Put `model` first in the recent list (written atomically: trainer.jobdir's writer)."""
+        """Put `model` first in the recent list (written atomically: jobfolder.atomic's writer)."""
         models = [model] + [m for m in self.recent_models() if m != model]
         self.recent_path.parent.mkdir(parents=True, exist_ok=True)
         write_json_atomic(self.recent_path, models[:RECENT_MAX])

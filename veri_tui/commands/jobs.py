@@ -12,7 +12,9 @@ import json
 import os
 import sys
 
-from trainer.jobdir import JobRecord, has_ended, outcome_recorded
+from jobfolder.planline import NOT_RECORDED, plan_line_of
+from jobfolder.record import JobRecord
+from jobfolder.status import has_ended, outcome_recorded
 from veri_tui.launch import jobs
 
 
@@ -68,8 +70,7 @@ def show_job(job_id: str, as_json: bool) -> int:
         print(json.dumps(rec, indent=2))
         return 0
     print("  ".join(c for c in _row(rec) if c))
-    header = (rec.get("spec") or {}).get("plan_header") or []
-    print(next((h for h in header if h.startswith("plan:")), "plan: (not recorded)"))
+    print(plan_line_of(rec.get("spec"), NOT_RECORDED))
     print("\n".join(comparison_lines(rec) or ["measured: not recorded for this job"]))
     print("\n".join(gpu_hours_lines(rec)))
     return 0

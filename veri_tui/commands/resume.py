@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from trainer.attempts import attempts_of
+from jobfolder.attempts import attempts_of
 from veri_tui.commands.launch import follow_to_end, wait_quietly
 from veri_tui.launch import jobs
 

@@ -8,7 +8,7 @@ once: its id is kept in `folded`, which `veri-tui calibrate --reset` keeps too, 
 does not fold old jobs back in. CPU runs go under the GPU type "cpu", which no GPU plan reads.
 The update rule is veri_tui.plan.calibration's.
 
-Writes go through trainer.jobdir's atomic writer under a flock on `calibration.json.lock`
+Writes go through jobfolder.atomic's writer under a flock on `calibration.json.lock`
 (the app and the CLI may fold at once). A file that cannot be parsed is left alone (the plan
 warns; `veri-tui calibrate --reset` replaces it).
 """
@@ -17,7 +17,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from trainer.jobdir import SUCCEEDED, job_lock, write_json_atomic
+from jobfolder.atomic import job_lock, write_json_atomic
+from jobfolder.status import SUCCEEDED
 from veri_tui.plan.calibration import (
     calibration_path,
     clip_ratio,

@@ -19,8 +19,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from trainer.attempts import resume_refusal
-from trainer.jobdir import has_ended
+from jobfolder.attempts import resume_refusal
+from jobfolder.status import has_ended
 from veri_tui.errors import VeriError
 from veri_tui.launch.diskcheck import check_local
 from veri_tui.launch.local import LocalTarget, check_devices

@@ -1,10 +1,10 @@
 """The local target: detached jobs on this machine, one folder each under $VERI_HOME/jobs.
 
-A job is started as ``python -m trainer.supervise --job <job_dir>/job.json`` in its own
+A job is started as ``python -m jobfolder.supervise --job <job_dir>/job.json`` in its own
 session (setsid), stdin from /dev/null and output to a file, so it outlives the CLI or app
 that launched it and ignores the SIGHUP of a closing terminal (torchrun dies on SIGHUP even
 under nohup: field notes). All state is read back from the folder, never kept in memory.
-`resume` starts a new attempt of an ended job in the same folder (trainer/attempts.py).
+`resume` starts a new attempt of an ended job in the same folder (jobfolder/attempts.py).
 The SSH target mirrors these methods (docs/jobs.md).
 """
 
@@ -12,29 +12,20 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from trainer.attempts import ResumeRefused, prepare_resume
-from trainer.jobdir import (
-    JOB_FILE,
-    JobRecord,
-    JobSpec,
-    fsync_dir,
-    has_ended,
-    is_lost,
-    outcome_recorded,
-    record_cancel,
-    write_json_atomic,
-)
-from trainer.procs import GRACE_S, SUPERVISOR_PID, end_processes, job_processes, pid_alive, read_pid
+from jobfolder.atomic import fsync_dir, write_json_atomic
+from jobfolder.attempts import ResumeRefused, prepare_resume
+from jobfolder.control import cancel_job
+from jobfolder.layout import JOB_FILE, veri_home
+from jobfolder.procs import GRACE_S
+from jobfolder.record import JobRecord, JobSpec
+from jobfolder.status import has_ended
 from veri_tui.errors import VeriError
 from veri_tui.launch.records import LogLine, follow_lines, read_record, wait_until_ended
-from veri_tui.launch.spec import veri_home
 
 # Supervisors this process started: polled so that a long-lived launcher (the app) reaps them
 # instead of collecting zombies.
@@ -102,7 +93,7 @@ class LocalTarget:
     def _start_supervisor(self, job_dir: Path) -> None:
         with open(job_dir / "supervisor.log", "ab") as out:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "trainer.supervise", "--job", str(job_dir / JOB_FILE)],
+                [sys.executable, "-m", "jobfolder.supervise", "--job", str(job_dir / JOB_FILE)],
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=subprocess.STDOUT,
@@ -171,27 +162,8 @@ class LocalTarget:
         return wait_until_ended(lambda: self.get_job(job_id), poll_s)
 
     def cancel(self, job_id: str, grace: float = GRACE_S) -> JobRecord:
-        """End every process of the job (SIGTERM, SIGKILL after ``grace``); status cancelled.
-
-        The supervisor does the work when it is alive. When it is gone (or does not finish in
-        time) this process ends torchrun and the ranks itself and records the cancel.
-        """
-        record = self.get_job(job_id)
-        job_dir = self.job_dir(job_id)
-        job_path = job_dir / JOB_FILE
-        if has_ended(record) and not (is_lost(record) and job_processes(job_path)):
-            return record  # ended already (a lost job is swept only while ranks survive it)
-        sup = read_pid(job_dir / SUPERVISOR_PID)
-        if sup and pid_alive(sup):
-            os.kill(sup, signal.SIGTERM)
-            deadline = time.monotonic() + grace + 3.0
-            while time.monotonic() < deadline and pid_alive(sup):
-                _reap()
-                time.sleep(0.1)
-        record = read_record(job_dir)
-        if outcome_recorded(record) and not job_processes(job_path):
-            return record
-        if sup and pid_alive(sup):
-            os.kill(sup, signal.SIGKILL)
-        end_processes(job_path, grace=min(grace, 2.0))
-        return record_cancel(job_path)
+        """End every process of the job (SIGTERM, SIGKILL after ``grace``); status cancelled
+        (jobfolder.control.cancel_job: the supervisor does the work when it is alive)."""
+        self.get_job(job_id)  # unknown id -> VeriError
+        _reap()
+        return cancel_job(self.job_dir(job_id) / JOB_FILE, grace)

@@ -1,5 +1,5 @@
 """A job's `predicted` (written at launch from its plan) against its `measured` (gathered by the
-supervisor from the ranks, trainer/jobstats.py): the figures, side by side with their ratios.
+supervisor from the ranks, jobfolder/jobstats.py): the figures, side by side with their ratios.
 
 `predicted` holds what the plan said for the fullest GPU: states, activations (the model's
 and, when calibrated, the plan's), the peak (states + activations + the stage-3 layers in

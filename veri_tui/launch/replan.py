@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from trainer.jobdir import JobRecord, JobSpec
+from jobfolder.record import JobRecord, JobSpec
 from veri_tui.errors import Refusal, VeriError
 
 #: Plan knobs that follow from the others and the world size: never pinned on a re-plan.

@@ -1,4 +1,4 @@
-"""Build the job record (job.json, `trainer.jobdir.JobRecord`) from a JobConfig and its
+"""Build the job record (job.json, `jobfolder.record.JobRecord`) from a JobConfig and its
 PlanRecord, refusing bad input.
 
 The record is the one contract between this side and the trainer (docs/interfaces.md
@@ -10,13 +10,13 @@ a dataset that is missing, and an output directory that already holds something.
 
 from __future__ import annotations
 
-import os
 import secrets
 import time
 from pathlib import Path
 from typing import Any
 
-from trainer.jobdir import PENDING, JobRecord, JobSpec
+from jobfolder.record import JobRecord, JobSpec
+from jobfolder.status import PENDING
 from veri_tui.errors import Refusal, VeriError
 from veri_tui.launch.measured import predicted_of
 
@@ -32,11 +32,6 @@ BUNDLED_DATASETS = {
 def new_job_id() -> str:
     """Sortable by creation time (UTC, seconds), with a random suffix against collisions."""
     return time.strftime("%Y%m%d-%H%M%S", time.gmtime()) + "-" + secrets.token_hex(2)
-
-
-def veri_home() -> Path:
-    """$VERI_HOME, default ~/.veri: where job folders live."""
-    return Path(os.environ.get("VERI_HOME") or Path.home() / ".veri").expanduser()
 
 
 def _dataset_path(method: str, dataset: str | None) -> tuple[Path | None, Refusal | None]:
@@ -167,7 +162,7 @@ def make_record(
         "resolved_parallelism": resolved,
         "plan_header": header,
         "states_bytes_per_gpu": plan.get("states_bytes_per_gpu"),
-        # The hang watchdog's first timeout scales with it (trainer/watchdog.py).
+        # The hang watchdog's first timeout scales with it (jobfolder/watchdog.py).
         "step_time_s": (plan.get("throughput") or {}).get("step_time_s"),
     }
     return {

@@ -5,7 +5,7 @@ models): never torch or textual, so `veri-tui plan` and the app start fast. The 
 is what docs/interfaces.md section 1 lists.
 """
 
-from trainer.lora_targets import LORA_TARGETS
+from jobfolder.lora_targets import LORA_TARGETS
 from veri_tui.plan.api import plan, throughput_sweep
 from veri_tui.plan.config import job_from_fields, load_job_config
 from veri_tui.plan.gpus import GPU, GPU_CATALOG, get_gpu

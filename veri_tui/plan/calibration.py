@@ -18,10 +18,10 @@ that cannot be read or parsed is ignored; the plan says so in one warning.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from jobfolder.layout import veri_home
 from veri_tui.plan.activations import _largest_mbs, bytes_per_token
 from veri_tui.plan.model_info import ModelInfo
 
@@ -34,8 +34,7 @@ FACTORS = ("efficiency", "activation")
 
 def calibration_path() -> Path:
     """$VERI_HOME/calibration.json ($VERI_HOME defaults to ~/.veri)."""
-    home = os.environ.get("VERI_HOME") or os.path.join(os.path.expanduser("~"), ".veri")
-    return Path(home).expanduser() / CALIBRATION_FILE
+    return veri_home() / CALIBRATION_FILE
 
 
 def entry_key(gpu: str, host: str | None) -> str:

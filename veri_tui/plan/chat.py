@@ -14,8 +14,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from trainer.errors import DataError
-from trainer.rows import check_messages
+from jobfolder.errors import DataError
+from jobfolder.rows import check_messages
 
 SPECIAL_KEYS = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token",
                 "mask_token")  # fmt: skip

@@ -18,7 +18,7 @@ from math import exp, lgamma
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from trainer.errors import DataError
+from jobfolder.errors import DataError
 from veri_tui.plan.prices import price_per_gpu_hour
 
 if TYPE_CHECKING:

@@ -2,7 +2,7 @@
 
 Counts come from header shapes only (dtypes mix, so byte sizes would lie). From config.json
 we take the architecture figures the activation and throughput estimates need. The LoRA
-targets are the ones the bundled trainer adapts (the one rule of trainer/lora_targets.py),
+targets are the ones the bundled trainer adapts (the one rule of jobfolder/lora_targets.py),
 so adapter sizes here match what it allocates. Mixture-of-experts figures (routed and shared
 experts, dense layers, active parameters): veri_tui/plan/moe.py.
 """
@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from typing import Any, NamedTuple
 
 # The LoRA rule, shared with the trainer (a stdlib module uploaded with it to GPU hosts).
-from trainer.lora_targets import ATTENTION_TARGETS, targets
+from jobfolder.lora_targets import ATTENTION_TARGETS, targets
 from veri_tui.plan.headers import TensorInfo
 from veri_tui.plan.moe import LayerExperts, attention_figures, cfg_int, logical_numel, moe_figures
 
@@ -165,7 +165,7 @@ def build_model_info(
             if lay is None:
                 lay = experts[layer] = LayerExperts()
             lay.add(name.split("."), t.shape, n)
-        # trainer.lora_targets.adapts on the module name, unrolled (it runs per tensor).
+        # jobfolder.lora_targets.adapts on the module name, unrolled (it runs per tensor).
         parts = name.rsplit(".", 2)
         if len(t.shape) == 2 and parts[-1] == "weight" and parts[-2] in _TARGETS:
             attention = parts[-2] in _ATTENTION

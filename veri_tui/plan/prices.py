@@ -10,9 +10,10 @@ the date they were read: docs/planning.md, Cost, has the sources.
 from __future__ import annotations
 
 import math
-import os
 from pathlib import Path
 from typing import NamedTuple
+
+from jobfolder.layout import veri_home
 
 
 class ListPrice(NamedTuple):
@@ -40,8 +41,7 @@ LIST_PRICES: dict[str, ListPrice] = {
 
 def prices_file() -> Path:
     """`$VERI_HOME/prices.toml` (VERI_HOME defaults to ~/.veri)."""
-    home = Path(os.environ.get("VERI_HOME") or Path.home() / ".veri").expanduser()
-    return home / "prices.toml"
+    return veri_home() / "prices.toml"
 
 
 def _valid(value: object) -> bool:

@@ -18,14 +18,14 @@ tokenizer files and the method; a cache hit reads JSON and never imports tokeniz
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from pydantic_core import from_json
 
-from trainer.errors import DataError
-from trainer.rows import read_rows, text_field
+from jobfolder.errors import DataError
+from jobfolder.layout import veri_home
+from jobfolder.rows import read_rows, text_field
 
 if TYPE_CHECKING:
     from veri_tui.plan.chat import ChatTemplate
@@ -61,8 +61,7 @@ def count_rows(dataset: str | Path) -> int:
 
 def cache_dir() -> Path:
     """`$VERI_HOME/cache/tokens` (VERI_HOME defaults to ~/.veri)."""
-    home = Path(os.environ.get("VERI_HOME") or Path.home() / ".veri").expanduser()
-    return home / "cache" / "tokens"
+    return veri_home() / "cache" / "tokens"
 
 
 def tokenizer_path(model_dir: str | Path | None) -> Path | None:
@@ -144,7 +143,7 @@ def count_tokens(dataset: str | Path, model_dir: str | Path, method: str) -> Tok
         "lengths": [list(entry) for entry in count.lengths],
     }
     try:
-        from trainer.jobdir import write_json_atomic
+        from jobfolder.atomic import write_json_atomic
 
         cache_dir().mkdir(parents=True, exist_ok=True)
         write_json_atomic(cache_dir() / f"{key}.json", data)

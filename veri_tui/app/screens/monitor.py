@@ -23,7 +23,8 @@ from textual.screen import Screen
 from textual.widgets import Footer, Log, ProgressBar, Static
 from textual.worker import get_current_worker
 
-from trainer.jobdir import has_ended
+from jobfolder import planline
+from jobfolder.status import has_ended
 from veri_tui.app.messages import JobUpdate
 from veri_tui.app.widgets.charts import LossChart
 from veri_tui.app.widgets.failure_panel import FailurePanel
@@ -52,10 +53,8 @@ def _ts(text: str | None) -> float | None:
 
 
 def plan_line_of(record: dict[str, Any]) -> str:
-    """The `plan: dp=...` line the job was launched with (last line of its plan header)."""
-    header = (record.get("spec") or {}).get("plan_header") or []
-    lines = [h for h in header if str(h).startswith("plan:")]
-    return str(lines[-1]) if lines else "plan: (not recorded)"
+    """The `plan: dp=...` line the job was launched with (jobfolder.planline reads it)."""
+    return planline.plan_line_of(record.get("spec"), planline.NOT_RECORDED)
 
 
 def points_of(metrics: list[dict[str, Any]], key: str) -> tuple[tuple[int, float], ...]:

@@ -19,7 +19,7 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
 from textual.widgets import Button, Footer, Static
 
-from trainer.jobdir import write_text_atomic
+from jobfolder.atomic import write_text_atomic
 from veri_tui import plan as core
 from veri_tui.app.messages import ModelInfoRead, TokensCounted
 from veri_tui.app.widgets.knob_form import KnobForm
@@ -162,7 +162,7 @@ class PlanEditorScreen(Screen):
     @work(thread=True, exclusive=True, group="tokens")
     def count_tokens(self, job: core.JobConfig, key: tuple[str, str | None, str]) -> None:
         """Fill the core's token cache (an error is remembered there and shown by the plan)."""
-        from trainer.errors import DataError
+        from jobfolder.errors import DataError
         from veri_tui.plan.cost import job_tokens
 
         try:

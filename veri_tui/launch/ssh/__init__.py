@@ -8,7 +8,8 @@ trust_host=..., wait=...) -> job_id`, `preflight_rows(job_config, host=..., trus
 
 from __future__ import annotations
 
-from trainer.jobdir import JobRecord, outcome_recorded
+from jobfolder.record import JobRecord
+from jobfolder.status import outcome_recorded
 from veri_tui.errors import VeriError
 from veri_tui.launch.ssh import registry
 from veri_tui.launch.ssh.checks import plan_on_host, preflight_rows

@@ -7,6 +7,7 @@ half-written file. Reads are bounded so a huge or hostile file cannot exhaust me
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import posixpath
 import secrets
@@ -100,6 +101,15 @@ def upload_file(sftp: paramiko.SFTPClient, local: Path, remote: str) -> None:
         sftp.posix_rename(tmp, remote)
     except OSError as exc:
         raise VeriError(f"upload to {remote} failed ({exc})", key=str(local)) from exc
+
+
+def package_dir(name: str) -> Path:
+    """The folder of the installed package ``name`` (`trainer`, `jobfolder`: uploaded to
+    every host a job runs on)."""
+    spec = importlib.util.find_spec(name)
+    if spec is None or not spec.submodule_search_locations:
+        raise VeriError(f"the bundled {name} package is not installed here", key="trainer")
+    return Path(next(iter(spec.submodule_search_locations)))
 
 
 def upload_package(sftp: paramiko.SFTPClient, package: Path, remote: str) -> list[str]:

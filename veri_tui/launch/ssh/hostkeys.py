@@ -13,7 +13,7 @@ from pathlib import Path
 
 import paramiko
 
-from trainer.jobdir import write_bytes_atomic
+from jobfolder.atomic import write_bytes_atomic
 from veri_tui.errors import Refusal, VeriError
 
 

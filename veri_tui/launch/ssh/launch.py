@@ -9,9 +9,7 @@ field notes), every path quoted.
 
 from __future__ import annotations
 
-import importlib.util
 import posixpath
-from pathlib import Path
 from typing import Any
 
 from veri_tui.errors import VeriError
@@ -28,12 +26,8 @@ from veri_tui.launch.ssh.preflight import (
 from veri_tui.launch.ssh.remote_model import expand_home
 from veri_tui.launch.ssh.target import RemoteTarget
 
-
-def _trainer_package() -> Path:
-    spec = importlib.util.find_spec("trainer")
-    if spec is None or not spec.submodule_search_locations:
-        raise VeriError("the bundled trainer package is not installed here", key="trainer")
-    return Path(next(iter(spec.submodule_search_locations)))
+#: The packages a job's host runs, copied into its folder's pkg/ (on PYTHONPATH there).
+UPLOADED = ("trainer", "jobfolder")
 
 
 def check_output(conn: Connection, job: Any, pf: Preflight) -> Any:
@@ -98,7 +92,8 @@ def _upload(conn: Connection, job: Any, record: dict[str, Any], job_dir: str) ->
     tmp = posixpath.join(posixpath.dirname(job_dir), f".{posixpath.basename(job_dir)}.tmp")
     for sub in ("pids", "failures", "data", "pkg"):
         files.makedirs(sftp, posixpath.join(tmp, sub))
-    files.upload_package(sftp, _trainer_package(), posixpath.join(tmp, "pkg", "trainer"))
+    for package in UPLOADED:  # the rank program and the job folder's (its supervisor)
+        files.upload_package(sftp, files.package_dir(package), posixpath.join(tmp, "pkg", package))
     dataset = local_dataset(job)
     files.upload_file(sftp, dataset, posixpath.join(tmp, "data", dataset.name))
     if not job.model:
@@ -116,7 +111,7 @@ def start_supervisor(conn: Connection, job_dir: str, python: str) -> int:
     """Start the supervisor detached from the session; returns its pid."""
     run = command_line(
         ["setsid", "nohup", "env", f"PYTHONPATH={posixpath.join(job_dir, 'pkg')}", python,
-         "-m", "trainer.supervise", "--job", posixpath.join(job_dir, "job.json")]
+         "-m", "jobfolder.supervise", "--job", posixpath.join(job_dir, "job.json")]
     )  # fmt: skip
     out = command_line([posixpath.join(job_dir, "supervisor.log")])
     res = conn.run_line(f"{run} >{out} 2>&1 </dev/null & echo $!", timeout=30)

@@ -6,7 +6,7 @@ reachable from every other node, probed from those nodes over their own SSH sess
 short-lived listener holds the port on node 0. Then each node gets its own job folder
 (`<remote veri home>/jobs/<job id>-node<k>`, distinct even on a shared home) and its own
 detached supervisor, which runs `torchrun --nnodes N --rdzv-backend c10d ...`
-(trainer/supervise.py). The job's state is gathered from every node (multinode_state.py).
+(jobfolder/supervise.py). The job's state is gathered from every node (multinode_state.py).
 """
 
 from __future__ import annotations

@@ -3,11 +3,11 @@ every node, asked of each node over SSH (or read in one place on shared storage)
 
 Each node's ranks save their own rank-local DCP files into their own node's folder
 (trainer/checkpoint.py), so a step is usable only when every node committed its part and
-that part verifies (trainer/ckptindex.py: `COMPLETE`, the manifest, each rank's
+that part verifies (jobfolder/ckptindex.py: `COMPLETE`, the manifest, each rank's
 `__<rank>.metadata`, every file's size and sha256). The check runs on the host with the
-job's uploaded trainer (`ckptindex` is stdlib): first every node lists its committed steps
-(cheap), then the newest step they all have is verified on every node, and the next one
-when a node's part fails, so only the candidates are hashed.
+job's uploaded jobfolder package (`python -m jobfolder checkpoints`): first every node lists
+its committed steps (cheap), then the newest step they all have is verified on every node,
+and the next one when a node's part fails, so only the candidates are hashed.
 
 When the node folders' parent is one filesystem on every node (NFS and the like), a marker
 file written from node 0 is seen by the others (`shared_storage`): then node 0 checks every
@@ -26,24 +26,6 @@ from veri_tui.errors import VeriError
 from veri_tui.launch.ssh import files
 from veri_tui.launch.ssh.connection import Connection, command_line
 from veri_tui.launch.ssh.multinode import in_parallel
-
-# Runs on a host with the job's trainer package: `list` prints {folder: [committed steps,
-# newest first]}, `verify STEP` prints {folder: "" or the first problem of its step-STEP}.
-CHECK_SCRIPT = r"""
-import json, sys
-from pathlib import Path
-from trainer import ckptindex
-mode, step, out = sys.argv[1], sys.argv[2], {}
-for folder in sys.argv[3:]:
-    root = Path(folder) / ckptindex.CHECKPOINTS
-    if mode == "list":
-        out[folder] = [n for n, _ in ckptindex.committed(root)]
-    else:
-        found = ckptindex.problems(root / ("step-" + step))
-        more = " (and %d more)" % (len(found) - 1) if found[1:] else ""
-        out[folder] = found[0] + more if found else ""
-print(json.dumps(out))
-"""
 
 
 def shared_storage(conns: Sequence[Connection], parents: Sequence[str]) -> bool:
@@ -83,7 +65,8 @@ def common_steps(committed: Sequence[Sequence[int]]) -> tuple[list[int], list[st
 
 
 class NodeCheck:
-    """Runs CHECK_SCRIPT for every node's folder: on each node, or all on node 0 (shared)."""
+    """Runs `python -m jobfolder checkpoints list|verify` (the job's uploaded package) for
+    every node's folder: on each node, or all on node 0 (shared)."""
 
     def __init__(self, conns: Sequence[Connection], dirs: Sequence[str], python: str,
                  shared: bool) -> None:  # fmt: skip
@@ -100,8 +83,9 @@ class NodeCheck:
 
         def one(group: tuple[Connection, str, list[str]]) -> dict[str, Any]:
             conn, own, folders = group
-            argv = ["env", f"PYTHONPATH={posixpath.join(own, 'pkg')}", self.python, "-c",
-                    CHECK_SCRIPT, mode, str(step), *folders]  # fmt: skip
+            what = [mode, str(step)] if mode == "verify" else [mode]
+            argv = ["env", f"PYTHONPATH={posixpath.join(own, 'pkg')}", self.python, "-m",
+                    "jobfolder", "checkpoints", *what, *folders]  # fmt: skip
             res = conn.run_line(command_line(argv), timeout=3600)  # hashing a large step
             if res.exit_status != 0:
                 why = res.error_line()

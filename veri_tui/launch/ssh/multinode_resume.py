@@ -10,7 +10,7 @@
    with the same job id. A node that cannot be prepared or started cancels the others.
 
 Retries: no node's supervisor restarts a multi-node job by itself (it cannot know the other
-nodes' checkpoints; trainer.attempts.max_restarts). The launcher side does: whoever reads
+nodes' checkpoints; jobfolder.attempts.max_restarts). The launcher side does: whoever reads
 the gathered record (MultiNodeTarget.get_job: `launch --wait`, `resume --wait`, `jobs`, the
 app) and finds it failed for the platform with restarts left resumes every node as above,
 the attempt marked `retry`. One reader does it: a lock beside the registry entry here, and
@@ -23,8 +23,10 @@ import posixpath
 from types import SimpleNamespace
 from typing import Any
 
-from trainer.attempts import attempts_of, max_restarts, retryable
-from trainer.jobdir import FAILED, JobRecord, job_lock
+from jobfolder.atomic import job_lock
+from jobfolder.attempts import attempts_of, max_restarts, retryable
+from jobfolder.record import JobRecord
+from jobfolder.status import FAILED
 from veri_tui.errors import VeriError
 from veri_tui.launch.ssh import registry
 from veri_tui.launch.ssh.multinode import in_parallel, probe_rendezvous, split_endpoint

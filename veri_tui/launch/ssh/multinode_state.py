@@ -18,19 +18,12 @@ from typing import Any
 
 import paramiko
 
-from trainer.failure_rules import is_peer_text
-from trainer.failures import job_error
-from trainer.jobdir import (
-    CANCELLED,
-    FAILED,
-    RUNNING,
-    SUCCEEDED,
-    Attempt,
-    JobRecord,
-    has_ended,
-    job_lock,
-)
-from trainer.procs import GRACE_S
+from jobfolder.atomic import job_lock
+from jobfolder.failure_rules import is_peer_text
+from jobfolder.failures import job_error
+from jobfolder.procs import GRACE_S
+from jobfolder.record import Attempt, JobRecord
+from jobfolder.status import CANCELLED, FAILED, RUNNING, SUCCEEDED, has_ended
 from veri_tui.errors import VeriError
 from veri_tui.launch.records import LogLine, wait_until_ended
 from veri_tui.launch.ssh import registry

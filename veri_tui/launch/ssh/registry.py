@@ -14,8 +14,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from trainer.jobdir import JobRecord, write_json_atomic
-from veri_tui.launch.spec import veri_home
+from jobfolder.atomic import write_json_atomic
+from jobfolder.layout import veri_home
+from jobfolder.record import JobRecord
 
 
 @dataclass

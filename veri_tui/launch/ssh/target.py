@@ -1,58 +1,33 @@
 """The SSH target: the local target's methods (docs/jobs.md), run against a remote job folder.
 
-State is read from the remote job folder over SFTP (job.json, supervisor.pid, log.txt); the
-log is followed with the resumable tail; cancel signals the remote supervisor, which ends
-every rank, and falls back to ending them itself (with the uploaded trainer.procs code)
-when the supervisor is gone; resume prepares a new attempt with the uploaded
-trainer.attempts code and starts the job's supervisor again. Every command is an argument
-list quoted with shlex.
+State is read from the remote job folder over SFTP (job.json, supervisor.pid, log.txt) and
+judged by the one lost rule (jobfolder.lost); the log is followed with the resumable tail;
+cancel and resume run `python -m jobfolder cancel|resume` on the host with the job's
+uploaded package (the supervisor ends every rank, or the host ends them itself when it is
+gone); resume then starts the job's supervisor again. Every command is an argument list
+quoted with shlex.
 """
 
 from __future__ import annotations
 
 import json
 import posixpath
-import time
 from collections.abc import Iterator
 from typing import Any
 
-from trainer.jobdir import JOB_FILE, JobRecord, has_ended, outcome_recorded
-from trainer.procs import GRACE_S, SUPERVISOR_PID
+from jobfolder.layout import JOB_FILE, SUPERVISOR_PID
+from jobfolder.lost import judge
+from jobfolder.procs import GRACE_S
+from jobfolder.record import JobRecord
+from jobfolder.status import outcome_recorded
 from veri_tui.errors import VeriError
-from veri_tui.launch.records import LogLine, lost_record, wait_until_ended
+from veri_tui.launch.records import LogLine, wait_until_ended
 from veri_tui.launch.ssh import files, registry
 from veri_tui.launch.ssh.connection import Connection, ConnectionLost, command_line
+from veri_tui.launch.ssh.files import package_dir
 from veri_tui.launch.ssh.tail import follow_remote
 
 MAX_LOG_READ = 64 * 2**20
-
-# Ends what the supervisor would have ended, on the remote host, with the uploaded code.
-CANCEL_SCRIPT = """
-import sys
-from pathlib import Path
-from trainer.jobdir import record_cancel
-from trainer.procs import end_processes
-job = Path(sys.argv[1])
-end_processes(job, grace=2.0)
-record_cancel(job)
-"""
-
-
-# A new attempt of the remote job: refusals as one `error: key: message` line, exit 3. The
-# spec comes on stdin; a multi-node job's step choice (argv[2]) only when there is one, so a
-# job uploaded by an older veri-tui still resumes.
-RESUME_SCRIPT = """
-import json, sys
-from pathlib import Path
-from trainer.attempts import ResumeRefused, prepare_resume
-choice = [json.loads(sys.argv[2])] if sys.argv[2:] else []
-try:
-    record = prepare_resume(Path(sys.argv[1]), json.loads(sys.stdin.read() or "null"), *choice)
-except ResumeRefused as exc:
-    print(exc)
-    sys.exit(3)
-print(json.dumps(record))
-"""
 
 
 class RemoteTarget:
@@ -96,8 +71,18 @@ class RemoteTarget:
         except (FileNotFoundError, ValueError, IndexError):
             return job.pid
 
-    def _alive(self, pid: int | None) -> bool:
-        return pid is not None and self.conn.run(["kill", "-0", str(pid)]).exit_status == 0
+    def _alive(self, pid: int) -> bool:
+        return self.conn.run(["kill", "-0", str(pid)]).exit_status == 0
+
+    def _jobfolder(self, job: registry.RegistryEntry, *args: str) -> list[str]:
+        """`python -m jobfolder ARGS` on the host, with the job's uploaded package. A folder
+        uploaded by a release before the package existed gets it now (its pkg/ held only the
+        trainer)."""
+        pkg = posixpath.join(job.job_dir, "pkg")
+        sftp = self.conn.sftp()
+        if not files.exists(sftp, posixpath.join(pkg, "jobfolder", "__init__.py")):
+            files.upload_package(sftp, package_dir("jobfolder"), posixpath.join(pkg, "jobfolder"))
+        return ["env", f"PYTHONPATH={pkg}", job.python, "-m", "jobfolder", *args]
 
     def get_job(self, job_id: str) -> JobRecord:
         """The remote job.json now, with a vanished supervisor reported as a lost job."""
@@ -107,10 +92,13 @@ class RemoteTarget:
             record = files.read_json(self.conn.sftp(), path)
         except FileNotFoundError:
             raise VeriError(f"{path} is gone from {self.host}", key="job") from None
-        if not has_ended(record) and not self._alive(self._supervisor_pid(job)):
-            record = files.read_json(self.conn.sftp(), path)  # it may have just finished
-            if not has_ended(record):
-                record = lost_record(record, f"its supervisor on {self.host} is gone")
+        record = judge(
+            record,
+            self._supervisor_pid(job),
+            self._alive,
+            lambda: files.read_json(self.conn.sftp(), path),
+            where=self.host,
+        )
         record["host"] = self.host
         job.record = record
         self._save(job)
@@ -166,11 +154,10 @@ class RemoteTarget:
         self, job_id: str, spec: dict[str, Any] | None = None, choice: dict[str, Any] | None = None
     ) -> JobRecord:
         """The job made `pending` for its next attempt on the host, starting nothing;
-        ``choice``: a multi-node launcher's step (trainer.attempts.prepare_resume)."""
+        ``choice``: a multi-node launcher's step (jobfolder.attempts.prepare_resume)."""
         job = self._job(job_id)
-        pkg = posixpath.join(job.job_dir, "pkg")
-        argv = ["env", f"PYTHONPATH={pkg}", job.python, "-c", RESUME_SCRIPT,
-                f"{job.job_dir}/{JOB_FILE}"] + ([json.dumps(choice)] if choice else [])  # fmt: skip
+        more = ["--choice", json.dumps(choice)] if choice else []
+        argv = self._jobfolder(job, "resume", f"{job.job_dir}/{JOB_FILE}", *more)
         res = self.conn.run_line(command_line(argv), timeout=60, stdin=json.dumps(spec).encode())
         if res.exit_status != 0:
             text = res.text.strip().splitlines()[-1] if res.text.strip() else ""
@@ -201,25 +188,15 @@ class RemoteTarget:
             pass  # the log says less; the record still tells the outcome
 
     def cancel(self, job_id: str, grace: float = GRACE_S) -> JobRecord:
-        """SIGTERM the remote supervisor (it ends every rank); clean up itself if it is gone."""
+        """Cancel on the host (`python -m jobfolder cancel`: the supervisor ends every rank,
+        or the host ends them itself when it is gone); the record after."""
         job = self._job(job_id)
         record = self.get_job(job_id)
         if outcome_recorded(record):
             return record
-        pid = self._supervisor_pid(job)
-        if pid is not None and self._alive(pid):
-            self.conn.run(["kill", "-TERM", str(pid)])
-            deadline = time.monotonic() + grace + 3.0
-            while time.monotonic() < deadline:
-                record = self.get_job(job_id)
-                if outcome_recorded(record):
-                    return record
-                time.sleep(0.3)
-            self.conn.run(["kill", "-KILL", str(pid)])
-        pkg = posixpath.join(job.job_dir, "pkg")
-        job_path = f"{job.job_dir}/{JOB_FILE}"
-        line = command_line(["env", f"PYTHONPATH={pkg}", job.python, "-c", CANCEL_SCRIPT, job_path])
-        res = self.conn.run_line(line, timeout=30)
+        argv = self._jobfolder(job, "cancel", f"{job.job_dir}/{JOB_FILE}", "--grace", str(grace))
+        argv += ["--pid", str(job.pid)] if job.pid else []
+        res = self.conn.run_line(command_line(argv), timeout=grace + 60)
         if res.exit_status != 0:
             raise VeriError(f"cancel on {self.host} failed: {res.error_line()}", key="job")
         return self.get_job(job_id)

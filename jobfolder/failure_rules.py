@@ -2,7 +2,7 @@
 that a peer went away.
 
 Both sides classify with it: a rank with the real exception in hand (trainer/report.py, when
-it writes failures/rank-<r>.json) and the supervisor with only texts (trainer/failures.py:
+it writes failures/rank-<r>.json) and the supervisor with only texts (jobfolder/failures.py:
 torch elastic's error.json, whose message is ``"<Type>: <msg>"`` and whose traceback ends in
 the module-qualified ``torch.OutOfMemoryError: ...``).
 
@@ -11,12 +11,12 @@ types are matched first: by module-qualified class name, along the MRO when a re
 is at hand (so subclasses count), exactly in a text. Then its patterns: regular expressions
 over the message, case-insensitive and bounded by word edges ("xid" is not in "oxidation").
 
-Only the trainer's own classes (trainer.errors) claim customer codes by type: a bare
+Only the job's own classes (jobfolder.errors) claim customer codes by type: a bare
 ``ConfigError`` from some library, or a type name with no module, says nothing. Out of memory
 comes before the peer rules, because NCCL reports an allocation failure inside a collective as
 a ``DistBackendError`` whose text may also mention the communicator.
 
-Stdlib only, Python 3.8-clean: the supervisor imports this (it never imports torch).
+Stdlib only: the supervisor imports this (it never imports torch).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import re
 from collections.abc import Sequence
 from typing import NamedTuple
 
-from trainer.errors import ConfigError, DataError, ModelLoadError, TrainerError
+from jobfolder.errors import ConfigError, DataError, ModelLoadError, TrainerError
 
 
 class Rule(NamedTuple):
@@ -64,9 +64,16 @@ PEER_PHRASES = (
 #: The trainer's error classes with a fixed code; TrainerError itself carries one per instance.
 _OWN_TYPES = (DataError, ModelLoadError, ConfigError)
 
+
+def _own_names(cls: type) -> tuple[str, ...]:
+    """The class's qualified name, and the one releases before the job-folder package gave
+    it (`trainer.errors.X`): a traceback in an older job folder still names that."""
+    return (qualified_name(cls), f"trainer.errors.{cls.__qualname__}")
+
+
 RULES: tuple[Rule, ...] = (
-    Rule(None, False, (qualified_name(TrainerError),), ()),
-    *(Rule(cls("").code, False, (qualified_name(cls),), ()) for cls in _OWN_TYPES),
+    Rule(None, False, _own_names(TrainerError), ()),
+    *(Rule(cls("").code, False, _own_names(cls), ()) for cls in _OWN_TYPES),
     Rule(
         "CUDA_OOM",
         False,

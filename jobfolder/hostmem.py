@@ -8,7 +8,7 @@ limit). It also reads the cgroup's ``oom_kill`` counter at the start and at the 
 costs tens of microseconds. When a rank died by SIGKILL, ``MemoryWatch.kill_note`` says
 whether memory was near full around that time (the failure report's hint; docs/jobs.md).
 
-Stdlib only, Python 3.8-clean: the supervisor imports this.
+Stdlib only: the supervisor imports this.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from trainer.errors import DataError
+from jobfolder.errors import DataError
 
 
 def read_rows(

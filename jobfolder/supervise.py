@@ -1,11 +1,11 @@
-"""The job supervisor: ``python -m trainer.supervise --job <job_dir>/job.json``.
+"""The job supervisor: ``python -m jobfolder.supervise --job <job_dir>/job.json``.
 
 What a launcher (or `veri-tui resume`) starts, detached (setsid, stdin /dev/null), locally or
-over SSH. Each run of torchrun is an attempt (trainer/attempts.py): before it, the previous
+over SSH. Each run of torchrun is an attempt (jobfolder/attempts.py): before it, the previous
 attempt's files are archived, partial writes removed, and the newest verified checkpoint
-(trainer/ckptindex.py) chosen and passed to the trainer as the spec's ``resume_from``. It runs
+(jobfolder/ckptindex.py) chosen and passed to the trainer as the spec's ``resume_from``. It runs
 torchrun as a child, keeps ``status`` in job.json true (running, then succeeded, failed or
-cancelled), writes ``exit_code`` and, after a failure, the report built by trainer.failures.
+cancelled), writes ``exit_code`` and, after a failure, the report built by jobfolder.failures.
 After a platform failure (RANK_LOST, COMM_ERROR, HARDWARE_ERROR, RANK_HUNG) it starts the
 next attempt itself while the job's ``max_restarts`` allows; never in a multi-node job, whose
 launcher resumes every node together and names the step (job.json ``resume_choice``).
@@ -14,7 +14,7 @@ sessions, so signalling torchrun's group would miss them), SIGKILL after a grace
 
 Stdlib only: it must start fast and run on a GPU machine whose image has only the trainer's
 dependencies (no torch import here, no pydantic, paramiko or textual). The job folder's
-record, statuses and writer are trainer/jobdir.py; its processes, trainer/procs.py.
+record, statuses and writer are jobfolder/jobdir.py; its processes, jobfolder/procs.py.
 """
 
 from __future__ import annotations
@@ -28,23 +28,16 @@ import time
 from pathlib import Path
 from typing import Any
 
-from trainer import attempts, ckptindex, failures
-from trainer.hostmem import MemoryWatch
-from trainer.jobdir import (
-    CANCELLED,
-    FAILED,
-    RUNNING,
-    SUCCEEDED,
-    JobError,
-    JobRecord,
-    has_ended,
-    modify_job,
-    read_job,
-    write_text_atomic,
-)
-from trainer.jobstats import record_measured
-from trainer.procs import SUPERVISOR_PID, TORCHRUN_PID, end_processes, job_processes, write_pid
-from trainer.watchdog import HangWatch, end_job
+from jobfolder import attempts, ckptindex, failures
+from jobfolder.atomic import modify_job, write_text_atomic
+from jobfolder.hostmem import MemoryWatch
+from jobfolder.jobstats import record_measured
+from jobfolder.layout import ELASTIC, EXIT_CODE, JobLayout
+from jobfolder.planline import plan_line_of
+from jobfolder.procs import end_processes, job_processes, write_pid
+from jobfolder.record import JobError, JobRecord, read_job
+from jobfolder.status import CANCELLED, FAILED, RUNNING, SUCCEEDED, has_ended
+from jobfolder.watchdog import HangWatch, end_job
 
 
 class Supervisor:
@@ -53,6 +46,7 @@ class Supervisor:
     def __init__(self, job_path: Path) -> None:
         self.job_path = job_path.resolve()
         self.job_dir = self.job_path.parent
+        self.layout = JobLayout(self.job_dir)
         self.cancel_requested = False
 
     def _on_signal(self, signum: int, _frame: Any) -> None:
@@ -63,7 +57,7 @@ class Supervisor:
         return [
             sys.executable, "-m", "torch.distributed.run", *self.rendezvous(spec),
             "--nproc-per-node", str(int(spec.get("nproc_per_node") or spec["gpu_count"])),
-            "--log-dir", str(self.job_dir / "elastic"),
+            "--log-dir", str(self.job_dir / ELASTIC),
             "-m", "trainer", "--job", str(self.job_path),
         ]  # fmt: skip
 
@@ -101,7 +95,7 @@ class Supervisor:
         exit code (0 on success)."""
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, self._on_signal)
-        write_pid(self.job_dir / SUPERVISOR_PID)
+        write_pid(self.layout.supervisor_pid)
         restarts = 0
         while True:
             record = self.begin_attempt()
@@ -137,7 +131,7 @@ class Supervisor:
         pinned = record.get("resume_choice")  # a multi-node resume: the launcher chose
         if number > 1:
             attempts.archive_attempt(self.job_dir, number - 1)
-            root = self.job_dir / ckptindex.CHECKPOINTS
+            root = self.layout.checkpoints
             if pinned is not None:
                 choice, newer = ckptindex.pinned(root, pinned.get("step"))
                 attempts.remove_stale(newer)
@@ -153,7 +147,7 @@ class Supervisor:
             lines.append(f"resume: attempt {number} from {(pinned or {}).get('where', where)}")
             attempts.rewind_metrics(self.job_dir, step or 0)
         if lines:
-            failures.append_lines(self.job_dir / "log.txt", lines)
+            failures.append_lines(self.layout.log, lines)
 
         def begin(rec: JobRecord) -> None:
             # Under the job lock: a cancel recorded meanwhile must not become `running`.
@@ -167,8 +161,8 @@ class Supervisor:
 
     def run_attempt(self, spec: dict[str, Any]) -> tuple[int, str, JobError | None]:
         """Run torchrun once to its end: (exit code, status, error)."""
-        watch = HangWatch(self.job_dir, spec)  # trainer/watchdog.py: ends a job that hangs
-        with open(self.job_dir / "torchrun.log", "ab") as log:
+        watch = HangWatch(self.job_dir, spec)  # jobfolder/watchdog.py: ends a job that hangs
+        with open(self.layout.torchrun_log, "ab") as log:
             child = subprocess.Popen(
                 self.command(spec),
                 stdin=subprocess.DEVNULL,
@@ -177,7 +171,7 @@ class Supervisor:
                 cwd=self.job_dir,
                 env=watch.environment(self.environment()),
             )
-        write_pid(self.job_dir / TORCHRUN_PID, child.pid)
+        write_pid(self.layout.torchrun_pid, child.pid)
         memory = MemoryWatch.for_this_process()  # explains a rank's SIGKILL by the OOM killer
         hung = None
         while child.poll() is None and not self.cancel_requested and hung is None:
@@ -210,8 +204,7 @@ class Supervisor:
         )
         if error is None or found.get("rank") is not None:
             error = found
-        plan_line = next((ln for ln in spec.get("plan_header", []) if ln.startswith("plan:")), "")
-        failures.append_report(self.job_dir / "log.txt", error, plan_line)
+        failures.append_report(self.layout.log, error, plan_line_of(spec))
         return code, FAILED, error
 
     def fail_self(self, exc: Exception) -> None:
@@ -229,7 +222,7 @@ class Supervisor:
         # Said in the log too, so whoever follows it sees why it stopped. A cancel leaves no
         # partial checkpoint or artifact folder behind.
         attempts.remove_stale(ckptindex.stale_writes(self.job_dir, self._output_dir()))
-        failures.append_lines(self.job_dir / "log.txt", ["job cancelled: every rank ended"])
+        failures.append_lines(self.layout.log, ["job cancelled: every rank ended"])
         return code, CANCELLED, None
 
     def _output_dir(self) -> str | None:
@@ -248,20 +241,20 @@ class Supervisor:
         modify_job(self.job_path, close)
         code_text = (error or {}).get("code", "UNKNOWN")
         failures.append_lines(
-            self.job_dir / "log.txt",
+            self.layout.log,
             [f"retry: {code_text} (platform) ended the attempt; restart {retry} (max_restarts)"],
         )
 
     def finish(self, code: int, status: str, error: JobError | None) -> int:
         record_measured(self.job_path)  # before the outcome: a reader of it sees both
-        write_text_atomic(self.job_dir / "exit_code", f"{code}\n")
+        write_text_atomic(self.job_dir / EXIT_CODE, f"{code}\n")
         modify_job(self.job_path, lambda rec: attempts.close_attempt(rec, status, error, code))
         return code
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point: supervise the job whose job.json is given."""
-    parser = argparse.ArgumentParser(prog="python -m trainer.supervise", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m jobfolder.supervise", description=__doc__)
     parser.add_argument("--job", required=True, help="path of the job's job.json")
     args = parser.parse_args(argv)
     supervisor = Supervisor(Path(args.job))

@@ -4,13 +4,13 @@ A committed checkpoint is `checkpoints/step-<n>/` holding the `COMPLETE` marker 
 `manifest.json` (trainer/checkpoint.py writes both last, then renames `step-<n>.tmp` into
 place). Verified means DCP's `.metadata` is there (a multi-node job's node part: each of the node's
 ranks' `__<rank>.metadata`, the ranks its manifest names) and every file the manifest lists
-has its size and sha256 (trainer/manifest.py). The supervisor calls `choose` before each attempt (a
-resume, or a retry after a platform failure) and passes the chosen folder to the trainer as
-the spec's `resume_from`, so the trainer loads exactly that step; a corrupt newer step is
+has its size and sha256 (jobfolder/manifest.py). The supervisor calls `choose` before each
+attempt (a resume, or a retry after a platform failure) and passes the chosen folder to the
+trainer as the spec's `resume_from`, so the trainer loads exactly that step; a corrupt newer step is
 skipped and named. Partial writes (`step-<n>.tmp`, an artifact's `.<output>.tmp-<pid>`) are
 found by `stale_writes` and removed before the next attempt.
 
-Stdlib only and Python 3.8-clean: the supervisor imports it on GPU hosts.
+Stdlib only: the supervisor imports it on GPU hosts.
 """
 
 from __future__ import annotations
@@ -20,9 +20,11 @@ import re
 from pathlib import Path
 from typing import NamedTuple
 
-from trainer import manifest
+from jobfolder import manifest
+from jobfolder.layout import CHECKPOINTS
 
-CHECKPOINTS = "checkpoints"
+__all__ = ["CHECKPOINTS", "Choice", "choose", "committed", "pinned", "problems", "stale_writes"]
+
 COMPLETE = "COMPLETE"
 _STEP = re.compile(r"^step-(\d+)$")
 

@@ -10,8 +10,8 @@ attempts that failed for the platform, wall time x GPUs: the seed credits platfo
 back. Before an attempt the previous one's per-attempt files move to `attempts/<n>/`, so the
 failure report of the new attempt reads only its own records.
 
-Every change to job.json here runs inside `jobdir.modify_job` (under the job lock).
-Stdlib only and Python 3.8-clean, like trainer/jobdir.py.
+Every change to job.json here runs inside `atomic.modify_job` (under the job lock).
+Stdlib only, like the whole jobfolder package.
 """
 
 from __future__ import annotations
@@ -20,37 +20,23 @@ import json
 import os
 import shutil
 import time
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from trainer.errors import ATTRIBUTION
-from trainer.jobdir import (
+from jobfolder.atomic import modify_job, write_text_atomic
+from jobfolder.layout import FAILURES, METRICS, PER_ATTEMPT, SUPERVISOR_PID, TORCHRUN_PID, JobLayout
+from jobfolder.procs import end_processes, job_processes, pid_alive, read_pid
+from jobfolder.record import Attempt, JobRecord, epoch_of, now_iso
+from jobfolder.status import (
     FAILED,
     PENDING,
+    RETRY_CODES,
     RUNNING,
     SUCCEEDED,
-    Attempt,
-    JobRecord,
+    Attribution,
+    attribution_of,
     has_ended,
-    modify_job,
-    now_iso,
-    write_text_atomic,
 )
-from trainer.procs import (
-    SUPERVISOR_PID,
-    TORCHRUN_PID,
-    end_processes,
-    job_processes,
-    pid_alive,
-    read_pid,
-)
-
-#: Failures the supervisor retries by itself (`max_restarts`): the platform's, never the
-#: customer's (DATA_ERROR, CUDA_OOM, CONFIG_ERROR, MODEL_LOAD_ERROR) nor UNKNOWN (pending).
-RETRY_CODES = ("RANK_LOST", "COMM_ERROR", "HARDWARE_ERROR", "RANK_HUNG")
-#: What one attempt of torchrun leaves in the job folder; archived before the next.
-PER_ATTEMPT = ("failures", "elastic", "torchrun.log", "exit_code")
 
 
 class ResumeRefused(ValueError):
@@ -59,13 +45,6 @@ class ResumeRefused(ValueError):
     def __init__(self, key: str, message: str) -> None:
         super().__init__(f"error: {key}: {message}")
         self.key, self.message = key, message
-
-
-def _epoch(iso: Any) -> float | None:
-    try:
-        return datetime.fromisoformat(str(iso)).timestamp()
-    except ValueError:
-        return None
 
 
 def attempts_of(record: JobRecord) -> list[Attempt]:
@@ -114,7 +93,7 @@ def open_attempt(record: JobRecord, resumed_from_step: int | None, retry: bool =
 def is_platform_failure(status: str, error: dict[str, Any] | None) -> bool:
     """A failed attempt whose error the platform owns (its GPU time is credited back)."""
     code = (error or {}).get("code")
-    return status == FAILED and ATTRIBUTION.get(str(code)) == "platform"
+    return status == FAILED and attribution_of(code) == Attribution.PLATFORM
 
 
 def close_attempt(
@@ -128,7 +107,7 @@ def close_attempt(
         return
     last = attempts[-1]
     ended = time.time()
-    started = last.get("started_s") or _epoch(last.get("started_at")) or ended
+    started = last.get("started_s") or epoch_of(last.get("started_at")) or ended
     last.update(status=status, ended_at=now_iso(), error=error)
     last["wall_s"] = round(max(0.0, ended - float(started)), 1)
     record["attempts"] = attempts
@@ -150,7 +129,7 @@ def credited_gpu_s(attempts: list[Attempt]) -> float:
 def retryable(error: dict[str, Any] | None) -> bool:
     """True for a platform failure the supervisor may restart by itself."""
     err = error or {}
-    return err.get("code") in RETRY_CODES and err.get("attribution") == "platform"
+    return err.get("code") in RETRY_CODES and err.get("attribution") == Attribution.PLATFORM
 
 
 def max_restarts(spec: dict[str, Any], alone: bool = True) -> int:
@@ -167,7 +146,7 @@ def max_restarts(spec: dict[str, Any], alone: bool = True) -> int:
 
 def archive_attempt(job_dir: Path, attempt: int) -> None:
     """Move attempt ``attempt``'s own files (PER_ATTEMPT) to `attempts/<attempt>/`."""
-    dest = Path(job_dir) / "attempts" / str(attempt)
+    dest = JobLayout(Path(job_dir)).attempt_archive(attempt)
     dest.mkdir(parents=True, exist_ok=True)
     for name in PER_ATTEMPT:
         src = Path(job_dir) / name
@@ -176,7 +155,7 @@ def archive_attempt(job_dir: Path, attempt: int) -> None:
             if target.exists():  # an attempt archived twice (a resume of a resume): keep both
                 target = dest / f"{name}.{int(time.time())}"
             os.replace(src, target)
-    (Path(job_dir) / "failures").mkdir(exist_ok=True)
+    (Path(job_dir) / FAILURES).mkdir(exist_ok=True)
 
 
 def remove_stale(paths: list[Path]) -> None:
@@ -188,7 +167,7 @@ def remove_stale(paths: list[Path]) -> None:
 def rewind_metrics(job_dir: Path, step: int) -> None:
     """Keep the metric lines of steps up to ``step`` (0: none), so a step run again by the
     new attempt appears once in metrics.jsonl; log.txt keeps the whole history."""
-    path = Path(job_dir) / "metrics.jsonl"
+    path = Path(job_dir) / METRICS
     if not path.exists():
         return
     kept = []
@@ -269,7 +248,7 @@ def prepare_resume(
 def _close_lost(record: JobRecord, job_dir: Path) -> None:
     """Record the open attempt of a job whose supervisor died: failed, RANK_LOST; it ended,
     as far as anyone can tell, when its log was last written."""
-    from trainer.failures import job_error  # stdlib too; only needed for a lost job
+    from jobfolder.failures import job_error  # stdlib too; only needed for a lost job
 
     msg = "job lost: its supervisor is gone without recording an outcome"
     world = (record.get("spec") or {}).get("gpu_count")

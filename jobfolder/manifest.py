@@ -11,14 +11,12 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
-from typing import Any, Dict  # noqa: UP035 - Dict: see FileEntry
+from typing import Any
 
-from trainer.jobdir import write_text_atomic
+from jobfolder.atomic import write_text_atomic
 
 MANIFEST = "manifest.json"
-# typing.Dict, not dict[...]: this line runs on import, and the supervisor imports it on
-# GPU hosts whose Python may be 3.8 (where dict[...] raises TypeError).
-FileEntry = Dict[str, Any]  # noqa: UP006
+FileEntry = dict[str, Any]
 
 
 def sha256_file(path: Path) -> str:

@@ -11,10 +11,10 @@ count, an all-reduce), then `forward` and `backward` once per micro-batch, `opti
 before the first step, `artifact` after the last, `done` once the artifact is written.
 
 Every rank marks the same phases in the same order, so `seq` (marks made so far) orders the
-ranks by progress: the supervisor's watchdog (trainer/watchdog.py) reads these files and,
+ranks by progress: the supervisor's watchdog (jobfolder/watchdog.py) reads these files and,
 when no rank has advanced for `hang_timeout_s`, blames the rank(s) with the smallest `seq`.
 
-Stdlib only and Python 3.8-clean: the supervisor imports the reader.
+Stdlib only: the supervisor imports the reader, the ranks (trainer/loop.py) the writer.
 """
 
 from __future__ import annotations
@@ -23,16 +23,17 @@ import os
 from pathlib import Path
 from typing import NamedTuple
 
+from jobfolder.layout import JobLayout
+
 PHASES = ("load", "data", "forward", "backward", "optimizer", "checkpoint", "artifact", "done")
 #: Phases that may legitimately take much longer than a step: the watchdog waits longer.
 SLOW_PHASES = ("load", "checkpoint", "artifact")
-FOLDER = "progress"
 RECORD_BYTES = 64
 
 
 def progress_path(job_dir: Path | str, rank: int) -> Path:
     """`progress/rank-<r>`: rank ``rank``'s progress line."""
-    return Path(job_dir) / FOLDER / f"rank-{rank}"
+    return JobLayout(Path(job_dir)).rank_progress(rank)
 
 
 class Mark(NamedTuple):

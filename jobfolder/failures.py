@@ -11,9 +11,9 @@ failures"):
 
 Ranks that failed only because a peer died (gloo/nccl "Connection closed", timeouts, or the
 SIGTERM torchrun itself sent while shutting the group down) are demoted, so the report blames
-the rank that started it. Codes come from the one table of rules in trainer/failure_rules.py,
+the rank that started it. Codes come from the one table of rules in jobfolder/failure_rules.py,
 which the ranks use too. A rank killed by SIGKILL while memory was near full gets the host
-out-of-memory hint of trainer/hostmem.py. Stdlib only: this runs in the supervisor, which
+out-of-memory hint of jobfolder/hostmem.py. Stdlib only: this runs in the supervisor, which
 never imports torch.
 """
 
@@ -29,9 +29,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from trainer.errors import ATTRIBUTION
-from trainer.failure_rules import classify_text, qualify, split_type
-from trainer.hostmem import MemoryWatch
+from jobfolder.failure_rules import classify_text, qualify, split_type
+from jobfolder.hostmem import MemoryWatch
+from jobfolder.layout import ELASTIC, FAILURES, TORCHRUN_LOG
+from jobfolder.record import JobError
+from jobfolder.status import ATTRIBUTION, attribution_of
 
 
 @dataclass
@@ -68,7 +70,7 @@ def _load_json(path: str | Path) -> dict[str, Any] | None:
 def trainer_records(job_dir: Path) -> list[Candidate]:
     """The trainer's own per-rank records (failures/rank-<r>.json)."""
     out = []
-    for path in sorted((job_dir / "failures").glob("rank-*.json")):
+    for path in sorted((job_dir / FAILURES).glob("rank-*.json")):
         rec = _load_json(path)
         if rec is None or "rank" not in rec:
             continue
@@ -210,11 +212,11 @@ def _last_line(path: Path) -> str:
 
 def job_error(
     code: str, message: str, world_size: int | None, summary: str | None = None
-) -> dict[str, Any]:
+) -> JobError:
     """An ``error`` object (docs/interfaces.md section 2), the rank fields still empty."""
     return {
         "code": code,
-        "attribution": ATTRIBUTION.get(code, ATTRIBUTION["UNKNOWN"]),
+        "attribution": attribution_of(code),
         "message": message,
         "rank": None,
         "node": None,
@@ -239,12 +241,12 @@ def analyze(
     job_dir = Path(job_dir)
     cands = (
         trainer_records(job_dir)
-        + elastic_records(job_dir / "elastic", nproc_per_node, node)
-        + summary_records(job_dir / "torchrun.log", nproc_per_node)
+        + elastic_records(job_dir / ELASTIC, nproc_per_node, node)
+        + summary_records(job_dir / TORCHRUN_LOG, nproc_per_node)
     )
     first = first_failure(cands)
     if first is None:
-        last = _last_line(job_dir / "torchrun.log") or "no output"
+        last = _last_line(job_dir / TORCHRUN_LOG) or "no output"
         return job_error("UNKNOWN", f"torchrun exited with code {exit_code}: {last}", world_size)
     if first.signum == signal.SIGKILL and memory is not None:
         note = memory.kill_note(first.time_ns / 1e9)

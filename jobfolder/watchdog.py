@@ -1,7 +1,7 @@
 """The hang watchdog: a job whose ranks stopped advancing is ended and the laggard blamed.
 
-The supervisor (trainer/supervise.py) polls `HangWatch.poll` in its wait loop. It reads every
-rank's progress line (trainer/progress.py) once a second and notes when each last changed.
+The supervisor (jobfolder/supervise.py) polls `HangWatch.poll` in its wait loop. It reads every
+rank's progress line (jobfolder/progress.py) once a second and notes when each last changed.
 When no rank has advanced for the timeout, the job has hung: a rank stopped (a stuck GPU, a
 frozen process) and the others wait for it in a collective. The rank(s) with the fewest marks
 are the ones furthest behind and are blamed:
@@ -20,7 +20,7 @@ is longer; `SLOW_FACTOR` times that while any rank loads, checkpoints or writes 
 The watchdog arms once some rank has reached its first step (loading a model may take long).
 Process groups get a timeout above the watchdog's (`environment`), so it speaks first.
 
-Stdlib only and Python 3.8-clean, like the supervisor that imports it.
+Stdlib only, like the supervisor that imports it.
 """
 
 from __future__ import annotations
@@ -31,9 +31,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from trainer.failures import append_report, job_error
-from trainer.procs import end_processes, rank_pid_path, read_pid
-from trainer.progress import FOLDER, SLOW_PHASES, Mark, read_progress
+from jobfolder.failures import append_report, job_error
+from jobfolder.layout import LOG, PROGRESS
+from jobfolder.planline import plan_line_of
+from jobfolder.procs import end_processes, rank_pid_path, read_pid
+from jobfolder.progress import SLOW_PHASES, Mark, read_progress
 
 FLOOR_S = 300.0  # the shortest derived timeout: a slow first step, a busy disk or network
 STEP_FACTOR = 10.0  # x the slowest step seen or predicted
@@ -110,7 +112,7 @@ class HangWatch:
         self.started = clock()
         self.next_poll = 0.0
         # A new attempt: the previous attempt's lines would read as progress already made.
-        for old in (self.job_dir / FOLDER).glob("rank-*"):
+        for old in (self.job_dir / PROGRESS).glob("rank-*"):
             old.unlink()
 
     def environment(self, env: dict[str, str]) -> dict[str, str]:
@@ -209,9 +211,8 @@ class HangWatch:
 
 
 def end_job(job_path: Path, child: Any, error: dict[str, Any], spec: dict[str, Any]) -> int:
-    """End every process of the hung job (trainer.procs), append the failure report to the
+    """End every process of the hung job (jobfolder.procs), append the failure report to the
     rank-0 log like any failure's; returns torchrun's exit code."""
     end_processes(job_path, child=child)
-    plan_line = next((ln for ln in spec.get("plan_header", []) if ln.startswith("plan:")), "")
-    append_report(Path(job_path).parent / "log.txt", error, plan_line)
+    append_report(Path(job_path).parent / LOG, error, plan_line_of(spec))
     return child.wait()

@@ -2,11 +2,11 @@
 
 The job folder holds `supervisor.pid`, `torchrun.pid` and `pids/rank-<r>` (one per worker);
 a reader judges a `pending`/`running` job lost by the supervisor's, and cancel ends torchrun
-and every worker by the others, with /proc as the backstop (trainer/jobdir.py owns the rest
+and every worker by the others, with /proc as the backstop (jobfolder/jobdir.py owns the rest
 of the folder). Used by the supervisor, by cancel (locally, and on a host through the
-uploaded trainer package) and by tests.
+uploaded jobfolder package) and by tests.
 
-Stdlib only and Python 3.8-clean, like trainer/jobdir.py.
+Stdlib only, like the whole jobfolder package.
 """
 
 from __future__ import annotations
@@ -17,16 +17,18 @@ import time
 from pathlib import Path
 from typing import Any
 
-from trainer.jobdir import write_text_atomic
+from jobfolder.atomic import write_text_atomic
+from jobfolder.layout import PIDS, SUPERVISOR_PID, TORCHRUN_PID, JobLayout
 
+#: A supervisor's module on its command line: this release's, and the one before it (a
+#: job it started may still run). Never one of the job's processes to end.
+SUPERVISORS = {"jobfolder.supervise", "trainer.supervise"}
 GRACE_S = 5.0  # SIGTERM -> SIGKILL; cancel must end every rank within 10 s
-SUPERVISOR_PID = "supervisor.pid"
-TORCHRUN_PID = "torchrun.pid"
 
 
 def rank_pid_path(job_dir: Path, rank: int) -> Path:
     """`pids/rank-<r>`: the worker's pid, so cancel can end workers torchrun lost."""
-    return Path(job_dir) / "pids" / f"rank-{rank}"
+    return JobLayout(Path(job_dir)).rank_pid(rank)
 
 
 def write_pid(path: Path, pid: int | None = None) -> None:
@@ -79,7 +81,7 @@ def job_processes(job_path: Path, exclude: tuple[int, ...] = ()) -> list[int]:
     if sup:
         skip.add(sup)
     found: set[int] = set()
-    candidates = [read_pid(p) for p in (job_dir / "pids").glob("rank-*")]
+    candidates = [read_pid(p) for p in (job_dir / PIDS).glob("rank-*")]
     candidates.append(read_pid(job_dir / TORCHRUN_PID))
     if Path("/proc/self").exists():
         candidates += [int(d) for d in os.listdir("/proc") if d.isdigit()]
@@ -87,7 +89,7 @@ def job_processes(job_path: Path, exclude: tuple[int, ...] = ()) -> list[int]:
         if not pid or pid in skip or pid in found:
             continue
         args = _cmdline(pid)
-        if wanted in args and "trainer.supervise" not in args and pid_alive(pid):
+        if wanted in args and not SUPERVISORS & set(args) and pid_alive(pid):
             found.add(pid)
     return sorted(found)
 

@@ -1,28 +1,17 @@
-"""Failure codes and the exception types the trainer raises on purpose.
+"""The exception types a job raises on purpose, each carrying its failure code.
 
-Codes and attribution follow contracts section 6. Raising `TrainerError(code, message)`
-anywhere in a rank makes the failure report carry that code; other exceptions are
-classified by the report module (OOM, communication errors, ...).
+Codes and attribution are jobfolder/status.py's (contracts section 6). Raising
+`TrainerError(code, message)` anywhere in a rank makes the failure report carry that code;
+other exceptions are classified by the rule table (jobfolder/failure_rules.py: OOM,
+communication errors, ...). Here, not in trainer/, because the planning core raises
+`DataError` too: it reads the dataset by the same rules (jobfolder/rows.py).
 """
 
 from __future__ import annotations
 
-CUSTOMER = "customer"
-PLATFORM = "platform"
-PENDING = "pending"
+from jobfolder.status import ATTRIBUTION
 
-#: error.code -> error.attribution
-ATTRIBUTION: dict[str, str] = {
-    "CUDA_OOM": CUSTOMER,
-    "DATA_ERROR": CUSTOMER,
-    "CONFIG_ERROR": CUSTOMER,
-    "MODEL_LOAD_ERROR": CUSTOMER,
-    "RANK_LOST": PLATFORM,
-    "RANK_HUNG": PLATFORM,  # no rank advanced for hang_timeout_s (trainer/watchdog.py)
-    "COMM_ERROR": PLATFORM,
-    "HARDWARE_ERROR": PLATFORM,
-    "UNKNOWN": PENDING,
-}
+__all__ = ["ConfigError", "DataError", "ModelLoadError", "TrainerError"]
 
 
 class TrainerError(Exception):

@@ -12,7 +12,7 @@ first optimizer step, its peak memory and its steady-state tokens/s. The job's f
 - `gpu`: the planned GPU type on CUDA, "cpu" when the ranks ran on CPU (a CPU run is
   calibrated apart and never changes a GPU plan); `device_name` what CUDA called it.
 
-Stdlib only and Python 3.8-clean: imported by trainer/supervise.py, uploaded to GPU hosts.
+Stdlib only: imported by jobfolder/supervise.py, uploaded to GPU hosts.
 """
 
 from __future__ import annotations
@@ -22,13 +22,15 @@ import re
 from pathlib import Path
 from typing import Any
 
+from jobfolder.layout import MEASURED
+
 _RANK_FILE = re.compile(r"run-rank-(\d+)\.json$")
 
 
 def read_rank_stats(job_dir: Path) -> list[dict[str, Any]]:
     """Every readable measured/run-rank-<r>.json, by rank; a torn or foreign file is skipped."""
     out = []
-    folder = Path(job_dir) / "measured"
+    folder = Path(job_dir) / MEASURED
     if not folder.is_dir():
         return out
     for path in folder.iterdir():
@@ -83,7 +85,7 @@ def gather(job_dir: Path, spec: dict[str, Any]) -> dict[str, Any] | None:
 def record_measured(job_path: Path) -> dict[str, Any] | None:
     """Write `measured` into job.json (under its lock) from the ranks' files; returns it.
     Never raises: a job's outcome must be recorded even when its measurements cannot be."""
-    from trainer.jobdir import modify_job  # here: jobdir is the supervisor's anyway
+    from jobfolder.atomic import modify_job  # here: only the supervisor needs it
 
     job_dir = Path(job_path).parent
     box: list[dict[str, Any] | None] = [None]

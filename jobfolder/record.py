@@ -1,0 +1,173 @@
+"""The job record (job.json) and the other records a job folder holds, every key typed.
+
+Four things are called a record in this project; each has one name:
+- the plan record, `veri_tui.plan.PlanRecord`: what `veri-tui plan` decides;
+- the job record, `JobRecord`: job.json (its `spec` is the `JobSpec` the trainer runs);
+- a rank failure, `RankFailure`: `failures/rank-<r>.json`, written by a failing rank;
+- a registry entry, `veri_tui.launch.registry.RegistryEntry`: a job launched over SSH.
+
+A multi-node job has one folder (and one job.json) per node; its spec carries the layout
+(`nnodes`, `node_rank`, the rendezvous), and the record the launcher gathers from them adds
+`nodes` (`NodeState` each). The field list is docs/interfaces.md section 2.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, TypedDict, cast
+
+#: The knobs of `resolved_parallelism` that pin the plan: copied into hyperparameters they
+#: make `plan` decide the same again, and the trainer takes them from the plan the user saw.
+PIN_KEYS = (
+    "data_parallel_size",
+    "zero_stage",
+    "micro_batch_size",
+    "gradient_accumulation_steps",
+    "global_batch_size",
+    "precision",
+    "gradient_checkpointing",
+    "cpu_offload",
+)
+
+
+class JobError(TypedDict, total=False):
+    """A failed job's `error`: who failed, why, and whose fault (docs/jobs.md)."""
+
+    code: str
+    attribution: str
+    message: str
+    rank: int | None
+    node: int | None
+    local_rank: int | None
+    world_size: int | None
+    traceback: str
+    summary: str
+
+
+class JobSpec(TypedDict, total=False):
+    """What the trainer runs: job.json's `spec`, built by veri_tui.launch.spec.make_record.
+    The multi-node keys are set on every node's copy (docs/ssh.md, "Multi-node jobs")."""
+
+    method: str
+    model: str
+    model_path: str
+    dataset: str
+    output_dir: str
+    gpu: str
+    gpu_count: int
+    nproc_per_node: int
+    device: str
+    hyperparameters: dict[str, Any]
+    resolved_parallelism: dict[str, Any]
+    plan_header: list[str]
+    states_bytes_per_gpu: int | None
+    step_time_s: float | None  # the plan's predicted step time (the hang watchdog's)
+    resume_from: str | None
+    nnodes: int  # a multi-node job: the number of nodes (absent: 1)
+    node_rank: int  # this folder's node
+    rdzv_id: str  # torchrun's c10d rendezvous: the job id
+    rdzv_endpoint: str  # addr:port node 0 listens on (node 0) or the others dial
+    rdzv_local_addr: str  # the address node 0 is reached at (c10d orders nodes by it)
+    hosts: list[str]  # every node's host, node 0 first
+
+
+class Attempt(TypedDict, total=False):
+    """One run of the job's torchrun: an entry of job.json's `attempts` (attempts.py).
+    `started_s` is the start in epoch seconds and `wall_s` its length (the credit's clock)."""
+
+    attempt: int
+    started_at: str | None
+    ended_at: str | None
+    status: str
+    error: JobError | None
+    resumed_from_step: int | None
+    gpu_count: int
+    started_s: float
+    wall_s: float
+    retry: bool  # started by a multi-node job's watcher after a platform failure
+
+
+class ResumeChoice(TypedDict, total=False):
+    """job.json's `resume_choice`: the step a multi-node job's next attempt starts from,
+    chosen by the launcher over every node (the node's supervisor cannot judge it alone)."""
+
+    step: int | None
+    where: str
+    lines: list[str]
+    retry: bool
+    after_attempt: int  # refused unless the job has exactly this many attempts
+
+
+class NodeState(TypedDict):
+    """One node of a multi-node job in the gathered record's `nodes`."""
+
+    node: int
+    host: str
+    status: str
+
+
+class JobRecord(TypedDict, total=False):
+    """The job record: job.json. `lost`, `stale`, `nodes` and `host` on a multi-node job are
+    only ever set by readers. The top-level status, error, started_at, ended_at and
+    exit_code are the latest attempt's."""
+
+    job_id: str
+    status: str
+    created_at: str
+    started_at: str | None
+    ended_at: str | None
+    host: str | None
+    spec: JobSpec
+    resolved_parallelism: dict[str, Any]
+    error: JobError | None
+    exit_code: int
+    preflight: list[str]
+    predicted: dict[str, Any]  # the plan's figures (veri_tui/launch/measured.py predicted_of)
+    measured: dict[str, Any] | None  # the ranks' measurements (jobfolder/jobstats.py)
+    attempts: list[Attempt]
+    credited_gpu_s: float
+    resumed_at: str | None
+    resume_choice: ResumeChoice | None  # a multi-node resume's step, for its next attempt
+    nodes: list[NodeState]  # a multi-node job's nodes, as gathered by the launcher
+    lost: bool
+    stale: bool
+
+
+class RankFailure(TypedDict, total=False):
+    """A rank failure: `failures/rank-<r>.json`, what a rank writes as it fails."""
+
+    rank: int
+    local_rank: int
+    node: int
+    world_size: int
+    time_ns: int
+    type: str
+    code: str
+    message: str
+    peer_failure: bool
+    traceback: str
+
+
+def now_iso() -> str:
+    """UTC time as ISO-8601 with seconds, the form job.json uses."""
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+def epoch_of(iso: object) -> float | None:
+    """An ISO-8601 time of job.json as epoch seconds; None when absent or unreadable."""
+    try:
+        return datetime.fromisoformat(str(iso)).timestamp()
+    except ValueError:
+        return None
+
+
+def read_job(path: Path | str) -> JobRecord:
+    """job.json as written (no lost rule: jobfolder/lost.py applies that); raises OSError
+    when missing, ValueError when not a JSON object."""
+    with open(path, encoding="utf-8") as fh:
+        data = json.load(fh)
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: not a JSON object")
+    return cast(JobRecord, data)
