@@ -20,9 +20,10 @@ from typing import Any
 from jobfolder.atomic import write_text_atomic
 from jobfolder.layout import PIDS, SUPERVISOR_PID, TORCHRUN_PID, JobLayout
 
-#: A supervisor's module on its command line: this release's, and the one before it (a
-#: job it started may still run). Never one of the job's processes to end.
-SUPERVISORS = {"jobfolder.supervise", "trainer.supervise"}
+#: Modules on a command line that names the job but is not one of its processes: the
+#: supervisor (this release's, and the one before it: a job it started may still run) and
+#: `python -m jobfolder status|cancel|resume` (a cancel must not end itself).
+NOT_THE_JOB = {"jobfolder.supervise", "trainer.supervise", "jobfolder"}
 GRACE_S = 5.0  # SIGTERM -> SIGKILL; cancel must end every rank within 10 s
 
 
@@ -89,7 +90,7 @@ def job_processes(job_path: Path, exclude: tuple[int, ...] = ()) -> list[int]:
         if not pid or pid in skip or pid in found:
             continue
         args = _cmdline(pid)
-        if wanted in args and not SUPERVISORS & set(args) and pid_alive(pid):
+        if wanted in args and not NOT_THE_JOB & set(args) and pid_alive(pid):
             found.add(pid)
     return sorted(found)
 
