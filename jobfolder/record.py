@@ -28,6 +28,7 @@ PIN_KEYS = (
     "global_batch_size",
     "precision",
     "gradient_checkpointing",
+    "activation_checkpointing",
     "cpu_offload",
 )
 

@@ -18,6 +18,7 @@ from jobfolder.layout import CHECKPOINTS, OUTPUT
 from jobfolder.record import PIN_KEYS
 
 METHODS = ("sft_text", "dpo")
+CHECKPOINTING = ("none", "selective", "full")  # as trainer/checkpointing.py MODES
 
 
 @dataclass
@@ -36,7 +37,9 @@ class TrainConfig:
     gradient_accumulation_steps: int = 1
     precision: str = "bf16"
     gradient_checkpointing: bool = True
+    activation_checkpointing: str = "full"  # none | selective | full (trainer/checkpointing.py)
     cpu_offload: bool = False
+    load_in_4bit: bool = False  # QLoRA: NF4 base (bitsandbytes, one CUDA GPU)
     lora_rank: int = 0
     lora_alpha: float | None = None
     learning_rate: float = 1e-4
@@ -156,15 +159,34 @@ def from_spec(spec: dict[str, Any], job_dir: Path) -> TrainConfig:
     for key in (*floats, "hang_timeout_s"):
         if hp.get(key) is not None:
             setattr(cfg, key, float(hp[key]))
-    for key in ("gradient_checkpointing", "cpu_offload", "resume"):
+    for key in ("gradient_checkpointing", "cpu_offload", "resume", "load_in_4bit"):
         if hp.get(key) is not None:
             setattr(cfg, key, _as_bool(key, hp[key]))
+    cfg.activation_checkpointing = _checkpointing(hp, cfg.gradient_checkpointing)
+    cfg.gradient_checkpointing = cfg.activation_checkpointing != "none"
     length_key = "max_seq_length" if method == "sft_text" else "max_length"
     if hp.get(length_key) is not None:
         cfg.max_length = _as_int(length_key, hp[length_key])
     cfg.precision = str(hp.get("precision", cfg.precision))
     _check(cfg, hp)
     return cfg
+
+
+def _checkpointing(hp: dict[str, Any], gradient_checkpointing: bool) -> str:
+    """activation_checkpointing, else its alias gradient_checkpointing (on = full)."""
+    mode = hp.get("activation_checkpointing")
+    if mode is None:
+        return "full" if gradient_checkpointing else "none"
+    if mode not in CHECKPOINTING:
+        raise ConfigError(
+            f"activation_checkpointing: {mode!r} is not one of {', '.join(CHECKPOINTING)}"
+        )
+    if hp.get("gradient_checkpointing") is not None and gradient_checkpointing != (mode != "none"):
+        raise ConfigError(
+            f"activation_checkpointing: {mode!r} contradicts gradient_checkpointing="
+            f"{str(gradient_checkpointing).lower()}; drop one of them"
+        )
+    return str(mode)
 
 
 def _check(cfg: TrainConfig, hp: dict[str, Any]) -> None:
@@ -194,5 +216,11 @@ def _check(cfg: TrainConfig, hp: dict[str, Any]) -> None:
         raise ConfigError("hang_timeout_s: must be a number of seconds above 0 (or unset)")
     if cfg.lora_rank < 0:
         raise ConfigError("lora_rank: must be 0 (full fine-tune) or positive")
+    if cfg.load_in_4bit and not cfg.lora_rank:
+        raise ConfigError(
+            "load_in_4bit: QLoRA trains LoRA adapters over the 4-bit base; set lora_rank"
+        )
+    if cfg.load_in_4bit and cfg.data_parallel_size > 1:
+        raise ConfigError("load_in_4bit: single GPU only; set gpu_count 1")
     if cfg.lora_alpha is None and cfg.lora_rank:
         cfg.lora_alpha = 2.0 * cfg.lora_rank

@@ -86,7 +86,7 @@ def train(cfg: TrainConfig, ctx: RankContext, log: RankLog) -> None:
         torch.set_num_threads(threads)
         log.info(f"cpu_offload: the host-side optimizer step runs on {threads} threads per rank")
     with stats.setup.phase("model"):
-        policy = build_policy(cfg, path)
+        policy = build_policy(cfg, path, rt.device)
     with stats.setup.phase("shard"):
         model = wrap_policy(policy, cfg, rt)
     ref = None

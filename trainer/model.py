@@ -16,8 +16,14 @@ from torch import nn
 
 from jobfolder.errors import ConfigError, ModelLoadError
 from jobfolder.lora_targets import LORA_TARGETS, ROUTED_EXPERTS, adapts, is_moe, target_modules
+from trainer import checkpointing
 from trainer.config import TrainConfig
 from trainer.loading import cpu_stand_ins, defer, eager, params_on_meta
+
+QLORA_NEEDS_CUDA = (
+    "load_in_4bit: QLoRA needs a CUDA GPU (bitsandbytes NF4) and this host has none; "
+    "launch on a GPU host (--host) or drop load_in_4bit"
+)
 
 
 def dtype_kwarg(dtype: torch.dtype) -> dict[str, torch.dtype]:
@@ -79,19 +85,48 @@ def load_tokenizer(path: Path) -> Any:
     return tok
 
 
-def load_base(path: Path, dtype: torch.dtype) -> nn.Module:
+def qlora_config() -> Any:
+    """The QLoRA base as the plan counts it (veri_tui/plan/memory.py): the linears as
+    bitsandbytes NF4 with double quantisation, computing in bf16; embeddings, norms and the
+    head stay bf16 (transformers keeps the head unquantized)."""
+    from transformers import BitsAndBytesConfig
+
+    return BitsAndBytesConfig(
+        load_in_4bit=True,
+        bnb_4bit_quant_type="nf4",
+        bnb_4bit_use_double_quant=True,
+        bnb_4bit_compute_dtype=torch.bfloat16,
+    )
+
+
+def qlora_kwargs(device: torch.device) -> dict[str, Any]:
+    """from_pretrained's arguments for a QLoRA base, loaded straight onto this CUDA GPU."""
+    if device.type != "cuda":
+        raise ConfigError(QLORA_NEEDS_CUDA)
+    try:
+        import bitsandbytes  # noqa: F401 - transformers quantizes with it
+    except ImportError:
+        raise ConfigError(
+            "load_in_4bit: bitsandbytes is not installed on this host; pip install bitsandbytes"
+        ) from None
+    return {"quantization_config": qlora_config(), "device_map": {"": device.index or 0}}
+
+
+def load_base(path: Path, dtype: torch.dtype, quantized: dict[str, Any] | None = None) -> nn.Module:
     """The model whole (`from_pretrained`), or on the meta device to be sharded and then filled.
 
     The meta build (the default; trainer/loading.py) holds nothing until
-    `trainer.loading.materialize`; `VERI_LOAD=from_pretrained` (tests only) loads it whole.
+    `trainer.loading.materialize`; `VERI_LOAD=from_pretrained` (tests only) loads it whole,
+    and so does a QLoRA base (`quantized`: qlora_kwargs), which bitsandbytes quantizes as it
+    loads, straight onto its GPU.
     """
     from transformers import AutoConfig, AutoModelForCausalLM, GenerationConfig
 
     check_model_files(path)
     try:
-        if eager():
+        if eager() or quantized:
             model = AutoModelForCausalLM.from_pretrained(
-                path, attn_implementation="sdpa", **dtype_kwarg(dtype)
+                path, attn_implementation="sdpa", **dtype_kwarg(dtype), **(quantized or {})
             )
         else:
             config = AutoConfig.from_pretrained(path)
@@ -144,18 +179,14 @@ def check_experts(model: nn.Module, cfg: TrainConfig) -> None:
         )
 
 
-def build_policy(cfg: TrainConfig, path: Path) -> nn.Module:
-    """The model being trained: full fine-tune, or a PEFT LoRA model over a frozen base."""
+def build_policy(cfg: TrainConfig, path: Path, device: torch.device | None = None) -> nn.Module:
+    """The model being trained: full fine-tune, or a PEFT LoRA model over a frozen base
+    (bf16, or NF4 with load_in_4bit on `device`, a CUDA GPU)."""
     train_dtype = torch.bfloat16 if cfg.precision == "bf16" else torch.float32
-    model = load_base(path, torch.bfloat16 if cfg.lora_rank else train_dtype)
+    quantized = qlora_kwargs(device or torch.device("cpu")) if cfg.load_in_4bit else None
+    model = load_base(path, torch.bfloat16 if cfg.lora_rank else train_dtype, quantized)
     check_experts(model, cfg)
-    if cfg.gradient_checkpointing:
-        # Non-reentrant checkpointing works with FSDP2, DDP and frozen (LoRA) inputs.
-        kwargs = {"use_reentrant": False}
-        if hasattr(model, "activation_checkpointing_enable"):  # transformers >= 5.x name
-            model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
-        else:
-            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+    checkpointing.apply(model, cfg.activation_checkpointing)
     model.train()  # from_pretrained leaves eval mode, which turns gradient checkpointing off
     if not cfg.lora_rank:
         return defer(model, path)

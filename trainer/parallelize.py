@@ -46,6 +46,10 @@ def init_runtime(cfg: TrainConfig) -> Runtime:
     want_cuda = cfg.device == "cuda" or (cfg.device == "auto" and torch.cuda.is_available())
     if cfg.device == "cuda" and not torch.cuda.is_available():
         raise ConfigError("device: cuda requested but no CUDA device is available")
+    if cfg.load_in_4bit and not want_cuda:  # before any group, data or model
+        from trainer.model import QLORA_NEEDS_CUDA
+
+        raise ConfigError(QLORA_NEEDS_CUDA)
     world = int(os.environ.get("WORLD_SIZE", 1))
     if world != cfg.data_parallel_size:
         raise ConfigError(
@@ -137,7 +141,8 @@ def wrap_policy(model: nn.Module, cfg: TrainConfig, rt: Runtime) -> nn.Module:
     """Apply the planned parallelism to the trained model; returns the module to call."""
     if cfg.zero_stage == 0:
         materialize(model, rt.device)  # whole on every rank: straight onto its device
-        model.to(rt.device)  # a model loaded whole (VERI_LOAD=from_pretrained)
+        if not getattr(model, "is_loaded_in_4bit", False):  # QLoRA loads onto its GPU
+            model.to(rt.device)  # a model loaded whole (VERI_LOAD=from_pretrained)
         mark_memory("load_policy")
         if rt.world_size == 1:
             return model  # one process: DDP would only add hooks

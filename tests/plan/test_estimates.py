@@ -10,8 +10,10 @@ import pytest
 
 from veri_tui.errors import VeriError
 from veri_tui.plan import get_gpu, job_from_fields, plan, throughput_sweep
-from veri_tui.plan.activations import estimate_activations
+from veri_tui.plan.activations import LOSS_KEPT_PER_TOKEN
+from veri_tui.plan.memory import estimate_states
 from veri_tui.plan.model_info import ModelInfo
+from veri_tui.plan.peak import estimate_peak
 
 
 def sweep(info: ModelInfo, path: Path, gpu: str, counts=(1, 4), **knobs: Any) -> list[dict]:
@@ -148,17 +150,17 @@ def test_sweep_after_pin_keeps_the_optimizer_batch(qwen) -> None:
         sweep(*qwen, "L4-24GB", counts=(1, 2), tensor_parallel_size=2)
 
 
-def act(info: ModelInfo, **kw: Any) -> dict:
+def act(info: ModelInfo, states_bytes: int = 0, **kw: Any) -> dict:
     args = {
         "method": "sft_text",
         "micro_batch_size": 1,
         "max_seq_length": 2048,
         "max_length": 1024,
-        "gradient_checkpointing": True,
-        "zero_stage": 0,
-        "states_bytes": 0,
+        "activation_checkpointing": "full",
     }
-    return estimate_activations(info, get_gpu("L4-24GB"), **{**args, **kw})
+    est = estimate_states(info, precision="bf16", zero_stage=0, dp=1)
+    est = est._replace(states_bytes_per_gpu=states_bytes)
+    return estimate_peak(info, get_gpu("L4-24GB"), est, **{**args, **kw})
 
 
 def test_activations_scale_and_checkpointing(infos: dict[str, ModelInfo]) -> None:
@@ -169,8 +171,14 @@ def test_activations_scale_and_checkpointing(infos: dict[str, ModelInfo]) -> Non
     assert chunk == two["loss_chunk_bytes"] == 4 * 128256 * (256 * 2**20 // (4 * 128256))
     assert two["bytes_per_gpu"] - chunk == 2 * (one["bytes_per_gpu"] - chunk)
     assert one["without_checkpointing_bytes"] > 3 * one["with_checkpointing_bytes"]
-    # Logits and loss: 4 bytes per vocab entry per token (bf16 logits, bf16 grad) + the chunk.
-    assert one["logits_and_loss_bytes"] == 4 * 128256 * 2048 + chunk
+    assert (
+        one["with_checkpointing_bytes"]
+        < one["selective_bytes"]
+        < one["without_checkpointing_bytes"]
+    )
+    # Logits and loss: bf16 logits kept and their bf16 gradient (4 bytes per vocab entry per
+    # token), the label, mask and log-sum-exp per token, and the chunk.
+    assert one["logits_and_loss_bytes"] == (4 * 128256 + LOSS_KEPT_PER_TOKEN) * 2048 + chunk
     assert one["logits_and_loss_bytes"] < one["with_checkpointing_bytes"]
     # DPO runs chosen + rejected: twice the tokens of max_length.
     dpo = act(info, method="dpo", max_length=1024)
@@ -186,7 +194,8 @@ def test_largest_micro_batch_fits_beside_states(infos: dict[str, ModelInfo]) -> 
     assert act(info, states_bytes=states, micro_batch_size=m)["fits"]
     assert not act(info, states_bytes=states, micro_batch_size=m + 1)["fits"]
     # Without checkpointing far fewer samples fit.
-    assert act(info, states_bytes=states, gradient_checkpointing=False)["max_micro_batch_size"] < m
+    off = act(info, states_bytes=states, activation_checkpointing="none")
+    assert off["max_micro_batch_size"] < m
 
 
 def test_activations_never_change_the_decision(qwen) -> None:

@@ -79,6 +79,7 @@ KNOBS: dict[str, st.SearchStrategy[Any]] = {
     "global_batch_size": POS,
     "precision": TEXT,
     "gradient_checkpointing": st.booleans(),
+    "activation_checkpointing": st.sampled_from(["none", "selective", "full"]),
     "cpu_offload": st.booleans(),
     "lora_rank": st.integers(0, 2**63 - 1),
     "lora_alpha": POS_FLOAT,

@@ -65,8 +65,31 @@ def test_sharding_knob_on_one_gpu(fields: dict) -> None:
 
 @pytest.mark.parametrize("key", ["use_unsloth", "load_in_4bit", "use_liger"])
 def test_single_gpu_only_options(key: str) -> None:
-    assert "single GPU only" in errors_for(**{key: True})[key]
-    assert errors_for(gpu_count=1, **{key: True}) == {}
+    lora = {"lora_rank": 16} if key == "load_in_4bit" else {}  # QLoRA trains adapters
+    assert "single GPU only" in errors_for(**{key: True}, **lora)[key]
+    assert errors_for(gpu_count=1, **{key: True}, **lora) == {}
+
+
+def test_qlora_needs_adapters() -> None:
+    msg = errors_for(gpu_count=1, load_in_4bit=True)["load_in_4bit"]
+    assert "set lora_rank" in msg
+
+
+@pytest.mark.parametrize(
+    ("fields", "refused"),
+    [
+        ({"activation_checkpointing": "selective"}, False),
+        ({"activation_checkpointing": "none", "gradient_checkpointing": False}, False),
+        ({"activation_checkpointing": "selective", "gradient_checkpointing": True}, False),
+        ({"activation_checkpointing": "full", "gradient_checkpointing": False}, True),
+        ({"activation_checkpointing": "none", "gradient_checkpointing": True}, True),
+    ],
+)
+def test_checkpointing_and_its_alias(fields: dict, refused: bool) -> None:
+    errs = errors_for(gpu_count=1, **fields)
+    assert ("activation_checkpointing" in errs) == refused
+    if refused:
+        assert "contradicts gradient_checkpointing" in errs["activation_checkpointing"]
 
 
 @pytest.mark.parametrize("method", ["grpo", "grpo_harness", "sft_video_gen"])

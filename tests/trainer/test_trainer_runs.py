@@ -1,4 +1,5 @@
-"""Real 2-rank torchrun jobs (gloo): every stage, precision, LoRA, cpu_offload, sft and dpo.
+"""Real 2-rank torchrun jobs (gloo): every stage, precision, LoRA, cpu_offload, sft and dpo,
+and every activation checkpointing mode.
 
 Each job's artifact must load with transformers (or peft), generate, and hold exactly the
 weights the run trained: the tensors of the final DCP checkpoint (step 4 of 4), which differ
@@ -28,6 +29,12 @@ CASES = {
     "dpo-z0-fp32-lora": ("dpo", "dpo", 0, "fp32", 4, False),
 }
 ACCUMULATE = {"sft-text-z3-fp32-offload": {"micro_batch_size": 1, "gradient_accumulation_steps": 2}}
+# Every checkpointing mode trains somewhere (the rest run "full", gradient_checkpointing on).
+CHECKPOINTING = {
+    "sft-text-z0-bf16": {"gradient_checkpointing": False},
+    "sft-prompt-z3-bf16-lora": {"activation_checkpointing": "selective"},
+    "dpo-z2-bf16-full": {"activation_checkpointing": "selective"},
+}
 METRIC_KEYS = {"step", "total_steps", "loss", "lr", "grad_norm", "tokens_per_s", "peak_mem_bytes"}
 REWARD_KEYS = {"rewards/chosen", "rewards/rejected", "rewards/margins", "rewards/accuracies"}
 
@@ -49,6 +56,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
             checkpoint_steps=2,
             # One FSDP2 job accumulates: no gradient sync until its last micro-batch.
             **ACCUMULATE.get(name, {"micro_batch_size": 2}),
+            **CHECKPOINTING.get(name, {}),
         )
     run_many(list(jobs.values()))
     return {name: job.parent for name, job in jobs.items()}
@@ -70,6 +78,10 @@ def test_log_starts_with_plan_then_one_metric_per_step(runs: dict[str, Path], na
     lines = (job_dir / "log.txt").read_text().splitlines()
     assert lines[: len(header)] == header
     assert header[-1].startswith("plan: dp=2 zero_stage=")
+    mode = CHECKPOINTING.get(name, {})
+    shown = "off" if mode.get("gradient_checkpointing") is False else "on"
+    shown = "selective" if mode.get("activation_checkpointing") == "selective" else shown
+    assert f" gradient_checkpointing={shown} " in header[-1]
     rows = metrics(job_dir)
     assert [m["step"] for m in rows] == list(range(1, STEPS + 1))
     keys = METRIC_KEYS | (REWARD_KEYS if CASES[name][0] == "dpo" else set())

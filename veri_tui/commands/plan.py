@@ -15,6 +15,7 @@ from veri_tui.plan import plan_job
 from veri_tui.plan.calibration import calibrated_note
 from veri_tui.plan.cost import cost_line
 from veri_tui.plan.memory import gb
+from veri_tui.plan.peak import peak_line
 from veri_tui.plan.record import PlanRecord
 from veri_tui.plan.resolve import human_count
 
@@ -30,11 +31,10 @@ def summary_lines(rec: PlanRecord) -> list[str]:
     if act.get("known"):
         out.append(
             f"activations: {gb(act['bytes_per_gpu'])}/GPU at mbs={act['micro_batch_size']} x "
-            f"{act['sequence_length']} tokens (checkpointing "
-            f"{'on' if act['gradient_checkpointing'] else 'off'}; on: "
-            f"{gb(act['with_checkpointing_bytes'])}, off: "
-            f"{gb(act['without_checkpointing_bytes'])}); largest mbs that fits: "
-            f"{act['max_micro_batch_size']}{calibrated_note(act)}"
+            f"{act['sequence_length']} tokens (checkpointing {act['activation_checkpointing']};"
+            f" none: {gb(act['without_checkpointing_bytes'])}, selective: "
+            f"{gb(act['selective_bytes'])}, full: {gb(act['with_checkpointing_bytes'])}); "
+            f"largest mbs that fits: {act['max_micro_batch_size']}{calibrated_note(act)}"
         )
     tp = rec.throughput
     if tp.get("known"):
@@ -55,6 +55,8 @@ def summary_lines(rec: PlanRecord) -> list[str]:
         )
     elif tp:
         out.append(f"throughput: not estimated ({tp.get('reason')})")
+    if act.get("known"):
+        out.append(peak_line(act["peak"]))
     if rec.host_bytes_per_node:
         out.append(f"host memory: {need_text(rec)} of offloaded states (cpu_offload)")
     out.append(rec.disk.line())

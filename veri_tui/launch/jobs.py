@@ -65,7 +65,7 @@ def launch(
     """
     if host is not None:
         return _ssh().launch(job_config, plan_record, host=host, trust_host=trust_host, wait=wait)
-    check_devices(int(job_config.gpu_count))
+    check_devices(int(job_config.gpu_count), job_config.hyperparameters.load_in_4bit)
     if plan_record is None:
         from veri_tui.plan import plan_job
 
@@ -124,7 +124,9 @@ def preflight(
         from veri_tui.plan import plan_job
 
         plan_record = collect(lambda: plan_job(job_config))
-    collect(lambda: check_devices(int(job_config.gpu_count)))
+    collect(
+        lambda: check_devices(int(job_config.gpu_count), job_config.hyperparameters.load_in_4bit)
+    )
     if plan_record is not None:
         rows.append(("plan", True, plan_record.plan_line.removeprefix("plan: ")))
         # A dry run of the record `launch` writes: it resolves and checks the model folder,

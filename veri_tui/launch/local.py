@@ -36,10 +36,19 @@ def _reap() -> None:
     _children[:] = [p for p in _children if p.poll() is None]
 
 
-def check_devices(gpu_count: int) -> None:
+QLORA_NEEDS_CUDA = (
+    "QLoRA needs a CUDA GPU (bitsandbytes NF4) and this machine has none (no nvidia-smi); "
+    "launch on a GPU host with --host, or drop load_in_4bit"
+)
+
+
+def check_devices(gpu_count: int, load_in_4bit: bool = False) -> None:
     """Refuse more GPUs than this machine has. Without NVIDIA GPUs the trainer runs
-    ``gpu_count`` CPU processes (gloo), so any count is allowed there."""
+    ``gpu_count`` CPU processes (gloo), so any count is allowed there; but not QLoRA,
+    which needs CUDA (the trainer refuses it too, before anything starts)."""
     if shutil.which("nvidia-smi") is None:
+        if load_in_4bit:
+            raise VeriError(QLORA_NEEDS_CUDA, key="load_in_4bit")
         return
     try:
         out = subprocess.run(

@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from jobfolder.layout import veri_home
-from veri_tui.plan.activations import _largest_mbs, bytes_per_token
 from veri_tui.plan.model_info import ModelInfo
 
 CALIBRATION_FILE = "calibration.json"
@@ -141,13 +140,22 @@ class Calibration(NamedTuple):
         if f is None or not act.get("known"):
             return act
         out = dict(act)
-        for key in ("bytes_per_gpu", "with_checkpointing_bytes", "without_checkpointing_bytes"):
+        from veri_tui.plan.peak import largest_micro_batch  # peak.py builds on this module's users
+
+        keys = (
+            "bytes_per_gpu",
+            "with_checkpointing_bytes",
+            "selective_bytes",
+            "logits_at_peak_bytes",
+        )
+        for key in (*keys, "without_checkpointing_bytes"):
             out[key] = int(round(act[key] * f))
         out["fits"] = out["bytes_per_gpu"] <= act["available_bytes"]
-        seq = act["sequence_length"]
-        per_sample = bytes_per_token(info, act["gradient_checkpointing"]) * seq
-        available = int(act["available_bytes"] / f)  # f x (mbs x sample + chunk) <= available
-        out["max_micro_batch_size"] = _largest_mbs(available, per_sample, seq, info.vocab_size)
+        available = act["available_bytes"] / f  # f x activations(mbs) <= available
+        out["max_micro_batch_size"] = largest_micro_batch(
+            info, act["sequence_length"], act["activation_checkpointing"], act["lora_rank"],
+            act["autocast"], available,
+        )  # fmt: skip
         out["calibration"] = {**self._meta("activation"), "model_bytes": act["bytes_per_gpu"]}
         return out
 

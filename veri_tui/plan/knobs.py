@@ -47,7 +47,14 @@ class Hyperparameters(BaseModel):
     precision: str = Field(
         "bf16", description='"bf16" (default) or "fp32" (fp32 master weights, bf16 compute)'
     )
-    gradient_checkpointing: bool = Field(True, description="recompute activations in backward")
+    gradient_checkpointing: bool = Field(
+        True, description="recompute activations in backward (on: full, off: none)"
+    )
+    activation_checkpointing: Literal["none", "selective", "full"] | None = Field(
+        None,
+        description='"none", "selective" (keep attention and every other matmul output) or '
+        '"full" (default: from gradient_checkpointing)',
+    )
     cpu_offload: bool = Field(
         False, description="keep weights, grads and optimizer states in host memory (ZeRO-3)"
     )
@@ -58,7 +65,9 @@ class Hyperparameters(BaseModel):
     pipeline_parallel_size: int = Field(1, description="only 1 (PP is not available)")
     expert_parallel_size: int = Field(1, description="only 1 (EP is not available)")
     use_unsloth: bool = Field(False, description="Unsloth kernels (single GPU only)")
-    load_in_4bit: bool = Field(False, description="QLoRA 4-bit base (single GPU only)")
+    load_in_4bit: bool = Field(
+        False, description="QLoRA: NF4 base under the LoRA adapters (one CUDA GPU, lora_rank > 0)"
+    )
     use_liger: bool = Field(False, description="Liger kernels (single GPU only)")
     # --- planning only (the cost line; the trainer ignores it) ---
     price_per_gpu_hour: float | None = Field(
@@ -132,6 +141,14 @@ class Hyperparameters(BaseModel):
         if isinstance(v, bool):
             raise ValueError('expected "auto", 0, 2 or 3')
         return v
+
+    @property
+    def checkpointing(self) -> str:
+        """The checkpointing mode: activation_checkpointing, else gradient_checkpointing's
+        alias (on = full, off = none)."""
+        if self.activation_checkpointing is not None:
+            return self.activation_checkpointing
+        return "full" if self.gradient_checkpointing else "none"
 
     @property
     def effective_lora_alpha(self) -> float:

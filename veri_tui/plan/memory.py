@@ -11,6 +11,11 @@ stage 0; at stages 2 and 3 sharded per decoder layer like the policy and reshard
 layer's forward, so 2 x N / dp, its layers in flight being transient like the policy's
 (contracts s.3; the seed counts the reference "in full": ours holds less, and
 tests/trainer/test_state_bytes.py measures it).
+QLoRA (load_in_4bit, one GPU): the linears LoRA adapts are stored as bitsandbytes NF4 with
+double quantisation, 0.5 byte per weight + one uint8 absmax per block of 64 + one fp32 per
+256 blocks (NF4_NUM / NF4_DEN); everything else of the base stays bf16.
+cpu_offload: the GPU holds only what is gathered (in_flight_bytes: the root unit, two layers,
+one layer's unsharded gradient); the shards live on the host.
 Divisions are exact (rounded up once, at the end). FSDP2 pads each parameter's dim 0 to a
 multiple of dp, so a rank can hold up to (dp - 1) rows per parameter more than N / dp: a
 fraction of a percent on real models, documented rather than modelled.
@@ -26,8 +31,11 @@ BYTES_PER_PARAM = {"bf16": 8, "fp32": 16}
 WEIGHT_BYTES = {"bf16": 2, "fp32": 4}
 FROZEN_BYTES = 2  # frozen base and DPO reference: bf16, no grads, no optimizer states
 COMPUTE_BYTES = 2  # gathered / compute copies are bf16 in every precision
-# FSDP2 keeps the unit being computed and the next one (prefetch) gathered at once.
+# FSDP2 keeps the layer being computed and the next one (prefetch) gathered at once.
 UNITS_IN_FLIGHT = 2
+# bitsandbytes NF4 with double quantisation (blocksize 64; the absmax as uint8, 256 blocks
+# per fp32 second-level scale): 0.5 + 1/64 + 4/16384 bytes per weight (docs/planning.md).
+NF4_NUM, NF4_DEN = 8192 + 256 + 4, 16384
 
 
 def _ceil_div(a: int, b: int) -> int:
@@ -49,12 +57,41 @@ class MemoryEstimate(NamedTuple):
     states_bytes_per_gpu: int
     host_bytes_per_node: int
     components: dict[str, int]
+    load_in_4bit: bool = False
 
     def to_dict(self) -> dict:
         """JSON form (the `memory_estimate` of resolved_parallelism)."""
         d = self._asdict()
         d["components"] = dict(self.components)
         return d
+
+
+def in_flight_bytes(info: ModelInfo, *, zero_stage: int, precision: str, lora_rank: int) -> int:
+    """What FSDP2 holds gathered at the peak (0 under DDP): the root unit (embeddings, head,
+    final norm: FSDP2 does not reshard the root after forward), at stage 3 two decoder layers
+    (the one computing, the one prefetched), and one layer's gradient, unsharded in bf16
+    (plus its fp32 cast for an fp32 reduce) until its reduce-scatter. At stage 2 every layer
+    stays gathered: the states' compute copy already counts them."""
+    if zero_stage == 0:
+        return 0
+    layers = max(info.layer_count, 1)
+    # The root unit: embeddings, an untied head and the final norm (h weights).
+    root = info.embedding_parameters + info.lm_head_parameters + info.hidden_size
+    layer = (info.parameter_count - root) // layers
+    grad = layer if not lora_rank else _ceil_div(info.adapter_parameters(lora_rank), layers)
+    grad_bytes = grad * (COMPUTE_BYTES + (4 if precision == "fp32" else 0))
+    if zero_stage == 2:
+        return grad_bytes
+    return COMPUTE_BYTES * (root + UNITS_IN_FLIGHT * layer) + grad_bytes
+
+
+def frozen_base_bytes(info: ModelInfo, load_in_4bit: bool) -> int:
+    """The frozen base of a LoRA job: bf16, or NF4 for the adapted linears (QLoRA)."""
+    if not load_in_4bit:
+        return FROZEN_BYTES * info.parameter_count
+    quantized = info.lora_target_parameters
+    nf4 = -(-quantized * NF4_NUM // NF4_DEN)
+    return FROZEN_BYTES * (info.parameter_count - quantized) + nf4
 
 
 def estimate_states(
@@ -67,6 +104,7 @@ def estimate_states(
     dpo: bool = False,
     cpu_offload: bool = False,
     gpus_per_node: int | None = None,
+    load_in_4bit: bool = False,
 ) -> MemoryEstimate:
     """States per GPU for this layout; see the module docstring for the formulas."""
     n = info.parameter_count
@@ -77,10 +115,11 @@ def estimate_states(
     if lora_rank > 0:
         a = info.adapter_parameters(lora_rank)
         trainable = a
-        sharded_total = FROZEN_BYTES * n + b * a
+        base = frozen_base_bytes(info, load_in_4bit and lora_rank > 0)
+        sharded_total = base + b * a
         compute_params = n + a
         parts = {
-            "frozen_base": FROZEN_BYTES * n,
+            "frozen_base": base,
             "weights": w * a,
             "gradients": w * a,
             "optimizer": 2 * w * a,
@@ -97,11 +136,8 @@ def estimate_states(
         reference = _ceil_div(FROZEN_BYTES * n, div)
     host = 0
     if cpu_offload:
-        # Everything sharded lives on the host; the GPU holds the units in flight: their bf16
-        # weights (current + prefetched) and the gradient of the unit being reduced.
-        unit = info.largest_layer_parameters
-        unit_trainable = unit if lora_rank == 0 else _ceil_div(trainable, max(info.layer_count, 1))
-        in_flight = UNITS_IN_FLIGHT * COMPUTE_BYTES * unit + w * unit_trainable
+        # Everything sharded lives on the host; the GPU holds what is gathered.
+        in_flight = in_flight_bytes(info, zero_stage=3, precision=precision, lora_rank=lora_rank)
         components = {"in_flight": in_flight}
         states = in_flight
         per_node = min(dp, gpus_per_node or dp)
@@ -126,6 +162,7 @@ def estimate_states(
         states_bytes_per_gpu=states,
         host_bytes_per_node=host,
         components=components,
+        load_in_4bit=load_in_4bit and lora_rank > 0,
     )
 
 

@@ -87,6 +87,11 @@ class ModelInfo(NamedTuple):
     v_head_dim: int
     q_lora_rank: int
     kv_lora_rank: int
+    # Per-head RMSNorms on q and k inside attention (Qwen3's q_norm / k_norm): they keep
+    # their own inputs for backward (veri_tui/plan/activations.py).
+    qk_norm: bool = False
+    # Weights of the linears LoRA adapts (what QLoRA stores in 4 bits), parameters.
+    lora_target_parameters: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         """JSON form (the record's `model`): plain types, lists and dicts copied."""
@@ -143,6 +148,8 @@ def build_model_info(
     in_out = {True: 0, False: 0}
     target_count = {True: 0, False: 0}
     modules: dict[bool, set[str]] = {True: set(), False: set()}
+    target_params = {True: 0, False: 0}
+    qk_norm = False
     for name, t in by_name.items():
         if name in skip:
             continue
@@ -167,10 +174,12 @@ def build_model_info(
             lay.add(name.split("."), t.shape, n)
         # jobfolder.lora_targets.adapts on the module name, unrolled (it runs per tensor).
         parts = name.rsplit(".", 2)
+        qk_norm = qk_norm or parts[-2] == "q_norm"
         if len(t.shape) == 2 and parts[-1] == "weight" and parts[-2] in _TARGETS:
             attention = parts[-2] in _ATTENTION
             out_f, in_f = t.shape
             in_out[attention] += in_f + out_f
+            target_params[attention] += n
             target_count[attention] += 1
             modules[attention].add(parts[-2])
     heads_n = cfg_int(text, "num_attention_heads", "n_head")
@@ -202,4 +211,6 @@ def build_model_info(
         dtypes=dtypes,
         **attention,
         **moe,
+        qk_norm=qk_norm,
+        lora_target_parameters=sum(target_params[k] for k in kinds),
     )

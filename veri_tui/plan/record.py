@@ -22,7 +22,9 @@ if TYPE_CHECKING:
 def plan_line(rp: dict[str, Any], states_bytes: int) -> str:
     """`plan: dp=... (<auto|requested>: <x.x> GB states/GPU)` exactly as contracts s.4."""
     how = "auto" if rp["zero_stage_requested"] == "auto" else "requested"
-    gc = "on" if rp["gradient_checkpointing"] else "off"
+    # on|off as contracts s.4; "selective" names the one mode the alias cannot (docs).
+    mode = rp.get("activation_checkpointing")
+    gc = "selective" if mode == "selective" else "on" if rp["gradient_checkpointing"] else "off"
     return (
         f"plan: dp={rp['data_parallel_size']} zero_stage={rp['zero_stage']} tp=1 cp=1 "
         f"mbs={rp['micro_batch_size']} grad_acc={rp['gradient_accumulation_steps']} "

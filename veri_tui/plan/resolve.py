@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from veri_tui.errors import VeriError
-from veri_tui.plan.activations import estimate_activations
+from veri_tui.plan.activations import Layout, selective_recompute_flops, sequence_length
 from veri_tui.plan.calibration import calibration_for
 from veri_tui.plan.cost import estimate_cost
 from veri_tui.plan.disk import disk_for
@@ -19,9 +19,10 @@ from veri_tui.plan.knobs import JobConfig
 from veri_tui.plan.memory import MemoryEstimate, estimate_states, gb
 from veri_tui.plan.model_info import ModelInfo
 from veri_tui.plan.moe import moe_line
+from veri_tui.plan.peak import estimate_peak, peak_parts
 from veri_tui.plan.record import PlanRecord, plan_line
 from veri_tui.plan.sources import read_model_info
-from veri_tui.plan.throughput import estimate_throughput
+from veri_tui.plan.throughput import estimate_throughput, flops_per_token
 from veri_tui.plan.validate import NETWORK_GBPS, validate
 
 if TYPE_CHECKING:
@@ -51,6 +52,7 @@ def states_for(job: JobConfig, info: ModelInfo, zero_stage: int) -> MemoryEstima
         dp=job.gpu_count,
         lora_rank=hp.lora_rank,
         dpo=job.method == "dpo",
+        load_in_4bit=hp.load_in_4bit,
         cpu_offload=hp.cpu_offload and zero_stage == 3,
         gpus_per_node=job.gpu_count // job.nodes or None,  # host memory is per node
     )
@@ -119,6 +121,18 @@ def _layout(job: JobConfig) -> list[str]:
     ]
 
 
+def _recompute(mode: str, info: ModelInfo, lora_rank: int, seq: int) -> dict[str, Any]:
+    """The throughput model's checkpointing arguments: full recomputes the whole forward;
+    selective the matmuls its policy does not keep and every elementwise op."""
+    args: dict[str, Any] = {"gradient_checkpointing": mode == "full"}
+    if mode == "selective" and info.hidden_size:
+        fwd = flops_per_token(info, seq, lora=bool(lora_rank), gc=False, dpo=False)["forward"]
+        recomputed = selective_recompute_flops(Layout.of(info), lora_rank)
+        args["recompute_fraction"] = recomputed / fwd if fwd else 0.0
+        args["recompute_elementwise"] = 1.0
+    return args
+
+
 def network_gbps(job: JobConfig) -> float:
     """The inter-node bandwidth the plan assumes, Gb/s per node."""
     hp = job.hyperparameters
@@ -138,7 +152,7 @@ def _notes(job: JobConfig, info: ModelInfo) -> list[str]:
         out.append("max_length applies to dpo; sft_text truncates at max_seq_length")
     if job.method == "dpo" and "max_seq_length" in hp.model_fields_set:
         out.append("max_seq_length applies to sft_text; dpo truncates at max_length")
-    for key in ("use_unsloth", "load_in_4bit", "use_liger"):
+    for key in ("use_unsloth", "use_liger"):
         if getattr(hp, key):
             out.append(f"{key} is not supported by the bundled trainer and is ignored")
     return out
@@ -193,7 +207,8 @@ def plan_job(
         "gradient_accumulation_steps": ga,
         "global_batch_size": gbs,
         "precision": hp.precision,
-        "gradient_checkpointing": hp.gradient_checkpointing,
+        "gradient_checkpointing": hp.checkpointing != "none",
+        "activation_checkpointing": hp.checkpointing,
         "cpu_offload": hp.cpu_offload,
         "zero_stage_requested": hp.zero_stage,
         "memory_estimate": est.to_dict(),
@@ -204,13 +219,11 @@ def plan_job(
         "micro_batch_size": mbs,
         "max_seq_length": hp.max_seq_length,
         "max_length": hp.max_length,
-        "gradient_checkpointing": hp.gradient_checkpointing,
     }
-    activations = estimate_activations(
-        info, gpu, zero_stage=stage, states_bytes=est.states_bytes_per_gpu, **common
-    )
+    activations = estimate_peak(info, gpu, est, activation_checkpointing=hp.checkpointing, **common)
     calibration, calibration_warnings = calibration_for(gpu.name, host)
     activations = calibration.activations(activations, info)
+    activations["peak"] = peak_parts(activations, est, gpu)
     warnings += calibration_warnings
     tp_args = {
         "gpu_count": job.gpu_count,
@@ -220,6 +233,12 @@ def plan_job(
         "gradient_accumulation_steps": ga,
         "cpu_offload": hp.cpu_offload,
         **common,
+        **_recompute(
+            hp.checkpointing,
+            info,
+            hp.lora_rank,
+            sequence_length(job.method, hp.max_seq_length, hp.max_length),
+        ),
         "nodes": job.nodes,
         "internode_gbps": network_gbps(job),
     }

@@ -119,6 +119,23 @@ def _batch_errors(job: JobConfig) -> list[Refusal]:
     return []
 
 
+def _memory_knob_errors(job: JobConfig) -> list[Refusal]:
+    """activation_checkpointing against its alias; QLoRA needs adapters to train."""
+    hp, errs = job.hyperparameters, []
+    mode = hp.activation_checkpointing
+    if mode is not None and "gradient_checkpointing" in hp.model_fields_set:
+        # on is any checkpointing (full unless activation_checkpointing says selective).
+        if hp.gradient_checkpointing != (mode != "none"):
+            gc = str(hp.gradient_checkpointing).lower()
+            errs.append(Refusal("activation_checkpointing", f"{mode!r} contradicts "
+                                f"gradient_checkpointing={gc} (its alias: on = full, off = "
+                                "none); drop one of them"))  # fmt: skip
+    if hp.load_in_4bit and not hp.lora_rank:
+        errs.append(Refusal("load_in_4bit", "QLoRA trains LoRA adapters over the 4-bit base: "
+                            "set lora_rank (e.g. 16) or drop load_in_4bit"))  # fmt: skip
+    return errs
+
+
 #: Default inter-node bandwidth per node, Gb/s, by network type (docs/planning.md).
 NETWORK_GBPS = {"ethernet": 25.0, "infiniband": 400.0}
 
@@ -168,7 +185,8 @@ RULE_INPUTS: dict[str, frozenset[str]] = {
         {"micro_batch_size", "gradient_accumulation_steps", "gpu_count"}
     ),
     "use_unsloth": frozenset({"gpu_count"}),
-    "load_in_4bit": frozenset({"gpu_count"}),
+    "load_in_4bit": frozenset({"gpu_count", "lora_rank"}),
+    "activation_checkpointing": frozenset({"gradient_checkpointing"}),
     "use_liger": frozenset({"gpu_count"}),
     "gpu_count": frozenset({"hosts"}),
 }
@@ -195,6 +213,7 @@ def validate(job: JobConfig) -> list[Refusal]:
     errs.extend(_parallel_errors(job))
     errs.extend(_batch_errors(job))
     errs.extend(_node_errors(job))
+    errs.extend(_memory_knob_errors(job))
     p = job.hyperparameters.precision
     if p in NOT_AVAILABLE_PRECISIONS:
         errs.append(Refusal("precision", f"{p} is not available; use bf16 or fp32"))

@@ -1,0 +1,74 @@
+"""QLoRA (load_in_4bit): the trainer loads an NF4 base through bitsandbytes on CUDA and
+refuses on a host without one, with one line, before anything starts; `veri-tui launch`
+refuses it there too, before a job folder exists. CUDA is mocked (this box has none)."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from jobfolder.errors import ConfigError
+from trainer.config import TrainConfig, from_spec
+from trainer.model import QLORA_NEEDS_CUDA, qlora_config, qlora_kwargs
+from trainer.parallelize import init_runtime
+from veri_tui.cli import main
+
+TINY = Path(__file__).resolve().parents[2] / "assets" / "tiny-model"
+
+
+def _cfg(**over: object) -> TrainConfig:
+    cfg = TrainConfig(Path("."), "sft_text", str(TINY), dataset=Path("d"), output_dir=Path("."))
+    for key, value in {"load_in_4bit": True, "lora_rank": 8, **over}.items():
+        setattr(cfg, key, value)
+    return cfg
+
+
+def test_a_cpu_host_is_refused_before_any_process_group(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(ConfigError) as err:
+        init_runtime(_cfg())
+    assert err.value.code == "CONFIG_ERROR" and err.value.message == QLORA_NEEDS_CUDA
+    assert "\n" not in err.value.message and err.value.message.startswith("load_in_4bit: ")
+    assert not dist.is_initialized()
+
+
+def test_the_base_loads_as_nf4_on_a_cuda_device() -> None:
+    with pytest.raises(ConfigError, match="QLoRA needs a CUDA GPU"):
+        qlora_kwargs(torch.device("cpu"))
+    if importlib.util.find_spec("bitsandbytes") is None:
+        with pytest.raises(ConfigError, match="pip install bitsandbytes"):
+            qlora_kwargs(torch.device("cuda", 1))
+    else:
+        kwargs = qlora_kwargs(torch.device("cuda", 1))
+        assert kwargs["device_map"] == {"": 1}
+    q = qlora_config()
+    assert q.load_in_4bit and q.bnb_4bit_quant_type == "nf4" and q.bnb_4bit_use_double_quant
+    assert q.bnb_4bit_compute_dtype == torch.bfloat16
+
+
+@pytest.mark.parametrize(
+    ("hp", "message"),
+    [({"lora_rank": 0}, "set lora_rank"), ({"data_parallel_size": 2}, "single GPU only")],
+)
+def test_the_spec_refuses_what_qlora_cannot_run(tmp_path: Path, hp: dict, message: str) -> None:
+    spec = {"method": "sft_text", "model": str(TINY), "dataset": "d.jsonl",
+            "hyperparameters": {"load_in_4bit": True, "lora_rank": 8, **hp}}  # fmt: skip
+    with pytest.raises(ConfigError, match=message):
+        from_spec(spec, tmp_path)
+
+
+def test_launch_on_a_host_without_cuda_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    home = tmp_path / "home"
+    monkeypatch.setenv("VERI_HOME", str(home))
+    monkeypatch.setenv("PATH", str(tmp_path))  # no nvidia-smi on this PATH
+    argv = ["launch", "--set", "load_in_4bit=true", "--set", "lora_rank=8"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].startswith("error: load_in_4bit: QLoRA needs a CUDA GPU")
+    assert not (home / "jobs").exists()

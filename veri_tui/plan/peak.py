@@ -1,0 +1,186 @@
+"""The peak memory per GPU of a step, by part: states, activations, logits and loss, the
+FSDP2 units in flight, the optimizer step's temporary and the overhead outside tensors.
+
+Shown beside the plan (the memory bar, the `memory:` line); never used by "auto", which
+decides on the states alone (contracts section 3). Each part is what the bundled trainer
+holds (docs/planning.md, Peak memory):
+
+- in flight (FSDP2, trainer/parallelize.py): the root unit (embeddings, head, final norm)
+  stays gathered from its forward to the end of backward (FSDP2 does not reshard the root
+  after forward); at stage 3 two decoder layers are gathered at a time (the one computing
+  and the one prefetched); a layer's gradient exists unsharded, in bf16 (and cast to fp32
+  for an fp32 reduce), until its reduce-scatter. Stage 2 keeps every layer gathered, which
+  the states already count (its compute copy); DDP's gradients are bucket views (states).
+- the optimizer step (AdamW's foreach path, the default on CUDA): one temporary the size of
+  the second moments (sqrt(v)) beside the states, when the activations are gone.
+- overhead: the CUDA context, cuBLAS and NCCL workspaces and the caching allocator's slack
+  outside the tensors: the 2 GiB the budget already reserves for them (gpus.RESERVE_BYTES).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from veri_tui.plan.activation_peak import ActivationTerms, activation_terms
+from veri_tui.plan.activations import Layout, loss_chunk_bytes, sequence_length
+from veri_tui.plan.gpus import GPU, RESERVE_BYTES
+from veri_tui.plan.memory import WEIGHT_BYTES, MemoryEstimate, in_flight_bytes
+from veri_tui.plan.model_info import ModelInfo
+
+PARTS = ("states", "activations", "logits", "in_flight", "optimizer_step", "overhead")
+# The knob that moves each part most, named beside the largest part (the app, `memory:`).
+KNOB_FOR_PART = {
+    "states": "zero_stage, lora_rank or gpu_count",
+    "activations": "activation_checkpointing or micro_batch_size",
+    "logits": "micro_batch_size or max_seq_length",
+    "in_flight": "zero_stage 2 (no regathering) or lora_rank",
+    "optimizer_step": "lora_rank or gpu_count (zero_stage 3)",
+    "overhead": "nothing (fixed per GPU)",
+}
+
+
+def optimizer_step_bytes(est: MemoryEstimate) -> int:
+    """AdamW's sqrt(v) temporary: the trainable parameters' share on this GPU, in their
+    dtype (none on the GPU when the optimizer runs on the host)."""
+    if est.cpu_offload:
+        return 0
+    div = 1 if est.zero_stage == 0 else est.data_parallel_size
+    return -(-WEIGHT_BYTES[est.precision] * est.trainable_parameter_count // div)
+
+
+def _terms(info: ModelInfo, mode: str, tokens: int, lora: int, autocast: bool) -> ActivationTerms:
+    return activation_terms(info, mode=mode, tokens=tokens, lora_rank=lora, autocast=autocast)
+
+
+def estimate_peak(
+    info: ModelInfo,
+    gpu: GPU,
+    est: MemoryEstimate,
+    *,
+    method: str,
+    micro_batch_size: int,
+    max_seq_length: int,
+    max_length: int,
+    activation_checkpointing: str,
+) -> dict[str, Any]:
+    """The activation estimate (with and without checkpointing, the largest mbs that fits)
+    and the step's peak per GPU by part. Keys kept from before: bytes_per_gpu (activations
+    and logits at the peak), with/without_checkpointing_bytes, transient_gather_bytes."""
+    seq = sequence_length(method, max_seq_length, max_length)
+    known = info.hidden_size > 0 and info.vocab_size > 0
+    tokens = micro_batch_size * seq
+    lora, stage = est.lora_rank, est.zero_stage
+    # fp32 master weights compute under autocast at stage 0; FSDP2 gathers bf16 copies.
+    autocast = est.precision == "fp32" and stage == 0
+    by_mode = {
+        m: _terms(info, m, tokens, lora, autocast) if known else None
+        for m in ("none", "selective", "full")
+    }
+    terms = by_mode[activation_checkpointing]
+    transient = 0 if est.cpu_offload else in_flight_bytes(
+        info, zero_stage=stage, precision=est.precision, lora_rank=lora
+    )  # fmt: skip
+    if est.load_in_4bit:  # bitsandbytes dequantizes one NF4 weight at a time to bf16
+        transient += 2 * max(i * o for i, o, _ in Layout.of(info).linears()) if known else 0
+    # With cpu_offload the states on the GPU are the units in flight (memory.py).
+    in_flight = est.states_bytes_per_gpu if est.cpu_offload else transient
+    states = 0 if est.cpu_offload else est.states_bytes_per_gpu
+    available = gpu.usable_bytes - states - in_flight
+    current = terms.peak if terms else 0
+    logits = 0
+    if terms is not None and terms.phase != "layer":  # the logits are freed before layers
+        logits = (
+            terms.logits
+            if terms.phase == "loss"
+            else current - terms.layers - terms.root - terms.casts
+        )
+    return {
+        "known": known,
+        "sequence_length": seq,
+        "micro_batch_size": micro_batch_size,
+        "tokens_per_micro_batch": tokens,
+        "activation_checkpointing": activation_checkpointing,
+        "lora_rank": lora,
+        "autocast": autocast,
+        "gradient_checkpointing": activation_checkpointing != "none",
+        "bytes_per_gpu": current,
+        "phase": terms.phase if terms else None,
+        "with_checkpointing_bytes": by_mode["full"].peak if known else 0,
+        "selective_bytes": by_mode["selective"].peak if known else 0,
+        "without_checkpointing_bytes": by_mode["none"].peak if known else 0,
+        "logits_and_loss_bytes": terms.logits if terms else 0,
+        "loss_chunk_bytes": loss_chunk_bytes(info.vocab_size, tokens) if known else 0,
+        "logits_at_peak_bytes": logits,
+        "transient_gather_bytes": transient,
+        "in_flight_bytes": in_flight,
+        "available_bytes": available,
+        "fits": known and current <= available,
+        "max_micro_batch_size": largest_micro_batch(
+            info, seq, activation_checkpointing, lora, autocast, available
+        ) if known else None,
+    }  # fmt: skip
+
+
+def peak_parts(act: dict[str, Any], est: MemoryEstimate, gpu: GPU) -> dict[str, Any]:
+    """The step's peak per GPU by part, from the (calibrated) activation estimate: the
+    backward's moment (states, activations, logits, units in flight) or, when larger, the
+    optimizer step's (states and AdamW's temporary); plus the fixed overhead."""
+    parts = dict.fromkeys(PARTS, 0)
+    states = 0 if est.cpu_offload else est.states_bytes_per_gpu
+    current, logits = act["bytes_per_gpu"], act["logits_at_peak_bytes"]
+    parts.update(states=states, overhead=RESERVE_BYTES)
+    parts.update(activations=current - logits, logits=logits, in_flight=act["in_flight_bytes"])
+    step = optimizer_step_bytes(est)
+    if step > current + act["in_flight_bytes"]:  # the activations are gone by the step
+        parts.update(activations=0, logits=0, in_flight=0, optimizer_step=step)
+    allocated = sum(parts.values()) - RESERVE_BYTES
+    largest = max(PARTS[:-1], key=parts.__getitem__)
+    return {
+        "parts": parts,
+        "allocated_bytes": allocated,
+        "peak_bytes": allocated + RESERVE_BYTES,
+        "memory_bytes": gpu.memory_bytes,
+        "fits": allocated + RESERVE_BYTES <= gpu.memory_bytes,
+        "largest": largest,
+        "knob": KNOB_FOR_PART[largest],
+    }
+
+
+def largest_micro_batch(
+    info: ModelInfo, seq: int, mode: str, lora: int, autocast: bool, available: float
+) -> int:
+    """The largest mbs whose activations fit `available` (0: not even one sample)."""
+
+    def fits(mbs: int) -> bool:
+        return _terms(info, mode, mbs * seq, lora, autocast).peak <= available
+
+    lo, hi = 0, 1
+    while fits(hi) and hi < 2**20:
+        lo, hi = hi, hi * 2
+    while hi - lo > 1:  # fits(lo), not fits(hi)
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if fits(mid) else (lo, mid)
+    return lo
+
+
+PART_LABELS = {
+    "states": "states",
+    "activations": "activations",
+    "logits": "logits",
+    "in_flight": "in flight",
+    "optimizer_step": "optimizer step",
+    "overhead": "overhead",
+}
+
+
+def peak_line(peak: dict[str, Any]) -> str:
+    """`memory: peak 21.3 GB/GPU of 24.0 GB = states 16.1 + activations 1.1 + ... ;
+    largest: states (zero_stage, lora_rank or gpu_count)`."""
+    parts = " + ".join(
+        f"{PART_LABELS[k]} {v / 1e9:.1f}" for k, v in peak["parts"].items() if v or k == "states"
+    )
+    fit = "" if peak["fits"] else " (over the GPU's memory)"
+    return (
+        f"memory: peak {peak['peak_bytes'] / 1e9:.1f} GB/GPU of {peak['memory_bytes'] / 1e9:.1f}"
+        f" GB{fit} = {parts}; largest: {PART_LABELS[peak['largest']]} ({peak['knob']})"
+    )
