@@ -8,8 +8,9 @@ it); selective adds a `context_fn` built with torch's public
 `create_selective_checkpoint_contexts`. The policy is torchtitan's `_save_list` (mm and the
 scaled-dot-product-attention kernels) with its "except every second mm" rule, counted per
 layer in forward order (and again, the same way, in the recomputation): on a Llama layer
-the q, v, gate and down projections' outputs are kept, k, o and up recomputed. LoRA's
-adapter matmuls count as matmuls too. veri_tui/plan/activations.py counts what it keeps
+the q, v, gate and down projections' outputs are kept, k, o and up recomputed. A linear
+with a bias (addmm) and LoRA's adapter matmuls count as matmuls too; a mixture of
+experts' grouped expert matmuls are recomputed. veri_tui/plan/activations.py counts what it keeps
 (tests/plan/test_saved_tensors.py measures it).
 """
 
@@ -38,13 +39,17 @@ _ATTENTION = tuple(
 )
 
 
+# A linear runs as mm, or addmm when it has a bias (Qwen2's q, k, v): both count as mms.
+_MM = (_aten.mm.default, _aten.addmm.default)
+
+
 def _policy(counts: collections.Counter) -> Any:
     """Keep attention outputs and every odd-numbered mm (1st, 3rd, ...) of the layer."""
 
     def policy(ctx: Any, func: Any, *args: Any, **kwargs: Any) -> CheckpointPolicy:
         if func in _ATTENTION:
             return CheckpointPolicy.MUST_SAVE
-        if func is _aten.mm.default:
+        if func in _MM:
             phase = "recompute" if ctx.is_recompute else "forward"
             counts[phase] += 1
             if counts[phase] % 2 == 1:

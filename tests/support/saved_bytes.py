@@ -19,10 +19,12 @@ Shapes, not values, decide these bytes, so both also run under FakeTensorMode (n
 from __future__ import annotations
 
 import collections
-from collections.abc import Callable, Iterable
+import contextlib
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
@@ -117,3 +119,90 @@ class Census(TorchDispatchMode):
             (sum(self.sizes[s] for s in serials if s not in drop) for serials in self.timeline),
             default=0,
         )
+
+
+@contextlib.contextmanager
+def _as_real_when_fake(fake: bool) -> Iterator[None]:
+    """What fake tensors cannot decide as the real run does, decided as it does:
+    transformers cannot read the position ids to see that one full-length sample is no
+    packed sequence (and would build a mask the real run does not): not packed; and peft's
+    `module.to(its own device)` would swap fake parameters, which torch refuses: a no-op,
+    as it is for real ones (build_model sets the adapters' dtype itself)."""
+    if not fake:
+        yield
+        return
+    import transformers.masking_utils as masks
+
+    real = masks.find_packed_sequence_indices, torch.nn.Module.to
+    masks.find_packed_sequence_indices = lambda position_ids: None
+    torch.nn.Module.to = lambda self, *args, **kwargs: self  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        masks.find_packed_sequence_indices, torch.nn.Module.to = real  # type: ignore[method-assign]
+
+
+def build_model(
+    config: dict[str, Any], *, mode: str, lora_rank: int = 0, autocast: bool = False
+) -> torch.nn.Module:
+    """A transformers model from config.json values, as the trainer builds it: bf16 (fp32
+    master weights under autocast), checkpointed as `mode`, LoRA on the trainer's targets
+    (fp32 adapters under autocast)."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from trainer import checkpointing
+    from trainer.model import lora_targets
+
+    cfg = AutoConfig.for_model(**config)
+    dtype = torch.float32 if autocast and not lora_rank else torch.bfloat16
+    model = AutoModelForCausalLM.from_config(cfg, attn_implementation="sdpa", dtype=dtype)
+    model.config.use_cache = False
+    checkpointing.apply(model, mode)
+    if lora_rank:
+        from peft import LoraConfig, get_peft_model
+
+        targets, _ = lora_targets(model)
+        lora = LoraConfig(r=lora_rank, lora_alpha=2 * lora_rank, lora_dropout=0.0,
+                          target_modules=targets, task_type="CAUSAL_LM")  # fmt: skip
+        model = get_peft_model(model, lora, autocast_adapter_dtype=False)
+        for p in model.parameters():
+            if p.requires_grad:
+                p.data = p.data.to(torch.float32 if autocast else torch.bfloat16)
+    return model.train()
+
+
+def measure_step(
+    config: dict[str, Any],
+    *,
+    mode: str,
+    tokens: int,
+    lora_rank: int = 0,
+    autocast: bool = False,
+    fake: bool = False,
+) -> dict[str, int]:
+    """One sample of `tokens` through forward, the bundled trainer's loss and backward, as
+    trainer/loop.py runs it (the forward and loss under autocast for fp32 weights, backward
+    outside): `kept`, the bytes alive once the loss is computed, and `peak`, the most alive
+    after any op; the batch counted, parameters and their gradients not."""
+    from trainer.losses import token_logps
+
+    modes = FakeTensorMode() if fake else contextlib.nullcontext()
+    with modes, _as_real_when_fake(fake):
+        torch.manual_seed(0)
+        model = build_model(config, mode=mode, lora_rank=lora_rank, autocast=autocast)
+        params = list(model.parameters())
+        census = Census(exclude=params)
+        vocab = config["vocab_size"]
+        cast = torch.autocast("cpu", dtype=torch.bfloat16) if autocast else contextlib.nullcontext()
+        with census:
+            ids = torch.randint(0, vocab, (1, tokens))
+            mask, labels = torch.ones_like(ids), ids.clone()
+            with cast:
+                # Fake tensors carry no values: the all-ones mask, which the real run reads
+                # and drops, is not passed (it is still allocated, as the trainer's is).
+                out = model(input_ids=ids, attention_mask=None if fake else mask)
+                loss = -token_logps(out.logits, labels).sum()
+            del out
+            census.mark("kept")
+            loss.backward()
+        return {"kept": census.marks["kept"], "peak": census.peak([p.grad for p in params])}

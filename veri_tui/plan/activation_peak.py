@@ -22,6 +22,7 @@ from veri_tui.plan.activations import (
     kept_per_layer,
     layer_saved,
     loss_chunk_bytes,
+    mm_outputs,
     root_kept,
     selective_saved,
     shared_kept,
@@ -36,8 +37,9 @@ class ActivationTerms(NamedTuple):
     layers: int  # what every layer keeps until its backward, the batch, the rotary tables
     root: int  # the final norm's and the head's
     logits: int  # the logits kept, their gradient, the loss's chunk and per-token state
-    recompute: int  # a checkpointed layer recomputed in backward, with its gradients
+    recompute: int  # a checkpointed layer recomputed in backward: gradients, recast weights
     casts: int  # autocast's bf16 weight copies (fp32 weights at stage 0)
+    kept: int  # alive once the forward and the loss are done (autocast's cache cleared)
     peak: int
     phase: str  # "forward" (its end), "loss" (the loss's backward) or "layer" (the last
     # layer's backward, recomputed when checkpointed)
@@ -55,9 +57,16 @@ def autocast_weight_copies(info: ModelInfo, lora_rank: int = 0) -> int:
                 total += count * lora_rank * (i + o) * adapted
             else:
                 total += count * i * o
-        if moe and not lora_rank:  # the routed experts' fused weights
-            total += count * info.experts * 3 * lay.h * info.moe_intermediate_size
     return 2 * (total + (0 if lora_rank else lay.vocab * lay.h))
+
+
+def _layer_casts(lay: Layout, lora_rank: int, moe: bool) -> int:
+    """The bf16 weight copies autocast makes again when one layer is recomputed (its mm
+    weights, the adapters' under LoRA; grouped experts run in fp32, uncast)."""
+    return 2 * sum(
+        (lora_rank * (i + o) if lora_rank else i * o) * (a or not lora_rank)
+        for i, o, a in lay.linears(moe)
+    )
 
 
 def _layer_sum(lay: Layout, tokens: int, **kw: object) -> int:
@@ -69,24 +78,37 @@ def _layer_sum(lay: Layout, tokens: int, **kw: object) -> int:
     )
 
 
-def _recompute(lay: Layout, mode: str, lora_rank: int, autocast: bool) -> int:
-    """Per token: a checkpointed layer recomputed in its backward, beyond what it keeps
-    (the larger of a dense and a MoE layer)."""
+def _recompute(lay: Layout, mode: str, tokens: int, lora_rank: int, autocast: bool) -> int:
+    """A checkpointed layer recomputed in its backward, beyond what it keeps: its saved set,
+    its input's and its MLP's gradients (2h + 4I; a MoE block's four per routed copy, 8h),
+    autocast's recast weights (the larger of a dense and a MoE layer)."""
     out = 0
     kinds = [moe for moe, n in ((False, lay.layers - lay.moe_layers), (True, lay.moe_layers)) if n]
     for moe in kinds:
         saved = layer_saved(lay, lora_rank=lora_rank, autocast=autocast, moe=moe)
         cached = selective_saved(lay, lora_rank, moe) if mode == "selective" else 0
-        inter = lay.info.moe_intermediate_size * lay.info.experts_per_token if moe else 0
-        grads = stream_bytes(lora_rank, autocast) * lay.h + 4 * (
-            inter or lay.info.intermediate_size
-        )
+        grads = stream_bytes(lora_rank, autocast) * lay.h
+        if moe:  # per routed copy four h-wide gradients (its output's, its input's, their
+            # scatter and its zeros), its gate/up output (2I) freed by then; the grouped
+            # experts run in fp32 under autocast
+            b = 4 if autocast and not lora_rank else 2
+            grads += (
+                lay.info.experts_per_token * b * (4 * lay.h - 2 * lay.info.moe_intermediate_size)
+            )
+        else:
+            grads += 4 * lay.info.intermediate_size
         if lora_rank and autocast:  # the fp32 casts of an adapter's input and its gradient
             grads += 4 * lay.info.intermediate_size
-        mms = len(lay.linears(moe)) + 2 * sum(a for *_, a in lay.linears(moe)) * bool(lora_rank)
-        if mode == "selective" and mms % 2:
-            grads += 2 * lay.h  # the last mm (down) is cached: its output outlives its use
-        out = max(out, saved - cached + grads)
+        outs = mm_outputs(lay, lora_rank, moe)
+        if mode == "selective" and len(outs) % 2:
+            grads += 2 * outs[-1]  # the last mm is cached: its output outlives its use
+        casts = _layer_casts(lay, lora_rank, moe) if autocast else 0
+        # Dense layers come first (DeepSeek's, the tiny MoE's layer 0): by the last dense
+        # layer's backward the MoE layers after it have freed what they kept.
+        later = 0 if moe else lay.moe_layers * tokens * kept_per_layer(
+            lay, mode, lora_rank=lora_rank, autocast=autocast, moe=True
+        )  # fmt: skip
+        out = max(out, tokens * (saved - cached + grads) + casts - later)
     return out
 
 
@@ -108,15 +130,15 @@ def activation_terms(
     chunk = loss_chunk_bytes(lay.vocab, tokens)
     logits = tokens * (4 * lay.vocab + LOSS_KEPT_PER_TOKEN) + chunk
     casts = autocast_weight_copies(info, lora_rank) if autocast else 0
-    recompute = tokens * _recompute(lay, mode, lora_rank, autocast) if mode != "none" else 0
+    recompute = _recompute(lay, mode, tokens, lora_rank, autocast) if mode != "none" else 0
     # The matmuls keep their cast weights for backward: every one without checkpointing,
     # else only the head's (outside the checkpointed layers); a recomputed layer recasts.
     head_cast = 2 * lay.vocab * lay.h if casts and not lora_rank else 0
     kept_casts = casts if mode == "none" else head_cast
     at_forward = layers + root + tokens * (2 * lay.vocab + LOSS_KEPT_PER_TOKEN) + chunk + casts
     at_loss = layers + root + logits + kept_casts
-    layer_casts = (casts - head_cast) // lay.layers
-    at_layer = layers + recompute + layer_casts + kept_casts if mode != "none" else 0
+    at_layer = layers + recompute if mode != "none" else 0  # the head's cast is freed by then
     phases = {"forward": at_forward, "loss": at_loss, "layer": at_layer}
     phase = max(phases, key=phases.__getitem__)
-    return ActivationTerms(layers, root, logits, recompute, casts, phases[phase], phase)
+    kept = layers + root + tokens * (2 * lay.vocab + LOSS_KEPT_PER_TOKEN) + kept_casts
+    return ActivationTerms(layers, root, logits, recompute, casts, kept, phases[phase], phase)

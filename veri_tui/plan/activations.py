@@ -111,6 +111,26 @@ def mlp_bytes_per_token(info: ModelInfo, moe: bool = False) -> int:
     )
 
 
+def _mlp(lay: Layout, *, moe: bool, trains: bool, cast: bool) -> int:
+    """Per token, what a layer's MLP keeps with its input copies: trained, its input (one
+    copy; autocast's per linear: gate and up, the router and shared experts), frozen no
+    input and no product for down (6I, and k x (2h + 2I) less in a MoE block). Under
+    autocast transformers' grouped experts run in fp32 (twice the routed bytes)."""
+    info = lay.info
+    if not moe:
+        inter = info.intermediate_size
+        return (2 * (2 if cast else 1) * lay.h + 8 * inter) if trains else 6 * inter
+    k, shared, routed_i = info.experts_per_token, info.shared_expert_intermediate_size, 0
+    routed_i = info.moe_intermediate_size
+    base = mlp_bytes_per_token(info, moe=True)
+    if not trains:
+        return base - k * (2 * lay.h + 2 * routed_i) - 2 * shared
+    if cast:  # the routed copies in fp32; the router's and shared experts' inputs cast
+        base += k * (8 * routed_i + 4 * lay.h)
+        return base + 2 * lay.h * (1 + (2 if shared else 0))
+    return base + 2 * lay.h
+
+
 def layer_saved(
     lay: Layout, *, lora_rank: int, autocast: bool, first: bool = False, moe: bool = False
 ) -> int:
@@ -122,25 +142,26 @@ def layer_saved(
     norm = 4 * h + 4 + (0 if frozen else 4 * h if cast else 2 * h)
     norms = 2 * norm - (4 * h + 4 if frozen and first else 0)
     mlp_trains = not frozen or not lay.moe_model  # a MoE model's MLPs stay frozen in LoRA
-    # The linear inputs: one copy for q, k, v and one for the MLP; autocast casts one per
-    # linear; with fp32 adapters over a bf16 base (LoRA under autocast) peft casts each
-    # adapter's input to fp32 and autocast back: a copy per adapter (o's and down's too).
-    inputs = (5 if cast else 2) * 2 * h if mlp_trains else 2 * h
+    # The attention's linear input: one copy for q, k and v; autocast casts one per linear;
+    # with fp32 adapters over a bf16 base (LoRA under autocast) peft casts each adapter's
+    # input to fp32 and autocast back: a copy per adapter, o's too (down's replaces the
+    # product, which only it kept).
+    inputs = (3 if cast else 1) * 2 * h
     if frozen and autocast:
-        inputs = (5 * 2 * h + 2 * qd) if mlp_trains else 3 * 2 * h + 2 * qd
+        inputs = 3 * 2 * h + 2 * qd + (2 * 2 * h if mlp_trains and not moe else 0)
     attention = 2 * qd + 2 * kd + 2 * lay.vd + 2 * lay.od + 4 * lay.heads
     attention += 8 * (lay.info.q_lora_rank + lay.info.kv_lora_rank)
     if lay.info.qk_norm:
         attention += 4 * qd + 4 * lay.heads + 4 * kd + 4 * lay.kv_heads
         attention += 0 if frozen else 2 * qd + 2 * kd
     adapters = 2 * lora_rank * sum(adapted for *_, adapted in lay.linears(moe)) if frozen else 0
-    mlp = mlp_bytes_per_token(lay.info, moe)
-    if not moe and not mlp_trains:  # a frozen down keeps no input: the product goes
-        mlp -= 2 * lay.info.intermediate_size
+    mlp = _mlp(lay, moe=moe, trains=mlp_trains, cast=cast)
+    if frozen and autocast and mlp_trains and not moe:
+        mlp -= 2 * h  # _mlp's one shared input: replaced by the per-adapter copies above
     return norms + inputs + attention + mlp + adapters
 
 
-def _mm_outputs(lay: Layout, lora_rank: int, moe: bool) -> list[int]:
+def mm_outputs(lay: Layout, lora_rank: int, moe: bool) -> list[int]:
     """The output width of each mm of a layer in forward order (a LoRA linear runs three:
     the base, then A (r wide), then B)."""
     outs: list[int] = []
@@ -152,7 +173,7 @@ def _mm_outputs(lay: Layout, lora_rank: int, moe: bool) -> list[int]:
 def selective_saved(lay: Layout, lora_rank: int, moe: bool = False) -> int:
     """Bytes per token the selective policy caches in one layer: the attention kernel's
     output and log-sum-exp, and the output of every odd-numbered mm."""
-    return 2 * lay.od + 4 * lay.heads + sum(2 * o for o in _mm_outputs(lay, lora_rank, moe)[0::2])
+    return 2 * lay.od + 4 * lay.heads + sum(2 * o for o in mm_outputs(lay, lora_rank, moe)[0::2])
 
 
 def selective_recompute_flops(lay: Layout, lora_rank: int) -> int:
