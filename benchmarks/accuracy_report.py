@@ -210,11 +210,10 @@ def render(rows: list[dict[str, Any]], fit: dict[str, Any], published: dict[str,
         "policy; the elementwise work is counted as one whole pass (the planner's "
         "elementwise term has no finer grain). torchtitan's other selective option (every "
         "k-th layer checkpointed whole, k = selective_ac_option) ran in no row here.",
-        "- Memory: no source states a peak for a configuration the memory model covers "
-        "(torchtitan: selective AC; KempnerForge: master-weight precision and allocated vs "
-        "reserved not stated, 13B eager across two nodes). The stated figures are shown with "
-        "the plan's, not judged. The closest, KempnerForge's 8B on one H200 (compiled, full AC, "
-        "bf16 weights since fp32 masters would need 128 GB), states 80.7 GB.",
+        "- Memory: the peaks these pretraining runs state are shown with the plan's (its "
+        "peak per GPU with the 2 GiB overhead), not judged here: torchtitan's are judged "
+        "beside the fine-tuning runs in Peak memory per GPU (below), KempnerForge's ran "
+        "compiled or with master-weight precision not stated.",
         "",
         "## Model shapes (header-only checkpoints)",
         "",

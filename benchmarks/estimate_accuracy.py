@@ -8,8 +8,9 @@ count, micro-batch, accumulation, sequence, checkpointing, precision and ZeRO st
 with; its throughput with the planner's estimate_throughput as the run ran, where the source
 states it (benchmarks/as_ran.py: a GPU it describes, selective checkpointing's recompute, the
 nodes and network). The plan's tokens/s per GPU is set against the measured one (ratio =
-plan / measured: above 1 the plan is optimistic), and its peak memory (states + activations +
-stage-3 gathers) against a stated peak. The fit searches the throughput constants
+plan / measured: above 1 the plan is optimistic), and its peak memory (the plan's peak per
+GPU) against a stated peak; published fine-tuning peaks are set against the plan in
+benchmarks/memory_accuracy.py (the Peak memory section). The fit searches the throughput constants
 (veri_tui/plan/throughput.py: matmul efficiency per GPU architecture and the elementwise
 bytes) that minimise the squared log ratios over the rows marked `fit`; every other row is
 held out. The planner runs eager kernels' figures (the bundled trainer runs eager); compiled
@@ -32,6 +33,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(ROOT / "tests"))  # support.synthetic: header-only checkpoints
 
 import as_ran  # noqa: E402
+import memory_accuracy  # noqa: E402
+import memory_report  # noqa: E402
 from accuracy_report import TARGET_TOKENS, render  # noqa: E402
 from published_runs import (  # noqa: E402
     PUBLISHED_PARAMS,
@@ -45,6 +48,8 @@ from published_runs import (  # noqa: E402
 # torchtitan's Table 1 ran the same configuration with and without torch.compile.
 COMPILE_SPEEDUP = compile_speedup()
 OLD_CONSTANTS = (0.55, 0)  # before the fit: MAX_MFU 0.55 on every GPU, no elementwise term
+# torchtitan's op-level selective policy is the bundled trainer's "selective".
+CHECKPOINTING = {"full": "full", "none": "none", "selective-op": "selective"}
 ARCH = {"A100-40GB": "ampere", "A100-80GB": "ampere", "H100-80GB": "hopper", "H200-141GB": "hopper"}
 
 
@@ -60,14 +65,21 @@ def checkpoints(root: Path) -> dict[str, Path]:
     return out
 
 
-def plan_run(run: Run, model: Path) -> dict[str, Any]:
-    """The plan for this run's configuration (the public API, as a user would call it)."""
+def plan_run(run: Run, model: Path, *, selective: bool = False) -> dict[str, Any]:
+    """The plan for this run's configuration (the public API, as a user would call it).
+
+    The throughput rows plan torchtitan's selective runs as no checkpointing and correct
+    that as ran (as_ran.py); `selective`: with the planner's own selective mode (for the
+    peak memory, which the throughput corrections do not touch)."""
     from veri_tui.plan import plan
 
+    mode = CHECKPOINTING[run.checkpointing] if selective else (
+        "full" if run.checkpointing == "full" else "none"
+    )  # fmt: skip
     rec = plan(
         model=str(model), gpu=run.gpu, gpu_count=run.gpu_count,
         micro_batch_size=run.micro_batch_size, gradient_accumulation_steps=run.grad_acc,
-        max_seq_length=run.seq, gradient_checkpointing=run.checkpointing == "full",
+        max_seq_length=run.seq, activation_checkpointing=mode,
         precision=run.precision, zero_stage=run.zero_stage,
     )  # fmt: skip
     return rec.to_dict()
@@ -106,8 +118,7 @@ def evaluate(dirs: dict[str, Path]) -> list[dict[str, Any]]:
         planned = _throughput(run, info, rec)["tokens_per_s"] / run.gpu_count
         expected = planned * speedup
         before = _throughput(run, info, rec, corrected=False)["tokens_per_s"] / run.gpu_count
-        act = rec["activations"]
-        peak = rec["states_bytes_per_gpu"] + act["bytes_per_gpu"] + act["transient_gather_bytes"]
+        peak = plan_run(run, dirs[run.shape], selective=True)["activations"]["peak"]["peak_bytes"]
         model_flops = flops_per_token(info, run.seq, lora=False, gc=False, dpo=False)["total"]
         dense = as_ran.gpu_for(run).bf16_dense_tflops * 1e12
         with constants(*OLD_CONSTANTS):
@@ -183,8 +194,12 @@ def main(argv: list[str] | None = None) -> int:
         dirs = checkpoints(Path(tmp))
         rows = evaluate(dirs)
         result = fit(rows)
+        memory = memory_accuracy.evaluate(memory_accuracy.checkpoints(Path(tmp) / "memory"))
     text = render(rows, result, PUBLISHED_PARAMS)
+    text = text.rstrip("\n") + "\n\n" + "\n".join(memory_report.render(memory)) + "\n"
     args.out.write_text(text)
+    s = memory_accuracy.summary(memory)
+    print(f"peak memory: {s['within10']}/{s['n']} within +-10%, {s['within20']} within +-20%")
     eager = [r for r in rows if not r["run"].compiled]
     outside = [r["run"].id for r in eager if abs(r["tokens_ratio"] - 1) > TARGET_TOKENS]
     print(f"wrote {args.out}: {len(rows)} runs, {len(eager)} eager, outside +-20%: {outside}")

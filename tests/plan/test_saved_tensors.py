@@ -23,12 +23,12 @@ from typing import Any
 
 import pytest
 import torch
-from support.saved_bytes import build_model, measure_step, saved_by_autograd
+from support.saved_bytes import build_model, measure_loss, measure_step, saved_by_autograd
 from support.synthetic import write_checkpoint
 
 from veri_tui.plan import read_model_info
-from veri_tui.plan.activation_peak import activation_terms
-from veri_tui.plan.activations import Layout, layer_saved
+from veri_tui.plan.activation_peak import LOSS_KEPT_PER_TOKEN, LOSSES, activation_terms
+from veri_tui.plan.activations import Layout, layer_saved, loss_chunk_bytes
 from veri_tui.plan.model_info import ModelInfo
 
 REPO = Path(__file__).resolve().parents[2]
@@ -113,3 +113,24 @@ def test_fake_tensors_count_what_real_ones_do(archs: dict[str, Any], mode: str) 
     config, _ = archs["qwen3"]
     real = measure_step(config, mode=mode, tokens=64, lora_rank=4)
     assert measure_step(config, mode=mode, tokens=64, lora_rank=4, fake=True) == real
+
+
+@pytest.mark.parametrize("kind", sorted(LOSSES))
+def test_losses_hold_what_the_plan_counts(kind: str) -> None:
+    """The bundled trainer's loss, and the others published runs used (their code as
+    quoted in benchmarks/published_memory.py), beyond the logits' producer."""
+    tokens, vocab = 96, 1000
+    measured = measure_loss(kind, tokens=tokens, vocab=vocab)
+    lm = LOSSES[kind]
+    chunk = loss_chunk_bytes(vocab, tokens) if lm.chunked else 0
+    extra = tokens * LOSS_KEPT_PER_TOKEN if lm.chunked else 0
+    shifted = tokens - 1 if "shifted" in kind else tokens  # the shift drops one token
+    plan = {
+        "forward": lm.forward * vocab * tokens + chunk + extra,
+        "kept": lm.kept * vocab * tokens + extra,
+        "backward": lm.backward * vocab * tokens + chunk + extra,
+    }
+    for moment, planned in plan.items():
+        # the shifted losses' tensors are one token short of the plan's per-token count
+        low = planned * shifted / tokens
+        assert low * 0.99 <= measured[moment] <= planned * 1.01, (moment, measured, plan)

@@ -206,3 +206,51 @@ def measure_step(
             census.mark("kept")
             loss.backward()
         return {"kept": census.marks["kept"], "peak": census.peak([p.grad for p in params])}
+
+
+def _reference_loss(kind: str, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """The loss of `kind` as the code it stands for computes it (veri_tui/plan/
+    activation_peak.py LOSSES); `logits` (1, T, V) bf16."""
+    import torch.nn.functional as F
+
+    from trainer.losses import token_logps
+
+    if kind == "chunked":
+        return -token_logps(logits, labels).sum()
+    if kind in ("ce_bf16", "ce_fp32"):  # torchtitan's loss_fn, on bf16 or `pred.float()`
+        pred = logits.float() if kind == "ce_fp32" else logits
+        return F.cross_entropy(pred.flatten(0, 1), labels.flatten(0, 1))
+    # A transformers causal LM's shifted loss (Qwen's modeling_qwen.py: shift_logits =
+    # lm_logits[..., :-1, :].contiguous(), then CrossEntropyLoss on its view); CUDA autocast
+    # runs cross_entropy in fp32 (PyTorch's autocast op list): written out as its cast.
+    shift = logits[..., :-1, :].contiguous()
+    flat = shift.view(-1, shift.size(-1))
+    flat = flat.float() if kind == "ce_autocast_shifted" else flat
+    return F.cross_entropy(flat, labels[..., 1:].reshape(-1))
+
+
+def measure_loss(kind: str, *, tokens: int, vocab: int, hidden: int = 64) -> dict[str, int]:
+    """The bytes a loss holds beyond its logits' producer (a bf16 head over a hidden state):
+    `forward`, the most alive up to the loss; `kept`, once the logits are dropped as the
+    trainer drops them (its caller's reference gone); `backward`, the most alive after."""
+    torch.manual_seed(0)
+    head = torch.randn(vocab, hidden, dtype=torch.bfloat16, requires_grad=True)
+    x = torch.randn(1, tokens, hidden, dtype=torch.bfloat16, requires_grad=True)
+    labels = torch.randint(0, vocab, (1, tokens))
+    census = Census(exclude=[head, x, labels])
+    with census:
+        logits = x @ head.t()
+        loss = _reference_loss(kind, logits, labels)
+        forward = max(sum(census.sizes[s] for s in serials) for serials in census.timeline)
+        del logits
+        census.mark("kept")
+        start = len(census.timeline)
+        loss.backward()
+    grads = [head.grad, x.grad]
+    census._sweep()
+    drop = {serial for k, (_, _, serial) in census.live.items() if k in {_key(g) for g in grads}}
+    backward = max(
+        sum(census.sizes[s] for s in serials if s not in drop)
+        for serials in census.timeline[start:]
+    )
+    return {"forward": forward, "kept": census.marks["kept"], "backward": backward}

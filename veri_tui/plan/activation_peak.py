@@ -112,10 +112,52 @@ def _recompute(lay: Layout, mode: str, tokens: int, lora_rank: int, autocast: bo
     return out
 
 
+class LossMemory(NamedTuple):
+    """What a loss holds, in bytes per token per vocabulary entry, at the end of the forward,
+    once it is computed (until backward) and at the start of backward; `chunked`: beside one
+    fp32 chunk (LOSS_CHUNK_BYTES) and 13 bytes per token of labels, mask and log-sum-exp."""
+
+    forward: int
+    kept: int
+    backward: int
+    chunked: bool = False
+
+
+# The bundled trainer's (trainer/losses.py), and others' as their code computes them (each
+# measured on CPU by tests/plan/test_saved_tensors.py; they run benchmarks/ published rows):
+LOSSES = {
+    # bf16 logits kept; backward writes their bf16 gradient beside one fp32 chunk.
+    "chunked": LossMemory(2, 2, 4, chunked=True),
+    # F.cross_entropy on the bf16 logits, which are dropped before backward (torchtitan's
+    # `del pred`): log_softmax keeps its bf16 output; backward, its gradient and the input's.
+    "ce_bf16": LossMemory(4, 2, 6),
+    # The same on an fp32 copy (`pred.float()`): the copy and log_softmax's fp32 output,
+    # then three fp32 tensors in backward.
+    "ce_fp32": LossMemory(10, 4, 12),
+    # A transformers model's shifted CrossEntropyLoss under CUDA autocast, which runs
+    # cross_entropy in fp32: with one sample per micro-batch the shift is a view (no copy),
+    # then the fp32 cast and log_softmax's fp32 output; the logits are dropped before
+    # backward (HF Trainer keeps only the loss).
+    "ce_autocast_shifted": LossMemory(10, 4, 12),
+    # The same without autocast on half-precision logits (fp16/bf16 all through).
+    "ce_shifted_half": LossMemory(4, 2, 6),
+}
+
+
 def activation_terms(
-    info: ModelInfo, *, mode: str, tokens: int, lora_rank: int = 0, autocast: bool = False
+    info: ModelInfo,
+    *,
+    mode: str,
+    tokens: int,
+    lora_rank: int = 0,
+    autocast: bool = False,
+    loss: str = "chunked",
+    lora_dropout: bool = False,
 ) -> ActivationTerms:
-    """The activation terms for `tokens` tokens in one micro-batch (exact integers)."""
+    """The activation terms for `tokens` tokens in one micro-batch (exact integers).
+
+    `loss` and `lora_dropout` (each adapter's dropout keeps its bool mask) describe other
+    trainers' published runs; the bundled trainer's are the defaults."""
     lay = Layout.of(info)
     kw = {"mode": mode, "lora_rank": lora_rank, "autocast": autocast}
     shared = shared_kept(lay, lora_rank=lora_rank, autocast=autocast)
@@ -126,19 +168,26 @@ def activation_terms(
         moe0 = lay.moe_layers == lay.layers
         first = layer_saved(lay, lora_rank=lora_rank, autocast=autocast, first=True, moe=moe0)
         layers += tokens * (first - kept_per_layer(lay, moe=moe0, **kw))  # type: ignore[arg-type]
+    if lora_dropout and lora_rank:  # one bool per input feature of every adapter, kept
+        masks = sum(i for i, _, a in lay.linears() if a)
+        layers += tokens * masks * (lay.layers if mode == "none" else 0)
     root = tokens * root_kept(lay, lora_rank=lora_rank, autocast=autocast)
-    chunk = loss_chunk_bytes(lay.vocab, tokens)
-    logits = tokens * (4 * lay.vocab + LOSS_KEPT_PER_TOKEN) + chunk
+    lm = LOSSES[loss]
+    chunk = loss_chunk_bytes(lay.vocab, tokens) if lm.chunked else 0
+    extra = LOSS_KEPT_PER_TOKEN if lm.chunked else 0
+    logits = tokens * (lm.backward * lay.vocab + extra) + chunk
     casts = autocast_weight_copies(info, lora_rank) if autocast else 0
     recompute = _recompute(lay, mode, tokens, lora_rank, autocast) if mode != "none" else 0
+    if lora_dropout and lora_rank and mode != "none":  # the recomputed layer's masks
+        recompute += tokens * sum(i for i, _, a in lay.linears() if a)
     # The matmuls keep their cast weights for backward: every one without checkpointing,
     # else only the head's (outside the checkpointed layers); a recomputed layer recasts.
     head_cast = 2 * lay.vocab * lay.h if casts and not lora_rank else 0
     kept_casts = casts if mode == "none" else head_cast
-    at_forward = layers + root + tokens * (2 * lay.vocab + LOSS_KEPT_PER_TOKEN) + chunk + casts
+    at_forward = layers + root + tokens * (lm.forward * lay.vocab + extra) + chunk + casts
     at_loss = layers + root + logits + kept_casts
     at_layer = layers + recompute if mode != "none" else 0  # the head's cast is freed by then
     phases = {"forward": at_forward, "loss": at_loss, "layer": at_layer}
     phase = max(phases, key=phases.__getitem__)
-    kept = layers + root + tokens * (2 * lay.vocab + LOSS_KEPT_PER_TOKEN) + kept_casts
+    kept = layers + root + tokens * (lm.kept * lay.vocab + extra) + kept_casts
     return ActivationTerms(layers, root, logits, recompute, casts, kept, phases[phase], phase)

@@ -1,0 +1,100 @@
+"""docs/accuracy.md's peak-memory section, as benchmarks/estimate_accuracy.py writes it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from memory_accuracy import BEFORE, TARGET, summary
+from published_memory import HEADERS, MEMORY_FACTS, NOT_EXPRESSED
+
+
+def _source(src: tuple[str, str, str] | str) -> str:
+    if isinstance(src, str):
+        return src
+    repo, path, commit = src
+    return f"{repo} `{path}` (commit {commit[:10]})"
+
+
+def _mark(ratio: float | None) -> str:
+    if ratio is None:
+        return "-"
+    return f"{ratio:.2f}" + ("" if abs(ratio - 1) <= TARGET else " **out**")
+
+
+def _config(run: Any) -> str:
+    kind = (
+        f"QLoRA r{run.lora_rank}" if run.load_in_4bit else
+        f"LoRA r{run.lora_rank}" if run.lora_rank else "full"
+    )  # fmt: skip
+    stage = f"zero_stage {run.zero_stage}" if run.gpu_count > 1 else "one GPU"
+    return (
+        f"{run.shape} {kind} {run.precision}, {run.gpu} x{run.gpu_count} ({stage}), mbs "
+        f"{run.micro_batch_size} x seq {run.seq}, {run.checkpointing} checkpointing"
+    )
+
+
+def _line(name: str, s: dict[str, Any]) -> str:
+    if not s["n"]:
+        return f"{name}: no rows"
+    return (
+        f"{name}: {s['within10']} of {s['n']} within +-10%, {s['within20']} within +-20%, "
+        f"median error {100 * s['median']:.1f}% ({s['low']:.2f}-{s['high']:.2f})"
+    )
+
+
+def render(rows: list[dict[str, Any]]) -> list[str]:
+    """The section's lines."""
+    judged = [r for r in rows if r["run"].judged]
+    now, bundled, old = summary(rows), summary(rows, "bundled_ratio"), summary(rows, "before_ratio")
+    out = [
+        "## Peak memory per GPU",
+        "",
+        "Published, measured peaks of fine-tuning runs (`benchmarks/published_memory.py`, every "
+        "figure and fact quoted below) against the plan's peak (docs/planning.md, Peak "
+        "memory): states + activations + logits and loss + FSDP2 units in flight (or AdamW's "
+        "step) + the 2 GiB overhead, set against the device's or the allocator's reserved "
+        "figure. `bundled`: planned as a user plans the run with veri-tui's knobs (the "
+        "bundled trainer's memory). `as ran`: the same plan with what the source states about "
+        "how that run held memory (Facts, below), every other term the plan's own; the "
+        "judged figure. `before`: the planner before issue 19 (commit "
+        f"{BEFORE}, states + activations + stage-3 gathers, selective planned as checkpointing "
+        "on, load_in_4bit ignored). Ratio = plan / measured. Nothing here is fitted.",
+        "",
+        f"**Summary.** {_line('As ran', now)}. {_line('Bundled plan', bundled)}. "
+        f"{_line('Before', old)}.",
+        "",
+        "| # | run | configuration | measured GB | as | before | bundled | as ran GB | ratio "
+        "| facts |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for i, r in enumerate(judged, 1):
+        run = r["run"]
+        out.append(
+            f"| {i} | `{run.id}` | {_config(run)} | {run.measured_bytes / 1e9:.1f} | "
+            f"{run.measured_as} | {_mark(r['before_ratio'])} | {_mark(r['bundled_ratio'])} | "
+            f"{r['as_ran'] / 1e9:.1f} | {_mark(r['ratio'])} | {', '.join(run.facts)} |"
+        )
+    out += ["", "### Facts: each run as it held memory", ""]
+    for key, f in MEMORY_FACTS.items():
+        out.append(f'- **{key}**: {_source(f.source)}: "{f.quote}" {f.sentence}')
+    out += ["", "### Runs not judged", ""]
+    for r in rows:
+        run = r["run"]
+        if run.judged:
+            continue
+        alt = f", with an fp32 loss {r['alt_ratio']:.2f}" if r["alt_ratio"] else ""
+        out.append(
+            f"- `{run.id}` ({_config(run)}; measured {run.measured_bytes / 1e9:.1f} GB, "
+            f"{run.measured_as}): planned {r['ratio']:.2f} as read{alt}; not judged: "
+            f"{run.reason}."
+        )
+    for u in NOT_EXPRESSED:
+        out.append(f'- `{u.id}` ({u.measured}): {_source(u.source)}: "{u.quote}". Not '
+                   f"expressible: {u.reason}.")  # fmt: skip
+    out += ["", "### Sources (the rows as read)", ""]
+    for src, header in HEADERS.items():
+        out.append(f'- {_source(src)}, of every row below: "{header}"')
+    for r in judged:
+        run = r["run"]
+        out.append(f"- `{run.id}`: {_source(run.source)}: `{run.quote}`")
+    return out
