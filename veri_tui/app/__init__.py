@@ -10,6 +10,8 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from veri_tui.app import first_plan
+
 if TYPE_CHECKING:
     from veri_tui.app.app import VeriApp
 
@@ -22,11 +24,12 @@ def create_app(
     theme: str = "textual-dark",
 ) -> VeriApp:
     """The one app factory. `veri_home` also becomes $VERI_HOME for the launch facade."""
-    from veri_tui.app.app import VeriApp
-
     if veri_home is not None:
         os.environ["VERI_HOME"] = str(veri_home)
+    # Started before Textual is imported: it plans the opening job on another core meanwhile.
+    helper = first_plan.spawn(model)
     from jobfolder.layout import veri_home as home_now
+    from veri_tui.app.app import VeriApp
 
     home = home_now()
     return VeriApp(
@@ -34,6 +37,7 @@ def create_app(
         model=model,
         workdir=Path(workdir) if workdir else None,
         theme=theme,
+        first_plan=helper,
     )
 
 

@@ -4,50 +4,27 @@ Thin on purpose: screens compose widgets, the planning core plans, the launch fa
 jobs. The app holds only what every screen shares (VERI_HOME, the working directory for
 exports, the recently used models).
 
-The first screen is a one-line start screen: importing the planning core (pydantic models)
-and composing the plan editor take several hundred milliseconds on a small machine, so the
-first frame is painted before they happen (benchmarks/bench_app_start.py) and the editor
-replaces the start screen right after.
+The first screen is a one-line start screen (screens/start.py): importing the planning core
+(pydantic models) and composing the plan editor take several hundred milliseconds on a
+small machine, so the first frame is painted before they happen, the opening plan line
+comes from a helper process (first_plan.py), and the editor replaces the start screen.
 """
 
 from __future__ import annotations
 
 import json
+import subprocess
 from collections.abc import Iterable
 from pathlib import Path
 
-from textual.app import App, ComposeResult, SystemCommand
+from textual.app import App, SystemCommand
 from textual.binding import Binding
 from textual.screen import Screen
-from textual.widgets import Footer, Static
 
 from jobfolder.atomic import write_json_atomic
+from veri_tui.app.screens.start import StartScreen
 
 RECENT_MAX = 8
-
-
-class StartScreen(Screen):
-    """Says what is loading; swaps itself for the plan editor after the first refresh."""
-
-    def __init__(self, model: str | None) -> None:
-        super().__init__()
-        self.model = model
-
-    def compose(self) -> ComposeResult:
-        what = self.model or "the bundled tiny model"
-        yield Static(
-            f"veri-tui: loading the planning core and {what}...", id="start-note", markup=False
-        )
-        yield Footer()
-
-    def on_mount(self) -> None:
-        self.call_after_refresh(self._open_editor)
-
-    def _open_editor(self) -> None:
-        # Imported here, after the first frame: this is the slow import.
-        from veri_tui.app.screens.plan_editor import PlanEditorScreen
-
-        self.app.switch_screen(PlanEditorScreen(self.model))
 
 
 class VeriApp(App[int]):
@@ -67,15 +44,17 @@ class VeriApp(App[int]):
         model: str | None = None,
         workdir: Path | None = None,
         theme: str = "textual-dark",
+        first_plan: subprocess.Popen[str] | None = None,
     ) -> None:
         super().__init__()
+        self.first_plan = first_plan  # the helper planning the opening job (or None)
         self.veri_home = veri_home
         self.workdir = workdir or Path.cwd()
         self.initial_model = model
         self.theme = theme
 
     def on_mount(self) -> None:
-        self.push_screen(StartScreen(self.initial_model))
+        self.push_screen(StartScreen(self.initial_model, self.first_plan))
 
     # -- shared state ----------------------------------------------------------------
 

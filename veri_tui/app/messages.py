@@ -19,6 +19,13 @@ if TYPE_CHECKING:
 
 
 @dataclass
+class FirstPlanRead(Message):
+    """The start-up helper's answer (veri_tui.app.first_plan.result): None if it failed."""
+
+    answer: dict[str, str] | None
+
+
+@dataclass
 class ModelInfoRead(Message):
     """The safetensors headers of `model` were read (info set) or could not be (error set);
     model None is the bundled tiny model."""

@@ -1,0 +1,82 @@
+"""The opening plan line, planned by a helper process while the app starts.
+
+Before the editor can show a plan, this process must import the planning core (pydantic
+and its models, ~150 ms on a small machine) and compose ~140 widgets, all after Textual
+itself has started: the first frame with a plan came at 2.9x a bare Textual app's first
+frame (docs/app.md). The plan of the job the app opens on needs none of that UI, so
+`spawn()` starts a helper Python (`main()` below) before Textual is even imported: on a
+second core it plans the same job (`load_job_config` + `read_model_info` + `plan_job`, the
+core's own functions, as `veri-tui plan` does) while this process starts Textual, and
+prints one JSON line. The start screen shows that plan line, then the editor (its module
+imported meanwhile here) takes over and plans the same job itself.
+
+The helper never blocks anything: if it fails, is slow (a Hub id on a slow network) or is
+not wanted (VERI_FIRST_PLAN=0), the start screen just opens the editor as before.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+ENV = "VERI_FIRST_PLAN"
+# `-c`, not `-m veri_tui.app.first_plan`: the package imports this module itself.
+HELPER = "import sys; from veri_tui.app.first_plan import main; main(sys.argv[1:])"
+
+
+def spawn(model: str | None) -> subprocess.Popen[str] | None:
+    """Start the helper (None when switched off or it cannot start)."""
+    if os.environ.get(ENV) == "0":
+        return None
+    env = {**os.environ, "PYDANTIC_DISABLE_PLUGINS": os.environ.get(
+        "PYDANTIC_DISABLE_PLUGINS", "__all__")}  # fmt: skip
+    try:
+        return subprocess.Popen(
+            [sys.executable, "-c", HELPER, *([model] if model else [])],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            env=env,
+        )
+    except OSError:
+        return None
+
+
+def result(proc: subprocess.Popen[str], timeout: float = 5.0) -> dict[str, str] | None:
+    """The helper's answer ({"model_line", "plan_line"}), None on any failure; it is ended."""
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+        answer = json.loads(out.strip().splitlines()[-1])
+    except (subprocess.TimeoutExpired, ValueError, IndexError, OSError):
+        proc.kill()
+        proc.wait()
+        return None
+    return answer if isinstance(answer, dict) and "plan_line" in answer else None
+
+
+def main(argv: list[str]) -> int:
+    """The helper: plan the opening job, print one JSON line, leave without teardown."""
+    import gc
+
+    gc.disable()  # a short-lived process: the collector would only cost time
+    from veri_tui.errors import VeriError
+    from veri_tui.plan import load_job_config, plan_job, read_model_info
+
+    model = argv[0] if argv else None
+    try:
+        job = load_job_config(None, model=model)
+        info = read_model_info(job.model)
+        rec = plan_job(job, info, count_tokens=False)
+        label = job.model or "tiny-model (bundled)"
+        answer = {
+            "model_line": f"model {label}: {info.parameter_count:,} parameters",
+            "plan_line": rec.plan_line,
+        }
+    except VeriError as exc:
+        answer = {"error": str(exc)}
+    sys.stdout.write(json.dumps(answer) + "\n")
+    sys.stdout.flush()
+    os._exit(0)
