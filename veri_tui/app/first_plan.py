@@ -10,8 +10,10 @@ core's own functions, as `veri-tui plan` does) while this process starts Textual
 prints one JSON line. The start screen shows that plan line, then the editor (its module
 imported meanwhile here) takes over and plans the same job itself.
 
-The helper never blocks anything: if it fails, is slow (a Hub id on a slow network) or is
-not wanted (VERI_FIRST_PLAN=0), the start screen just opens the editor as before.
+The helper never blocks anything, and this process plans the same job too, in the worker
+that imports the editor's module (`plan_answer`): the start screen shows whichever answer
+comes first. On an idle second core that is the helper's; on a machine whose cores are all
+busy it is this process's, and the helper is stopped. VERI_FIRST_PLAN=0 starts no helper.
 """
 
 from __future__ import annotations
@@ -57,26 +59,30 @@ def result(proc: subprocess.Popen[str], timeout: float = 5.0) -> dict[str, str] 
     return answer if isinstance(answer, dict) and "plan_line" in answer else None
 
 
+def plan_answer(model: str | None) -> dict[str, str]:
+    """The opening job's model line and plan line ({"error": ...} if the core refuses it)."""
+    from veri_tui.errors import VeriError
+    from veri_tui.plan import load_job_config, plan_job, read_model_info
+
+    try:
+        job = load_job_config(None, model=model)
+        info = read_model_info(job.model)
+        rec = plan_job(job, info, count_tokens=False)
+    except VeriError as exc:
+        return {"error": str(exc)}
+    label = job.model or "tiny-model (bundled)"
+    return {
+        "model_line": f"model {label}: {info.parameter_count:,} parameters",
+        "plan_line": rec.plan_line,
+    }
+
+
 def main(argv: list[str]) -> int:
     """The helper: plan the opening job, print one JSON line, leave without teardown."""
     import gc
 
     gc.disable()  # a short-lived process: the collector would only cost time
-    from veri_tui.errors import VeriError
-    from veri_tui.plan import load_job_config, plan_job, read_model_info
-
-    model = argv[0] if argv else None
-    try:
-        job = load_job_config(None, model=model)
-        info = read_model_info(job.model)
-        rec = plan_job(job, info, count_tokens=False)
-        label = job.model or "tiny-model (bundled)"
-        answer = {
-            "model_line": f"model {label}: {info.parameter_count:,} parameters",
-            "plan_line": rec.plan_line,
-        }
-    except VeriError as exc:
-        answer = {"error": str(exc)}
+    answer = plan_answer(argv[0] if argv else None)
     sys.stdout.write(json.dumps(answer) + "\n")
     sys.stdout.flush()
     os._exit(0)

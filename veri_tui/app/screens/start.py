@@ -3,10 +3,11 @@
 Importing the planning core (pydantic models) and composing the plan editor take several
 hundred milliseconds on a small machine, so the first frame is this one-line screen
 (benchmarks/bench_app_start.py). Meanwhile a helper process plans the job the app opens on
-(veri_tui.app.first_plan) and a thread worker imports the editor's module; the helper's
-plan line is shown here as soon as it comes, and the editor replaces this screen once its
-module is imported (it plans the same job itself): a slow helper never delays it. Without
-a helper the editor opens after the first frame, as it always did.
+(veri_tui.app.first_plan) and a thread worker imports the editor's module and then plans
+the same job in this process: whichever plan line comes first is shown here, and the editor
+replaces this screen once its module is imported and that line painted (it plans the same
+job itself). A slow helper never delays it; without one (VERI_FIRST_PLAN=0) the worker's
+line is the one shown.
 """
 
 from __future__ import annotations
@@ -40,27 +41,34 @@ class StartScreen(Screen):
         yield Footer()
 
     def on_mount(self) -> None:
-        if self.helper is None:
-            self.call_after_refresh(self._open_editor)
-            return
         self._import_editor()
-        self._read_helper(self.helper)
+        if self.helper is not None:
+            self._read_helper(self.helper)
 
     @work(thread=True, group="start")
     def _import_editor(self) -> None:
-        """The slow import, off the UI thread (which shows the helper's line meanwhile);
-        the editor opens once it is done, whether or not the helper has answered."""
+        """The slow import, off the UI thread; then this process's own plan of the opening
+        job (the core is imported by now), unless the helper's came first; then the editor."""
         import veri_tui.app.screens.plan_editor  # noqa: F401
 
-        self.app.call_from_thread(self.call_after_refresh, self._open_editor)
+        answer = None if self.shown_plan_line else first_plan.plan_answer(self.model)
+        self.app.call_from_thread(self._ready, answer)
+
+    def _ready(self, answer: dict[str, str] | None) -> None:
+        """The editor can open: show our own plan line first if none is shown yet."""
+        self._show(answer)
+        self.call_after_refresh(self._open_editor)
 
     @work(thread=True, group="start")
     def _read_helper(self, helper: subprocess.Popen[str]) -> None:
         self.post_message(FirstPlanRead(first_plan.result(helper)))
 
     def on_first_plan_read(self, message: FirstPlanRead) -> None:
-        answer = message.answer or {}
-        if "plan_line" in answer and self.is_current:
+        self._show(message.answer)
+
+    def _show(self, answer: dict[str, str] | None) -> None:
+        answer = answer or {}
+        if "plan_line" in answer and self.is_current and not self.shown_plan_line:
             self.query_one("#start-note", Static).update(answer["model_line"])
             self.query_one("#plan-line", Static).update(answer["plan_line"])
             self.shown_plan_line = answer["plan_line"]
@@ -68,6 +76,8 @@ class StartScreen(Screen):
     def _open_editor(self) -> None:
         if not self.is_current:
             return  # opened already
+        if self.helper is not None and self.helper.poll() is None:
+            self.helper.kill()  # its answer is no longer needed: give the core back
         from veri_tui.app.screens.plan_editor import PlanEditorScreen
 
         self.app.switch_screen(PlanEditorScreen(self.model))
