@@ -29,6 +29,7 @@ sys.path.insert(0, str(ROOT / "tests"))  # the web tests' support code drives th
 from support.browser import (  # noqa: E402
     BACKSPACE,
     END,
+    click_terminal,
     focus_field,
     missing_browser,
     screen_text,
@@ -66,8 +67,9 @@ def main() -> int:
             driver.get(served.url)
             wait_for_text(driver, "plan: dp=1 ")
             loaded = time.perf_counter() - start
-            wait_for_text(driver, "tokens/s vs gpu_count")  # the charts are drawn too,
-            wait_for_text(driver, "^p palette")  # and the footer
+            wait_for_text(driver, "tokens/s vs gpu_count")  # the charts are drawn too
+            click_terminal(driver)  # (the middle of the charts) the page has the focus:
+            wait_for_text(driver, "^p palette")  # the footer shows the keys
             Path(args.png).parent.mkdir(parents=True, exist_ok=True)
             driver.save_screenshot(args.png)
             focus_field(driver, "gpu_count")

@@ -15,7 +15,10 @@ from veri_tui.app import create_app
 async def pilot(p):
     app = p.app
     for _ in range(400):
-        if str(app.screen.query_one("#plan-line").render()).startswith("plan: dp="):
+        # query, not query_one: a screen just switched to has no children yet
+        lines = app.screen.query("#plan-line")
+        ready = type(app.screen).__name__ == "PlanEditorScreen"
+        if ready and lines and str(lines.first().render()).startswith("plan: dp="):
             break
         await asyncio.sleep(0.01)
     else:

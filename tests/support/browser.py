@@ -119,3 +119,11 @@ def type_keys(driver: Any, *keys: str) -> None:
     from selenium.webdriver.common.by import By
 
     driver.find_element(By.CSS_SELECTOR, ".xterm-helper-textarea").send_keys(*keys)
+
+
+def click_terminal(driver: Any) -> None:
+    """Click into the terminal, as a user does before typing: the page (and the app) get
+    the focus; until then Textual's footer stays empty in the served app."""
+    from selenium.webdriver.common.by import By
+
+    driver.find_element(By.CSS_SELECTOR, ".xterm-screen").click()

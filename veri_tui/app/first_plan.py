@@ -12,8 +12,9 @@ imported meanwhile here) takes over and plans the same job itself.
 
 The helper never blocks anything, and this process plans the same job too, in the worker
 that imports the editor's module (`plan_answer`): the start screen shows whichever answer
-comes first. On an idle second core that is the helper's; on a machine whose cores are all
-busy it is this process's, and the helper is stopped. VERI_FIRST_PLAN=0 starts no helper.
+comes first: beside an idle core, the helper's; otherwise this process's, and the helper
+is stopped. With every core busy it is not started at all (`idle_core`); VERI_FIRST_PLAN=1
+always starts it, 0 never.
 """
 
 from __future__ import annotations
@@ -28,9 +29,23 @@ ENV = "VERI_FIRST_PLAN"
 HELPER = "import sys; from veri_tui.app.first_plan import main; main(sys.argv[1:])"
 
 
+def idle_core() -> bool:
+    """A core to spare: the 1-minute load average is below the core count minus one.
+
+    The helper only helps beside an idle core; on a machine whose cores are all busy it
+    takes CPU from this process's own start (measured: docs/app.md)."""
+    try:
+        return os.getloadavg()[0] < (os.cpu_count() or 1) - 1
+    except OSError:
+        return False
+
+
 def spawn(model: str | None) -> subprocess.Popen[str] | None:
-    """Start the helper (None when switched off or it cannot start)."""
-    if os.environ.get(ENV) == "0":
+    """Start the helper (None when switched off, no core is idle, or it cannot start).
+
+    VERI_FIRST_PLAN=1 always starts it, 0 never; unset, only beside an idle core."""
+    mode = os.environ.get(ENV, "")
+    if mode == "0" or (mode != "1" and not idle_core()):
         return None
     env = {**os.environ, "PYDANTIC_DISABLE_PLUGINS": os.environ.get(
         "PYDANTIC_DISABLE_PLUGINS", "__all__")}  # fmt: skip
