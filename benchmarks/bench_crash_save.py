@@ -38,11 +38,14 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from jobfolder.layout import SUPERVISOR_PID, TORCHRUN_PID  # noqa: E402
+from jobfolder.layout import (  # noqa: E402
+    SUPERVISOR_PID,
+    TORCHRUN_PID,
+    veri_home,  # noqa: E402
+)
 from jobfolder.procs import end_processes, read_pid  # noqa: E402
 from jobfolder.status import has_ended  # noqa: E402
 from veri_tui.launch import jobs  # noqa: E402
-from veri_tui.launch.local import LocalTarget  # noqa: E402
 from veri_tui.plan import load_job_config  # noqa: E402
 
 STEPS = 5
@@ -85,7 +88,7 @@ def visible_steps(job_dir: Path) -> dict[int, bool]:
 
 def launch() -> tuple[str, Path]:
     job_id = jobs.launch(load_job_config(None, gpu_count=2, sets=SETS), None)
-    return job_id, LocalTarget().job_dir(job_id)
+    return job_id, veri_home() / "jobs" / job_id
 
 
 def victim(job_dir: Path, target: str) -> int | None:
@@ -135,7 +138,7 @@ def kill_trial(rng: random.Random, n: int, max_delay: float) -> dict:
     steps = visible_steps(job_dir)
     expected = max((s for s, ok in steps.items() if ok), default=None)
     jobs.resume(job_id)
-    final = LocalTarget().wait(job_id)
+    final = jobs.target_for(job_id).wait(job_id, poll_s=0.2)
     resumed = final["attempts"][-1]["resumed_from_step"]
     log = (job_dir / "log.txt").read_text()
     where = f"step-{expected} (verified)" if expected is not None else "step 0 (no checkpoint)"

@@ -1,5 +1,9 @@
 """`python -m jobfolder status|cancel|resume|checkpoints ...`: what a job's host is asked.
 
+A cancel asks the supervisor first (SIGTERM: it ends torchrun and every rank and records
+`cancelled`); when it is gone, or does not finish in time, the job's processes are ended
+here (SIGTERM, SIGKILL after the grace) and the cancel recorded (`cancel_job`).
+
 The launcher runs these on the host that holds the job folder (locally with this Python,
 over SSH with the host's and the job's uploaded package on PYTHONPATH). Each prints one
 JSON document on stdout; a refusal prints one `error: <key>: <message>` line and exits 3.
@@ -15,16 +19,48 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import signal
 import sys
+import time
 from pathlib import Path
 
 from jobfolder import attempts, ckptindex
-from jobfolder.control import cancel_job
+from jobfolder.atomic import record_cancel
 from jobfolder.layout import JobLayout
 from jobfolder.lost import read_status
-from jobfolder.procs import GRACE_S
+from jobfolder.procs import GRACE_S, end_processes, job_processes, pid_alive, read_pid
+from jobfolder.record import JobRecord
+from jobfolder.status import has_ended, is_lost, outcome_recorded
 
 REFUSED = 3  # the exit status of a refusal (its one line is on stdout)
+
+
+#: How long past the grace a cancelled supervisor gets to record its own outcome.
+SUPERVISOR_SLACK_S = 3.0
+
+
+def cancel_job(
+    job_path: Path, grace: float = GRACE_S, fallback_pid: int | None = None
+) -> JobRecord:
+    """End every process of the job (SIGTERM, SIGKILL after ``grace``); status cancelled,
+    unless it had already ended. ``fallback_pid``: the supervisor pid its launcher saw."""
+    record = read_status(job_path, fallback_pid)
+    if has_ended(record) and not (is_lost(record) and job_processes(job_path)):
+        return record  # ended already (a lost job is swept only while ranks survive it)
+    sup = read_pid(JobLayout(job_path.parent).supervisor_pid) or fallback_pid
+    if sup and pid_alive(sup):
+        os.kill(sup, signal.SIGTERM)
+        deadline = time.monotonic() + grace + SUPERVISOR_SLACK_S
+        while time.monotonic() < deadline and pid_alive(sup):
+            time.sleep(0.1)
+    record = read_status(job_path, fallback_pid)
+    if outcome_recorded(record) and not job_processes(job_path):
+        return record
+    if sup and pid_alive(sup):
+        os.kill(sup, signal.SIGKILL)
+    end_processes(job_path, grace=min(grace, 2.0))
+    return record_cancel(job_path)
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -114,6 +114,6 @@ def record_cancel(path: Path | str) -> JobRecord:
 
     def cancel(record: JobRecord) -> None:
         if not has_ended(record):
-            record.update(status=CANCELLED, ended_at=now_iso())
+            record.update({"status": CANCELLED, "ended_at": now_iso()})
 
     return modify_job(path, cancel)

@@ -20,13 +20,29 @@ import json
 import os
 import shutil
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from jobfolder.atomic import modify_job, write_text_atomic
-from jobfolder.layout import FAILURES, METRICS, PER_ATTEMPT, SUPERVISOR_PID, TORCHRUN_PID, JobLayout
+from jobfolder.layout import (
+    FAILURES,
+    METRICS,
+    PER_ATTEMPT,
+    SUPERVISOR_PID,
+    TORCHRUN_PID,
+    JobLayout,
+)
 from jobfolder.procs import end_processes, job_processes, pid_alive, read_pid
-from jobfolder.record import Attempt, JobRecord, epoch_of, now_iso
+from jobfolder.record import (
+    Attempt,
+    JobError,
+    JobRecord,
+    JobSpec,
+    ResumeChoice,
+    epoch_of,
+    now_iso,
+)
 from jobfolder.status import (
     FAILED,
     PENDING,
@@ -86,32 +102,39 @@ def open_attempt(record: JobRecord, resumed_from_step: int | None, retry: bool =
     if retry:
         attempt["retry"] = True
     record["attempts"] = attempts + [attempt]
-    record.update(status=RUNNING, started_at=attempt["started_at"], ended_at=None, error=None)
+    record.update(
+        {
+            "status": RUNNING,
+            "started_at": attempt["started_at"],
+            "ended_at": None,
+            "error": None,
+        }
+    )
     record.pop("exit_code", None)
 
 
-def is_platform_failure(status: str, error: dict[str, Any] | None) -> bool:
+def is_platform_failure(status: str, error: JobError | None) -> bool:
     """A failed attempt whose error the platform owns (its GPU time is credited back)."""
     code = (error or {}).get("code")
     return status == FAILED and attribution_of(code) == Attribution.PLATFORM
 
 
 def close_attempt(
-    record: JobRecord, status: str, error: dict[str, Any] | None, exit_code: int | None
+    record: JobRecord, status: str, error: JobError | None, exit_code: int | None
 ) -> None:
     """End the latest attempt with its outcome, copy it to the top level, and credit its
     GPU time when the platform failed it. The job's status is the attempt's."""
     attempts = attempts_of(record)
     if not attempts:  # cancelled or lost before any attempt began
-        record.update(status=status, ended_at=now_iso(), error=error)
+        record.update({"status": status, "ended_at": now_iso(), "error": error})
         return
     last = attempts[-1]
     ended = time.time()
     started = last.get("started_s") or epoch_of(last.get("started_at")) or ended
-    last.update(status=status, ended_at=now_iso(), error=error)
+    last.update({"status": status, "ended_at": now_iso(), "error": error})
     last["wall_s"] = round(max(0.0, ended - float(started)), 1)
     record["attempts"] = attempts
-    record.update(status=status, ended_at=last["ended_at"], error=error)
+    record.update({"status": status, "ended_at": last["ended_at"], "error": error})
     if exit_code is not None:
         record["exit_code"] = exit_code
     record["credited_gpu_s"] = credited_gpu_s(attempts)
@@ -126,13 +149,13 @@ def credited_gpu_s(attempts: list[Attempt]) -> float:
     return round(total, 1)
 
 
-def retryable(error: dict[str, Any] | None) -> bool:
+def retryable(error: JobError | None) -> bool:
     """True for a platform failure the supervisor may restart by itself."""
     err = error or {}
     return err.get("code") in RETRY_CODES and err.get("attribution") == Attribution.PLATFORM
 
 
-def max_restarts(spec: dict[str, Any], alone: bool = True) -> int:
+def max_restarts(spec: Mapping[str, Any], alone: bool = True) -> int:
     """The `max_restarts` knob of the job's hyperparameters (default 0). A multi-node job
     (`nnodes` > 1) is not restarted by one node's supervisor ``alone``: 0 there; its
     launcher asks with ``alone=False`` and restarts every node together."""
@@ -187,17 +210,19 @@ def resume_refusal(record: JobRecord, supervisor_alive: bool) -> ResumeRefused |
     if status == SUCCEEDED:
         out = record.get("spec", {}).get("output_dir")
         return ResumeRefused(
-            "job", f"{job_id} already succeeded (its artifact: {out}); there is nothing to resume"
+            "job",
+            f"{job_id} already succeeded (its artifact: {out}); there is nothing to resume",
         )
     if not has_ended(record) and supervisor_alive:
         return ResumeRefused(
-            "job", f"{job_id} is {status}; wait for it to end, or `veri-tui cancel {job_id}` first"
+            "job",
+            f"{job_id} is {status}; wait for it to end, or `veri-tui cancel {job_id}` first",
         )
     return None
 
 
 def prepare_resume(
-    job_path: Path, spec: dict[str, Any] | None = None, choice: dict[str, Any] | None = None
+    job_path: Path, spec: JobSpec | None = None, choice: ResumeChoice | None = None
 ) -> JobRecord:
     """Make an ended (failed or cancelled) job `pending` for a new attempt in its folder;
     ``spec`` replaces its spec (a re-plan). The caller then starts a supervisor.
@@ -231,7 +256,7 @@ def prepare_resume(
             record["spec"] = spec
             record["resolved_parallelism"] = dict(spec.get("resolved_parallelism") or {})
         record["attempts"] = attempts_of(record)
-        record.update(status=PENDING, resumed_at=now_iso(), ended_at=None)
+        record.update({"status": PENDING, "resumed_at": now_iso(), "ended_at": None})
         if choice is not None:
             record["resume_choice"] = choice
         else:

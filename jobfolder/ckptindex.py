@@ -23,7 +23,15 @@ from typing import NamedTuple
 from jobfolder import manifest
 from jobfolder.layout import CHECKPOINTS
 
-__all__ = ["CHECKPOINTS", "Choice", "choose", "committed", "pinned", "problems", "stale_writes"]
+__all__ = [
+    "CHECKPOINTS",
+    "Choice",
+    "choose",
+    "committed",
+    "pinned",
+    "problems",
+    "stale_writes",
+]
 
 COMPLETE = "COMPLETE"
 _STEP = re.compile(r"^step-(\d+)$")
@@ -77,7 +85,7 @@ def problems(folder: Path) -> list[str]:
 
 def choose(root: Path) -> Choice:
     """The newest committed checkpoint under ``root`` whose files verify."""
-    skipped = []
+    skipped: list[tuple[int, str]] = []
     for step, folder in committed(root):
         found = problems(folder)
         if not found:

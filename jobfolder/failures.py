@@ -55,7 +55,12 @@ class Candidate:
     def sort_key(self) -> tuple[int, int, int, int]:
         # Whole-second sources cannot order events inside one second: compare seconds first,
         # let a precise record win a tie (a signal's summary time is when torchrun noticed).
-        return (self.time_ns // 10**9, 0 if self.precise else 1, self.time_ns, self.rank)
+        return (
+            self.time_ns // 10**9,
+            0 if self.precise else 1,
+            self.time_ns,
+            self.rank,
+        )
 
 
 def _load_json(path: str | Path) -> dict[str, Any] | None:
@@ -199,7 +204,8 @@ def first_failure(candidates: list[Candidate]) -> Candidate | None:
         by_rank[cand.rank] = cand
     ranked = sorted(by_rank.values(), key=Candidate.sort_key)
     causes = [c for c in ranked if not c.peer]
-    return (causes or ranked or [None])[0]
+    found = causes or ranked
+    return found[0] if found else None
 
 
 def _last_line(path: Path) -> str:
@@ -234,7 +240,7 @@ def analyze(
     exit_code: int,
     memory: MemoryWatch | None = None,
     node: int = 0,
-) -> dict[str, Any]:
+) -> JobError:
     """The ``error`` object of job.json for a failed job (docs/interfaces.md section 2);
     ``memory``, the supervisor's samples, explains a SIGKILL by the OOM killer; ``node``,
     this machine's node rank in a multi-node job (its elastic files name local ranks only)."""
@@ -259,14 +265,14 @@ def analyze(
         f"failed: {what[:500]}"
     )
     error = job_error(first.code, first.message, world_size, summary)
-    error.update(rank=first.rank, node=first.node, local_rank=first.local_rank)
+    error.update({"rank": first.rank, "node": first.node, "local_rank": first.local_rank})
     error["traceback"] = first.traceback
     return error
 
 
-def append_report(log_path: Path, error: dict[str, Any], plan_line: str) -> None:
+def append_report(log_path: Path, error: JobError, plan_line: str) -> None:
     """Append the summary line, the plan line and the rank's traceback to the rank-0 log."""
-    lines = [error["summary"]]
+    lines = [str(error.get("summary", ""))]
     if plan_line:
         lines.append(plan_line)
     if error.get("traceback"):

@@ -98,8 +98,11 @@ def find_cgroup(proc: Path = Path("/proc/self")) -> Cgroup | None:
             key, v2 = "memory", False
         else:
             continue
-        rel = paths[key][len(root) :] if paths[key].startswith(root) else paths[key]
-        for folder in (mount / rel.lstrip("/"), mount):  # a cgroup namespace shows its root
+        rel = paths[key].removeprefix(root)
+        for folder in (
+            mount / rel.lstrip("/"),
+            mount,
+        ):  # a cgroup namespace shows its root
             probe = "memory.current" if v2 else "memory.usage_in_bytes"
             if (folder / probe).exists():
                 return Cgroup(folder, v2)
@@ -112,7 +115,9 @@ class MemoryWatch:
     def __init__(self, meminfo: Path = Path("/proc/meminfo"), cgroup: Cgroup | None = None):
         self.meminfo = meminfo
         self.cgroup = cgroup
-        self.samples: collections.deque = collections.deque(maxlen=300)
+        self.samples: collections.deque[tuple[float, float | None, float | None]] = (
+            collections.deque(maxlen=300)
+        )
         self.kills_at_start = cgroup.oom_kills() if cgroup else None
         self._next = 0.0
 

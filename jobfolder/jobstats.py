@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +30,7 @@ _RANK_FILE = re.compile(r"run-rank-(\d+)\.json$")
 
 def read_rank_stats(job_dir: Path) -> list[dict[str, Any]]:
     """Every readable measured/run-rank-<r>.json, by rank; a torn or foreign file is skipped."""
-    out = []
+    out: list[dict[str, Any]] = []
     folder = Path(job_dir) / MEASURED
     if not folder.is_dir():
         return out
@@ -47,12 +48,12 @@ def read_rank_stats(job_dir: Path) -> list[dict[str, Any]]:
     return sorted(out, key=lambda d: d["rank"])
 
 
-def _max(values: list[Any]) -> int | None:
+def _max(values: list[Any]) -> int | float | None:
     nums = [v for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)]
     return max(nums) if nums else None
 
 
-def gather(job_dir: Path, spec: dict[str, Any]) -> dict[str, Any] | None:
+def gather(job_dir: Path, spec: Mapping[str, Any]) -> dict[str, Any] | None:
     """job.json's `measured` from the ranks' files; None when no rank wrote one (a job that
     ended before its first optimizer step)."""
     ranks = read_rank_stats(job_dir)
@@ -86,11 +87,12 @@ def record_measured(job_path: Path) -> dict[str, Any] | None:
     """Write `measured` into job.json (under its lock) from the ranks' files; returns it.
     Never raises: a job's outcome must be recorded even when its measurements cannot be."""
     from jobfolder.atomic import modify_job  # here: only the supervisor needs it
+    from jobfolder.record import JobRecord
 
     job_dir = Path(job_path).parent
     box: list[dict[str, Any] | None] = [None]
 
-    def put(record: dict[str, Any]) -> None:
+    def put(record: JobRecord) -> None:
         box[0] = gather(job_dir, record.get("spec") or {})
         record["measured"] = box[0]
 

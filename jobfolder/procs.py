@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import time
 from pathlib import Path
-from typing import Any
 
 from jobfolder.atomic import write_text_atomic
 from jobfolder.layout import PIDS, SUPERVISOR_PID, TORCHRUN_PID, JobLayout
@@ -95,7 +95,9 @@ def job_processes(job_path: Path, exclude: tuple[int, ...] = ()) -> list[int]:
     return sorted(found)
 
 
-def end_processes(job_path: Path, grace: float = GRACE_S, child: Any = None) -> list[int]:
+def end_processes(
+    job_path: Path, grace: float = GRACE_S, child: subprocess.Popen[bytes] | None = None
+) -> list[int]:
     """SIGTERM the job's torchrun and ranks, SIGKILL what is left after ``grace`` seconds.
 
     ``child`` is the torchrun Popen when the caller is its parent (so it gets reaped).

@@ -14,6 +14,7 @@ A multi-node job has one folder (and one job.json) per node; its spec carries th
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypedDict, cast
@@ -172,3 +173,26 @@ def read_job(path: Path | str) -> JobRecord:
     if not isinstance(data, dict):
         raise ValueError(f"{path}: not a JSON object")
     return cast(JobRecord, data)
+
+
+# -- the plan line: the one reader of a plan header's `plan: ...` line ----------------------
+# The spec's `plan_header` (what the planner printed, written by veri_tui.launch.spec) is
+# printed first in the job log by rank 0; the supervisor's failure report, the hang
+# watchdog's, `veri-tui jobs JOB` and the app's monitor quote its plan line from here. A
+# header holds one plan line; the first is taken.
+
+PREFIX = "plan:"
+NOT_RECORDED = "plan: (not recorded)"
+
+
+def plan_line(header: object) -> str | None:
+    """The first `plan: ...` line of a plan header (a list of lines), or None."""
+    if not isinstance(header, list):
+        return None
+    return next((str(ln) for ln in header if str(ln).startswith(PREFIX)), None)
+
+
+def plan_line_of(spec: Mapping[str, object] | None, default: str = "") -> str:
+    """The plan line of a job spec's `plan_header`, else ``default``."""
+    found = plan_line((spec or {}).get("plan_header"))
+    return default if found is None else found

@@ -25,6 +25,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -33,9 +34,8 @@ from jobfolder.atomic import modify_job, write_text_atomic
 from jobfolder.hostmem import MemoryWatch
 from jobfolder.jobstats import record_measured
 from jobfolder.layout import ELASTIC, EXIT_CODE, JobLayout
-from jobfolder.planline import plan_line_of
 from jobfolder.procs import end_processes, job_processes, write_pid
-from jobfolder.record import JobError, JobRecord, read_job
+from jobfolder.record import JobError, JobRecord, plan_line_of, read_job
 from jobfolder.status import CANCELLED, FAILED, RUNNING, SUCCEEDED, has_ended
 from jobfolder.watchdog import HangWatch, end_job
 
@@ -52,7 +52,7 @@ class Supervisor:
     def _on_signal(self, signum: int, _frame: Any) -> None:
         self.cancel_requested = True
 
-    def command(self, spec: dict[str, Any]) -> list[str]:
+    def command(self, spec: Mapping[str, Any]) -> list[str]:
         """The torchrun command line; ``--standalone`` picks a free rendezvous port per job."""
         return [
             sys.executable, "-m", "torch.distributed.run", *self.rendezvous(spec),
@@ -62,7 +62,7 @@ class Supervisor:
         ]  # fmt: skip
 
     @staticmethod
-    def rendezvous(spec: dict[str, Any]) -> list[str]:
+    def rendezvous(spec: Mapping[str, Any]) -> list[str]:
         """``--standalone`` (a free local port per job) on one machine. On several, torchrun's
         c10d rendezvous with node 0 hosting the store (``is_host``). c10d numbers the nodes by
         sorting their ``--local-addr``: node 0 gives the address the others reach it at (its
@@ -159,7 +159,7 @@ class Supervisor:
         record = modify_job(self.job_path, begin)
         return None if has_ended(record) else record
 
-    def run_attempt(self, spec: dict[str, Any]) -> tuple[int, str, JobError | None]:
+    def run_attempt(self, spec: Mapping[str, Any]) -> tuple[int, str, JobError | None]:
         """Run torchrun once to its end: (exit code, status, error)."""
         watch = HangWatch(self.job_dir, spec)  # jobfolder/watchdog.py: ends a job that hangs
         with open(self.layout.torchrun_log, "ab") as log:
@@ -200,7 +200,12 @@ class Supervisor:
         world = int(spec.get("gpu_count") or 1)
         nproc = int(spec.get("nproc_per_node") or world)
         found = failures.analyze(
-            self.job_dir, world, nproc, code, memory, node=int(spec.get("node_rank") or 0)
+            self.job_dir,
+            world,
+            nproc,
+            code,
+            memory,
+            node=int(spec.get("node_rank") or 0),
         )
         if error is None or found.get("rank") is not None:
             error = found
@@ -236,7 +241,7 @@ class Supervisor:
 
         def close(record: JobRecord) -> None:
             attempts.close_attempt(record, status, error, code)
-            record.update(status=RUNNING, ended_at=None)
+            record.update({"status": RUNNING, "ended_at": None})
 
         modify_job(self.job_path, close)
         code_text = (error or {}).get("code", "UNKNOWN")

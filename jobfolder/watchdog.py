@@ -26,24 +26,24 @@ Stdlib only, like the supervisor that imports it.
 from __future__ import annotations
 
 import os
+import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from jobfolder.failures import append_report, job_error
 from jobfolder.layout import LOG, PROGRESS
-from jobfolder.planline import plan_line_of
 from jobfolder.procs import end_processes, rank_pid_path, read_pid
 from jobfolder.progress import SLOW_PHASES, Mark, read_progress
+from jobfolder.record import JobError, plan_line_of
 
 FLOOR_S = 300.0  # the shortest derived timeout: a slow first step, a busy disk or network
 STEP_FACTOR = 10.0  # x the slowest step seen or predicted
 SLOW_FACTOR = 4.0  # loading, checkpoint and artifact phases
 POLL_S = 1.0  # how often the progress files are read
-#: The trainer's process-group timeout when nothing else is set (trainer.parallelize's
-#: DIST_TIMEOUT_S; that module imports torch, so the value is repeated here and a test
-#: keeps the two equal).
+#: The process groups' timeout when nothing else is set: the one value, which the trainer
+#: (trainer/parallelize.py) reads from here.
 DIST_TIMEOUT_S = 30 * 60
 DIST_TIMEOUT_ENV = "VERI_DIST_TIMEOUT_S"
 MARGIN_S = 60.0  # the process groups' timeout stays this far above the watchdog's
@@ -59,14 +59,14 @@ def _seconds(value: Any) -> float | None:
     return out if out > 0 else None
 
 
-def first_timeout_s(spec: dict[str, Any]) -> float:
+def first_timeout_s(spec: Mapping[str, Any]) -> float:
     """The timeout before any step is measured: `hang_timeout_s`, else from the floor and
     the plan's predicted step time (`spec.step_time_s`)."""
     explicit = _seconds((spec.get("hyperparameters") or {}).get("hang_timeout_s"))
     return explicit or max(FLOOR_S, STEP_FACTOR * (_seconds(spec.get("step_time_s")) or 0.0))
 
 
-def dist_timeout_s(spec: dict[str, Any], environ: dict[str, str]) -> float:
+def dist_timeout_s(spec: Mapping[str, Any], environ: dict[str, str]) -> float:
     """The process groups' timeout for this job: the environment's (or the default 30 min),
     raised above `SLOW_FACTOR` x the watchdog's first timeout + `MARGIN_S`."""
     base = _seconds(environ.get(DIST_TIMEOUT_ENV)) or float(DIST_TIMEOUT_S)
@@ -91,7 +91,7 @@ class HangWatch:
     def __init__(
         self,
         job_dir: Path,
-        spec: dict[str, Any],
+        spec: Mapping[str, Any],
         environ: dict[str, str] | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -144,7 +144,7 @@ class HangWatch:
                     self.slowest = max(self.slowest, now - self.step_seen[rank])
                 self.step_seen[rank] = now
 
-    def poll(self) -> dict[str, Any] | None:
+    def poll(self) -> JobError | None:
         """Read the progress files (at most once per `POLL_S`); the RANK_HUNG `error` when no
         rank has advanced for the timeout, else None."""
         now = self.clock()
@@ -161,7 +161,7 @@ class HangWatch:
             return None
         return self.error(now, waiting)
 
-    def error(self, now: float, waiting: list[int]) -> dict[str, Any]:
+    def error(self, now: float, waiting: list[int]) -> JobError:
         """The RANK_HUNG error naming the rank(s) furthest behind."""
         if waiting:
             behind, step, phase = waiting, 0, "load"
@@ -188,7 +188,13 @@ class HangWatch:
         err = job_error("RANK_HUNG", what, self.world, f"{who} failed: {what}")
         if len(behind) < len(self.ranks):
             first = behind[0]
-            err.update(rank=first, node=first // self.nproc, local_rank=first % self.nproc)
+            err.update(
+                {
+                    "rank": first,
+                    "node": first // self.nproc,
+                    "local_rank": first % self.nproc,
+                }
+            )
         err["traceback"] = "\n".join(self.where(now))
         return err
 
@@ -210,7 +216,12 @@ class HangWatch:
         return lines
 
 
-def end_job(job_path: Path, child: Any, error: dict[str, Any], spec: dict[str, Any]) -> int:
+def end_job(
+    job_path: Path,
+    child: subprocess.Popen[bytes],
+    error: JobError,
+    spec: Mapping[str, Any],
+) -> int:
     """End every process of the hung job (jobfolder.procs), append the failure report to the
     rank-0 log like any failure's; returns torchrun's exit code."""
     end_processes(job_path, child=child)

@@ -23,12 +23,13 @@ import torch.distributed as dist
 from torch import nn
 
 from jobfolder.errors import ConfigError
+from jobfolder.watchdog import DIST_TIMEOUT_ENV, DIST_TIMEOUT_S
 from trainer.config import TrainConfig
 from trainer.loading import materialize
 from trainer.measure import mark_memory
 from trainer.model import decoder_layers
 
-DIST_TIMEOUT_S = 30 * 60  # process-group timeout (seconds) unless VERI_DIST_TIMEOUT_S is set
+__all__ = ["DIST_TIMEOUT_S"]  # the watchdog's (jobfolder/watchdog.py): the one value
 
 
 @dataclass
@@ -94,7 +95,7 @@ def dist_timeout() -> timedelta:
     NCCL's own default is 10 minutes, shorter than what one rank may do alone while the
     others wait in a collective (writing a large artifact, verifying a checkpoint).
     """
-    raw = os.environ.get("VERI_DIST_TIMEOUT_S", "")
+    raw = os.environ.get(DIST_TIMEOUT_ENV, "")
     if not raw:
         return timedelta(seconds=DIST_TIMEOUT_S)
     try:
@@ -102,7 +103,7 @@ def dist_timeout() -> timedelta:
     except ValueError:
         seconds = -1.0
     if not seconds > 0:
-        raise ConfigError(f"VERI_DIST_TIMEOUT_S: expected seconds above 0, got {raw!r}")
+        raise ConfigError(f"{DIST_TIMEOUT_ENV}: expected seconds above 0, got {raw!r}")
     return timedelta(seconds=seconds)
 
 

@@ -13,7 +13,7 @@ from typing import Any
 from jobfolder.layout import JOB_FILE, SUPERVISOR_PID
 from jobfolder.procs import job_processes, pid_alive, read_pid
 from jobfolder.status import has_ended
-from veri_tui.launch.local import LocalTarget
+from veri_tui.launch import jobs
 
 
 def wait_for(pred: Callable[[], Any], timeout: float, what: str) -> Any:
@@ -34,9 +34,9 @@ def leftover_pids(job_dir: Path) -> list[int]:
     return pids + ([sup] if sup and pid_alive(sup) else [])
 
 
-def wait_ended(target: LocalTarget, job_id: str, timeout: float = 60) -> dict:
+def wait_ended(job_id: str, timeout: float = 60) -> dict:
     """The job's record once it has ended."""
-    return wait_for(lambda: has_ended(r := target.get_job(job_id)) and r, timeout, "job end")
+    return wait_for(lambda: has_ended(r := jobs.get_job(job_id)) and r, timeout, "job end")
 
 
 def cli(

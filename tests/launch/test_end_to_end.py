@@ -18,7 +18,6 @@ from launch_helpers import leftover_pids, wait_ended, wait_for
 
 from jobfolder.procs import pid_alive, read_pid
 from veri_tui.launch import jobs
-from veri_tui.launch.local import LocalTarget
 from veri_tui.launch.spec import REPO_ROOT
 from veri_tui.plan import load_job_config, plan_job
 
@@ -157,7 +156,7 @@ def test_detached_job_survives_its_launcher_and_sighup(home: Path) -> None:
     assert launcher.returncode == 0
     with pytest.raises(ProcessLookupError):
         os.killpg(launcher.pid, signal.SIGHUP)  # the launcher's whole session is gone ...
-    rec = wait_ended(LocalTarget(), job_id, timeout=80)
+    rec = wait_ended(job_id, timeout=80)
     assert rec["status"] == "succeeded"  # ... and the job ran on in its own
     # The supervisor's last act is writing that status; under load its interpreter may
     # still be exiting when the test reads it, so give every process a moment to be gone.
@@ -201,5 +200,5 @@ def test_cancel_after_torchrun_was_sigkilled(home: Path) -> None:
     t0 = time.monotonic()
     assert cli("cancel", job_id).returncode == 0
     assert time.monotonic() - t0 < 10
-    assert LocalTarget().get_job(job_id)["status"] == "cancelled"
+    assert jobs.get_job(job_id)["status"] == "cancelled"
     assert not leftover_pids(job_dir) and not any(pid_alive(p) for p in ranks)

@@ -29,7 +29,6 @@ from jobfolder.watchdog import (
     HangWatch,
     dist_timeout_s,
 )
-from veri_tui.launch.local import LocalTarget
 
 REPO = Path(__file__).resolve().parents[2]
 SPEC = {"gpu_count": 2, "nproc_per_node": 2, "hyperparameters": {"hang_timeout_s": 15}}
@@ -224,7 +223,7 @@ def test_sigstopped_rank_1_fails_the_job_rank_hung(home: Path) -> None:
     os.kill(pid, signal.SIGSTOP)
     stopped = time.monotonic()
     stopped_after = step()
-    rec = wait_ended(LocalTarget(), job_id, timeout=120)
+    rec = wait_ended(job_id, timeout=120)
     took = time.monotonic() - stopped
     print(f"RANK_HUNG recorded {took:.1f} s after the SIGSTOP (hang_timeout_s=15)")
     assert rec["status"] == "failed"

@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from jobfolder.lost import read_status
 from veri_tui.errors import VeriError
-from veri_tui.launch.local import LocalTarget
-from veri_tui.launch.records import LogLine, follow_lines, read_record, split_lines
+from veri_tui.launch import jobs
+from veri_tui.launch.records import LogLine, follow_lines, split_lines
 from veri_tui.launch.spec import new_job_id
 
 
@@ -37,6 +38,11 @@ def make_job(
     if supervisor is not None:
         (job_dir / "supervisor.pid").write_text(f"{supervisor}\n")
     return job_dir
+
+
+def read_record(job_dir: Path) -> dict:
+    """job.json with the one lost rule applied (jobfolder.lost), as every reader sees it."""
+    return read_status(job_dir / "job.json")
 
 
 def dead_pid() -> int:
@@ -98,8 +104,9 @@ def test_live_supervisor_and_fresh_pending_job_are_trusted(tmp_path: Path) -> No
     assert read_record(old)["error"]["summary"].startswith("job lost: its supervisor never")
 
 
-def test_unknown_bad_and_damaged_ids(tmp_path: Path) -> None:
-    target = LocalTarget(tmp_path)
+def test_unknown_bad_and_damaged_ids(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("VERI_HOME", str(tmp_path))
+    target = jobs
     with pytest.raises(VeriError, match="no job nope"):
         target.get_job("nope")
     for bad in ("../etc", ".hidden", ""):

@@ -25,7 +25,6 @@ from jobfolder.atomic import write_json_atomic
 from jobfolder.failures import job_error
 from jobfolder.record import read_job
 from jobfolder.status import ATTRIBUTION, FAILED
-from veri_tui.launch.local import LocalTarget
 from veri_tui.launch.spec import REPO_ROOT
 
 REPO = Path(__file__).resolve().parents[2]
@@ -35,7 +34,7 @@ REPO = Path(__file__).resolve().parents[2]
 @pytest.mark.timeout(300)
 def test_a_killed_rank_is_retried_and_the_job_succeeds(home: Path, reference: list[dict]) -> None:
     job_id, job_dir = killed_job(home, "--set", "max_restarts=1")
-    rec = wait_ended(LocalTarget(), job_id, timeout=240)
+    rec = wait_ended(job_id, timeout=240)
     assert rec["status"] == "succeeded" and rec["error"] is None, rec.get("error")
     first, second = rec["attempts"]
     assert (first["status"], first["error"]["code"], first["error"]["attribution"]) == (
@@ -63,7 +62,7 @@ def test_a_data_error_is_never_retried(home: Path, tmp_path: Path) -> None:
     bad.write_text("\n".join(rows[:6] + ['{"text": "unterminated'] + rows[6:]) + "\n")
     out = cli("launch", "--gpu-count", "2", "--dataset", str(bad), "--set", "max_restarts=3")
     job_id = out.stdout.split()[0]
-    rec = wait_ended(LocalTarget(), job_id, timeout=100)
+    rec = wait_ended(job_id, timeout=100)
     assert rec["status"] == "failed" and rec["error"]["code"] == "DATA_ERROR"
     assert [a["status"] for a in rec["attempts"]] == ["failed"]
     assert rec["credited_gpu_s"] == 0  # the customer's failure is not credited

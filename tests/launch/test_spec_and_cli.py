@@ -36,8 +36,9 @@ def test_record_has_absolute_paths_defaults_and_the_plan_header(tmp_path: Path) 
 
 
 def test_remote_record_is_the_local_layout_with_the_host_paths(tmp_path: Path) -> None:
-    from veri_tui.launch.ssh.launch import remote_record
-    from veri_tui.launch.ssh.preflight import Preflight
+    from veri_tui.launch.host import HostFacts as Preflight
+    from veri_tui.launch.launching import host_record
+    from veri_tui.launch.ssh.host import SshHost
 
     job = load_job_config(None, gpu_count=2, sets=["max_steps=3"])
     plan = plan_job(job)
@@ -45,9 +46,7 @@ def test_remote_record_is_the_local_layout_with_the_host_paths(tmp_path: Path) -
     facts = {"python": "3.11.7", "torch": "2.6.0", "disk_free_bytes": 10**10, "disk_path": "/"}
     pf = Preflight("gpu-box", "python3", facts, "/home/u", "/home/u/.veri")
     job_dir = "/home/u/.veri/jobs/20261129-000001-aaaa"
-    remote = remote_record(
-        job, plan, "20261129-000001-aaaa", job_dir, f"{job_dir}/model", "gpu-box", pf
-    )
+    remote = host_record(SshHost("gpu-box"), pf, job, plan, "20261129-000001-aaaa", job_dir)
     assert remote.pop("preflight") == pf.summary()
     paths = ("model", "model_path", "dataset", "output_dir")
     assert {k: remote["spec"].pop(k) for k in paths} == {

@@ -27,10 +27,11 @@ import pytest
 from multinode_helpers import losses, two_node_env
 from ssh_helpers import cli, script
 
-from veri_tui.launch.ssh.connection import Connection
-from veri_tui.launch.ssh.multinode_ckpt import NodeCheck, choose_step, common_steps, shared_storage
-from veri_tui.launch.ssh.multinode_resume import layout_refusal, retry_due
-from veri_tui.launch.ssh.registry import RegistryEntry
+from veri_tui.launch.checkpoints import NodeCheck, choose_step, common_steps
+from veri_tui.launch.nodes import shared_storage
+from veri_tui.launch.registry import RegistryEntry
+from veri_tui.launch.restart import layout_refusal, retry_due
+from veri_tui.launch.ssh.host import SshHost
 from veri_tui.plan.sources import bundled_tiny_model
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "launch"))
@@ -130,12 +131,11 @@ def test_retry_then_resume_across_two_nodes(sshd, sshd2, tmp_path: Path, monkeyp
     data.write_bytes(bytes(raw))
     for key, value in env.items():
         monkeypatch.setenv(key, value)
-    conns = [Connection.open(sshd.alias), Connection.open(sshd2.alias)]
+    conns = [SshHost.open(sshd.alias), SshHost.open(sshd2.alias)]
     try:
         assert shared_storage(conns, [str(jobs), str(jobs)])
         for shared in (False, True):  # asked of each node, or all on node 0
-            step, skipped = choose_step(NodeCheck(conns, [str(d) for d in dirs], sys.executable,
-                                                  shared))  # fmt: skip
+            step, skipped = choose_step(NodeCheck(conns, [str(d) for d in dirs], shared))
             assert step == 10, skipped
             assert len(skipped) == 1 and skipped[0].startswith(
                 f"resume: skipped step-20: node 1: {data}: sha256 differs"

@@ -17,7 +17,8 @@ import pytest
 from ssh_helpers import cli
 
 from jobfolder.procs import pid_alive, read_pid
-from veri_tui.launch.ssh import launch, target_for_job
+from veri_tui.launch.jobs import launch
+from veri_tui.launch.jobs import target_for as target_for_job
 from veri_tui.plan import load_job_config
 from veri_tui.plan.sources import bundled_tiny_model
 

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 from ssh_helpers import cli, fake_gpu_pythons
 
-from veri_tui.launch.ssh import list_jobs, registry
+from veri_tui.launch import registry
+from veri_tui.launch.jobs import list_jobs
 from veri_tui.plan import read_model_info
 from veri_tui.plan.sources import bundled_tiny_model
 

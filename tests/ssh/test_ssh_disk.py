@@ -17,8 +17,9 @@ from multinode_helpers import two_node_env
 
 from veri_tui.errors import VeriError
 from veri_tui.launch import jobs
-from veri_tui.launch.ssh import launch, preflight
-from veri_tui.launch.ssh.node_checks import node_disk
+from veri_tui.launch.jobs import launch
+from veri_tui.launch.nodes import node_disk
+from veri_tui.launch.ssh import preflight
 from veri_tui.plan import load_job_config, plan_job
 from veri_tui.plan.disk import DiskEstimate, size
 from veri_tui.plan.sources import bundled_tiny_model

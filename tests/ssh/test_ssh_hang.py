@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from veri_tui.launch.ssh import launch, target_for_job
+from veri_tui.launch.jobs import launch
+from veri_tui.launch.jobs import target_for as target_for_job
 from veri_tui.plan import load_job_config
 from veri_tui.plan.sources import bundled_tiny_model
 

@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from veri_tui.launch.ssh import launch, list_jobs, target_for_job
+from veri_tui.launch.jobs import launch, list_jobs
+from veri_tui.launch.jobs import target_for as target_for_job
 from veri_tui.plan import load_job_config, read_model_info
 from veri_tui.plan.sources import bundled_tiny_model
 
@@ -32,7 +33,7 @@ def test_sft_job_over_ssh_survives_killed_and_frozen_sessions(ssh_env, tmp_path:
     job_id = launch(job, None, host=ssh_env.alias)
     target = target_for_job(job_id)
     assert target is not None
-    conn = target.conn
+    conn = target.nodes[0].host.conn
     broken: list[float] = []
     frozen: list[int] = []
     events = []

@@ -15,8 +15,8 @@ from support.synthetic import LLAMA_3_1_70B, write_checkpoint
 
 from veri_tui.errors import VeriError
 from veri_tui.launch import jobs
+from veri_tui.launch.jobs import launch
 from veri_tui.launch.memcheck import local_available
-from veri_tui.launch.ssh import launch
 from veri_tui.launch.ssh.connection import Connection
 from veri_tui.launch.ssh.preflight import run_preflight
 from veri_tui.plan import load_job_config, plan_job

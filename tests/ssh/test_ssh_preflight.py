@@ -16,7 +16,7 @@ from ssh_helpers import fake_gpu_pythons, script
 
 from veri_tui.launch.ssh import preflight
 from veri_tui.launch.ssh.connection import Connection
-from veri_tui.launch.ssh.launch import plan_for_host
+from veri_tui.launch.ssh.host import SshHost
 from veri_tui.launch.ssh.preflight import run_preflight
 from veri_tui.plan import load_job_config, read_model_info
 from veri_tui.plan.sources import bundled_tiny_model
@@ -53,7 +53,7 @@ def test_detected_gpus_drive_the_plan(ssh_env, tmp_path: Path, monkeypatch) -> N
     assert pf.gpu_name == "custom-85.521GB"  # the real memory, 81559 MiB, to the MB
     assert [e.key for e in pf.problems] == ["gpu_count"]
     assert "4 requested" in pf.problems[0].message and "2 CUDA GPUs" in pf.problems[0].message
-    job, plan = plan_for_host(load_job_config(None, gpu="L4-24GB", gpu_count=2), pf)
+    job, plan = SshHost("veri-test").plan(load_job_config(None, gpu="L4-24GB", gpu_count=2), pf)
     assert job.gpu == "custom-85.521GB"
     real_budget = 0.70 * (81559 * 2**20 - 2 * 2**30)
     assert abs(plan.to_dict()["budget_bytes"] - real_budget) < 10**6

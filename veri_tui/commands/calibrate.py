@@ -39,10 +39,10 @@ def run(args: argparse.Namespace) -> int:
 def _fold_known_jobs() -> None:
     """Fold the local jobs that completed since they were last read. Remote ones fold when
     `veri-tui jobs` (or the app) reads them: showing the calibration connects to no host."""
-    from veri_tui.launch.local import LocalTarget
+    from veri_tui.launch import jobs
 
     try:
-        calibrate.fold_jobs(LocalTarget().list_jobs())
+        calibrate.fold_jobs(jobs.local_jobs())
     except OSError:
         pass
 

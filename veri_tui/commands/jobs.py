@@ -12,8 +12,7 @@ import json
 import os
 import sys
 
-from jobfolder.planline import NOT_RECORDED, plan_line_of
-from jobfolder.record import JobRecord
+from jobfolder.record import NOT_RECORDED, JobRecord, plan_line_of
 from jobfolder.status import has_ended, outcome_recorded
 from veri_tui.launch import jobs
 
@@ -73,6 +72,13 @@ def show_job(job_id: str, as_json: bool) -> int:
     print(plan_line_of(rec.get("spec"), NOT_RECORDED))
     print("\n".join(comparison_lines(rec) or ["measured: not recorded for this job"]))
     print("\n".join(gpu_hours_lines(rec)))
+    watcher = jobs.watcher_of(job_id)
+    if watcher is not None:
+        print(
+            f"watcher: pid {watcher} on this machine ends the other nodes of a failed node "
+            f"and restarts platform failures (max_restarts); `veri-tui cancel {job_id}` "
+            "stops it with the job"
+        )
     return 0
 
 

@@ -13,6 +13,7 @@ import argparse
 import json
 import sys
 
+from jobfolder.status import SUCCEEDED
 from veri_tui.commands.common import hosts_of, job_from_args
 from veri_tui.launch import jobs
 from veri_tui.launch.spec import check_job, local_dataset
@@ -39,7 +40,7 @@ def run(args: argparse.Namespace) -> int:
         # One JSON object on stdout: the record now, or the final one with --wait.
         final = wait_quietly(job_id) if args.wait else jobs.get_job(job_id)
         print(json.dumps(final))
-        return 0 if not args.wait or final["status"] == "succeeded" else 1
+        return 0 if not args.wait or final["status"] == SUCCEEDED else 1
     print(job_id, flush=True)
     return follow_to_end(job_id) if args.wait else 0
 
@@ -55,7 +56,7 @@ def follow_to_end(job_id: str, offset: int = 0) -> int:
               file=sys.stderr)  # fmt: skip
         return 130
     final = jobs.get_job(job_id)
-    if final["status"] == "succeeded":
+    if final["status"] == SUCCEEDED:
         return 0
     print(outcome_line(job_id, final), file=sys.stderr)
     return 1

@@ -76,9 +76,9 @@ def run(args: argparse.Namespace) -> int:
     if host is None:
         rec = plan_job(job)
     else:
-        from veri_tui.launch.ssh import plan_on_host  # paramiko only when a host is used
+        from veri_tui.launch import jobs  # paramiko only when a host is used
 
-        rec = plan_on_host(job, host=host, trust_host=getattr(args, "trust_host", None))
+        rec = jobs.plan_on(job, host, getattr(args, "trust_host", None))
     if args.json:
         import json  # only for --json: a plain `veri-tui plan` never needs it
 

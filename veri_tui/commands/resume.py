@@ -15,6 +15,7 @@ import argparse
 import json
 
 from jobfolder.attempts import attempts_of
+from jobfolder.status import SUCCEEDED
 from veri_tui.commands.launch import follow_to_end, wait_quietly
 from veri_tui.launch import jobs
 
@@ -28,6 +29,6 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         final = wait_quietly(job_id, offset) if args.wait else jobs.get_job(job_id)
         print(json.dumps(final))
-        return 0 if not args.wait or final["status"] == "succeeded" else 1
+        return 0 if not args.wait or final["status"] == SUCCEEDED else 1
     print(f"job {job_id} resumed: attempt {attempt}", flush=True)
     return follow_to_end(job_id, offset) if args.wait else 0

@@ -15,6 +15,7 @@ warns; `veri-tui calibrate --reset` replaces it).
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from jobfolder.atomic import job_lock, write_json_atomic
@@ -89,7 +90,7 @@ def fold_into(data: dict[str, Any], record: dict[str, Any]) -> bool:
     return True
 
 
-def fold_jobs(records: list[dict[str, Any]]) -> list[str]:
+def fold_jobs(records: Sequence[Mapping[str, Any]]) -> list[str]:
     """Fold every completed, measured job not folded yet; returns the ids folded now. A
     calibration file that cannot be parsed is left as it is (nothing is folded)."""
     if not any(foldable(r) for r in records):

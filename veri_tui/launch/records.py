@@ -1,10 +1,9 @@
-"""Job records (job.json) as the launch side reads them: state rebuilt from the folder, log lines.
+"""Log lines and waiting, as every job target reads them (target.py, host.py).
 
-A job's truth is its folder (docs/interfaces.md section 2; the jobfolder package). A job
-record that still says ``pending`` or ``running`` although its supervisor is gone (machine
-restarted, supervisor killed) is reported as ``failed`` with ``error.code`` ``RANK_LOST``
-and ``lost: true`` (jobfolder/lost.py, the one rule); the file itself is left as the
-supervisor last wrote it.
+A job's truth is its folder (docs/interfaces.md section 2; the jobfolder package), read on
+its host by the job target with the one lost rule (jobfolder/lost.py). Here: `LogLine` and
+splitting a log read by byte offset into complete lines, following a log until its job has
+ended, and waiting for a job's end.
 """
 
 from __future__ import annotations
@@ -12,13 +11,9 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from pathlib import Path
 
-from jobfolder.layout import JOB_FILE
-from jobfolder.lost import read_status
 from jobfolder.record import JobRecord
 from jobfolder.status import has_ended
-from veri_tui.errors import VeriError
 
 
 @dataclass(frozen=True)
@@ -39,17 +34,6 @@ def split_lines(data: bytes, offset: int) -> tuple[list[LogLine], int]:
         lines.append(LogLine(offset + pos, offset + nl + 1, text))
         pos = nl + 1
     return lines, offset + pos
-
-
-def read_record(job_dir: Path) -> JobRecord:
-    """job.json of ``job_dir`` with the lost rule applied (jobfolder.lost); raises VeriError."""
-    path = job_dir / JOB_FILE
-    try:
-        return read_status(path)
-    except FileNotFoundError:
-        raise VeriError(f"no job {job_dir.name}; `veri-tui jobs` lists them", key="job") from None
-    except ValueError as exc:
-        raise VeriError(f"{path}: unreadable ({exc})", key="job") from None
 
 
 def wait_until_ended(get_job: Callable[[], JobRecord], poll_s: float) -> JobRecord:

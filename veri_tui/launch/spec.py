@@ -107,6 +107,15 @@ def build_record(
     this module imports nothing heavy). Paths are checked and resolved on this machine, then
     `make_record` writes the layout.
     """
+    model, dataset, output, _ = local_paths(job, plan_record, job_dir)
+    return make_record(
+        job, plan_record, job_id, model_path=model, dataset=dataset, output_dir=output, host=host
+    )
+
+
+def local_paths(job: Any, plan_record: Any, job_dir: Path) -> tuple[str, str, str, None]:
+    """(model folder, dataset, output dir, None: the model's own name) of a job on this
+    machine, each checked and resolved here; raises VeriError (the job's own refusals too)."""
     check_job(job)
     plan = plan_record.to_dict()
     model, problem = _model_path(job.model, plan.get("model") or {})
@@ -114,15 +123,7 @@ def build_record(
         raise VeriError(problem)
     dataset = local_dataset(job)
     output = _output_path(job.output, job_dir)[0]
-    return make_record(
-        job,
-        plan_record,
-        job_id,
-        model_path=str(model),
-        dataset=str(dataset),
-        output_dir=str(output),
-        host=host,
-    )
+    return str(model), str(dataset), str(output), None
 
 
 def make_record(

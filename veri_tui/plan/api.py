@@ -14,11 +14,11 @@ from typing import Any
 
 from veri_tui.errors import VeriError
 from veri_tui.plan.config import job_from_fields
+from veri_tui.plan.decide import batch_sizes, states_for
 from veri_tui.plan.gpus import get_gpu
 from veri_tui.plan.knobs import JobConfig
 from veri_tui.plan.model_info import ModelInfo
 from veri_tui.plan.record import PlanRecord
-from veri_tui.plan.resolve import batch_sizes, states_for
 from veri_tui.plan.throughput import estimate_throughput
 from veri_tui.plan.validate import validate
 

@@ -1,8 +1,8 @@
 """Ways out when the model states do not fit, each one priced as the plan of the changed job.
 
 An option is a set of knob changes. Its price is what `plan_job` decides for the job with
-those changes: the same stage choice (`resolve.choose_stage`) and the same states function
-(`resolve.states_for`). No formula lives here, so an option and the plan it leads to agree
+those changes: the same stage choice (`decide.choose_stage`) and the same states function
+(`decide.states_for`). No formula lives here, so an option and the plan it leads to agree
 to the byte (tests/plan/test_suggest.py applies each one and plans it).
 
 Offered in this order: zero_stage 3 (when not already sharding), lora_rank 16 (full
@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from veri_tui.plan.decide import choose_stage, states_for
 from veri_tui.plan.memory import gb
-from veri_tui.plan.resolve import choose_stage, states_for
 
 if TYPE_CHECKING:
     from veri_tui.plan.gpus import GPU

@@ -128,10 +128,9 @@ class LaunchScreen(Screen):
     def list_hosts(self) -> None:
         """Host aliases from the SSH client config (wildcard patterns are not targets)."""
         try:
-            from veri_tui.launch.ssh.hosts import load_config
+            from veri_tui.launch import jobs
 
-            names = sorted(h for h in load_config().get_hostnames() if not set("*?!") & set(h))
-            self.post_message(HostsListed(names))
+            self.post_message(HostsListed(jobs.host_aliases()))
         except (OSError, VeriError) as exc:
             self.post_message(HostsListed(error=str(exc)))
 
@@ -180,13 +179,9 @@ class LaunchScreen(Screen):
         if len(hosts) == 1:
             return self.trusted.get(hosts[0])
         if self.accepted is not None:
-            from veri_tui.launch.ssh.connection import Connection
+            from veri_tui.launch import jobs
 
-            for host in hosts:  # the host whose key it is records it; the others refuse it
-                try:
-                    Connection.open(host, trust=self.accepted).close()
-                except VeriError:
-                    pass
+            jobs.trust_key(hosts, self.accepted)  # recorded by the host whose key it is
             self.accepted = None
         return None
 

@@ -5,9 +5,9 @@ R resumes a failed or cancelled job (a new attempt in its folder) and follows it
 A thread worker follows the job with the launch facade's watcher (`jobs.watch`, the
 `follow_log` that also hands over each polled job record): it picks the metric lines out and
 posts one `JobUpdate` per poll. The screen only renders what the updates carry: metric lines
-as readable rows in the log tail (`veri_tui.launch.metrics.log_row`), loss (and the DPO
+as readable rows in the log tail (the launch facade's `log_row`), loss (and the DPO
 reward margin) in the chart. When the job has ended with measurements, a table sets them
-beside what its plan predicted (`veri_tui.launch.measured.comparison_lines`).
+beside what its plan predicted (the facade's `comparison_lines`).
 """
 
 from __future__ import annotations
@@ -23,14 +23,14 @@ from textual.screen import Screen
 from textual.widgets import Footer, Log, ProgressBar, Static
 from textual.worker import get_current_worker
 
-from jobfolder import planline
+from jobfolder.record import NOT_RECORDED
+from jobfolder.record import plan_line_of as spec_plan_line
 from jobfolder.status import has_ended
 from veri_tui.app.messages import JobUpdate
 from veri_tui.app.widgets.charts import LossChart
 from veri_tui.app.widgets.failure_panel import FailurePanel
 from veri_tui.errors import VeriError
-from veri_tui.launch.measured import comparison_lines
-from veri_tui.launch.metrics import log_row, metric_of
+from veri_tui.launch.jobs import comparison_lines, log_row, metric_of
 
 POLL_S = 0.5
 
@@ -53,8 +53,8 @@ def _ts(text: str | None) -> float | None:
 
 
 def plan_line_of(record: dict[str, Any]) -> str:
-    """The `plan: dp=...` line the job was launched with (jobfolder.planline reads it)."""
-    return planline.plan_line_of(record.get("spec"), planline.NOT_RECORDED)
+    """The `plan: dp=...` line the job was launched with (jobfolder.record reads it)."""
+    return spec_plan_line(record.get("spec"), NOT_RECORDED)
 
 
 def points_of(metrics: list[dict[str, Any]], key: str) -> tuple[tuple[int, float], ...]:

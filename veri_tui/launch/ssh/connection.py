@@ -10,12 +10,12 @@ from __future__ import annotations
 import select
 import shlex
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import paramiko
 
 from veri_tui.errors import VeriError
+from veri_tui.launch.host import Result
 from veri_tui.launch.ssh.hostkeys import (
     TrustPolicy,
     changed_key_error,
@@ -32,24 +32,6 @@ class ConnectionLost(VeriError):
 
     def __init__(self, host: str, what: str) -> None:
         super().__init__(f"connection to {host} lost ({what}); retry when it is reachable", "host")
-
-
-@dataclass(frozen=True)
-class Result:
-    """What a remote command returned."""
-
-    exit_status: int
-    stdout: bytes
-    stderr: bytes
-
-    @property
-    def text(self) -> str:
-        return self.stdout.decode("utf-8", "replace")
-
-    def error_line(self) -> str:
-        """The last stderr line: what a one-line failure message should quote."""
-        lines = self.stderr.decode("utf-8", "replace").strip().splitlines()
-        return lines[-1] if lines else f"exit status {self.exit_status}"
 
 
 def exited(conn: Connection, chan: paramiko.Channel) -> bool:

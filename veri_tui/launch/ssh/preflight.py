@@ -1,22 +1,21 @@
-"""Preflight on the SSH target, before anything is uploaded: is this host able to run the job?
+"""What an SSH host reports before anything is uploaded: is it able to run the job?
 
 One remote Python run (a fixed script; the only arguments are quoted argv entries) reports
 the Python and torch versions, the CUDA GPUs (torch, and nvidia-smi when present), whether the
-trainer's libraries are importable, and the free disk under the remote veri home. The model is
-found and counted over SFTP (remote_model). Every problem becomes one Refusal line.
+trainer's libraries are importable, the free disk under the remote veri home and the free
+memory. The model is found and counted over SFTP (remote_model). The answer is the host's
+`HostFacts` (veri_tui/launch/facts.py); every problem becomes one Refusal line. `DISK_SCRIPT`
+measures free space where a job writes (ssh/host.py `places`).
 """
 
 from __future__ import annotations
 
 import json
 import os
-import posixpath
-from dataclasses import dataclass, field
 from typing import Any
 
 from veri_tui.errors import Refusal, VeriError
-from veri_tui.launch import memcheck
-from veri_tui.launch.diskcheck import Place, refusals, row
+from veri_tui.launch.host import HostFacts
 from veri_tui.launch.ssh.connection import Connection
 from veri_tui.launch.ssh.remote_model import (
     expand_home,
@@ -27,7 +26,6 @@ from veri_tui.launch.ssh.remote_model import (
 )
 
 MIN_PYTHON = (3, 11)
-Row = tuple[str, bool, str]
 #: Kept free on top of what the job writes, so the remote machine does not run out entirely.
 DISK_MARGIN_BYTES = 512 * 2**20
 
@@ -87,52 +85,6 @@ def remote_veri_home() -> str:
     return os.environ.get("VERI_REMOTE_HOME") or "~/.veri"
 
 
-@dataclass
-class Preflight:
-    """What the target reported, plus every problem found (empty when it can run the job)."""
-
-    host: str
-    python: str
-    facts: dict[str, Any]
-    home: str
-    veri_home: str
-    gpus: list[dict[str, Any]] = field(default_factory=list)
-    model_path: str | None = None
-    model_info: Any = None
-    model_bytes: int = 0
-    problems: list[Refusal] = field(default_factory=list)
-
-    @property
-    def gpu_name(self) -> str | None:
-        """The plan's GPU for the detected hardware: `custom-<GB>GB` with its real memory.
-
-        Three decimals keep the memory to the megabyte; the smallest board bounds the plan.
-        """
-        if not self.gpus:
-            return None
-        smallest = min(g["memory_bytes"] for g in self.gpus)
-        return f"custom-{smallest / 1e9:.3f}GB"
-
-    def summary(self) -> list[str]:
-        """Human lines for the log and the app: what was found on the host."""
-        gpus = ", ".join(f"{g['name']} ({g['memory_bytes'] / 1e9:.1f} GB)" for g in self.gpus)
-        lines = [
-            f"host {self.host}: python {self.facts.get('python')} ({self.python}), "
-            f"torch {self.facts.get('torch') or 'missing'}",
-            f"gpus: {len(self.gpus)} CUDA" + (f": {gpus}" if gpus else " (CPU processes, gloo)"),
-            f"disk: {self.facts.get('disk_free_bytes', 0) / 1e9:.1f} GB free "
-            f"at {self.facts.get('disk_path')}",
-        ]
-        if self.model_info is not None:
-            lines.append(f"model: {self.model_path}: {self.model_info.parameter_count:,} params")
-        return lines
-
-    def check(self) -> None:
-        """Raise VeriError with every problem, one line each."""
-        if self.problems:
-            raise VeriError(self.problems)
-
-
 def _probe(conn: Connection, python: str, veri_home: str) -> dict[str, Any]:
     host = conn.spec.alias
     res = conn.run([python, "-c", PROBE_SCRIPT, veri_home], timeout=120)
@@ -162,12 +114,12 @@ def run_preflight(
     gpu_count: int = 1,
     full_finetune: bool = True,
     dataset_bytes: int = 0,
-) -> Preflight:
+) -> HostFacts:
     """Probe the host and find the model; problems are collected, not raised (see `check`)."""
     python, host = remote_python(), conn.spec.alias
     facts = _probe(conn, python, remote_veri_home())
     home = facts["home"]
-    pf = Preflight(host, python, facts, home, expand_home(remote_veri_home(), home), _gpus(facts))
+    pf = HostFacts(host, python, facts, home, expand_home(remote_veri_home(), home), _gpus(facts))
     problems = pf.problems
     version = tuple(int(x) for x in facts["python"].split(".")[:2])
     if version < MIN_PYTHON:
@@ -196,6 +148,7 @@ def run_preflight(
         )  # fmt: skip
     if model:
         _check_model(conn, pf, model)
+    pf.model_known = not model or pf.model_info is not None
     need = dataset_bytes + DISK_MARGIN_BYTES + (pf.model_bytes if full_finetune else 0)
     free = facts.get("disk_free_bytes", 0)
     if free < need:
@@ -206,7 +159,7 @@ def run_preflight(
     return pf
 
 
-def _check_model(conn: Connection, pf: Preflight, model: str) -> None:
+def _check_model(conn: Connection, pf: HostFacts, model: str) -> None:
     sftp = conn.sftp()
     hub = remote_hub_cache(conn, pf.home) if is_hub_id(model) else None
     folder = locate_model(sftp, model, pf.home, hub)
@@ -237,32 +190,3 @@ for raw in sys.argv[1:]:
     rows.append([raw, st.f_bavail * st.f_frsize, os.stat(path).st_dev])
 print(json.dumps(rows))
 """
-
-
-def remote_places(conn: Connection, pf: Preflight, output: str | None) -> tuple[Place, Place]:
-    """Where the job writes on the host: its jobs folder (checkpoints) and the output dir
-    (the job folder's own `output/` when none is given), as `Place`s named `host:path`."""
-    jobs_dir = posixpath.join(pf.veri_home, "jobs")
-    res = conn.run([pf.python, "-c", DISK_SCRIPT, jobs_dir, output or jobs_dir], timeout=60)
-    try:
-        rows = json.loads(res.stdout.decode("utf-8").strip().splitlines()[-1])
-    except (ValueError, IndexError):
-        raise VeriError(f"free space on {pf.host}: {res.error_line()}", key="disk") from None
-    job, out = (Place(f"{pf.host}:{path}", int(free), int(dev)) for path, free, dev in rows)
-    return job, out
-
-
-def check_memory(pf: Preflight, plan: Any) -> Row:
-    """Refuse (VeriError, `host_memory`) a plan whose host memory per node exceeds the
-    host's MemAvailable, as the probe read it (veri_tui.launch.memcheck); else its row."""
-    return memcheck.check(plan, pf.facts.get("mem_available_bytes"), pf.host)
-
-
-def check_disk(conn: Connection, pf: Preflight, disk: Any, output: str | None) -> Row:
-    """Refuse (VeriError) a job whose host cannot hold what it writes (the plan's `disk`,
-    veri_tui.launch.diskcheck); else its preflight row."""
-    job, out = remote_places(conn, pf, output)
-    problems = refusals(disk, job, out)
-    if problems:
-        raise VeriError(problems)
-    return row(disk, job, out)

@@ -1,52 +1,27 @@
 """Which checkpoint a multi-node job resumes from: the newest step committed and verified on
-every node, asked of each node over SSH (or read in one place on shared storage).
+every node, asked of each node's host (or read in one place on shared storage).
 
 Each node's ranks save their own rank-local DCP files into their own node's folder
 (trainer/checkpoint.py), so a step is usable only when every node committed its part and
 that part verifies (jobfolder/ckptindex.py: `COMPLETE`, the manifest, each rank's
 `__<rank>.metadata`, every file's size and sha256). The check runs on the host with the
-job's uploaded jobfolder package (`python -m jobfolder checkpoints`): first every node lists
-its committed steps (cheap), then the newest step they all have is verified on every node,
-and the next one when a node's part fails, so only the candidates are hashed.
-
-When the node folders' parent is one filesystem on every node (NFS and the like), a marker
-file written from node 0 is seen by the others (`shared_storage`): then node 0 checks every
-node's folder itself, and the log says so.
+job's own jobfolder package (`python -m jobfolder checkpoints`): first every node lists its
+committed steps (cheap), then the newest step they all have is verified on every node, and
+the next one when a node's part fails, so only the candidates are hashed. When the node
+folders share one filesystem (nodes.shared_storage), node 0 checks every node's folder
+itself, and the log says so.
 """
 
 from __future__ import annotations
 
 import json
 import posixpath
-import secrets
 from collections.abc import Sequence
 from typing import Any
 
 from veri_tui.errors import VeriError
-from veri_tui.launch.ssh import files
-from veri_tui.launch.ssh.connection import Connection, command_line
-from veri_tui.launch.ssh.multinode import in_parallel
-
-
-def shared_storage(conns: Sequence[Connection], parents: Sequence[str]) -> bool:
-    """True when every node sees a marker file node 0 writes in its folders' parent: the
-    node folders are then on one filesystem. The marker is removed again."""
-    if len(conns) < 2:
-        return False
-    name = f".veri-shared-{secrets.token_hex(8)}"
-    mark = posixpath.join(parents[0], name)
-    files.write_atomic(conns[0].sftp(), mark, b"veri-tui shared storage probe\n")
-    try:
-        seen = in_parallel(
-            lambda k: files.exists(conns[k].sftp(), posixpath.join(parents[k], name)),
-            list(range(1, len(conns))),
-        )
-        return all(s is True for s in seen)
-    finally:
-        try:
-            conns[0].sftp().remove(mark)
-        except OSError:
-            pass  # left behind: a hidden empty file, harmless
+from veri_tui.launch.host import Host, jobfolder_argv
+from veri_tui.launch.hostpool import in_parallel
 
 
 def common_steps(committed: Sequence[Sequence[int]]) -> tuple[list[int], list[str]]:
@@ -65,32 +40,30 @@ def common_steps(committed: Sequence[Sequence[int]]) -> tuple[list[int], list[st
 
 
 class NodeCheck:
-    """Runs `python -m jobfolder checkpoints list|verify` (the job's uploaded package) for
-    every node's folder: on each node, or all on node 0 (shared)."""
+    """Runs `python -m jobfolder checkpoints list|verify` for every node's folder: on each
+    node's host, or all on node 0's (shared)."""
 
-    def __init__(self, conns: Sequence[Connection], dirs: Sequence[str], python: str,
-                 shared: bool) -> None:  # fmt: skip
+    def __init__(self, hosts: Sequence[Host], dirs: Sequence[str], shared: bool) -> None:
         self.dirs = list(dirs)
         if shared:  # node k's folder as node 0 sees it: the same parent, k's folder name
             seen = [posixpath.join(posixpath.dirname(dirs[0]), posixpath.basename(d)) for d in dirs]
-            self.groups = [(conns[0], dirs[0], seen)]
+            self.groups = [(hosts[0], dirs[0], seen)]
         else:
-            self.groups = [(c, d, [d]) for c, d in zip(conns, dirs, strict=True)]
-        self.python = python
+            self.groups = [(h, d, [d]) for h, d in zip(hosts, dirs, strict=True)]
 
     def run(self, mode: str, step: int = 0) -> list[Any]:
         """Each node's answer, node order."""
 
-        def one(group: tuple[Connection, str, list[str]]) -> dict[str, Any]:
-            conn, own, folders = group
+        def one(group: tuple[Host, str, list[str]]) -> dict[str, Any]:
+            host, own, folders = group
             what = [mode, str(step)] if mode == "verify" else [mode]
-            argv = ["env", f"PYTHONPATH={posixpath.join(own, 'pkg')}", self.python, "-m",
-                    "jobfolder", "checkpoints", *what, *folders]  # fmt: skip
-            res = conn.run_line(command_line(argv), timeout=3600)  # hashing a large step
+            argv = jobfolder_argv(host, own, "checkpoints", *what, *folders)
+            res = host.run(argv, timeout=3600)  # hashing a large step
             if res.exit_status != 0:
                 why = res.error_line()
-                raise VeriError(f"checking checkpoints on {conn.spec.alias} failed: {why}", "job")
-            return json.loads(res.stdout)
+                raise VeriError(f"checking checkpoints on {host.name} failed: {why}", "job")
+            answer: dict[str, Any] = json.loads(res.stdout)
+            return answer
 
         answers: dict[str, Any] = {}
         for got in in_parallel(one, self.groups):

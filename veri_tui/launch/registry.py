@@ -3,8 +3,8 @@
 One small file per job, `$VERI_HOME/remote/<job_id>.json`, a registry entry
 (`RegistryEntry`): the host as the user typed it, the remote job folder, the supervisor pid
 and the job record last read from the host (shown, marked stale, when the host cannot be
-reached). Remote jobs are not put under `$VERI_HOME/jobs/`, whose folders the local target
-owns and judges by local pids.
+reached); a multi-node job's nodes and the pid of its watcher (watcher.py). Jobs on this
+machine are not entered here: their folders under `$VERI_HOME/jobs/` are their own list.
 """
 
 from __future__ import annotations
@@ -12,11 +12,19 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from jobfolder.atomic import write_json_atomic
 from jobfolder.layout import veri_home
 from jobfolder.record import JobRecord
+
+
+class NodeEntry(TypedDict):
+    """One node of a multi-node job: its host, its job folder there, its supervisor's pid."""
+
+    host: str
+    job_dir: str
+    pid: int | None
 
 
 @dataclass
@@ -29,22 +37,36 @@ class RegistryEntry:
     pid: int | None
     python: str
     record: JobRecord
-    #: A multi-node job's nodes, node 0 first: {host, job_dir, pid} each (host, job_dir
-    #: and pid above are node 0's); None for a one-host job.
-    nodes: list[dict[str, Any]] | None = None
+    #: A multi-node job's nodes, node 0 first (host, job_dir and pid above are node 0's);
+    #: None for a one-host job.
+    nodes: list[NodeEntry] | None = None
     #: A multi-node job whose platform retry could not start: the number of attempts it had
-    #: then (so readers do not try again for that attempt); None otherwise.
+    #: then (so its watcher does not try again for that attempt); None otherwise.
     retry_refused: str | None = None
+    #: A multi-node job's watcher on this machine (its pid), while one was started.
+    watcher: int | None = None
+
+    def node_entries(self) -> list[NodeEntry]:
+        """Every node, node 0 first (a one-host job is its one node)."""
+        if self.nodes:
+            return self.nodes
+        return [{"host": self.host, "job_dir": self.job_dir, "pid": self.pid}]
 
 
 def registry_dir() -> Path:
+    """`$VERI_HOME/remote`."""
     return veri_home() / "remote"
+
+
+def entry_path(job_id: str) -> Path:
+    """The entry's file (also the lock that one change of the job at a time holds)."""
+    return registry_dir() / f"{job_id}.json"
 
 
 def save(job: RegistryEntry) -> None:
     """Write (or refresh) the entry, atomically."""
     registry_dir().mkdir(parents=True, exist_ok=True)
-    write_json_atomic(registry_dir() / f"{job.job_id}.json", asdict(job))
+    write_json_atomic(entry_path(job.job_id), asdict(job))
 
 
 def load(job_id: str) -> RegistryEntry | None:
@@ -52,7 +74,7 @@ def load(job_id: str) -> RegistryEntry | None:
     if not job_id or "/" in job_id or job_id.startswith("."):
         return None
     try:
-        data = json.loads((registry_dir() / f"{job_id}.json").read_text(encoding="utf-8"))
+        data: dict[str, Any] = json.loads(entry_path(job_id).read_text(encoding="utf-8"))
         return RegistryEntry(**data)
     except (OSError, ValueError, TypeError):
         return None

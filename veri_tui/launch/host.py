@@ -1,0 +1,265 @@
+"""The Host interface: what the launch side needs of a machine a job runs on.
+
+A job runs on N hosts, one node each (N = 1 for a local or a one-host SSH job); the job
+target (target.py), the one launch sequence (launching.py) and the one preflight
+(preflight.py) are written against this interface only. Two implementations:
+
+- `LocalHost` (local_host.py): this machine, through os and subprocess;
+- `SshHost` (ssh/host.py): a machine reached with paramiko (SFTP for files, a channel per
+  command, every command an argument list quoted with shlex).
+
+A host does four kinds of thing: run a command (`run`, `stream` for a long-running one),
+read and write files (`read_bytes`, `write_atomic`, `append`, `exists`, `is_dir`,
+`listdir`, `makedirs`, `remove`, `rename`), start, find and stop a job's supervisor
+(`start_supervisor` returns its handle, a pid here; `alive(handle)`; `cancel_job`), and the
+steps where running a job here or there differs: what it reports before a launch (`probe`,
+`plan`), where a job's files are (`output_for`, `job_paths`, `stage`), how its log is
+followed (`follow`), free space (`places`) and the rows a preflight shows. Paths are POSIX
+strings on the host. What a host reports before a launch is its `HostFacts`; hostpool.py
+opens hosts by name. docs/architecture.md draws it, with where a new target plugs in.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from veri_tui.errors import Refusal, VeriError
+from veri_tui.launch import memcheck
+from veri_tui.launch.diskcheck import Place, refusals, row
+from veri_tui.launch.records import LogLine
+
+#: A preflight row: (check, ok, detail); the one row type every preflight returns.
+Row = tuple[str, bool, str]
+
+
+@dataclass(frozen=True)
+class Result:
+    """What a command returned."""
+
+    exit_status: int
+    stdout: bytes
+    stderr: bytes
+
+    @property
+    def text(self) -> str:
+        return self.stdout.decode("utf-8", "replace")
+
+    def error_line(self) -> str:
+        """The last stderr line: what a one-line failure message should quote."""
+        lines = self.stderr.decode("utf-8", "replace").strip().splitlines()
+        return lines[-1] if lines else f"exit status {self.exit_status}"
+
+
+@dataclass
+class HostFacts:
+    """What a host reported, plus every problem found (empty when it can run the job)."""
+
+    host: str
+    python: str
+    facts: dict[str, Any]
+    home: str
+    veri_home: str
+    gpus: list[dict[str, Any]] = field(default_factory=list)
+    model_path: str | None = None
+    model_info: Any = None
+    model_bytes: int = 0
+    problems: list[Refusal] = field(default_factory=list)
+    #: Whether the model's counts are known (read on the host, or read here when planned).
+    model_known: bool = True
+    #: Whether the facts are worth showing (an SSH host's are; this machine's are known).
+    shown: bool = True
+
+    @property
+    def gpu_name(self) -> str | None:
+        """The plan's GPU for the detected hardware: `custom-<GB>GB` with its real memory.
+
+        Three decimals keep the memory to the megabyte; the smallest board bounds the plan.
+        """
+        if not self.gpus:
+            return None
+        smallest = min(g["memory_bytes"] for g in self.gpus)
+        return f"custom-{smallest / 1e9:.3f}GB"
+
+    @property
+    def jobs_dir(self) -> str:
+        """Where the host keeps job folders."""
+        return posixpath.join(self.veri_home, "jobs")
+
+    def summary(self) -> list[str]:
+        """Human lines for the log and the app: what was found on the host."""
+        if not self.shown:
+            return []
+        gpus = ", ".join(f"{g['name']} ({g['memory_bytes'] / 1e9:.1f} GB)" for g in self.gpus)
+        lines = [
+            f"host {self.host}: python {self.facts.get('python')} ({self.python}), "
+            f"torch {self.facts.get('torch') or 'missing'}",
+            f"gpus: {len(self.gpus)} CUDA" + (f": {gpus}" if gpus else " (CPU processes, gloo)"),
+            f"disk: {self.facts.get('disk_free_bytes', 0) / 1e9:.1f} GB free "
+            f"at {self.facts.get('disk_path')}",
+        ]
+        if self.model_info is not None:
+            lines.append(f"model: {self.model_path}: {self.model_info.parameter_count:,} params")
+        return lines
+
+    def check(self) -> None:
+        """Raise VeriError with every problem, one line each."""
+        if self.problems:
+            raise VeriError(self.problems)
+
+
+class Stream(Protocol):
+    """A command still running: its stdout line by line, then closed (rendezvous probes)."""
+
+    def readline(self) -> str: ...
+
+    def close(self) -> None: ...
+
+
+class Host(Protocol):
+    """A machine that holds job folders and runs their supervisors."""
+
+    @property
+    def name(self) -> str:
+        """`local`, or the SSH destination as the user typed it."""
+
+    @property
+    def label(self) -> str | None:
+        """What job.json's `host` says for a job here: None for this machine, else `name`."""
+
+    @property
+    def where(self) -> str:
+        """The host in messages: `this machine`, or `name`."""
+
+    @property
+    def python(self) -> str:
+        """The interpreter that runs the supervisor and `python -m jobfolder` there."""
+
+    @property
+    def local(self) -> bool:
+        """Whether its paths are this machine's (the job's files are used in place)."""
+
+    @property
+    def address(self) -> str:
+        """The address the other nodes of a multi-node job reach it at."""
+
+    def run(self, argv: Sequence[str], *, timeout: float = 60.0, stdin: bytes | None = None
+            ) -> Result: ...  # fmt: skip
+
+    def stream(self, argv: Sequence[str]) -> Stream: ...
+
+    def start_supervisor(self, job_dir: str) -> int: ...
+
+    def alive(self, pid: int) -> bool: ...
+
+    def cancel_job(self, job_dir: str, pid: int | None, grace: float) -> None: ...
+
+    def read_bytes(self, path: str, limit: int, offset: int = 0) -> bytes: ...
+
+    def write_atomic(self, path: str, data: bytes) -> None: ...
+
+    def append(self, path: str, data: bytes) -> None: ...
+
+    def exists(self, path: str) -> bool: ...
+
+    def is_dir(self, path: str) -> bool: ...
+
+    def listdir(self, path: str) -> list[str]: ...
+
+    def makedirs(self, path: str) -> None: ...
+
+    def remove(self, path: str) -> None: ...
+
+    def rename(self, src: str, dst: str) -> None: ...
+
+    def places(self, paths: Sequence[str]) -> list[Place]: ...
+
+    def probe(self, job: Any, dataset_bytes: int) -> HostFacts: ...
+
+    def plan(self, job: Any, facts: HostFacts, given: Any = None) -> tuple[Any, Any]: ...
+
+    def output_for(self, job: Any, facts: HostFacts) -> Any: ...
+
+    def job_paths(self, job: Any, plan: Any, job_dir: str, facts: HostFacts
+                  ) -> tuple[str, str, str, str | None]: ...  # fmt: skip
+
+    def stage(self, job: Any, tmp: str) -> None: ...
+
+    def path_rows(self, job: Any, paths: tuple[str, str, str, str | None] | None, label: str
+                  ) -> list[Row]: ...  # fmt: skip
+
+    def capacity(self, facts: HostFacts, plan: Any, disk: Any, output: str | None, label: str
+                 ) -> tuple[list[Row], list[Refusal]]: ...  # fmt: skip
+
+    def tail_rows(self) -> list[Row]: ...
+
+    def pythonpath(self, job_dir: str) -> list[str]: ...
+
+    def follow(self, path: str, pid: int | None, offset: int, done: Callable[[], bool],
+               **options: Any) -> Iterator[LogLine]: ...  # fmt: skip
+
+    def close(self) -> None: ...
+
+
+def jobfolder_argv(host: Host, job_dir: str, *args: str) -> list[str]:
+    """`python -m jobfolder ARGS` as ``host`` runs it for the job in ``job_dir``."""
+    return [*host.pythonpath(job_dir), host.python, "-m", "jobfolder", *args]
+
+
+def supervisor_argv(host: Host, job_dir: str) -> list[str]:
+    """The supervisor of the job in ``job_dir`` as ``host`` starts it."""
+    job = f"{job_dir}/job.json"
+    return [*host.pythonpath(job_dir), host.python, "-m", "jobfolder.supervise", "--job", job]
+
+
+def run_cancel(host: Host, job_dir: str, pid: int | None, grace: float) -> None:
+    """`python -m jobfolder cancel` on ``host`` (jobfolder/__main__.py: the supervisor ends
+    every rank, or the host ends them itself when it is gone); VeriError when it fails."""
+    argv = jobfolder_argv(host, job_dir, "cancel", f"{job_dir}/job.json", "--grace", str(grace))
+    argv += ["--pid", str(pid)] if pid else []
+    res = host.run(argv, timeout=grace + 60)
+    if res.exit_status != 0:
+        raise VeriError(f"cancel on {host.where} failed: {res.error_line()}", key="job")
+
+
+# -- the plan against a host: its memory and disk ------------------------------------------
+
+
+def check_memory(facts: HostFacts, plan: Any) -> Row:
+    """Refuse (VeriError, `host_memory`) a plan whose host memory per node exceeds the host's
+    MemAvailable, as its probe read it (veri_tui.launch.memcheck); else its row."""
+    return memcheck.check(plan, facts.facts.get("mem_available_bytes"), facts.host)
+
+
+def check_disk(host: Host, facts: HostFacts, disk: Any, output: str | None) -> Row:
+    """Refuse (VeriError) a job whose host cannot hold what it writes (the plan's `disk`,
+    veri_tui.launch.diskcheck) in its jobs folder and output dir; else its row."""
+    job, out = host.places([facts.jobs_dir, output or facts.jobs_dir])
+    problems = refusals(disk, job, out)
+    if problems:
+        raise VeriError(problems)
+    return row(disk, job, out)
+
+
+def capacity_rows(
+    host: Host, facts: HostFacts, plan: Any, disk: Any, output: str | None, label: str,
+    disk_first: bool = False,
+) -> tuple[list[Row], list[Refusal]]:  # fmt: skip
+    """The host-memory and disk rows of one node (named `label <check>` when ``label``),
+    and their refusals (`label: <message>`)."""
+    checks: list[Callable[[], Row]] = [
+        lambda: check_memory(facts, plan),
+        lambda: check_disk(host, facts, disk, output),
+    ]
+    rows: list[Row] = []
+    refused: list[Refusal] = []
+    for run in reversed(checks) if disk_first else checks:
+        try:
+            key, ok, detail = run()
+            rows.append((f"{label} {key}" if label else key, ok, detail))
+        except VeriError as exc:
+            refused += [Refusal(e.key, f"{label}: {e.message}" if label else e.message)
+                        for e in exc.errors]  # fmt: skip
+    return rows, refused

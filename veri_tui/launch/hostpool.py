@@ -1,0 +1,58 @@
+"""Hosts by name, and one call per host at once.
+
+`open_hosts`: None is this machine, anything else an SSH destination (paramiko is imported
+only when an SSH host is asked for: `veri-tui plan`, `jobs` and the app start without it).
+`in_parallel`: every node of a job is asked at once, each on its own thread.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import TypeVar
+
+from veri_tui.launch.host import Host
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+def in_parallel(call: Callable[[T], R], items: list[T]) -> list[R | Exception]:
+    """`call(item)` for every item on its own thread; results (or the exception) in order."""
+
+    def safe(item: T) -> R | Exception:
+        try:
+            return call(item)
+        except Exception as exc:  # noqa: BLE001 - handed back to the caller, per item
+            return exc
+
+    with ThreadPoolExecutor(max_workers=max(len(items), 1)) as pool:
+        return list(pool.map(safe, items))
+
+
+def all_or_raise(results: list[R | Exception]) -> list[R]:
+    """The results, or the first exception among them raised."""
+    for item in results:
+        if isinstance(item, Exception):
+            raise item
+    return [r for r in results if not isinstance(r, Exception)]
+
+
+def open_hosts(names: Sequence[str | None], trust: str | None = None) -> list[Host]:
+    """A host per name, connected in parallel: None is this machine, a name an SSH host
+    (alias or user@host[:port]). A host that cannot be reached raises VeriError (the
+    first), and the ones already open are closed."""
+    if all(n is None for n in names):
+        from veri_tui.launch.local_host import LocalHost
+
+        return [LocalHost() for _ in names]
+    from veri_tui.launch.ssh.host import SshHost
+
+    opened = in_parallel(lambda n: SshHost.open(str(n), trust=trust), list(names))
+    hosts: list[Host] = [h for h in opened if not isinstance(h, Exception)]
+    failed = [e for e in opened if isinstance(e, Exception)]
+    if failed:
+        for host in hosts:
+            host.close()
+        raise failed[0]
+    return hosts

@@ -1,0 +1,63 @@
+"""Where a job's target comes from: the folder of a job on this machine, the registry entry
+of one launched over SSH, or a job just created (launching.py registers it).
+
+A folder under $VERI_HOME/jobs is this machine's job (`LocalHost`); an entry of the registry
+(registry.py) names an SSH job's hosts and folders, opened on first use (`SshHost`, imported
+only then).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from jobfolder.layout import JOB_FILE
+from jobfolder.record import JobRecord
+from veri_tui.errors import VeriError
+from veri_tui.launch import registry
+from veri_tui.launch.host import Host
+from veri_tui.launch.local_host import LocalHost
+from veri_tui.launch.target import JobTarget, Node
+
+
+def target_for_job(job_id: str, pool: dict[str, Host] | None = None) -> JobTarget | None:
+    """The target of ``job_id``: this machine's folder, else its registry entry; None
+    for an id neither knows. ``pool``: hosts already open, shared (and added to)."""
+    local = LocalHost()
+    if not job_id or "/" in job_id or job_id.startswith("."):
+        raise VeriError(f"{job_id!r} is not a job id; `veri-tui jobs` lists them", key="job")
+    folder = Path(local.home) / "jobs" / job_id
+    if (folder / JOB_FILE).is_file():
+        return JobTarget(job_id, [Node(local, str(folder))], None)
+    entry = registry.load(job_id)
+    return None if entry is None else target_of_entry(entry, pool)
+
+
+def target_of_entry(entry: registry.RegistryEntry, pool: dict[str, Host] | None = None
+             ) -> JobTarget:  # fmt: skip
+    """The target of a job launched over SSH (its hosts opened on first use)."""
+    from veri_tui.launch.ssh.host import SshHost
+
+    pool = {} if pool is None else pool
+    nodes = []
+    for n in entry.node_entries():
+        host = pool.setdefault(n["host"], SshHost(n["host"], python=entry.python))
+        nodes.append(Node(host, n["job_dir"], n["pid"]))
+    return JobTarget(entry.job_id, nodes, entry)
+
+
+def register(job_id: str, hosts: Sequence[Host], dirs: list[str],
+             started: list[int | Exception], record: JobRecord) -> JobTarget:  # fmt: skip
+    """The target of a job just created; one over SSH is entered in the registry."""
+    pids = [p if isinstance(p, int) else None for p in started]
+    nodes = [Node(h, d, p) for h, d, p in zip(hosts, dirs, pids, strict=True)]
+    if hosts[0].label is None:
+        return JobTarget(job_id, nodes, None)  # this machine: its folder is the entry
+    many = len(nodes) > 1
+    entry = registry.RegistryEntry(
+        job_id, hosts[0].name, dirs[0], pids[0], hosts[0].python, record,
+        [{"host": n.host.name, "job_dir": n.job_dir, "pid": n.pid} for n in nodes]
+        if many else None,
+    )  # fmt: skip
+    registry.save(entry)
+    return JobTarget(job_id, nodes, entry)

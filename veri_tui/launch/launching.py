@@ -1,0 +1,200 @@
+"""The one launch sequence, for a job over N hosts (N = 1: this machine or one SSH host).
+
+1. The job's own refusals (what `plan` refuses, the dataset, an output dir in use here).
+2. Every host probed at once (host.py `probe`): its Python, torch, GPUs, memory and disk,
+   the model found there. Several hosts must agree, and node 0's rendezvous must be
+   reachable from the others (nodes.py). Every problem is refused together.
+3. The output dir checked where it is (node 0), the plan made for node 0's host (this
+   machine: the plan given, or made here; a host: from its GPUs and the model read there).
+4. Each node's job.json (`spec.make_record` with that host's paths; a multi-node job's
+   layout in each spec), then its host memory and disk against the plan: refused before
+   anything is created anywhere.
+5. Each node's folder built aside (`.<name>.tmp`), filled (host.py `stage`), renamed into
+   place, and its supervisor started detached; hosts in parallel. A job over SSH hosts is
+   entered in this machine's registry (registry.py); a multi-node job gets its watcher
+   (watcher.py). A node that cannot be started cancels the others.
+
+`plan_on` is step 2-3 alone: the plan `launch` would make (`veri-tui plan --host`, a resume
+re-planned on its host).
+"""
+
+from __future__ import annotations
+
+import json
+import posixpath
+from collections.abc import Sequence
+from typing import Any
+
+from jobfolder.layout import MADE_WITH, node_folder_name
+from jobfolder.record import JobRecord
+from veri_tui.errors import Refusal, VeriError
+from veri_tui.launch.host import Host, HostFacts, check_disk, check_memory
+from veri_tui.launch.hostpool import all_or_raise, in_parallel, open_hosts
+from veri_tui.launch.nodes import agreement, disk_of, node_label, probe_rendezvous
+from veri_tui.launch.spec import check_job, local_dataset, make_record, new_job_id
+
+
+def own_checks(job: Any, hosts: Sequence[Host]) -> None:
+    """Raise VeriError with the job's own refusals; on another machine the output dir is a
+    path there, checked there."""
+    check_job(job, output_here=hosts[0].local)
+
+
+def probe_all(
+    hosts: Sequence[Host], job: Any, dataset_bytes: int
+) -> tuple[list[HostFacts], Any, list[Refusal]]:
+    """Every host's facts (in parallel), the job with its layout set (a multi-node job's
+    gpu_count is nodes x GPUs per node: given, or each node's detected GPUs), and every
+    problem found (the hosts' own, and their disagreement)."""
+    nodes = len(hosts)
+    given = "gpu_count" in job.model_fields_set
+    per_node = job.gpu_count // nodes if given else 1
+    probe_job = job if nodes == 1 else job.model_copy(update={"gpu_count": per_node})
+    facts = all_or_raise(in_parallel(lambda h: h.probe(probe_job, dataset_bytes), list(hosts)))
+    problems = [p for pf in facts for p in pf.problems]
+    if nodes > 1:
+        problems += agreement(facts)
+        if not given:
+            per_node = len(facts[0].gpus) or 1  # detected: nodes x GPUs per node
+        hosts_list = [h.name for h in hosts]
+        job = job.model_copy(update={"gpu_count": nodes * per_node, "hosts": hosts_list})
+    return facts, job, problems
+
+
+def plan_on(job: Any, names: Sequence[str | None], trust: str | None = None) -> Any:
+    """The plan `launch` would make for ``job`` on these hosts (None: this machine), every
+    problem refused as launch refuses it; the job's own refusals before any host is asked."""
+    from veri_tui.plan import validate
+
+    many = len(names) > 1
+    errors = validate(job.model_copy(update={"hosts": list(names)}) if many else job)
+    if errors:
+        raise VeriError(errors)
+    hosts = open_hosts(names, trust)
+    try:
+        facts, job, problems = probe_all(hosts, job, 0)
+        if problems:
+            raise VeriError(list(dict.fromkeys(problems)))
+        return hosts[0].plan(job, facts[0])[1]
+    finally:
+        for host in hosts:
+            host.close()
+
+
+def plan_for(host: Host, job: Any) -> tuple[Any, Any]:
+    """(job, plan) for one open host, its problems refused: a re-planned resume."""
+    facts = host.probe(job, 0)
+    facts.check()
+    return host.plan(job, facts)
+
+
+def host_record(
+    host: Host, facts: HostFacts, job: Any, plan: Any, job_id: str, job_dir: str
+) -> JobRecord:
+    """job.json of the job's folder ``job_dir`` on ``host``: the one layout
+    (`spec.make_record`) with that host's paths, plus what the host reported."""
+    model, dataset, output, name = host.job_paths(job, plan, job_dir, facts)
+    record = make_record(job, plan, job_id, model_path=model, dataset=dataset,
+                         output_dir=output, host=host.label, model_name=name)  # fmt: skip
+    if facts.summary():
+        record["preflight"] = facts.summary()
+    return record
+
+
+def node_records(
+    hosts: Sequence[Host], facts: list[HostFacts], job: Any, plan: Any, job_id: str,
+    rdzv: tuple[str, int, int] | None,
+) -> list[tuple[str, JobRecord]]:  # fmt: skip
+    """(folder, job.json) of every node: each host's paths; several nodes get the layout."""
+    nodes, out = len(hosts), []
+    for k, (host, pf) in enumerate(zip(hosts, facts, strict=True)):
+        job_dir = posixpath.join(pf.jobs_dir, node_folder_name(job_id, k if nodes > 1 else None))
+        record = host_record(host, pf, job, plan, job_id, job_dir)
+        if rdzv is not None:
+            addr, port, listen = rdzv
+            record["spec"].update(
+                nnodes=nodes, node_rank=k, nproc_per_node=job.gpu_count // nodes,
+                rdzv_id=job_id, rdzv_endpoint=f"{addr}:{listen if k == 0 else port}",
+                rdzv_local_addr=addr, hosts=[h.name for h in hosts],
+            )  # fmt: skip
+        out.append((job_dir, record))
+    return out
+
+
+def check_capacity(hosts: Sequence[Host], facts: list[HostFacts], plan: Any, output: str | None
+                   ) -> None:  # fmt: skip
+    """Refuse (VeriError) a job some node's host cannot hold: one host's memory, then its
+    disk (the first refusal); several nodes' refusals together, each naming its node."""
+    if len(hosts) == 1:
+        check_memory(facts[0], plan)
+        check_disk(hosts[0], facts[0], plan.disk, output)
+        return
+    refused = []
+    for k, (host, pf) in enumerate(zip(hosts, facts, strict=True)):
+        disk = disk_of(plan, len(hosts), k)
+        refused += host.capacity(
+            pf, plan, disk, output if k == 0 else None, node_label(k, host.name)
+        )[1]
+    if refused:
+        raise VeriError(refused)
+
+
+def create(host: Host, job: Any, job_dir: str, record: JobRecord) -> int:
+    """Build the node's folder aside, fill it, rename it into place (so no reader ever sees a
+    half-made job) and start its supervisor detached; returns the supervisor's pid."""
+    parent, name = posixpath.split(job_dir)
+    tmp = posixpath.join(parent, f".{name}.tmp")  # named after the folder: homes may be shared
+    for sub in MADE_WITH:
+        host.makedirs(posixpath.join(tmp, sub))
+    host.stage(job, tmp)
+    host.write_atomic(
+        posixpath.join(tmp, "job.json"), (json.dumps(record, indent=2) + "\n").encode()
+    )
+    host.rename(tmp, job_dir)
+    return host.start_supervisor(job_dir)
+
+
+def launch(
+    job: Any, plan_record: Any, names: Sequence[str | None], trust: str | None, wait: bool
+) -> str:
+    """Check, plan, create and start the job on these hosts (None: this machine); returns
+    its id. Raises VeriError for every refusal, before anything is created."""
+    from veri_tui.launch.jobindex import register
+
+    hosts = open_hosts(names, trust)
+    try:
+        own_checks(job.model_copy(update={"hosts": list(names)}) if len(names) > 1 else job, hosts)
+        size = 0 if hosts[0].local else local_dataset(job).stat().st_size
+        facts, job, problems = probe_all(hosts, job, size)
+        rdzv = None
+        if len(hosts) > 1:
+            addr, port, listen, found = probe_rendezvous(hosts, job.rdzv_port, job.rdzv_endpoint)
+            problems += found
+            rdzv = (addr, port, listen)
+        if problems:
+            raise VeriError(list(dict.fromkeys(problems)))
+        job = hosts[0].output_for(job, facts[0])
+        job, plan = hosts[0].plan(job, facts[0], plan_record)
+        job_id = new_job_id()
+        while hosts[0].exists(posixpath.join(facts[0].jobs_dir, job_id)):
+            job_id = new_job_id()  # same second, same random suffix: draw again
+        nodes = node_records(hosts, facts, job, plan, job_id, rdzv)
+        check_capacity(
+            hosts, facts, plan, nodes[0][1]["spec"]["output_dir"] if job.output else None
+        )
+        for host, pf in zip(hosts, facts, strict=True):
+            host.makedirs(pf.jobs_dir)
+        started = in_parallel(lambda k: create(hosts[k], job, *nodes[k]),
+                              list(range(len(hosts))))  # fmt: skip
+        target = register(job_id, hosts, [d for d, _ in nodes], started, nodes[0][1])
+        broken = [e for e in started if isinstance(e, Exception)]
+        if broken:
+            target.cancel(job_id)  # no half-started job keeps running
+            raise broken[0]
+        target.watch_if_needed()
+        if wait:
+            target.wait(job_id)
+        return job_id
+    finally:
+        for host in hosts:
+            host.close()
