@@ -1,9 +1,11 @@
-"""The memory bar: model states against the per-GPU budget, activations beside them.
+"""The memory bar: the step's peak per GPU by part, against the GPU's memory and the budget.
 
-Draws from the typed plan record (`PlanRecord`): `states_bytes_per_gpu`, `budget_bytes`,
-`activations["bytes_per_gpu"]` (0 when the model's shapes are unknown), `fits`, and
-`host_bytes_per_node` when cpu_offload puts the states in host memory. GB are 10^9 bytes
-with one decimal, as everywhere in veri-tui.
+Draws from the typed plan record (`PlanRecord`): `activations["peak"]` (veri_tui/plan/
+peak.py: states, activations, logits and loss, FSDP2 units in flight or AdamW's step, the
+overhead), `states_bytes_per_gpu` against `budget_bytes` (the auto decision's test), `fits`,
+and `host_bytes_per_node` when cpu_offload puts the states in host memory. It names the
+largest part and the knob that moves it. GB are 10^9 bytes with one decimal, as everywhere
+in veri-tui.
 """
 
 from __future__ import annotations
@@ -14,11 +16,21 @@ from rich.text import Text
 from textual.reactive import reactive
 from textual.widget import Widget
 
-from veri_tui.app.widgets.steady import refresh_steady
 from veri_tui.plan.memory import gb
+from veri_tui.plan.peak import PART_LABELS
 
 if TYPE_CHECKING:
     from veri_tui.plan import PlanRecord
+
+# (part, cell, style), drawn left to right; the states' style follows the budget test.
+SEGMENTS = (
+    ("states", "█", None),
+    ("in_flight", "▓", "cyan"),
+    ("optimizer_step", "▓", "magenta"),
+    ("activations", "▒", "yellow"),
+    ("logits", "▚", "bright_yellow"),
+    ("overhead", "·", "dim"),
+)
 
 
 def fmt_gb(nbytes: float | int | None) -> str:
@@ -27,37 +39,39 @@ def fmt_gb(nbytes: float | int | None) -> str:
 
 
 class MemoryBar(Widget):
-    """States (solid), activations (shaded) and free budget, with the budget marked `|`."""
+    """The peak's parts, each its own cell, the free memory dim, the budget marked `|`."""
 
-    record: reactive[PlanRecord | None] = reactive(None)
-
-    def watch_record(self) -> None:
-        refresh_steady(self)  # a new plan seldom changes the bar's height: no relayout then
+    record: reactive[PlanRecord | None] = reactive(None, layout=True)
 
     def render(self) -> Text:
         rec = self.record
         if rec is None:
             return Text("memory: waiting for a plan", style="dim")
+        peak = rec.activations.get("peak")
+        if peak is None:  # the model's shapes are unknown: states only
+            return Text(f"GPU states {gb(rec.states_bytes_per_gpu)}")
         states, budget, fits = rec.states_bytes_per_gpu, rec.budget_bytes, rec.fits
-        act = rec.activations["bytes_per_gpu"]
-        offload = rec.resolved_parallelism["cpu_offload"]
+        parts, memory = peak["parts"], peak["memory_bytes"]
         width = max(10, self.size.width - 2)
-        scale = max(budget, states + act, 1) * 1.05
-        n_states = min(width, round(states / scale * width))
-        n_act = min(width - n_states, round(act / scale * width))
-        mark = min(width - 1, round(budget / scale * width))
-        n_free = width - n_states - n_act
+        scale = max(memory, peak["peak_bytes"], 1) * 1.02
         out = Text()
-        out.append("GPU ", style="bold")
-        out.append(f"states {gb(states)}", style="bold green" if fits else "bold red")
-        out.append(f" + activations {gb(act)} of budget {gb(budget)}\n")
-        # Runs of one style each (a Text span per cell made this the slowest render).
-        runs = [("█", n_states, "green" if fits else "red"), ("▒", n_act, "yellow")]
-        runs.append(("░", n_free, "dim"))
+        out.append("GPU peak ", style="bold")
+        out.append(gb(peak["peak_bytes"]), style="bold" if peak["fits"] else "bold red")
+        out.append(f" of {gb(memory)} = ")
+        out.append(" + ".join(
+            f"{PART_LABELS[k]} {v / 1e9:.1f}" for k, v in parts.items() if v or k == "states"
+        ) + "\n")  # fmt: skip
+        runs, used = [], 0
+        for part, cell, style in SEGMENTS:
+            n = min(width - used, round(parts[part] / scale * width))
+            runs.append((cell, n, style or ("green" if fits else "red")))
+            used += n
+        runs.append(("░", width - used, "dim"))
+        mark = min(width - 1, round(budget / scale * width))
         cells = "".join(ch * n for ch, n, _ in runs)
         cells = cells[:mark] + "|" + cells[mark + 1 :]
-        bar = Text("[")
-        pos = 0
+        # Runs of one style each (a Text span per cell made this the slowest render).
+        bar, pos = Text("["), 0
         for _, n, style in runs:
             bar.append(cells[pos : pos + n], style=style)
             pos += n
@@ -65,9 +79,16 @@ class MemoryBar(Widget):
         bar.append("]\n")
         out.append_text(bar)
         if fits:
-            out.append(f"fits: {gb(budget - states)} of the budget left", style="green")
+            out.append(
+                f"states fit: {gb(budget - states)} of the {gb(budget)} budget left", style="green"
+            )
         else:
-            out.append(f"does not fit: {gb(states - budget)} over the budget", style="red")
-        if offload:
+            out.append(
+                f"states do not fit: {gb(states - budget)} over the {gb(budget)} budget",
+                style="red",
+            )
+        out.append(f"\nlargest: {PART_LABELS[peak['largest']]} ({gb(parts[peak['largest']])}): "
+                   f"{peak['knob']}")  # fmt: skip
+        if rec.resolved_parallelism["cpu_offload"]:
             out.append(f"\nhost memory per node (cpu_offload): {gb(rec.host_bytes_per_node)}")
         return out

@@ -1,0 +1,108 @@
+"""No knob the planner accepts is ignored by the memory model: each one is varied from one
+accepted job to another, and either the peak per GPU (or the host memory) changes, or the
+knob is listed here as not affecting it, with why, and the peak is checked unchanged."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from support.synthetic import QWEN3_0_6B, write_checkpoint
+
+from veri_tui.plan import plan
+from veri_tui.plan.knobs import Hyperparameters
+
+BASE = {"gpu": "H100-80GB", "gpu_count": 2, "zero_stage": 3, "micro_batch_size": 2}
+# knob: (its value in the base job or a variant, the other value, the job's other keys)
+MEMORY = {
+    "zero_stage": (3, 0, {}),
+    "micro_batch_size": (2, 4, {}),
+    "batch_size": (2, 4, {}),  # micro_batch_size's alias
+    "precision": ("bf16", "fp32", {}),
+    "gradient_checkpointing": (True, False, {}),
+    "activation_checkpointing": ("full", "selective", {}),
+    "cpu_offload": (False, True, {}),
+    "lora_rank": (0, 16, {}),
+    "load_in_4bit": (False, True, {"gpu_count": 1, "zero_stage": 0, "lora_rank": 16}),
+    "max_seq_length": (2048, 1024, {}),
+    "max_length": (1024, 512, {"method": "dpo"}),
+    "gpu_count": (2, 4, {}),
+    "method": ("sft_text", "dpo", {}),  # the reference model, chosen and rejected
+}
+NOT_MEMORY = {
+    "data_parallel_size": (2, "must equal gpu_count (refused otherwise): gpu_count divides"),
+    "gradient_accumulation_steps": (
+        4,
+        "each micro-batch's activations are freed by its backward, and gradients "
+        "accumulate in place (DDP's bucket views, FSDP2's sharded gradient)",
+    ),
+    "global_batch_size": (8, "sets gradient_accumulation_steps (above)"),
+    "lora_alpha": (64.0, "a scale applied in the forward, no tensor"),
+    "tensor_parallel_size": (1, "only 1 is accepted"),
+    "context_parallel_size": (1, "only 1 is accepted"),
+    "pipeline_parallel_size": (1, "only 1 is accepted"),
+    "expert_parallel_size": (1, "only 1 is accepted"),
+    "use_unsloth": (True, "not run by the bundled trainer (the plan warns it is ignored)"),
+    "use_liger": (True, "not run by the bundled trainer (the plan warns it is ignored)"),
+    "price_per_gpu_hour": (9.0, "the cost line only"),
+    "learning_rate": (3e-4, "a scalar of AdamW's in-place update"),
+    "num_epochs": (3, "how many steps, not what a step holds"),
+    "max_steps": (7, "how many steps, not what a step holds"),
+    "warmup_steps": (2, "the learning rate's schedule"),
+    "weight_decay": (0.1, "applied in place by AdamW"),
+    "max_grad_norm": (0.5, "clipping scales the gradients in place (per-tensor norms)"),
+    "seed": (7, "which samples, not their shapes (the plan takes full-length samples)"),
+    "beta": (0.5, "DPO's temperature, a scalar"),
+    "checkpoint_steps": (2, "DCP writes the shards it holds to disk (the disk: line)"),
+    "keep_checkpoints": (5, "checkpoints on disk"),
+    "resume": (True, "a resumed step holds what a fresh one does"),
+    "logging_steps": (3, "a metric line"),
+    "artifact_shard_bytes": (10**9, "the artifact's files on disk, after training"),
+    "hang_timeout_s": (600.0, "the supervisor's watchdog"),
+    "network": ("infiniband", "the multi-node collectives' time"),
+    "internode_bandwidth_gbps": (800.0, "the multi-node collectives' time"),
+    "max_restarts": (3, "attempts after a platform failure"),
+    "gpu": (
+        "L4-24GB",
+        "the job's bytes are the same on any GPU: the GPU is what they are set "
+        "against (its memory, the budget; the plan says whether they fit)",
+    ),
+}
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("sweep") / "qwen3-0.6b"
+    write_checkpoint(path, QWEN3_0_6B)
+    return path
+
+
+def _memory(model: Path, **knobs: Any) -> tuple[int, int]:
+    base = {
+        k: v for k, v in BASE.items() if not ("batch_size" in knobs and k == "micro_batch_size")
+    }
+    rec = plan(model=str(model), **{**base, **knobs})
+    return rec.activations["peak"]["peak_bytes"], rec.host_bytes_per_node
+
+
+def test_every_knob_is_swept() -> None:
+    knobs = set(Hyperparameters.model_fields) | {"batch_size", "gpu", "gpu_count", "method"}
+    assert set(MEMORY) | set(NOT_MEMORY) == knobs
+    assert not set(MEMORY) & set(NOT_MEMORY)
+
+
+@pytest.mark.parametrize("knob", sorted(MEMORY))
+def test_memory_knobs_change_the_peak(model: Path, knob: str) -> None:
+    base, other, extra = MEMORY[knob]
+    assert _memory(model, **{**extra, knob: base}) != _memory(model, **{**extra, knob: other})
+
+
+@pytest.mark.parametrize("knob", sorted(NOT_MEMORY))
+def test_the_other_knobs_leave_it_unchanged(model: Path, knob: str) -> None:
+    value, why = NOT_MEMORY[knob]
+    assert why
+    extra = {"lora_rank": 8} if knob == "lora_alpha" else {}
+    extra |= {"method": "dpo"} if knob == "beta" else {}
+    extra |= {"gpu_count": 1, "zero_stage": 0} if knob in ("use_unsloth", "use_liger") else {}
+    assert _memory(model, **extra) == _memory(model, **{**extra, knob: value})
