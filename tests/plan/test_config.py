@@ -120,6 +120,11 @@ def test_hub_examples_plan_from_cache(
         (repo_dir / "snapshots" / "r1").symlink_to(model_dirs[key])
         (repo_dir / "refs").mkdir()
         (repo_dir / "refs" / "main").write_text("r1")
+    qlora = plan_job(load_job_config(EXAMPLES / "qwen3-0.6b-qlora-l4.toml"))
+    assert qlora.resolved_parallelism["activation_checkpointing"] == "selective"
+    assert "gradient_checkpointing=selective" in qlora.plan_line
+    est = qlora.resolved_parallelism["memory_estimate"]
+    assert est["load_in_4bit"] and est["components"]["frozen_base"] < 2 * qlora.parameter_count
     small = plan_job(load_job_config(EXAMPLES / "qwen3-0.6b-l4x4.toml"))
     assert small.resolved_parallelism["zero_stage"] == 0
     assert small.resolved_parallelism["gradient_accumulation_steps"] == 4

@@ -76,10 +76,20 @@ def _ratio(plan: int, measured: int) -> float:
     return plan / measured - 1
 
 
+def _grouped_experts(arch: str) -> None:
+    """The plan counts transformers 5's grouped experts; transformers 4 runs them one by one
+    and keeps 2h more per routed copy (tests/trainer/test_moe_training.py)."""
+    import transformers
+
+    if arch == "tiny-moe" and int(transformers.__version__.split(".")[0]) < 5:
+        pytest.skip("transformers 4 runs the experts one by one")
+
+
 @pytest.mark.parametrize(("arch", "mode", "lora", "autocast", "tokens"), CASES)
 def test_plan_counts_what_the_model_keeps(
     archs: dict[str, Any], arch: str, mode: str, lora: int, autocast: bool, tokens: int
 ) -> None:
+    _grouped_experts(arch)
     config, info = archs[arch]
     measured = measure_step(config, mode=mode, tokens=tokens, lora_rank=lora, autocast=autocast)
     plan = activation_terms(info, mode=mode, tokens=tokens, lora_rank=lora, autocast=autocast)
@@ -93,11 +103,13 @@ def test_plan_counts_what_the_model_keeps(
 def test_without_checkpointing_autograd_packs_the_planned_layers(
     archs: dict[str, Any], arch: str
 ) -> None:
+    _grouped_experts(arch)
     config, info = archs[arch]
     model = build_model(config, mode="none")
     layers = list(model.model.layers)
     ids = torch.randint(0, config["vocab_size"], (1, 64))
-    saved = saved_by_autograd(model, layers, lambda: model(input_ids=ids))
+    mask = torch.ones_like(ids)  # as the trainer passes it (a full-length sample)
+    saved = saved_by_autograd(model, layers, lambda: model(input_ids=ids, attention_mask=mask))
     lay = Layout.of(info)
     for i in range(1, len(layers)):  # layer 0 also keeps the shared rotary tables
         moe = arch == "tiny-moe" and i not in config["mlp_only_layers"]

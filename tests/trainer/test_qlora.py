@@ -4,6 +4,7 @@ refuses it there too, before a job folder exists. CUDA is mocked (this box has n
 
 from __future__ import annotations
 
+import importlib.metadata
 import importlib.util
 from pathlib import Path
 
@@ -45,7 +46,10 @@ def test_the_base_loads_as_nf4_on_a_cuda_device() -> None:
     else:
         kwargs = qlora_kwargs(torch.device("cuda", 1))
         assert kwargs["device_map"] == {"": 1}
-    q = qlora_config()
+    try:
+        q = qlora_config()
+    except importlib.metadata.PackageNotFoundError:  # transformers 4 reads bitsandbytes' version
+        pytest.skip("this transformers needs bitsandbytes installed to build the config")
     assert q.load_in_4bit and q.bnb_4bit_quant_type == "nf4" and q.bnb_4bit_use_double_quant
     assert q.bnb_4bit_compute_dtype == torch.bfloat16
 

@@ -68,6 +68,7 @@ FIELDS: tuple[FieldSpec, ...] = (
     FieldSpec("global_batch_size", "global_batch_size", hint="auto"),
     FieldSpec("precision", "precision", "select", options=("bf16", "fp32", "fp16", "fp8")),
     FieldSpec("gradient_checkpointing", "grad checkpointing", "switch"),
+    FieldSpec("activation_checkpointing", "checkpointing", hint="from switch"),
     FieldSpec("cpu_offload", "cpu_offload", "switch"),
     FieldSpec("lora_rank", "lora_rank", section="LoRA and lengths"),
     FieldSpec("lora_alpha", "lora_alpha", hint="2 x lora_rank"),
