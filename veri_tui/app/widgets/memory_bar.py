@@ -16,6 +16,7 @@ from rich.text import Text
 from textual.reactive import reactive
 from textual.widget import Widget
 
+from veri_tui.app.widgets.steady import refresh_steady
 from veri_tui.plan.memory import gb
 from veri_tui.plan.peak import PART_LABELS
 
@@ -41,7 +42,10 @@ def fmt_gb(nbytes: float | int | None) -> str:
 class MemoryBar(Widget):
     """The peak's parts, each its own cell, the free memory dim, the budget marked `|`."""
 
-    record: reactive[PlanRecord | None] = reactive(None, layout=True)
+    record: reactive[PlanRecord | None] = reactive(None)
+
+    def watch_record(self) -> None:
+        refresh_steady(self)  # a new plan seldom changes the bar's height: no relayout then
 
     def render(self) -> Text:
         rec = self.record
