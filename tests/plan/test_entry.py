@@ -180,7 +180,7 @@ def test_no_quick_exit_after_a_hub_lookup(tmp_path: Path) -> None:
     pkg = tmp_path / "fake" / "huggingface_hub"
     pkg.mkdir(parents=True)
     (pkg / "__init__.py").write_text(FAKE_HUB)
-    (pkg / "utils.py").write_text('"""Stand-in."""\nclass HfHubHTTPError(Exception):\n    pass\n')
+    (pkg / "errors.py").write_text('"""Stand-in."""\nclass HfHubHTTPError(Exception):\n    pass\n')
     path = os.pathsep.join([str(tmp_path / "fake"), os.environ.get("PYTHONPATH", "")])
     env = {"HF_HUB_CACHE": str(tmp_path / "empty"), "PYTHONPATH": path}
     env["HF_HUB_OFFLINE"] = "0"

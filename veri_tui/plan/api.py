@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from veri_tui.errors import VeriError
+from veri_tui.errors import Refusal, VeriError
 from veri_tui.plan.config import job_from_fields
 from veri_tui.plan.decide import batch_sizes, states_for
 from veri_tui.plan.gpus import get_gpu
@@ -68,7 +68,7 @@ def _sweep_variant(job: JobConfig, n: int) -> JobConfig:
     return job.model_copy(update={"gpu_count": n, "hyperparameters": hp.model_copy(update=update)})
 
 
-def _skip_reason(job: JobConfig, errors: list) -> str:
+def _skip_reason(job: JobConfig, errors: list[Refusal]) -> str:
     hp = job.hyperparameters
     out = []
     for e in errors:

@@ -12,10 +12,13 @@ from __future__ import annotations
 import json
 from datetime import datetime
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from jobfolder.errors import DataError
 from jobfolder.rows import check_messages
+
+if TYPE_CHECKING:  # jinja2 is imported only when a dataset has `messages` rows
+    import jinja2
 
 SPECIAL_KEYS = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token",
                 "mask_token")  # fmt: skip
@@ -24,7 +27,7 @@ SPECIAL_KEYS = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token",
 class ChatTemplate(NamedTuple):
     """A compiled template and the special tokens it is rendered with."""
 
-    template: Any
+    template: jinja2.Template
     specials: dict[str, str]
 
     @classmethod

@@ -115,8 +115,10 @@ def _pydantic_errors(exc: ValidationError) -> list[Refusal]:
             msg = 'expected "auto", 0, 2 or 3'
         out.append(Refusal(key, f"{msg}{shown}"))
     # A union member failing twice reports the same key twice; keep the first.
-    seen: set[str] = set()
-    return [e for e in out if not (e.key in seen or seen.add(e.key))]
+    kept: dict[str, Refusal] = {}
+    for e in out:
+        kept.setdefault(e.key, e)
+    return list(kept.values())
 
 
 def _parse(fields: Mapping[str, Any]) -> tuple[JobConfig | None, list[Refusal]]:

@@ -50,7 +50,7 @@ def expected_max(hist: dict[int, int], k: int) -> float:
 
 def truncated(count: TokenCount, max_len: int) -> tuple[int, dict[int, int]]:
     """(tokens fed per epoch, histogram of padded sample lengths) at a truncation length."""
-    tokens, padded = 0, {}
+    tokens, padded = 0, dict[int, int]()
     for *lengths, rows in count.lengths:
         cut = [min(x, max_len) for x in lengths]
         tokens += sum(cut) * rows

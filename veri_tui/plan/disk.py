@@ -21,7 +21,7 @@ The launchers refuse a job whose disk cannot hold this (veri_tui/launch/diskchec
 from __future__ import annotations
 
 import os
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from veri_tui.plan.knobs import JobConfig
 from veri_tui.plan.memory import WEIGHT_BYTES
@@ -60,7 +60,7 @@ class DiskEstimate(NamedTuple):
         """Checkpoints plus artifact: what one disk holding both needs."""
         return self.checkpoints_bytes + self.artifact_bytes
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         """JSON form (the plan record's `disk`)."""
         return {**self._asdict(), "total_bytes": self.total_bytes}
 

@@ -9,7 +9,7 @@ S bytes on n GPUs takes S * 2(n-1)/n / busbw (all-reduce) or S * (n-1)/n / busbw
 from __future__ import annotations
 
 import re
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from veri_tui.errors import Refusal, VeriError
 
@@ -42,7 +42,7 @@ class GPU(NamedTuple):
         """Memory after the 2 GiB reserve: what states, activations and buffers share."""
         return max(0, self.memory_bytes - RESERVE_BYTES)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         """JSON form, with the derived budget."""
         d = self._asdict()
         d["budget_bytes"] = self.budget_bytes

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import struct
+from collections.abc import Mapping
 from pathlib import Path
 from typing import NamedTuple
 
@@ -54,7 +55,7 @@ def _nbytes(dtype: str, numel: int) -> int | None:
     return None
 
 
-def parse_header(raw: dict, path: Path, data_size: int | None) -> list[TensorInfo]:
+def parse_header(raw: Mapping[str, object], path: Path, data_size: int | None) -> list[TensorInfo]:
     """Check a decoded header's entries and offsets; `data_size` None skips the EOF check."""
     # `type(x) is int` (not isinstance): JSON true/false must not pass as 1/0. Plain loops,
     # not generators: this runs once per tensor of every shard on each `veri-tui plan`.
@@ -73,7 +74,7 @@ def parse_header(raw: dict, path: Path, data_size: int | None) -> list[TensorInf
                 raise _fail(path, f"tensor {name!r} has a bad shape {shape!r}")
             numel *= d
         nbytes = _nbytes(dtype, numel) if type(dtype) is str else None
-        if nbytes is None:
+        if type(dtype) is not str or nbytes is None:
             raise _fail(path, f"tensor {name!r} has an unknown dtype {dtype!r}")
         if type(offsets) is not list or len(offsets) != 2:
             raise _fail(path, f"tensor {name!r} has bad data_offsets {offsets!r}")

@@ -23,7 +23,7 @@ fraction of a percent on real models, documented rather than modelled.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from veri_tui.plan.model_info import ModelInfo
 
@@ -59,7 +59,7 @@ class MemoryEstimate(NamedTuple):
     components: dict[str, int]
     load_in_4bit: bool = False
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         """JSON form (the `memory_estimate` of resolved_parallelism)."""
         d = self._asdict()
         d["components"] = dict(self.components)

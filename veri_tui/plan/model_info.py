@@ -121,7 +121,8 @@ def build_model_info(
 ) -> ModelInfo:
     """Count everything from the tensors; read architecture figures from config.json."""
     # Multimodal configs nest the language model's figures under text_config.
-    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
+    nested = config.get("text_config")
+    text: dict[str, Any] = nested if isinstance(nested, dict) else config
     tie = bool(text.get("tie_word_embeddings", config.get("tie_word_embeddings", True)))
     by_name = {t.name: t for t in tensors}
     # One regex search per tensor: the decoder layer it belongs to, or None for the root.
@@ -176,12 +177,12 @@ def build_model_info(
         parts = name.rsplit(".", 2)
         qk_norm = qk_norm or parts[-2] == "q_norm"
         if len(t.shape) == 2 and parts[-1] == "weight" and parts[-2] in _TARGETS:
-            attention = parts[-2] in _ATTENTION
+            is_attention = parts[-2] in _ATTENTION
             out_f, in_f = t.shape
-            in_out[attention] += in_f + out_f
-            target_params[attention] += n
-            target_count[attention] += 1
-            modules[attention].add(parts[-2])
+            in_out[is_attention] += in_f + out_f
+            target_params[is_attention] += n
+            target_count[is_attention] += 1
+            modules[is_attention].add(parts[-2])
     heads_n = cfg_int(text, "num_attention_heads", "n_head")
     hidden = cfg_int(text, "hidden_size", "n_embd", "d_model")
     attention = attention_figures(text, heads_n, hidden)

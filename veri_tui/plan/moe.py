@@ -29,7 +29,7 @@ weights (quantisation metadata, not parameters; the trainer would train the dequ
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Container
 from typing import Any
 
 ROUTED = "experts"
@@ -48,7 +48,7 @@ def cfg_int(config: dict[str, Any], *keys: str, default: int = 0) -> int:
     return default
 
 
-def logical_numel(name: str, dtype: str, numel: int, names: set[str] | dict) -> int:
+def logical_numel(name: str, dtype: str, numel: int, names: Container[str]) -> int:
     """Parameters a tensor holds: MXFP4 blocks 2 per byte, their scales none."""
     if dtype == "U8" and name.endswith(MXFP4_BLOCKS):
         return 2 * numel

@@ -52,6 +52,11 @@ def _terms(info: ModelInfo, mode: str, tokens: int, lora: int, autocast: bool) -
     return activation_terms(info, mode=mode, tokens=tokens, lora_rank=lora, autocast=autocast)
 
 
+def _peak_of(terms: ActivationTerms | None) -> int:
+    """A mode's activation peak; 0 for a model without the widths to count one."""
+    return terms.peak if terms is not None else 0
+
+
 def estimate_peak(
     info: ModelInfo,
     gpu: GPU,
@@ -105,9 +110,9 @@ def estimate_peak(
         "gradient_checkpointing": activation_checkpointing != "none",
         "bytes_per_gpu": current,
         "phase": terms.phase if terms else None,
-        "with_checkpointing_bytes": by_mode["full"].peak if known else 0,
-        "selective_bytes": by_mode["selective"].peak if known else 0,
-        "without_checkpointing_bytes": by_mode["none"].peak if known else 0,
+        "with_checkpointing_bytes": _peak_of(by_mode["full"]),
+        "selective_bytes": _peak_of(by_mode["selective"]),
+        "without_checkpointing_bytes": _peak_of(by_mode["none"]),
         "logits_and_loss_bytes": terms.logits if terms else 0,
         "loss_chunk_bytes": loss_chunk_bytes(info.vocab_size, tokens) if known else 0,
         "logits_at_peak_bytes": logits,

@@ -45,8 +45,9 @@ def prices_file() -> Path:
 
 
 def _valid(value: object) -> bool:
-    ok = isinstance(value, int | float) and not isinstance(value, bool)
-    return ok and math.isfinite(value) and value > 0  # type: ignore[arg-type]
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    return math.isfinite(value) and value > 0
 
 
 def read_prices_file(path: Path | None = None) -> tuple[dict[str, float], str | None]:

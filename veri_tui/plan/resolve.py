@@ -7,7 +7,7 @@ warning names the ways out, each priced in `suggestions`.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypedDict
 
 from veri_tui.errors import VeriError
 from veri_tui.plan.activations import Layout, selective_recompute_flops, sequence_length
@@ -38,7 +38,18 @@ def human_count(n: int) -> str:
     return str(n)
 
 
-def _header(job: JobConfig, info: ModelInfo, gpu: GPU, est: MemoryEstimate, trace: list[str]):
+class _Shape(TypedDict):
+    """The sample shape the activation and throughput estimates share."""
+
+    method: str
+    micro_batch_size: int
+    max_seq_length: int
+    max_length: int
+
+
+def _header(
+    job: JobConfig, info: ModelInfo, gpu: GPU, est: MemoryEstimate, trace: list[str]
+) -> list[str]:
     hp = job.hyperparameters
     if hp.lora_rank:
         kind = f"LoRA rank {hp.lora_rank} on {info.lora_target_count} linears"
@@ -163,7 +174,7 @@ def plan_job(
         "memory_estimate": est.to_dict(),
         "decision_trace": trace,
     }
-    common = {
+    common: _Shape = {
         "method": job.method,
         "micro_batch_size": mbs,
         "max_seq_length": hp.max_seq_length,

@@ -162,7 +162,7 @@ def read_hub(repo_id: str) -> ModelInfo:
         )
     # Imported here: only this path needs it, and it is slow to import.
     from huggingface_hub import get_safetensors_metadata, hf_hub_download
-    from huggingface_hub.utils import HfHubHTTPError
+    from huggingface_hub.errors import HfHubHTTPError
 
     try:
         meta = get_safetensors_metadata(repo_id)

@@ -33,6 +33,8 @@ Constants and their sources: docs/planning.md.
 
 from __future__ import annotations
 
+from typing import Any
+
 from veri_tui.plan.activations import sequence_length
 from veri_tui.plan.gpus import GPU
 from veri_tui.plan.memory import COMPUTE_BYTES, WEIGHT_BYTES
@@ -58,7 +60,7 @@ HOST_LINK_GBPS = 25.0  # PCIe Gen4 x16 host<->device copies, used by cpu_offload
 def flops_per_token(
     info: ModelInfo, seq: int, *, lora: bool, gc: bool, dpo: bool,
     recompute_fraction: float | None = None,
-) -> dict:  # fmt: skip
+) -> dict[str, float]:  # fmt: skip
     """Hardware FLOPs per token: forward, backward, recompute, DPO reference forward.
     `recompute_fraction`: the share of the forward recomputed in backward (None: all of it
     with `gc`, none without; selective checkpointing recomputes a part).
@@ -76,6 +78,7 @@ def flops_per_token(
     fwd = 2 * matmul_params + 2 * info.layer_count * (qk + v) * seq  # PaLM: 6N + 12*L*H*Q*T
     # Frozen weights (LoRA) need activation gradients but no weight gradients.
     bwd = fwd if lora else 2 * fwd
+    recompute: float  # FLOPs: a fraction of the forward's under selective checkpointing
     if recompute_fraction is None:
         recompute = fwd if gc else 0
     else:
@@ -131,7 +134,7 @@ def estimate_throughput(
     internode_gbps: float = 25.0,
     recompute_fraction: float | None = None,
     recompute_elementwise: float | None = None,
-) -> dict:
+) -> dict[str, Any]:
     """One plan's step time, tokens/s, compute/communication split and scaling efficiency;
     `nodes` machines joined by `internode_gbps` (Gb/s per node) share the `gpu_count`.
 

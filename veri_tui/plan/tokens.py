@@ -113,10 +113,10 @@ def cached_count(dataset: str | Path, model_dir: str | Path, method: str) -> Tok
         if isinstance(found, Exception):
             raise found.with_traceback(None)
         return found
-    found = _from_cache(cache_dir() / f"{_content_key(dataset, model_dir, method)}.json", method)
-    if found is not None:
-        _MEMO[memo_key] = found
-    return found
+    cached = _from_cache(cache_dir() / f"{_content_key(dataset, model_dir, method)}.json", method)
+    if cached is not None:
+        _MEMO[memo_key] = cached
+    return cached
 
 
 def count_tokens(dataset: str | Path, model_dir: str | Path, method: str) -> TokenCount:
