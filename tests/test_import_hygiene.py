@@ -51,9 +51,12 @@ def test_core_and_plan_command_load_nothing_of_the_notebook_or_web_side() -> Non
         "    assert main(['plan', '--gpu-count', '2']) == 0\n"
     )
     assert _loaded(code, WEB) == []
-    # A record shown as HTML (a notebook) brings the renderer, still not the web server.
-    html = _loaded("from veri_tui.plan import plan\nplan()._repr_html_()", WEB)
-    assert html == ["veri_tui.notebook"]
+    # A record shown as HTML (a notebook) renders with the core's own stdlib renderer
+    # (veri_tui.plan.html, issue 17: no plan -> notebook import), so nothing of the notebook
+    # or web side loads; the renderer itself loads only then.
+    html = _loaded("from veri_tui.plan import plan\nplan()._repr_html_()", (*WEB, *HEAVY))
+    assert html == []
+    assert _loaded("import veri_tui.plan", ("veri_tui.plan.html",)) == []
 
 
 def test_the_job_folder_package_is_standard_library_only() -> None:

@@ -14,8 +14,8 @@ import pytest
 from support.synthetic import write_checkpoint
 
 from veri_tui.notebook import plan_view
-from veri_tui.notebook.html import RED, memory_parts, record_html
 from veri_tui.plan import plan
+from veri_tui.plan.html import RED, memory_parts, record_html
 
 
 class Elements(HTMLParser):

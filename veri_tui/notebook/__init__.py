@@ -30,7 +30,7 @@ class PlanView:
     errors: tuple[str, ...] = ()
 
     def _repr_html_(self) -> str:
-        from veri_tui.notebook.html import record_html, refusals_html
+        from veri_tui.plan.html import record_html, refusals_html
 
         if self.record is None:
             return refusals_html(list(self.errors))

@@ -3,7 +3,7 @@
 The plan line format is fixed by contracts section 4; the header lines before it say the
 parameter count (and, for a mixture of experts, the experts and the active parameters), the
 budget and the decision. A record renders as text in a terminal or rich console and as HTML
-in a notebook (veri_tui.notebook.html).
+in a notebook (veri_tui.plan.html).
 """
 
 from __future__ import annotations
@@ -100,6 +100,6 @@ class PlanRecord(NamedTuple):
 
     def _repr_html_(self) -> str:
         # Notebooks only: the renderer is imported when a record is first shown as HTML.
-        from veri_tui.notebook.html import record_html
+        from veri_tui.plan.html import record_html
 
         return record_html(self)

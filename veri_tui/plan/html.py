@@ -6,6 +6,8 @@ activations, the budget marked), throughput, the job's time and cost, warnings a
 suggestions, and refusals in red. Every string from the record is escaped (`html.escape`):
 model paths and dataset names are the user's text. Plain HTML and inline styles, so it
 renders in JupyterLab, VS Code and nbconvert alike without ipywidgets or any JavaScript.
+Standard library only, so it lives in the planning core: `PlanRecord._repr_html_` and the
+notebook side (`veri_tui.notebook.plan_view`) both import it from here.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from html import escape
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from veri_tui.plan import PlanRecord
+    from veri_tui.plan.record import PlanRecord
 
 RED, GREEN, AMBER, GREY = "#c62828", "#2e7d32", "#b26a00", "#777"
 PART_COLORS = {
