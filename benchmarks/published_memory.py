@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
+from published_runs import llama
+
 QWEN = ("QwenLM/Qwen", "README.md", "03cd81f5e4da6ab60fc8f97f3b8aa1206fdb08a9")
 QWEN_FINETUNE = ("QwenLM/Qwen", "finetune.py", "00dceebbaaec2bf642ad327f7022ac9b6f8da187")
 QWEN_DS2 = (
@@ -31,11 +33,7 @@ LITGPT = ("Lightning-AI/litgpt", "tutorials/resource-tables.md",
 def qwen(h: int, mlp: int, layers: int, heads: int, vocab: int) -> dict[str, Any]:
     """A Qwen (v1) model as a Llama-shaped config: its config.json's intermediate_size is
     twice the MLP width (w1 and w2 each take half), wte and lm_head are untied."""
-    return {
-        "model_type": "llama", "hidden_size": h, "intermediate_size": mlp,
-        "num_hidden_layers": layers, "num_attention_heads": heads, "num_key_value_heads": heads,
-        "vocab_size": vocab, "tie_word_embeddings": False, "max_position_embeddings": 8192,
-    }  # fmt: skip
+    return {**llama(h, mlp, layers, heads, heads, vocab), "max_position_embeddings": 8192}
 
 
 def qwen_tensors(config: dict[str, Any]) -> dict[str, tuple[str, list[int]]]:
