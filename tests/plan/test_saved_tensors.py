@@ -37,17 +37,20 @@ SMALL = {
     "num_key_value_heads": 2, "head_dim": 32, "num_hidden_layers": 2, "vocab_size": 512,
     "max_position_embeddings": 4096, "tie_word_embeddings": False,
 }  # fmt: skip
-MOE_KEYS = (
-    "model_type", "hidden_size", "intermediate_size", "moe_intermediate_size",
-    "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim",
-    "vocab_size", "num_experts", "num_experts_per_tok", "mlp_only_layers", "norm_topk_prob",
-    "decoder_sparse_step", "tie_word_embeddings", "max_position_embeddings",
+KEYS = (
+    "model_type", "hidden_size", "intermediate_size", "num_hidden_layers",
+    "num_attention_heads", "num_key_value_heads", "head_dim", "vocab_size",
+    "tie_word_embeddings", "max_position_embeddings",
+)  # fmt: skip
+MOE_KEYS = KEYS + (
+    "moe_intermediate_size", "num_experts", "num_experts_per_tok", "mlp_only_layers",
+    "norm_topk_prob", "decoder_sparse_step",
 )  # fmt: skip
 MODES = ("none", "selective", "full")
 # (architecture, LoRA rank, autocast): bf16 full fine-tunes and LoRA on every architecture,
 # fp32 weights (autocast) on a dense and the MoE one, LoRA under autocast once.
-VARIANTS = [(a, r, False) for a in ("llama", "qwen3", "tiny-moe") for r in (0, 4)]
-VARIANTS += [("qwen3", 0, True), ("tiny-moe", 0, True), ("qwen3", 4, True)]
+VARIANTS = [(a, r, False) for a in ("llama", "tiny-model", "tiny-moe") for r in (0, 4)]
+VARIANTS += [("tiny-model", 0, True), ("tiny-moe", 0, True), ("tiny-model", 4, True)]
 CASES = [
     (arch, mode, lora, autocast, (48, 96)[i % 2])
     for i, ((arch, lora, autocast), mode) in enumerate((v, m) for v in VARIANTS for m in MODES)
@@ -56,19 +59,18 @@ CASES = [
 
 @pytest.fixture(scope="module")
 def archs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[dict, ModelInfo]]:
-    """config.json values and the planner's ModelInfo (from header-only checkpoints, or the
-    bundled tiny MoE's real files) of each architecture."""
+    """config.json values and the planner's ModelInfo of each architecture: the bundled tiny
+    dense model (Qwen3: q/k norms) and tiny MoE from their files, Llama and Qwen2 (biased q,
+    k, v) from header-only checkpoints."""
     root = tmp_path_factory.mktemp("saved")
     out = {}
-    for arch in ("llama", "qwen3", "qwen2"):
+    for arch in ("llama", "qwen2"):
         config = {"model_type": arch, **SMALL}
         write_checkpoint(root / arch, config)
         out[arch] = (config, read_model_info(str(root / arch)))
-    moe = json.loads((REPO / "assets" / "tiny-moe" / "config.json").read_text())
-    out["tiny-moe"] = (
-        {k: moe[k] for k in MOE_KEYS},
-        read_model_info(str(REPO / "assets" / "tiny-moe")),
-    )
+    for name, keys in (("tiny-model", KEYS), ("tiny-moe", MOE_KEYS)):
+        config = json.loads((REPO / "assets" / name / "config.json").read_text())
+        out[name] = ({k: config[k] for k in keys}, read_model_info(str(REPO / "assets" / name)))
     return out
 
 
@@ -99,7 +101,7 @@ def test_plan_counts_what_the_model_keeps(
     assert abs(_ratio(plan.peak, measured["peak"])) <= tolerance, (plan, measured)
 
 
-@pytest.mark.parametrize("arch", ["llama", "qwen3", "tiny-moe"])
+@pytest.mark.parametrize("arch", ["llama", "tiny-model", "tiny-moe"])
 def test_without_checkpointing_autograd_packs_the_planned_layers(
     archs: dict[str, Any], arch: str
 ) -> None:
@@ -122,7 +124,7 @@ def test_without_checkpointing_autograd_packs_the_planned_layers(
 
 @pytest.mark.parametrize("mode", MODES)
 def test_fake_tensors_count_what_real_ones_do(archs: dict[str, Any], mode: str) -> None:
-    config, _ = archs["qwen3"]
+    config, _ = archs["tiny-model"]
     real = measure_step(config, mode=mode, tokens=64, lora_rank=4)
     assert measure_step(config, mode=mode, tokens=64, lora_rank=4, fake=True) == real
 
