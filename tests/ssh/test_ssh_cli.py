@@ -130,7 +130,8 @@ def test_plan_host_plans_for_the_hosts_gpus_and_model(ssh_env, tmp_path: Path) -
         assert lines[0].startswith(f"model: ~/{name}/model: {count} parameters")
         assert lines[1].startswith("budget: ") and " on custom-85.521GB x2 " in lines[1]
         assert lines[3].startswith("plan: dp=2 zero_stage=0 ")
-        assert lines[-3].startswith("throughput: not estimated (custom-85.521GB has no known")
+        assert lines[-4].startswith("throughput: not estimated (custom-85.521GB has no known")
+        assert lines[-3].startswith("memory: peak 2.2 GB/GPU of 85.5 GB = states 0.0")
         assert lines[-1] == "cost: not estimated (custom-85.521GB has no throughput estimate)"
         rec = json.loads(cli("plan", "--host", ssh_env.alias, *job, "--json", env=env).stdout)
         assert rec["gpu"]["name"] == "custom-85.521GB" and rec["header_lines"] == lines[:3]
