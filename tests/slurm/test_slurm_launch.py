@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import time
 from pathlib import Path
 
 import pytest
@@ -21,12 +22,20 @@ from slurm_helpers import (
 )
 from support.slurm_cluster import SlurmCluster
 
+from jobfolder import supervise
 from jobfolder.procs import read_pid
 from veri_tui.launch import jobs
 
 __all__ = ["home"]  # the fixture, imported for the tests below
 
 SLURM = ("--slurm", "local")
+# Two nodes, and the supervisor's answer to Slurm's signals, are the job side's Slurm mode
+# (jobfolder/supervise.py runs torchrun under srun and tells a cancel from a preemption or the
+# time limit): these tests wait for it.
+needs_job_side = pytest.mark.skipif(
+    "SLURM_JOB_ID" not in Path(supervise.__file__).read_text(),
+    reason="the supervisor has no Slurm mode yet (the job side, branch slurm-requeue)",
+)
 
 
 def test_plan_reads_the_partition(slurm: SlurmCluster, home: Path, capsys) -> None:
@@ -172,4 +181,67 @@ def test_a_sigkilled_rank_is_reported_with_rank_code_and_attribution(
     assert record["status"] == "failed"
     assert (error["rank"], error["code"], error["attribution"]) == (1, "RANK_LOST", "platform")
     assert "SIGKILL" in error["summary"]
+    wait_for(lambda: slurm.jobs() == [], 30, "the Slurm job to end")
+
+
+def test_a_pending_job_shows_its_reason_and_cancel_and_resume_resubmit(
+    slurm: SlurmCluster, home: Path, capsys
+) -> None:
+    # Partition gpu's node is down: the job waits in the queue with Slurm's reason.
+    code, out, err = cli(capsys, "launch", *SLURM, "--partition", "gpu", "--set", "max_steps=1")
+    assert code == 0, err
+    job_id = out.strip()
+    first = jobs.get_job(job_id)
+    assert (first["status"], first["slurm_state"]) == ("pending", "PENDING")
+    reason = wait_for(lambda: jobs.pending_reason(jobs.get_job(job_id)), 30, "a reason")
+    code, out, _ = cli(capsys, "jobs")
+    assert f"{job_id}  pending ({reason})  slurm:local" in out
+    code, out, _ = cli(capsys, "jobs", job_id)
+    assert f"slurm: job {first['slurm_job_id']} PENDING, reason {reason}" in out
+    script = (slurm_job_dir(home, job_id) / "sbatch.sh").read_text()
+    assert "#SBATCH --gpus-per-node=2\n" in script and "--cpus-per-task" not in script
+    assert cli(capsys, "cancel", job_id)[:2] == (0, f"job {job_id} cancelled\n")
+    assert slurm.jobs() == []
+    # resume submits the job again: a new Slurm job id, in the registry and job.json.
+    code, _, err = cli(capsys, "resume", job_id)
+    assert code == 0, err
+    again = jobs.get_job(job_id)
+    assert again["status"] == "pending" and again["slurm_job_id"] != first["slurm_job_id"]
+    assert slurm.jobs() == [str(again["slurm_job_id"])]
+    assert not (slurm_job_dir(home, job_id) / "cancel.request").exists()
+    assert cli(capsys, "cancel", job_id)[0] == 0 and slurm.jobs() == []
+
+
+@needs_job_side
+def test_two_nodes_one_rank_each_match_a_local_run(slurm: SlurmCluster, home: Path, capsys) -> None:
+    steps = ("--set", "max_steps=4")
+    code, out, err = cli(capsys, "launch", "--gpu-count", "2", *steps, "--wait")
+    assert code == 0, err
+    local = losses(home / "jobs" / out.splitlines()[0])
+    code, out, err = cli(
+        capsys, "launch", *SLURM, "--nodes", "2", "--gpus-per-node", "1", *steps, "--wait"
+    )
+    assert code == 0, err + out
+    job_id = out.splitlines()[0]
+    assert losses(slurm_job_dir(home, job_id)) == pytest.approx(local, rel=1e-6)
+    spec = jobs.get_job(job_id)["spec"]
+    assert (spec["nnodes"], spec["nproc_per_node"], spec["gpu_count"]) == (2, 1, 2)
+
+
+@needs_job_side
+def test_a_job_over_its_time_limit_is_time_limit_customer(
+    slurm: SlurmCluster, home: Path, capsys
+) -> None:
+    # Slurm's smallest limit is a minute; it ends the job within its 30 s timer of the limit
+    # (plus KillWait, 10 s here, for what ignores SIGTERM).
+    started = time.monotonic()
+    job_id, _ = _running(home, capsys, "--time", "1")
+    record = wait_ended(job_id, 150)
+    print(f"time limit: ended {time.monotonic() - started:.0f} s after the launch")
+    error = record["error"]
+    assert (record["status"], error["code"], error["attribution"]) == (
+        "failed",
+        "TIME_LIMIT",
+        "customer",
+    )
     wait_for(lambda: slurm.jobs() == [], 30, "the Slurm job to end")
