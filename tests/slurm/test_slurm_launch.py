@@ -115,20 +115,26 @@ def test_dry_run_prints_the_script_and_submits_nothing(
     assert code == 2 and err.startswith("error: slurm.time: 'soon': use Slurm's format")
 
 
-def test_two_ranks_through_sbatch_match_a_local_run(
-    slurm: SlurmCluster, home: Path, capsys
-) -> None:
+def _same_losses_as_local(capsys, home: Path, *layout: str) -> str:
+    """A local 2-rank run of 4 steps, then the same job with ``layout`` through sbatch: the
+    Slurm job's id, once its losses were found equal to the local run's."""
     steps = ("--set", "max_steps=4")
     code, out, err = cli(capsys, "launch", "--gpu-count", "2", *steps, "--wait")
     assert code == 0, err
     local = losses(home / "jobs" / out.splitlines()[0])
-    code, out, err = cli(
-        capsys, "launch", *SLURM, "--partition", "debug", "--gpus-per-node", "2", *steps, "--wait"
-    )
+    code, out, err = cli(capsys, "launch", *SLURM, *layout, *steps, "--wait")
     assert code == 0, err + out
     job_id = out.splitlines()[0]
+    assert losses(slurm_job_dir(home, job_id)) == pytest.approx(local, rel=1e-6)
+    assert len(local) == 4
+    return job_id
+
+
+def test_two_ranks_through_sbatch_match_a_local_run(
+    slurm: SlurmCluster, home: Path, capsys
+) -> None:
+    job_id = _same_losses_as_local(capsys, home, "--partition", "debug", "--gpus-per-node", "2")
     job_dir = slurm_job_dir(home, job_id)
-    assert losses(job_dir) == pytest.approx(local, rel=1e-6) and len(local) == 4
     record = jobs.get_job(job_id)
     assert (record["status"], record["host"]) == ("succeeded", "slurm:local")
     entry = json.loads((home / "remote" / f"{job_id}.json").read_text())
@@ -214,16 +220,7 @@ def test_a_pending_job_shows_its_reason_and_cancel_and_resume_resubmit(
 
 @needs_job_side
 def test_two_nodes_one_rank_each_match_a_local_run(slurm: SlurmCluster, home: Path, capsys) -> None:
-    steps = ("--set", "max_steps=4")
-    code, out, err = cli(capsys, "launch", "--gpu-count", "2", *steps, "--wait")
-    assert code == 0, err
-    local = losses(home / "jobs" / out.splitlines()[0])
-    code, out, err = cli(
-        capsys, "launch", *SLURM, "--nodes", "2", "--gpus-per-node", "1", *steps, "--wait"
-    )
-    assert code == 0, err + out
-    job_id = out.splitlines()[0]
-    assert losses(slurm_job_dir(home, job_id)) == pytest.approx(local, rel=1e-6)
+    job_id = _same_losses_as_local(capsys, home, "--nodes", "2", "--gpus-per-node", "1")
     spec = jobs.get_job(job_id)["spec"]
     assert (spec["nnodes"], spec["nproc_per_node"], spec["gpu_count"]) == (2, 1, 2)
 
