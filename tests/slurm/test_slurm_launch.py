@@ -138,7 +138,7 @@ def test_two_ranks_through_sbatch_match_a_local_run(
     record = jobs.get_job(job_id)
     assert (record["status"], record["host"]) == ("succeeded", "slurm:local")
     entry = json.loads((home / "remote" / f"{job_id}.json").read_text())
-    assert entry["kind"] == "slurm" and entry["pid"] == record["slurm_job_id"]
+    assert entry["kind"] == "slurm" and str(entry["pid"]) == record["slurm_job_id"]
     assert record["spec"]["slurm"]["partition"] == "debug"
     assert (job_dir / "log.txt").read_text().startswith("model: tiny-model (bundled)")
     assert (job_dir / "sbatch.sh").read_text().startswith("#!/bin/bash\n")

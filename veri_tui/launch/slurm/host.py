@@ -9,7 +9,8 @@ folder sits on the filesystem the login node and the compute nodes share. What d
   machine's own jobs, which `veri-tui jobs` lists by folder: a Slurm job is listed by its
   registry entry);
 - `start_supervisor`: writes `<job_dir>/sbatch.sh` (script.py) and runs `sbatch --parsable`;
-  the handle is the Slurm job id, also written to job.json (`slurm_job_id`). Anything that
+  the handle is the Slurm job id, also written to job.json (`slurm_job_id`, a string as
+  $SLURM_JOB_ID is: the supervisor writes it too). Anything that
   fails after sbatch answered scancels the job;
 - `alive`, `judge`: the controller's state (states.py) instead of a pid;
 - `cancel_job`: the `cancel.request` marker, `scancel --signal=TERM --full`, `scancel` after
@@ -50,7 +51,7 @@ LEAVE_S = 60.0
 # Run on the login node with the job's jobfolder package: job.json changed under its lock.
 _SET_ID = (
     "import sys; from jobfolder.atomic import update_job; "
-    "update_job(sys.argv[1], slurm_job_id=int(sys.argv[2]))"
+    "update_job(sys.argv[1], slurm_job_id=sys.argv[2])"
 )
 _CLOSE = (
     "import json, sys; from jobfolder.atomic import modify_job, record_cancel; "
@@ -274,7 +275,7 @@ def with_state(record: JobRecord, state: SlurmState) -> JobRecord:
     """The record with what the controller says (`slurm_state`, `slurm_reason`): read-side
     keys like `lost`, never written to job.json."""
     view = cast(dict[str, Any], dict(record))
-    view.update(slurm_job_id=state.job_id, slurm_state=state.state, slurm_reason=state.reason)
+    view.update(slurm_job_id=str(state.job_id), slurm_state=state.state, slurm_reason=state.reason)
     return cast(JobRecord, view)
 
 

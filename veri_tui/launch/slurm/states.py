@@ -7,7 +7,7 @@ the status, failure code and attribution job.json would have had:
 
     PENDING (+ reason) -> pending; RUNNING, CONFIGURING, COMPLETING -> running
     TIMEOUT, DEADLINE -> failed TIME_LIMIT (customer); OUT_OF_MEMORY -> failed HOST_OOM (customer)
-    PREEMPTED -> failed RANK_LOST (platform); NODE_FAIL, BOOT_FAIL -> failed HARDWARE_ERROR
+    PREEMPTED -> failed PREEMPTED (platform); NODE_FAIL, BOOT_FAIL -> failed HARDWARE_ERROR
     (platform); CANCELLED -> cancelled; FAILED, COMPLETED without an outcome -> lost
 
 A job whose supervisor recorded its outcome keeps it: these apply only where job.json has
@@ -37,7 +37,8 @@ _FAILURES = {
         "HOST_OOM",
         "a node ran out of the memory the job was given (Slurm OUT_OF_MEMORY)",
     ),
-    "PREEMPTED": ("RANK_LOST", "Slurm preempted the job (PREEMPTED)"),
+    # The job side's code (platform; Slurm requeues it, the supervisor does not retry it).
+    "PREEMPTED": ("PREEMPTED", "Slurm preempted the job (PREEMPTED)"),
     "NODE_FAIL": ("HARDWARE_ERROR", "a node of the allocation failed (Slurm NODE_FAIL)"),
     "BOOT_FAIL": ("HARDWARE_ERROR", "a node of the allocation failed to boot (Slurm BOOT_FAIL)"),
 }
