@@ -208,11 +208,15 @@ def test_a_pending_job_shows_its_reason_and_cancel_and_resume_resubmit(
     assert "#SBATCH --gpus-per-node=2\n" in script and "--cpus-per-task" not in script
     assert cli(capsys, "cancel", job_id)[:2] == (0, f"job {job_id} cancelled\n")
     assert slurm.jobs() == []
-    # resume submits the job again: a new Slurm job id, in the registry and job.json.
-    code, _, err = cli(capsys, "resume", job_id)
+    # resume plans it again on the partition and submits it: a new Slurm job id, in the
+    # registry and job.json, the same layout.
+    code, _, err = cli(capsys, "resume", job_id, "--set", "learning_rate=0.001")
     assert code == 0, err
     again = jobs.get_job(job_id)
     assert again["status"] == "pending" and again["slurm_job_id"] != first["slurm_job_id"]
+    spec = again["spec"]
+    assert spec["hyperparameters"]["learning_rate"] == 0.001
+    assert (spec["slurm"]["partition"], spec["gpu_count"], spec["gpu"]) == ("gpu", 2, "H100-80GB")
     assert slurm.jobs() == [str(again["slurm_job_id"])]
     assert not (slurm_job_dir(home, job_id) / "cancel.request").exists()
     assert cli(capsys, "cancel", job_id)[0] == 0 and slurm.jobs() == []

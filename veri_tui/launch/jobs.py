@@ -245,8 +245,7 @@ def resume(
     runs or succeeded, a gpu_count that cannot split the batch (or changes a multi-node
     job's), any refusal of the new plan; nothing is changed then.
     """
-    from veri_tui.launch.launching import plan_for
-    from veri_tui.launch.replan import resume_spec
+    from veri_tui.launch.launching import replan
     from veri_tui.launch.restart import layout_refusal
 
     target = target_for(job_id)
@@ -261,7 +260,7 @@ def resume(
         raise VeriError(refused.message, key=refused.key)
     spec: JobSpec | None = None
     if not many:
-        spec = resume_spec(record, gpu_count, sets, lambda job: plan_for(target.nodes[0].host, job))
+        spec = replan(target.nodes[0].host, record, gpu_count, sets)
     try:
         target.stop_watcher()
         record = target.resume(job_id, spec)

@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from typing import Any, cast
 
 from jobfolder.layout import MADE_WITH, node_folder_name
-from jobfolder.record import JobRecord
+from jobfolder.record import JobRecord, JobSpec
 from veri_tui.errors import Refusal, VeriError
 from veri_tui.launch.host import Host, HostFacts, check_disk, check_memory
 from veri_tui.launch.hostpool import HostName, all_or_raise, in_parallel, open_hosts
@@ -85,11 +85,27 @@ def plan_on(job: Any, names: Sequence[HostName], trust: str | None = None) -> An
             host.close()
 
 
-def plan_for(host: Host, job: Any) -> tuple[Any, Any]:
-    """(job, plan) for one open host, its problems refused: a re-planned resume."""
-    facts = host.probe(job, 0)
-    facts.check()
-    return host.plan(job, facts)
+def replan(host: Host, record: JobRecord, gpu_count: int | None, sets: Sequence[str]
+           ) -> JobSpec | None:  # fmt: skip
+    """The spec of a one-host job's next attempt (replan.resume_spec): None to keep its own,
+    else planned again on its open host, its problems refused. A Slurm job keeps its layout
+    keys (the host's `spec`) and is laid out again from its record (options_for_resume)."""
+    from veri_tui.launch.replan import resume_spec
+
+    keys: dict[str, Any] = {}
+    if host.kind == "slurm":
+        from veri_tui.launch.slurm.options import options_for_resume
+
+        host.options = options_for_resume(record, gpu_count)  # type: ignore[attr-defined]
+
+    def plan_for(job: Any) -> tuple[Any, Any]:
+        facts = host.probe(job, 0)
+        facts.check()
+        keys.update(facts.spec)
+        return host.plan(job, facts)
+
+    spec = resume_spec(record, gpu_count, sets, plan_for)
+    return None if spec is None else cast(JobSpec, {**spec, **keys})
 
 
 def host_record(

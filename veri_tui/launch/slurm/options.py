@@ -9,8 +9,9 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, cast
 
+from jobfolder.record import JobRecord
 from veri_tui.errors import Refusal, VeriError
 
 #: `[slurm]` keys and the type each takes.
@@ -83,3 +84,14 @@ def slurm_options(table: Mapping[str, Any] | None, given: Mapping[str, Any]) -> 
             )
         return None
     return SlurmOptions(**{k: merged[k] for k in KEYS if merged.get(k) is not None})
+
+
+def options_for_resume(record: JobRecord, gpu_count: int | None) -> SlurmOptions:
+    """The options a Slurm job was launched with (its spec["slurm"]), for a re-planned
+    resume: a new ``gpu_count`` is spread over the same nodes."""
+    spec = cast(dict[str, Any], record["spec"])
+    given = {k: v for k, v in (spec.get("slurm") or {}).items() if k in KEYS and v}
+    nodes = int(given.get("nodes") or 1)
+    if gpu_count is not None:
+        given["gpus_per_node"] = max(1, gpu_count // nodes)  # an uneven count: refused
+    return SlurmOptions(**given)
