@@ -5,6 +5,7 @@
       log.txt, metrics.jsonl            rank 0's log and metric lines
       supervisor.pid, torchrun.pid      the supervisor's and its torchrun's pids
       supervisor.log                    the supervisor's own output
+      cancel.request                    a Slurm job's cancel, written before scancel
       pids/rank-<r>                     each rank's pid (procs.py)
       failures/rank-<r>.json            a failing rank's record (failures.py)
       elastic/, torchrun.log, exit_code one attempt's torchrun files (attempts.py)
@@ -37,6 +38,9 @@ FAILURES = "failures"
 ELASTIC = "elastic"
 TORCHRUN_LOG = "torchrun.log"
 EXIT_CODE = "exit_code"
+#: Written by a Slurm job's cancel before `scancel --signal=TERM`: the supervisor's SIGTERM is
+#: then a cancel, not a preemption (docs/slurm.md).
+CANCEL_REQUEST = "cancel.request"
 ATTEMPTS = "attempts"
 PROGRESS = "progress"
 MEASURED = "measured"

@@ -55,6 +55,8 @@ class FailureCode(StrEnum):
     RANK_HUNG = "RANK_HUNG"  # no rank advanced for hang_timeout_s (jobfolder/watchdog.py)
     COMM_ERROR = "COMM_ERROR"
     HARDWARE_ERROR = "HARDWARE_ERROR"
+    TIME_LIMIT = "TIME_LIMIT"  # the job's time limit (Slurm --time) ended it
+    HOST_OOM = "HOST_OOM"  # the host's memory limit ended it (Slurm OUT_OF_MEMORY)
     UNKNOWN = "UNKNOWN"
 
     @property
@@ -63,7 +65,8 @@ class FailureCode(StrEnum):
         return ATTRIBUTION[self.value]
 
 
-_CUSTOMER = ("CUDA_OOM", "DATA_ERROR", "CONFIG_ERROR", "MODEL_LOAD_ERROR")
+# The time limit and the host memory are what the customer asked the scheduler for.
+_CUSTOMER = ("CUDA_OOM", "DATA_ERROR", "CONFIG_ERROR", "MODEL_LOAD_ERROR", "TIME_LIMIT", "HOST_OOM")
 _PLATFORM = ("RANK_LOST", "RANK_HUNG", "COMM_ERROR", "HARDWARE_ERROR")
 #: error.code -> error.attribution (a code missing here is not a failure code).
 ATTRIBUTION: dict[str, Attribution] = {
