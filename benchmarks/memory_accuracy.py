@@ -53,6 +53,7 @@ def _knobs(run: MemRun) -> dict[str, Any]:
         "max_seq_length": run.seq, "activation_checkpointing": run.checkpointing,
         "precision": run.precision, "lora_rank": run.lora_rank,
         "load_in_4bit": run.load_in_4bit, "zero_stage": run.zero_stage,
+        "cpu_offload": run.cpu_offload,
     }  # fmt: skip
 
 
@@ -64,11 +65,14 @@ def _as_ran(run: MemRun, info: Any, rec: dict[str, Any], loss: str | None = None
 
     facts = [MEMORY_FACTS[k] for k in run.facts]
     act, est = rec["activations"], rec["resolved_parallelism"]["memory_estimate"]
-    states = est["states_bytes_per_gpu"]
+    # With cpu_offload the GPU's states are the units in flight (counted below, once) and the
+    # optimizer lives on the host.
+    offload = est["cpu_offload"]
+    states = 0 if offload else est["states_bytes_per_gpu"]
     # What the knobs shard (stages 2 and 3) is on this GPU over the data-parallel ranks.
     dp = est["data_parallel_size"] if est["zero_stage"] else 1
     for f in facts:
-        if f.trainable_bytes is not None:  # the run's optimizer bytes, not the knobs' bf16 8
+        if f.trainable_bytes is not None and not offload:  # the run's, not the knobs' bf16 8
             states += -(-(f.trainable_bytes - 8) * est["trainable_parameter_count"] // dp)
         if f.quant_bytes_per_param is not None:
             nf4 = (8192 + 256 + 4) / 16384

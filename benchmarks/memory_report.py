@@ -27,6 +27,7 @@ def _config(run: Any) -> str:
         f"LoRA r{run.lora_rank}" if run.lora_rank else "full"
     )  # fmt: skip
     stage = f"zero_stage {run.zero_stage}" if run.gpu_count > 1 else "one GPU"
+    stage += ", cpu_offload" if run.cpu_offload else ""
     return (
         f"{run.shape} {kind} {run.precision}, {run.gpu} x{run.gpu_count} ({stage}), mbs "
         f"{run.micro_batch_size} x seq {run.seq}, {run.checkpointing} checkpointing"
