@@ -25,6 +25,7 @@ from support.slurm_cluster import SlurmCluster
 from jobfolder import supervise
 from jobfolder.procs import read_pid
 from veri_tui.launch import jobs
+from veri_tui.plan import load_job_config
 
 __all__ = ["home"]  # the fixture, imported for the tests below
 
@@ -53,6 +54,15 @@ def test_plan_reads_the_partition(slurm: SlurmCluster, home: Path, capsys) -> No
     assert code == 0 and "A100-80GB x1" in out
     code, out, _ = cli(capsys, "plan", *SLURM, "--partition", "debug", "--nodes", "2", "--json")
     assert code == 0 and json.loads(out)["resolved_parallelism"]["data_parallel_size"] == 4
+    # The app's preflight of a Slurm launch: the partition's facts beside the plan.
+    rows = jobs.preflight(load_job_config(), None, jobs.SlurmOptions("local", partition="gpu"))
+    assert all(ok for _, ok, _ in rows), rows
+    assert (
+        "host",
+        True,
+        "slurm: partition gpu: 1 node(s) (127.0.0.3), 2 x gres gpu:h100:2, 8 CPUs, 67.1 GB each",
+    ) in rows
+    assert "dp=2" in dict((k, d) for k, _, d in rows)["plan"]
 
 
 def test_bad_partition_is_one_line_before_anything_is_made(
