@@ -243,11 +243,13 @@ def test_two_nodes_one_rank_each_match_a_local_run(slurm: SlurmCluster, home: Pa
 def test_a_job_over_its_time_limit_is_time_limit_customer(
     slurm: SlurmCluster, home: Path, capsys
 ) -> None:
-    # Slurm's smallest limit is a minute; it ends the job within its 30 s timer of the limit
-    # (plus KillWait, 10 s here, for what ignores SIGTERM).
+    # Slurm's smallest limit is a minute, under the 120 s of `--signal=B:USR1@120`: the
+    # supervisor gets SIGUSR1 at once, stops the ranks at a step boundary with a checkpoint
+    # and records the time limit (the job side); had it not, Slurm's TIMEOUT would say it.
     started = time.monotonic()
-    job_id, _ = _running(home, capsys, "--time", "1")
-    record = wait_ended(job_id, 150)
+    code, out, err = cli(capsys, "launch", *SLURM, "--gpus-per-node", "2", *LONG, "--time", "1")
+    assert code == 0, err
+    record = wait_ended(out.strip(), 150)
     print(f"time limit: ended {time.monotonic() - started:.0f} s after the launch")
     error = record["error"]
     assert (record["status"], error["code"], error["attribution"]) == (
