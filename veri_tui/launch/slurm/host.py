@@ -122,10 +122,8 @@ class SlurmHost:
         }
         facts.spec = {"slurm": chosen, "nnodes": nodes, "nproc_per_node": per_node}
         facts.notes.append(f"slurm: {part.summary()}")
-        facts.notes.append(
-            f"slurm: {nodes} node(s) x {per_node} rank(s) on {gpu or job.gpu}"
-            + ("" if part.gpus_per_node else " CPU processes (gloo)")
-        )
+        ranks = f"{per_node} x {gpu}" if part.gpus_per_node else f"{per_node} CPU ranks (gloo)"
+        facts.notes.append(f"slurm: {nodes} node(s) x {ranks}")
         self._job_update = {"gpu_count": nodes * per_node, **({"gpu": gpu} if gpu else {})}
         return facts
 
