@@ -8,6 +8,7 @@ import json
 import os
 import signal
 import time
+from importlib.util import find_spec
 from pathlib import Path
 
 import pytest
@@ -22,7 +23,6 @@ from slurm_helpers import (
 )
 from support.slurm_cluster import SlurmCluster
 
-from jobfolder import supervise
 from jobfolder.procs import read_pid
 from veri_tui.launch import jobs
 from veri_tui.plan import load_job_config
@@ -34,7 +34,7 @@ SLURM = ("--slurm", "local")
 # (jobfolder/supervise.py runs torchrun under srun and tells a cancel from a preemption or the
 # time limit): these tests wait for it.
 needs_job_side = pytest.mark.skipif(
-    "SLURM_JOB_ID" not in Path(supervise.__file__).read_text(),
+    find_spec("jobfolder.slurm") is None,  # the job side's Slurm module
     reason="the supervisor has no Slurm mode yet (the job side, branch slurm-requeue)",
 )
 
