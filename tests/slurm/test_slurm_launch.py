@@ -8,6 +8,7 @@ import json
 import os
 import signal
 import time
+from importlib.util import find_spec
 from pathlib import Path
 
 import pytest
@@ -22,9 +23,9 @@ from slurm_helpers import (
 )
 from support.slurm_cluster import SlurmCluster
 
-from jobfolder import supervise
 from jobfolder.procs import read_pid
 from veri_tui.launch import jobs
+from veri_tui.plan import load_job_config
 
 __all__ = ["home"]  # the fixture, imported for the tests below
 
@@ -33,7 +34,7 @@ SLURM = ("--slurm", "local")
 # (jobfolder/supervise.py runs torchrun under srun and tells a cancel from a preemption or the
 # time limit): these tests wait for it.
 needs_job_side = pytest.mark.skipif(
-    "SLURM_JOB_ID" not in Path(supervise.__file__).read_text(),
+    find_spec("jobfolder.slurm") is None,  # the job side's Slurm module
     reason="the supervisor has no Slurm mode yet (the job side, branch slurm-requeue)",
 )
 
@@ -53,6 +54,15 @@ def test_plan_reads_the_partition(slurm: SlurmCluster, home: Path, capsys) -> No
     assert code == 0 and "A100-80GB x1" in out
     code, out, _ = cli(capsys, "plan", *SLURM, "--partition", "debug", "--nodes", "2", "--json")
     assert code == 0 and json.loads(out)["resolved_parallelism"]["data_parallel_size"] == 4
+    # The app's preflight of a Slurm launch: the partition's facts beside the plan.
+    rows = jobs.preflight(load_job_config(), None, jobs.SlurmOptions("local", partition="gpu"))
+    assert all(ok for _, ok, _ in rows), rows
+    assert (
+        "host",
+        True,
+        "slurm: partition gpu: 1 node(s) (127.0.0.3), 2 x gres gpu:h100:2, 8 CPUs, 67.1 GB each",
+    ) in rows
+    assert "dp=2" in dict((k, d) for k, _, d in rows)["plan"]
 
 
 def test_bad_partition_is_one_line_before_anything_is_made(
@@ -233,11 +243,13 @@ def test_two_nodes_one_rank_each_match_a_local_run(slurm: SlurmCluster, home: Pa
 def test_a_job_over_its_time_limit_is_time_limit_customer(
     slurm: SlurmCluster, home: Path, capsys
 ) -> None:
-    # Slurm's smallest limit is a minute; it ends the job within its 30 s timer of the limit
-    # (plus KillWait, 10 s here, for what ignores SIGTERM).
+    # Slurm's smallest limit is a minute, under the 120 s of `--signal=B:USR1@120`: the
+    # supervisor gets SIGUSR1 at once, stops the ranks at a step boundary with a checkpoint
+    # and records the time limit (the job side); had it not, Slurm's TIMEOUT would say it.
     started = time.monotonic()
-    job_id, _ = _running(home, capsys, "--time", "1")
-    record = wait_ended(job_id, 150)
+    code, out, err = cli(capsys, "launch", *SLURM, "--gpus-per-node", "2", *LONG, "--time", "1")
+    assert code == 0, err
+    record = wait_ended(out.strip(), 150)
     print(f"time limit: ended {time.monotonic() - started:.0f} s after the launch")
     error = record["error"]
     assert (record["status"], error["code"], error["attribution"]) == (

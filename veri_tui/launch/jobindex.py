@@ -59,7 +59,8 @@ def _reopen(entry: registry.RegistryEntry, name: str) -> Host:
 
 def register(job_id: str, hosts: Sequence[Host], dirs: list[str],
              started: list[int | Exception], record: JobRecord) -> JobTarget:  # fmt: skip
-    """The target of a job just created; one over SSH is entered in the registry."""
+    """The target of a job just created; one over SSH or with Slurm is entered in the
+    registry (a Slurm job also when its login node is this machine)."""
     pids = [p if isinstance(p, int) else None for p in started]
     nodes = [Node(h, d, p) for h, d, p in zip(hosts, dirs, pids, strict=True)]
     if hosts[0].label is None:

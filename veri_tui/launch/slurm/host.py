@@ -4,19 +4,16 @@
 an alias or user@host[:port]) and keeps its commands, files, staging and paths: the job
 folder sits on the filesystem the login node and the compute nodes share. What differs:
 
-- `probe`: the partition's facts (partition.py) decide the job's layout (nodes x ranks per
-  node) and GPU; the job folders go under `<veri home>/slurm/jobs` (kept apart from this
-  machine's own jobs, which `veri-tui jobs` lists by folder: a Slurm job is listed by its
-  registry entry);
+- `probe`: the partition's facts (partition.py) decide the layout (nodes x ranks per node)
+  and GPU; job folders go under `<veri home>/slurm/jobs` (a Slurm job is listed by its
+  registry entry, not by folder as this machine's own jobs are);
 - `start_supervisor`: writes `<job_dir>/sbatch.sh` (script.py) and runs `sbatch --parsable`;
-  the handle is the Slurm job id, also written to job.json (`slurm_job_id`, a string as
-  $SLURM_JOB_ID is: the supervisor writes it too). Anything that
-  fails after sbatch answered scancels the job;
+  the handle is the Slurm job id, also in job.json (`slurm_job_id`, a string as the
+  supervisor writes it). Anything that fails after sbatch answered scancels the job;
 - `alive`, `judge`: the controller's state (states.py) instead of a pid;
 - `cancel_job`: the `cancel.request` marker, `scancel --signal=TERM --full`, `scancel` after
   the grace, then `cancelled` recorded if nothing did;
-- `follow`: the log polled by offset (the supervisor's pid is a compute node's, so the SSH
-  host's `tail --pid` cannot end with it).
+- `follow`: the log polled by offset (the supervisor's pid is a compute node's).
 """
 
 from __future__ import annotations
@@ -83,8 +80,15 @@ class SlurmHost:
         return getattr(self.login_host, attr)
 
     def slurm(self, argv: Sequence[str]) -> Result:
-        """A Slurm client command on the login node."""
-        return self.login_host.run(list(argv), timeout=60)
+        """A Slurm client command on the login node; VeriError when it is not installed."""
+        try:
+            return self.login_host.run(list(argv), timeout=60)
+        except FileNotFoundError:  # this machine (over SSH the shell says so: exit 127)
+            raise VeriError(
+                f"{argv[0]} is not installed on {self.login_host.where}; run on "
+                "the cluster's login node or pass --slurm LOGIN",
+                key="slurm",
+            ) from None
 
     def pythonpath(self, job_dir: str) -> list[str]:
         """This machine's source folder (`local`), else the job's uploaded packages."""
@@ -118,10 +122,8 @@ class SlurmHost:
         }
         facts.spec = {"slurm": chosen, "nnodes": nodes, "nproc_per_node": per_node}
         facts.notes.append(f"slurm: {part.summary()}")
-        facts.notes.append(
-            f"slurm: {nodes} node(s) x {per_node} rank(s) on {gpu or job.gpu}"
-            + ("" if part.gpus_per_node else " CPU processes (gloo)")
-        )
+        ranks = f"{per_node} x {gpu}" if part.gpus_per_node else f"{per_node} CPU ranks (gloo)"
+        facts.notes.append(f"slurm: {nodes} node(s) x {ranks}")
         self._job_update = {"gpu_count": nodes * per_node, **({"gpu": gpu} if gpu else {})}
         return facts
 
@@ -187,11 +189,8 @@ class SlurmHost:
         if res.exit_status != 0:
             raise VeriError(f"job.json on {self.login_host.where}: {res.error_line()}", key="job")
 
-    def state(self, job_id: int) -> SlurmState | None:
-        return query(self.slurm, job_id)
-
     def alive(self, pid: int) -> bool:
-        state = self.state(pid)
+        state = query(self.slurm, pid)
         return state is not None and state.alive
 
     def judge(
@@ -205,7 +204,7 @@ class SlurmHost:
             return record
         if pid is None:  # not submitted yet (or its submission failed): the lost rule's
             return judge_pid(record, None, self.alive, reread, where=self.name)
-        state = self.state(pid)
+        state = query(self.slurm, pid)
         if state is not None and state.alive:
             return with_state(record, state)
         again = reread()  # the supervisor may have recorded its end meanwhile
@@ -234,7 +233,7 @@ class SlurmHost:
         `cancelled`), scancel it after ``grace``, wait until it left; record `cancelled`
         if nothing did."""
         self.login_host.write_atomic(posixpath.join(job_dir, CANCEL_REQUEST), b"cancel\n")
-        state = self.state(pid) if pid is not None else None
+        state = query(self.slurm, pid) if pid is not None else None
         if pid is not None and state is not None and state.alive:
             if state.status == PENDING:  # nothing runs yet: a pending job takes no signal
                 self.slurm(["scancel", str(pid)])

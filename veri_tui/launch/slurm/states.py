@@ -2,7 +2,8 @@
 
 `query` asks the controller: `squeue -h -j ID -o %T|%r` while it holds the job (pending,
 running, and ended jobs for MinJobAge), else `scontrol show job ID -o`, else `sacct` (when
-the cluster keeps accounting; the test cluster does not). `outcome` maps an ended state to
+the cluster keeps accounting; the test cluster does not). A controller that does not answer
+is a VeriError (the job is not judged lost for it). `outcome` maps an ended state to
 the status, failure code and attribution job.json would have had:
 
     PENDING (+ reason) -> pending; RUNNING, CONFIGURING, COMPLETING -> running
@@ -21,6 +22,7 @@ from dataclasses import dataclass
 from jobfolder.failures import job_error
 from jobfolder.record import JobError, JobRecord
 from jobfolder.status import CANCELLED, FAILED, PENDING, RUNNING, Status
+from veri_tui.errors import VeriError
 from veri_tui.launch.slurm.partition import Run, fields
 
 #: Slurm job states by what they are for the job record (squeue(1), JOB STATE CODES).
@@ -71,6 +73,9 @@ def _clean(reason: str) -> str:
 def query(run: Run, job_id: int) -> SlurmState | None:
     """The job's state as the controller (or accounting) knows it; None when none does."""
     res = run(["squeue", "-h", "-j", str(job_id), "-t", "all", "-o", "%T|%r"])
+    if res.exit_status != 0 and b"Invalid job id" not in res.stderr:
+        # The controller did not answer: nothing can be said of the job (it is not lost).
+        raise VeriError(f"squeue failed: {res.error_line()}", key="slurm")
     line = res.text.strip().splitlines()[0] if res.exit_status == 0 and res.text.strip() else ""
     if line:
         state, _, reason = line.partition("|")
