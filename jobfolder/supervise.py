@@ -36,11 +36,13 @@ from jobfolder.jobstats import record_measured
 from jobfolder.layout import ELASTIC, EXIT_CODE, JobLayout
 from jobfolder.procs import end_processes, job_processes, write_pid
 from jobfolder.record import JobError, JobRecord, plan_line_of, read_job
-from jobfolder.status import CANCELLED, FAILED, RUNNING, SUCCEEDED, has_ended
+from jobfolder.slurm import node_log_dir, node_logs, node_spec
+from jobfolder.slurmjob import SlurmSupervision
+from jobfolder.status import CANCELLED, FAILED, PENDING, RUNNING, SUCCEEDED, has_ended
 from jobfolder.watchdog import HangWatch, end_job
 
 
-class Supervisor:
+class Supervisor(SlurmSupervision):
     """Runs one job's torchrun and records how it ended."""
 
     def __init__(self, job_path: Path) -> None:
@@ -48,16 +50,25 @@ class Supervisor:
         self.job_dir = self.job_path.parent
         self.layout = JobLayout(self.job_dir)
         self.cancel_requested = False
+        self.slurm = None  # inside a Slurm allocation: jobfolder/slurm.py, slurmjob.py
+        self.signals: list[int] = []  # a Slurm job's signals, read in the wait loop
+        self.stop = None  # a Slurm job's stop: (reason, requeue it, signal name)
 
     def _on_signal(self, signum: int, _frame: Any) -> None:
-        self.cancel_requested = True
+        if self.slurm is None or signum == signal.SIGINT:
+            self.cancel_requested = True
+        else:  # what it means takes scontrol to tell: no handler's work
+            self.signals.append(signum)
 
-    def command(self, spec: Mapping[str, Any]) -> list[str]:
-        """The torchrun command line; ``--standalone`` picks a free rendezvous port per job."""
+    def command(self, spec: Mapping[str, Any], log_dir: Path | None = None) -> list[str]:
+        """The torchrun command line; ``--standalone`` picks a free rendezvous port per job.
+        A Slurm job's: srun, starting one torchrun per node (jobfolder/slurm.py)."""
+        if self.slurm is not None:
+            return self.slurm.command(spec, self.job_path)
         return [
             sys.executable, "-m", "torch.distributed.run", *self.rendezvous(spec),
             "--nproc-per-node", str(int(spec.get("nproc_per_node") or spec["gpu_count"])),
-            "--log-dir", str(self.job_dir / ELASTIC),
+            "--log-dir", str(log_dir or self.job_dir / ELASTIC),
             "-m", "trainer", "--job", str(self.job_path),
         ]  # fmt: skip
 
@@ -88,7 +99,7 @@ class Supervisor:
             # Marked as ours: a cpu_offload rank on a GPU takes its share of the cores instead
             # (trainer/parallelize.py offload_threads); a user's own setting is kept.
             env.update(OMP_NUM_THREADS="1", VERI_OMP_DEFAULT="1")
-        return env
+        return env if self.slurm is None else self.slurm.environment(env)
 
     def run(self) -> int:
         """Supervise the job to its end, attempt after attempt; returns the last torchrun's
@@ -96,13 +107,20 @@ class Supervisor:
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, self._on_signal)
         write_pid(self.layout.supervisor_pid)
-        restarts = 0
+        restarts = self.begin_slurm()
+        if self.slurm is not None:
+            signal.signal(signal.SIGUSR1, self._on_signal)  # `--signal=B:USR1@120`
+        if restarts is None:
+            return 1  # a Slurm job whose requeues are spent (recorded), or ended meanwhile
         while True:
             record = self.begin_attempt()
             if record is None:
                 return 0  # started twice, or cancelled before it ran: that outcome stands
             code, status, error = self.run_attempt(record["spec"])
-            limit = attempts.max_restarts(record["spec"])
+            if status == PENDING and error is not None:  # preempted: Slurm starts it again
+                failed = self.requeued(code, error)
+                return 0 if failed is None else self.finish(code, FAILED, failed)
+            limit = attempts.max_restarts(record["spec"], alone=self.slurm is None)
             if status == FAILED and attempts.retryable(error) and restarts < limit:
                 if not self.cancel_requested:
                     restarts += 1
@@ -162,6 +180,8 @@ class Supervisor:
     def run_attempt(self, spec: Mapping[str, Any]) -> tuple[int, str, JobError | None]:
         """Run torchrun once to its end: (exit code, status, error)."""
         watch = HangWatch(self.job_dir, spec)  # jobfolder/watchdog.py: ends a job that hangs
+        if self.slurm is not None:  # one folder for every node: this supervisor sees all ranks
+            watch.ranks = list(range(watch.world))
         with open(self.layout.torchrun_log, "ab") as log:
             child = subprocess.Popen(
                 self.command(spec),
@@ -177,6 +197,8 @@ class Supervisor:
         while child.poll() is None and not self.cancel_requested and hung is None:
             memory.poll()
             hung = watch.poll()  # no rank advanced for hang_timeout_s: RANK_HUNG
+            if self.signals:
+                self.on_slurm_signal(self.signals.pop(0))
             time.sleep(0.2)
         if hung is not None:
             return end_job(self.job_path, child, hung, spec), FAILED, hung
@@ -184,6 +206,9 @@ class Supervisor:
             end_processes(self.job_path, child=child)
             return self.cancelled(child.wait())
         code = child.returncode
+        world = int(spec.get("gpu_count") or 1)
+        if self.stop is not None:
+            return self.stopped(code, world)
         if code == 0:
             return code, SUCCEEDED, None
         error = None
@@ -196,8 +221,7 @@ class Supervisor:
                 end_processes(self.job_path)
                 return self.cancelled(code)
             msg = f"torchrun was killed by signal {-code}; its ranks were left without their agent"
-            error = failures.job_error("RANK_LOST", msg, int(spec.get("gpu_count") or 1))
-        world = int(spec.get("gpu_count") or 1)
+            error = failures.job_error("RANK_LOST", msg, world)
         nproc = int(spec.get("nproc_per_node") or world)
         found = failures.analyze(
             self.job_dir,
@@ -206,6 +230,7 @@ class Supervisor:
             code,
             memory,
             node=int(spec.get("node_rank") or 0),
+            logs=None if self.slurm is None else node_logs(self.job_dir, self.slurm.nnodes),
         )
         if error is None or found.get("rank") is not None:
             error = found
@@ -261,7 +286,10 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point: supervise the job whose job.json is given."""
     parser = argparse.ArgumentParser(prog="python -m jobfolder.supervise", description=__doc__)
     parser.add_argument("--job", required=True, help="path of the job's job.json")
+    parser.add_argument("--slurm-task", metavar="HOST:PORT", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.slurm_task:
+        slurm_task(Path(args.job).resolve(), args.slurm_task)
     supervisor = Supervisor(Path(args.job))
     try:
         code = supervisor.run()
@@ -271,6 +299,14 @@ def main(argv: list[str] | None = None) -> int:
         supervisor.fail_self(exc)
         raise
     return 0 if code == 0 else 1
+
+
+def slurm_task(job_path: Path, endpoint: str) -> None:
+    """A Slurm job's srun task on node $SLURM_NODEID: become that node's torchrun."""
+    node = int(os.environ["SLURM_NODEID"])
+    spec = node_spec(read_job(job_path)["spec"], endpoint, node, os.environ["SLURM_JOB_ID"])
+    argv = Supervisor(job_path).command(spec, log_dir=node_log_dir(job_path.parent, node))
+    os.execv(argv[0], argv)
 
 
 if __name__ == "__main__":

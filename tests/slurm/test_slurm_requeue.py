@@ -1,0 +1,142 @@
+"""Preemption, requeue and resume on another node count, on the real test cluster.
+
+The job: the bundled tiny model, FSDP2 (zero_stage 3), 2 CPU ranks on 2 nodes (one srun
+task and one torchrun per node, c10d rendezvous on the first node), 40 steps, a checkpoint
+every 10, submitted with the contract's batch script (requeue_helpers.py). The reference is
+the same plan run uninterrupted as a local job by the same supervisor (no Slurm keys).
+
+- `scontrol requeue` once step-10 is committed: Slurm sends every process SIGTERM; the ranks
+  stop after one agreed step with a checkpoint of it, the attempt ends PREEMPTED (platform),
+  the job is pending; Slurm starts it again ~11 s later ($SLURM_RESTART_COUNT 1) and the
+  supervisor resumes by itself from that step: every step's loss equals the reference's.
+- the time limit (SIGUSR1 to the batch shell, as `--signal=B:USR1@120` sends it) stops it
+  the same way, failed TIME_LIMIT (customer); resumed on 1 node x 1 rank (the global batch
+  kept: grad_acc 2) it loads the 2-rank global DCP checkpoint resharded and ends within 2%
+  of the reference (the split of a global batch changes the losses only by rounding).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from requeue_helpers import (
+    EVERY,
+    STEPS,
+    losses,
+    make_job,
+    replace_layout,
+    submit,
+    wait_ended,
+    wait_record,
+)
+from support.slurm_cluster import SlurmCluster
+
+from jobfolder.attempts import prepare_resume
+from jobfolder.procs import job_processes
+from jobfolder.record import read_job
+from jobfolder.stopping import read_stopped
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(420)]
+ZERO = {"zero_stage": 3}
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory: pytest.TempPathFactory) -> list[tuple[int, float]]:
+    """(step, loss) of the job run uninterrupted, locally, by the same supervisor."""
+    job = make_job(tmp_path_factory.mktemp("ref"), "reference", 2, 1, slurm=False, **ZERO)
+    cmd = [sys.executable, "-m", "jobfolder.supervise", "--job", str(job)]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=False)
+    assert out.returncode == 0, out.stderr[-3000:] + (job.parent / "log.txt").read_text()[-2000:]
+    got = losses(job.parent)
+    assert [s for s, _ in got] == list(range(1, STEPS + 1))
+    return got
+
+
+def committed(job: Path, step: int) -> None:
+    """Wait until checkpoints/step-<step> is committed (renamed into place)."""
+    folder = job.parent / "checkpoints" / f"step-{step}"
+    deadline = time.monotonic() + 180
+    while not folder.is_dir():
+        assert time.monotonic() < deadline, f"{folder} never committed"
+        time.sleep(0.05)
+
+
+def close(a: float, b: float, rel: float) -> bool:
+    return abs(a - b) <= rel * abs(b)
+
+
+def test_requeue_mid_run_resumes_by_itself_with_the_uninterrupted_losses(
+    slurm: SlurmCluster, tmp_path: Path, reference: list[tuple[int, float]]
+) -> None:
+    job = make_job(tmp_path, "requeued", 2, 1, max_restarts=1, **ZERO)
+    job_id = submit(slurm, job, 2, 1)
+    committed(job, EVERY)
+    t0 = time.monotonic()
+    slurm.run("scontrol", "requeue", job_id)
+    pending = wait_record(job, lambda r: r["status"] == "pending", 60, "the requeue recorded")
+    recorded = time.monotonic() - t0
+    first = pending["attempts"][0]
+    assert (first["status"], first["error"]["code"]) == ("failed", "PREEMPTED")
+    assert first["error"]["attribution"] == "platform"
+    rec = wait_ended(job, 240)
+    took = time.monotonic() - t0
+    print(f"requeue: attempt recorded preempted in {recorded:.1f} s; succeeded {took:.1f} s later")
+
+    assert rec["status"] == "succeeded", rec.get("error")
+    assert (rec["slurm_job_id"], rec["slurm_restarts"]) == (job_id, 1)
+    one, two = rec["attempts"]
+    stopped = read_stopped(job.parent / "attempts" / "1")
+    assert stopped is not None and stopped["reason"] == "preempted"
+    step = stopped["step"]  # the step every rank stopped after, saved as its checkpoint
+    assert EVERY <= step < STEPS and stopped["checkpoint"] == f"step-{step}"
+    assert f"stopped after step {step}, checkpoint step-{step};" in one["error"]["message"]
+    assert (two["status"], two["resumed_from_step"]) == ("succeeded", step)
+    log = (job.parent / "log.txt").read_text()
+    assert f"resume: attempt 2 from step-{step} (verified)" in log.splitlines()
+    assert rec["credited_gpu_s"] == round(one["wall_s"] * 2, 1) > 0
+    # One global DCP checkpoint in the one shared folder: `.metadata`, no rank-local parts.
+    ckpt = job.parent / "checkpoints" / f"step-{STEPS}"
+    assert (ckpt / ".metadata").is_file() and not list(ckpt.glob("__*.metadata"))
+    got = losses(job.parent)
+    assert [s for s, _ in got] == list(range(1, STEPS + 1))  # each step once
+    assert all(close(g, r, 1e-6) for (_, g), (_, r) in zip(got, reference, strict=True))
+    assert job_id not in slurm.jobs() and not job_processes(job)
+
+
+def test_time_limit_stop_then_resume_on_one_node_reshards_the_checkpoint(
+    slurm: SlurmCluster, tmp_path: Path, reference: list[tuple[int, float]]
+) -> None:
+    job = make_job(tmp_path, "timed", 2, 1, **ZERO)
+    job_id = submit(slurm, job, 2, 1, "--time=3")
+    committed(job, EVERY)
+    slurm.run("scancel", "--batch", "--signal=USR1", job_id)  # what --signal=B:USR1@120 sends
+    rec = wait_ended(job, 120)
+    assert rec["status"] == "failed" and rec["error"]["code"] == "TIME_LIMIT"
+    assert rec["error"]["attribution"] == "customer"
+    stopped = read_stopped(job.parent)
+    assert stopped is not None and stopped["reason"] == "time_limit"
+    step = stopped["step"]
+    assert f"stopped after step {step}, checkpoint step-{step};" in rec["error"]["message"]
+    assert "`veri-tui resume` continues" in rec["error"]["message"]
+    wait_record(job, lambda r: job_id not in slurm.jobs(), 60, "the allocation to end")
+
+    replace_layout(job, 1, 1)  # what a resume on another node count changes
+    prepare_resume(job)
+    spec = read_job(job)["spec"]
+    grad_acc = spec["resolved_parallelism"]["gradient_accumulation_steps"]
+    assert (spec["gpu_count"], grad_acc) == (1, 2)
+    submit(slurm, job, 1, 1)
+    rec = wait_ended(job, 240)
+    assert rec["status"] == "succeeded", rec.get("error")
+    assert [a["resumed_from_step"] for a in rec["attempts"]] == [None, step]
+    assert rec["attempts"][1]["gpu_count"] == 1
+    got = losses(job.parent)
+    assert [s for s, _ in got] == list(range(1, STEPS + 1))
+    assert got[:step] == reference[:step]  # the first attempt's steps, on 2 nodes
+    rel = max(abs(g / r - 1) for (_, g), (_, r) in zip(got[step:], reference[step:], strict=True))
+    print(f"resumed on 1 node x 1 rank from step-{step}: worst loss difference {rel:.2e}")
+    assert rel <= 2e-2
