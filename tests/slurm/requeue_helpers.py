@@ -10,6 +10,8 @@ contract's lines; its last one `exec`s the supervisor with this checkout on PYTH
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -91,11 +93,28 @@ def batch_script(job_path: Path, nodes: int, per_node: int) -> str:
     )
 
 
-def submit(slurm: SlurmCluster, job_path: Path, nodes: int, per_node: int, *opts: str) -> str:
-    """Write <job_dir>/sbatch.sh and submit it; the Slurm job id."""
+def submit(
+    slurm: SlurmCluster,
+    job_path: Path,
+    nodes: int,
+    per_node: int,
+    *opts: str,
+    env: dict[str, str] | None = None,
+) -> str:
+    """Write <job_dir>/sbatch.sh and submit it (``env``: more environment, which sbatch
+    passes on to the job); the Slurm job id."""
     script = job_path.parent / "sbatch.sh"
     script.write_text(batch_script(job_path, nodes, per_node))
-    return slurm.run("sbatch", "--parsable", *opts, str(script)).strip().split(";")[0]
+    out = subprocess.run(
+        ["sbatch", "--parsable", *opts, str(script)],
+        env={**os.environ, **slurm.env, **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr
+    return out.stdout.strip().split(";")[0]
 
 
 def wait_record(job_path: Path, pred: Any, timeout: float, what: str) -> dict[str, Any]:

@@ -2,21 +2,24 @@
 
 The job: the bundled tiny model, FSDP2 (zero_stage 3), 2 CPU ranks on 2 nodes (one srun
 task and one torchrun per node, c10d rendezvous on the first node), 40 steps, a checkpoint
-every 10, submitted with the contract's batch script (requeue_helpers.py). The reference is
-the same plan run uninterrupted as a local job by the same supervisor (no Slurm keys).
+every 10, micro-batches of 2, submitted with the contract's batch script
+(requeue_helpers.py). The reference is the same plan run uninterrupted as a local job by the
+same supervisor (no Slurm keys).
 
 - `scontrol requeue` once step-10 is committed: Slurm sends every process SIGTERM; the ranks
   stop after one agreed step with a checkpoint of it, the attempt ends PREEMPTED (platform),
   the job is pending; Slurm starts it again ~11 s later ($SLURM_RESTART_COUNT 1) and the
   supervisor resumes by itself from that step: every step's loss equals the reference's.
 - the time limit (SIGUSR1 to the batch shell, as `--signal=B:USR1@120` sends it) stops it
-  the same way, failed TIME_LIMIT (customer); resumed on 1 node x 1 rank (the global batch
-  kept: grad_acc 2) it loads the 2-rank global DCP checkpoint resharded and ends within 2%
-  of the reference (the split of a global batch changes the losses only by rounding).
+  the same way, failed TIME_LIMIT (customer); resumed on 2 nodes x 2 ranks (the global batch
+  of 4 kept: micro-batches of 1) it loads the 2-rank global DCP checkpoint resharded over 4
+  FSDP2 ranks and ends within 2% of the reference (the split of a global batch changes the
+  losses only by rounding).
 """
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
 import time
@@ -33,15 +36,17 @@ from requeue_helpers import (
     wait_ended,
     wait_record,
 )
-from support.slurm_cluster import SlurmCluster
+from support.slurm_cluster import NODES, SlurmCluster
 
 from jobfolder.attempts import prepare_resume
+from jobfolder.layout import CANCEL_REQUEST
 from jobfolder.procs import job_processes
 from jobfolder.record import read_job
-from jobfolder.stopping import read_stopped
+from jobfolder.slurm import CANCEL, SlurmRun, seconds
+from jobfolder.stopping import PREEMPTED, TIME_LIMIT, read_stopped
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(420)]
-ZERO = {"zero_stage": 3}
+ZERO = {"zero_stage": 3, "micro_batch_size": 2}  # FSDP2; a global batch of 4
 
 
 @pytest.fixture(scope="module")
@@ -107,7 +112,7 @@ def test_requeue_mid_run_resumes_by_itself_with_the_uninterrupted_losses(
     assert job_id not in slurm.jobs() and not job_processes(job)
 
 
-def test_time_limit_stop_then_resume_on_one_node_reshards_the_checkpoint(
+def test_time_limit_stop_then_resume_on_four_ranks_reshards_the_checkpoint(
     slurm: SlurmCluster, tmp_path: Path, reference: list[tuple[int, float]]
 ) -> None:
     job = make_job(tmp_path, "timed", 2, 1, **ZERO)
@@ -124,19 +129,66 @@ def test_time_limit_stop_then_resume_on_one_node_reshards_the_checkpoint(
     assert "`veri-tui resume` continues" in rec["error"]["message"]
     wait_record(job, lambda r: job_id not in slurm.jobs(), 60, "the allocation to end")
 
-    replace_layout(job, 1, 1)  # what a resume on another node count changes
+    replace_layout(job, 2, 2)  # what a resume on another layout changes: 2 ranks a node
     prepare_resume(job)
-    spec = read_job(job)["spec"]
-    grad_acc = spec["resolved_parallelism"]["gradient_accumulation_steps"]
-    assert (spec["gpu_count"], grad_acc) == (1, 2)
-    submit(slurm, job, 1, 1)
+    rp = read_job(job)["resolved_parallelism"]
+    assert (rp["data_parallel_size"], rp["micro_batch_size"], rp["global_batch_size"]) == (4, 1, 4)
+    submit(slurm, job, 2, 2)
     rec = wait_ended(job, 240)
     assert rec["status"] == "succeeded", rec.get("error")
     assert [a["resumed_from_step"] for a in rec["attempts"]] == [None, step]
-    assert rec["attempts"][1]["gpu_count"] == 1
+    assert rec["attempts"][1]["gpu_count"] == 4
     got = losses(job.parent)
     assert [s for s, _ in got] == list(range(1, STEPS + 1))
     assert got[:step] == reference[:step]  # the first attempt's steps, on 2 nodes
     rel = max(abs(g / r - 1) for (_, g), (_, r) in zip(got[step:], reference[step:], strict=True))
-    print(f"resumed on 1 node x 1 rank from step-{step}: worst loss difference {rel:.2e}")
+    print(f"resumed on 2 nodes x 2 ranks from step-{step}: worst loss difference {rel:.2e}")
     assert rel <= 2e-2
+
+
+def test_a_sigkilled_rank_on_node_1_is_named_from_the_shared_folder(
+    slurm: SlurmCluster, tmp_path: Path
+) -> None:
+    job = make_job(tmp_path, "killed", 2, 1, max_steps=EVERY)
+    # Rank 1 (node 1's only rank) SIGKILLs itself at step 3: no record of its own.
+    job_id = submit(slurm, job, 2, 1, env={"VERI_FAULT": "kill:1:3"})
+    rec = wait_ended(job, 180)
+    err = rec["error"]
+    assert rec["status"] == "failed", err
+    assert (err["code"], err["attribution"], err["rank"], err["node"]) == (
+        "RANK_LOST",
+        "platform",
+        1,
+        1,
+    )
+    assert err["summary"].startswith("rank 1/2 (node 1, local_rank 0) failed: killed by signal 9")
+    assert rec["slurm_job_id"] == job_id
+    log = (job.parent / "log.txt").read_text().splitlines()
+    assert err["summary"] in log and any(ln.startswith("plan: dp=2 ") for ln in log)
+
+
+def test_what_a_signal_means_is_read_from_the_controller(
+    slurm: SlurmCluster, tmp_path: Path
+) -> None:
+    script = tmp_path / "sleep.sh"
+    script.write_text(f"#!/bin/bash\n#SBATCH --output={tmp_path}/out\nsleep 120\n")
+    job_id = slurm.run("sbatch", "--parsable", "--requeue", "--time=3", str(script)).strip()
+    wait_record_state(slurm, job_id, "RUNNING")
+    run = SlurmRun(job_id, 0, list(NODES), 1)
+    assert run.classify(signal.SIGUSR1, tmp_path) == (TIME_LIMIT, False)  # 3 min: near
+    assert run.classify(signal.SIGTERM, tmp_path) == (PREEMPTED, True)  # a grace signal
+    (tmp_path / CANCEL_REQUEST).touch()
+    assert run.classify(signal.SIGTERM, tmp_path) == (CANCEL, False)
+    (tmp_path / CANCEL_REQUEST).unlink()
+    slurm.run("scontrol", "requeue", job_id)  # Restarts rises at once: Slurm requeues it
+    assert run.classify(signal.SIGTERM, tmp_path) == (PREEMPTED, False)
+    assert seconds("1-02:03:04") == 93784 and seconds("05:00") == 300
+    assert seconds("UNLIMITED") is None
+
+
+def wait_record_state(slurm: SlurmCluster, job_id: str, state: str) -> None:
+    """Wait until squeue shows the job in ``state``."""
+    deadline = time.monotonic() + 60
+    while slurm.run("squeue", "-h", "-j", job_id, "-o", "%T").strip() != state:
+        assert time.monotonic() < deadline, f"job {job_id} never {state}"
+        time.sleep(0.2)
