@@ -17,14 +17,17 @@ Stdlib only, like the supervisor.
 
 from __future__ import annotations
 
+import os
 import signal
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any, NoReturn
 
 from jobfolder import attempts, failures
 from jobfolder.atomic import modify_job, write_text_atomic
 from jobfolder.layout import CANCEL_REQUEST, EXIT_CODE, JobLayout
 from jobfolder.record import JobError, JobRecord, now_iso, read_job
-from jobfolder.slurm import CANCEL, SlurmRun, slurm_job_keys
+from jobfolder.slurm import CANCEL, SlurmRun, node_log_dir, node_spec, slurm_job_keys
 from jobfolder.status import FAILED, PENDING, RUNNING, SUCCEEDED, has_ended
 from jobfolder.stopping import TIME_LIMIT, read_stopped, request_stop
 
@@ -159,3 +162,14 @@ class SlurmSupervision:
             return None
         message = f"{error.get('message')}; but it could not be requeued: {failed}"
         return failures.job_error("PREEMPTED", message, error.get("world_size"))
+
+
+def slurm_task(
+    job_path: Path, endpoint: str, command: Callable[[Mapping[str, Any], Path], list[str]]
+) -> NoReturn:
+    """A Slurm job's srun task on node $SLURM_NODEID: `exec` that node's torchrun, the
+    command line the supervisor's ``command(spec, log_dir)`` makes for the node's spec."""
+    node = int(os.environ["SLURM_NODEID"])
+    spec = node_spec(read_job(job_path)["spec"], endpoint, node, os.environ["SLURM_JOB_ID"])
+    argv = command(spec, node_log_dir(Path(job_path).parent, node))
+    os.execv(argv[0], argv)

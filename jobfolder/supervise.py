@@ -7,10 +7,13 @@ attempt's files are archived, partial writes removed, and the newest verified ch
 torchrun as a child, keeps ``status`` in job.json true (running, then succeeded, failed or
 cancelled), writes ``exit_code`` and, after a failure, the report built by jobfolder.failures.
 After a platform failure (RANK_LOST, COMM_ERROR, HARDWARE_ERROR, RANK_HUNG) it starts the
-next attempt itself while the job's ``max_restarts`` allows; never in a multi-node job, whose
-launcher resumes every node together and names the step (job.json ``resume_choice``).
+next attempt itself while the job's ``max_restarts`` allows; never in an SSH multi-node job,
+whose launcher resumes every node together and names the step (job.json ``resume_choice``).
 SIGTERM or SIGINT means cancel: torchrun and every worker are ended (workers run in their own
 sessions, so signalling torchrun's group would miss them), SIGKILL after a grace period.
+Inside a Slurm allocation (spec `slurm`, $SLURM_JOB_ID) it runs srun, one torchrun per node,
+and SIGTERM/SIGUSR1 may mean a preemption or the time limit instead (jobfolder/slurm.py,
+jobfolder/slurmjob.py, docs/slurm.md).
 
 Stdlib only: it must start fast and run on a GPU machine whose image has only the trainer's
 dependencies (no torch import here, no pydantic, paramiko or textual). The job folder's
@@ -36,8 +39,8 @@ from jobfolder.jobstats import record_measured
 from jobfolder.layout import ELASTIC, EXIT_CODE, JobLayout
 from jobfolder.procs import end_processes, job_processes, write_pid
 from jobfolder.record import JobError, JobRecord, plan_line_of, read_job
-from jobfolder.slurm import node_log_dir, node_logs, node_spec
-from jobfolder.slurmjob import SlurmSupervision
+from jobfolder.slurm import node_logs
+from jobfolder.slurmjob import SlurmSupervision, slurm_task
 from jobfolder.status import CANCELLED, FAILED, PENDING, RUNNING, SUCCEEDED, has_ended
 from jobfolder.watchdog import HangWatch, end_job
 
@@ -52,10 +55,11 @@ class Supervisor(SlurmSupervision):
         self.cancel_requested = False
         self.slurm = None  # inside a Slurm allocation: jobfolder/slurm.py, slurmjob.py
         self.signals: list[int] = []  # a Slurm job's signals, read in the wait loop
+        self.mode_known = False  # until begin_slurm: a SIGTERM waits in `signals`
         self.stop = None  # a Slurm job's stop: (reason, requeue it, signal name)
 
     def _on_signal(self, signum: int, _frame: Any) -> None:
-        if self.slurm is None or signum == signal.SIGINT:
+        if signum == signal.SIGINT or (self.mode_known and self.slurm is None):
             self.cancel_requested = True
         else:  # what it means takes scontrol to tell: no handler's work
             self.signals.append(signum)
@@ -110,8 +114,11 @@ class Supervisor(SlurmSupervision):
         restarts = self.begin_slurm()
         if self.slurm is not None:
             signal.signal(signal.SIGUSR1, self._on_signal)  # `--signal=B:USR1@120`
-        if restarts is None:
-            return 1  # a Slurm job whose requeues are spent (recorded), or ended meanwhile
+        elif self.signals:  # a SIGTERM before the mode was known: a plain job's cancel
+            self.cancel_requested, self.signals = True, []
+        self.mode_known = True
+        if restarts is None:  # a Slurm job whose requeues are spent, or that ended meanwhile
+            return 1 if read_job(self.job_path).get("status") == FAILED else 0
         while True:
             record = self.begin_attempt()
             if record is None:
@@ -288,8 +295,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--job", required=True, help="path of the job's job.json")
     parser.add_argument("--slurm-task", metavar="HOST:PORT", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    if args.slurm_task:
-        slurm_task(Path(args.job).resolve(), args.slurm_task)
+    if args.slurm_task:  # a Slurm job's srun task: becomes its node's torchrun
+        slurm_task(Path(args.job).resolve(), args.slurm_task, Supervisor(Path(args.job)).command)
     supervisor = Supervisor(Path(args.job))
     try:
         code = supervisor.run()
@@ -299,14 +306,6 @@ def main(argv: list[str] | None = None) -> int:
         supervisor.fail_self(exc)
         raise
     return 0 if code == 0 else 1
-
-
-def slurm_task(job_path: Path, endpoint: str) -> None:
-    """A Slurm job's srun task on node $SLURM_NODEID: become that node's torchrun."""
-    node = int(os.environ["SLURM_NODEID"])
-    spec = node_spec(read_job(job_path)["spec"], endpoint, node, os.environ["SLURM_JOB_ID"])
-    argv = Supervisor(job_path).command(spec, log_dir=node_log_dir(job_path.parent, node))
-    os.execv(argv[0], argv)
 
 
 if __name__ == "__main__":

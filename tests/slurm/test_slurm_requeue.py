@@ -15,6 +15,10 @@ same supervisor (no Slurm keys).
   of 4 kept: micro-batches of 1) it loads the 2-rank global DCP checkpoint resharded over 4
   FSDP2 ranks and ends within 2% of the reference (the split of a global batch changes the
   losses only by rounding).
+- a rank SIGKILLed on node 1 is named, with its node, code and attribution, from what every
+  node left in the shared folder; a cancel (the marker, then SIGTERM to the whole job) ends
+  every rank and records `cancelled`; and what each signal means is read from the real
+  controller (`SlurmRun.classify`).
 """
 
 from __future__ import annotations
@@ -109,7 +113,8 @@ def test_requeue_mid_run_resumes_by_itself_with_the_uninterrupted_losses(
     got = losses(job.parent)
     assert [s for s, _ in got] == list(range(1, STEPS + 1))  # each step once
     assert all(close(g, r, 1e-6) for (_, g), (_, r) in zip(got, reference, strict=True))
-    assert job_id not in slurm.jobs() and not job_processes(job)
+    wait_record(job, lambda r: job_id not in slurm.jobs(), 60, "the allocation to end")
+    assert not job_processes(job)
 
 
 def test_time_limit_stop_then_resume_on_four_ranks_reshards_the_checkpoint(
@@ -192,3 +197,26 @@ def wait_record_state(slurm: SlurmCluster, job_id: str, state: str) -> None:
     while slurm.run("squeue", "-h", "-j", job_id, "-o", "%T").strip() != state:
         assert time.monotonic() < deadline, f"job {job_id} never {state}"
         time.sleep(0.2)
+
+
+def test_a_cancel_with_its_marker_ends_every_rank_and_records_cancelled(
+    slurm: SlurmCluster, tmp_path: Path
+) -> None:
+    job = make_job(tmp_path, "cancelled", 2, 1, max_restarts=1)
+    job_id = submit(slurm, job, 2, 1)
+    committed(job, EVERY)
+    # The launch side's cancel: the marker, then SIGTERM to every process of the job.
+    (job.parent / CANCEL_REQUEST).write_text("cancel\n")
+    t0 = time.monotonic()
+    slurm.run("scancel", "--signal=TERM", "--full", job_id)
+    rec = wait_ended(job, 60)
+    took = time.monotonic() - t0
+    print(f"cancel: recorded {took:.1f} s after scancel --signal=TERM")
+    assert rec["status"] == "cancelled" and rec["error"] is None
+    assert len(rec["attempts"]) == 1  # no stop checkpoint, no requeue
+    log = (job.parent / "log.txt").read_text().splitlines()
+    assert log[-1] == "job cancelled: every rank ended"
+    assert read_stopped(job.parent) is None
+    assert not list((job.parent / "checkpoints").glob("*.tmp"))
+    wait_record(job, lambda r: job_id not in slurm.jobs(), 60, "the allocation to end")
+    assert not job_processes(job)
