@@ -207,6 +207,8 @@ class Supervisor(SlurmSupervision):
             if self.signals:
                 self.on_slurm_signal(self.signals.pop(0))
             time.sleep(0.2)
+        while self.signals and not self.cancel_requested:  # srun can end before they are read
+            self.on_slurm_signal(self.signals.pop(0))
         if hung is not None:
             return end_job(self.job_path, child, hung, spec), FAILED, hung
         if self.cancel_requested:
