@@ -32,7 +32,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from jobfolder import attempts, ckptindex, failures
+from jobfolder import attempts, ckptindex, failures, nextattempt
 from jobfolder.atomic import modify_job, write_text_atomic
 from jobfolder.hostmem import MemoryWatch
 from jobfolder.jobstats import record_measured
@@ -41,7 +41,7 @@ from jobfolder.procs import end_processes, job_processes, write_pid
 from jobfolder.record import JobError, JobRecord, plan_line_of, read_job
 from jobfolder.slurm import node_logs
 from jobfolder.slurmjob import SlurmSupervision, slurm_task
-from jobfolder.status import CANCELLED, FAILED, PENDING, RUNNING, SUCCEEDED, has_ended
+from jobfolder.status import CANCELLED, FAILED, PENDING, RUNNING, SUCCEEDED
 from jobfolder.watchdog import HangWatch, end_job
 
 
@@ -137,52 +137,9 @@ class Supervisor(SlurmSupervision):
             return self.finish(code, status, error)
 
     def begin_attempt(self) -> JobRecord | None:
-        """Prepare and record the next attempt; None when the job already has an outcome.
-
-        A first attempt starts from scratch. A later one (a resume, or a retry) archives the
-        previous attempt's files, removes partial writes, rewinds metrics.jsonl and starts
-        from the newest verified checkpoint, saying which in the log.
-        """
-        record = read_job(self.job_path)
-        if has_ended(record):
-            return None
-        spec = record["spec"]
-        number = len(attempts.attempts_of(record)) + 1
-        lines: list[str] = []
-        stale = ckptindex.stale_writes(self.job_dir, spec.get("output_dir"))
-        attempts.remove_stale(stale)
-        lines += [f"resume: removed the partial write {p}" for p in stale]
-        step, path = None, None
-        pinned = record.get("resume_choice")  # a multi-node resume: the launcher chose
-        if number > 1:
-            attempts.archive_attempt(self.job_dir, number - 1)
-            root = self.layout.checkpoints
-            if pinned is not None:
-                choice, newer = ckptindex.pinned(root, pinned.get("step"))
-                attempts.remove_stale(newer)
-                lines += list(pinned.get("lines") or [])
-            else:
-                choice = ckptindex.choose(root)
-                # A skipped step is unusable, and the new attempt saves that step again (a
-                # checkpoint is never written into an existing folder): it goes.
-                attempts.remove_stale([root / f"step-{n}" for n, _ in choice.skipped])
-                lines += [f"resume: skipped step-{n}: {why}; removed" for n, why in choice.skipped]
-            step, path = choice.step, choice.path
-            where = f"step-{step} (verified)" if step is not None else "step 0 (no checkpoint)"
-            lines.append(f"resume: attempt {number} from {(pinned or {}).get('where', where)}")
-            attempts.rewind_metrics(self.job_dir, step or 0)
-        if lines:
-            failures.append_lines(self.layout.log, lines)
-
-        def begin(rec: JobRecord) -> None:
-            # Under the job lock: a cancel recorded meanwhile must not become `running`.
-            if not has_ended(rec):
-                rec["spec"]["resume_from"] = str(path) if path is not None else None
-                attempts.open_attempt(rec, step, retry=bool((pinned or {}).get("retry")))
-                rec.pop("resume_choice", None)  # this attempt's only
-
-        record = modify_job(self.job_path, begin)
-        return None if has_ended(record) else record
+        """Prepare and record the next attempt (jobfolder/nextattempt.py); None when the job
+        already has an outcome."""
+        return nextattempt.begin_attempt(self.job_path)
 
     def run_attempt(self, spec: Mapping[str, Any]) -> tuple[int, str, JobError | None]:
         """Run torchrun once to its end: (exit code, status, error)."""
