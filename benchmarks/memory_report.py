@@ -27,6 +27,7 @@ def _config(run: Any) -> str:
         f"LoRA r{run.lora_rank}" if run.lora_rank else "full"
     )  # fmt: skip
     stage = f"zero_stage {run.zero_stage}" if run.gpu_count > 1 else "one GPU"
+    stage += ", cpu_offload" if run.cpu_offload else ""
     return (
         f"{run.shape} {kind} {run.precision}, {run.gpu} x{run.gpu_count} ({stage}), mbs "
         f"{run.micro_batch_size} x seq {run.seq}, {run.checkpointing} checkpointing"
@@ -83,18 +84,22 @@ def render(rows: list[dict[str, Any]]) -> list[str]:
         if run.judged:
             continue
         alt = f", with an fp32 loss {r['alt_ratio']:.2f}" if r["alt_ratio"] else ""
+        facts = f" (facts: {', '.join(run.facts)})" if run.facts else ""
+        note = f" {run.note}." if run.note else ""
         out.append(
             f"- `{run.id}` ({_config(run)}; measured {run.measured_bytes / 1e9:.1f} GB, "
-            f"{run.measured_as}): planned {r['ratio']:.2f} as read{alt}; not judged: "
-            f"{run.reason}."
+            f"{run.measured_as}): planned {r['ratio']:.2f} as read{facts}{alt}, bundled "
+            f"{r['bundled_ratio']:.2f}; not judged: {run.reason}. {_source(run.source)}: "
+            f"`{run.quote}`.{note}"
         )
     for u in NOT_EXPRESSED:
-        out.append(f'- `{u.id}` ({u.measured}): {_source(u.source)}: "{u.quote}". Not '
-                   f"expressible: {u.reason}.")  # fmt: skip
+        out.append(f'- `{u.id}` ({u.measured}): {_source(u.source)}: "{u.quote}". '
+                   f"{u.kind}: {u.reason}.")  # fmt: skip
     out += ["", "### Sources (the rows as read)", ""]
     for src, header in HEADERS.items():
         out.append(f'- {_source(src)}, of every row below: "{header}"')
     for r in judged:
         run = r["run"]
-        out.append(f"- `{run.id}`: {_source(run.source)}: `{run.quote}`")
+        note = f" {run.note}." if run.note else ""
+        out.append(f"- `{run.id}`: {_source(run.source)}: `{run.quote}`{note}")
     return out

@@ -24,6 +24,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from torch import nn
+from torch.distributed.tensor import DTensor
 
 from jobfolder import manifest
 from jobfolder.atomic import fsync_dir
@@ -62,9 +63,9 @@ def _to_rank0(t: torch.Tensor, rank: int) -> torch.Tensor | None:
     receives each piece straight into its rows of one tensor (point to point): no rank
     gathers the whole (`full_tensor()` would, on every rank).
     """
-    if not hasattr(t, "_local_tensor"):
+    if not isinstance(t, DTensor):
         return t.detach() if rank == 0 else None
-    local = t._local_tensor.detach()
+    local = t.to_local().detach()
     rows, world = t.shape[0], dist.get_world_size()
     step = -(-rows // world)
     if rank != 0:

@@ -112,17 +112,28 @@ def is_pending(model: nn.Module) -> bool:
 
 def _region(t: torch.Tensor) -> tuple[torch.Tensor, int]:
     """This rank's storage of `t` and the first global row it holds (FSDP2 shards dim 0)."""
-    from torch.distributed.tensor import DTensor
+    from torch.distributed.tensor import DTensor, Shard
 
     if not isinstance(t, DTensor):
         return t.detach(), 0
-    from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
-
-    shape, offset = compute_local_shape_and_global_offset(t.shape, t.device_mesh, t.placements)
-    local = t._local_tensor.detach()
-    if tuple(local.shape) != tuple(shape) or any(offset[1:]) or shape[1:] != tuple(t.shape[1:]):
-        raise ModelLoadError(f"model: cannot load a shard of shape {tuple(shape)} at {offset}")
-    return local, (offset[0] if offset else 0)
+    # FSDP2 shards dim 0 over a 1-D mesh in torch.chunk pieces: rank r holds rows
+    # [r*c, (r+1)*c) with c = ceil(rows / world), clipped to the rows. Computed from public
+    # API (torch.distributed.tensor._utils' compute_local_shape_and_global_offset has no
+    # public twin in torch 2.13); the local shape checks the arithmetic.
+    local = t.to_local().detach()
+    rows = t.shape[0] if t.dim() else 0
+    world, rank = t.device_mesh.size(), t.device_mesh.get_local_rank()
+    step = -(-rows // world) if rows else 0
+    start = min(rank * step, rows)
+    expect = (min(start + step, rows) - start, *t.shape[1:])
+    one_dim = t.device_mesh.ndim == 1 and all(isinstance(p, Shard) and p.dim == 0
+                                              for p in t.placements)  # fmt: skip
+    if not one_dim or tuple(local.shape) != tuple(expect):
+        raise ModelLoadError(
+            f"model: cannot load a shard of shape {tuple(local.shape)} "
+            f"(placements {t.placements}, expected {expect} at row {start})"
+        )
+    return local, start
 
 
 def _candidates(name: str, prefix: str) -> tuple[str, str, str]:

@@ -32,6 +32,7 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.distributed.tensor import DTensor
 
 from jobfolder.atomic import write_text_atomic
 from trainer.report import RankContext
@@ -77,12 +78,12 @@ def tensor_bytes(t: torch.Tensor | None) -> int:
     """Bytes of the local data of a tensor (a DTensor's local shard)."""
     if t is None:
         return 0
-    local = getattr(t, "_local_tensor", t)
+    local = t.to_local() if isinstance(t, DTensor) else t
     return local.numel() * local.element_size()
 
 
 def _is_sharded(t: torch.Tensor) -> bool:
-    return hasattr(t, "_local_tensor")
+    return isinstance(t, DTensor)
 
 
 class StateMeter:

@@ -34,6 +34,7 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.distributed.tensor import DTensor
 
 from jobfolder.atomic import write_json_atomic
 from jobfolder.layout import JobLayout
@@ -125,7 +126,7 @@ class RunStats:
         """First step, stage 2: the compute copy is the set of parameters unsharded now."""
         if self.compute_copy is None and self.states is None and self.zero_stage == 2:
             self.compute_copy = sum(
-                tensor_bytes(p) for p in model.parameters() if not hasattr(p, "_local_tensor")
+                tensor_bytes(p) for p in model.parameters() if not isinstance(p, DTensor)
             )
 
     def after_update(

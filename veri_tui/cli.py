@@ -46,11 +46,35 @@ def _job_options(p: argparse.ArgumentParser) -> None:
         help="accept an unknown SSH host key with this SHA256 fingerprint and record it",
     )
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    _slurm_options(p)
+
+
+def _slurm_options(p: argparse.ArgumentParser) -> None:
+    """Slurm's target (docs/slurm.md); the same keys in veri.toml's [slurm] table."""
+    g = p.add_argument_group("Slurm (also veri.toml [slurm]; these win)")
+    g.add_argument(
+        "--slurm", metavar="LOGIN",
+        help="submit with sbatch from this login node: ~/.ssh/config alias, user@host[:port], "
+        "or local (sbatch on this machine)",
+    )  # fmt: skip
+    g.add_argument("--partition", metavar="P", help="partition (default: the cluster's default)")
+    g.add_argument("--nodes", type=int, metavar="N", help="nodes of the allocation (default 1)")
+    g.add_argument(
+        "--gpus-per-node", type=int, metavar="G",
+        help="ranks per node (default: every GPU of a node; a CPU partition: its cores)",
+    )  # fmt: skip
+    g.add_argument("--account", metavar="A", help="sbatch --account")
+    g.add_argument("--time", metavar="T", help="time limit, sbatch --time (e.g. 30, 1:30:00)")
+    g.add_argument("--qos", metavar="Q", help="sbatch --qos")
 
 
 def _launch_options(p: argparse.ArgumentParser) -> None:
     _job_options(p)
     p.add_argument("--wait", action="store_true", help="follow the rank-0 log to the end")
+    p.add_argument(
+        "--dry-run", action="store_true",
+        help="with --slurm: print the batch script it would submit; submit and create nothing",
+    )  # fmt: skip
 
 
 def _jobs_options(p: argparse.ArgumentParser) -> None:

@@ -23,7 +23,8 @@ from textual.widgets import Input, Select, Static
 
 from jobfolder.status import has_ended
 from veri_tui.app import create_app
-from veri_tui.app.screens.launch import HostKeyScreen, LaunchScreen
+from veri_tui.app.screens.host_key import HostKeyScreen
+from veri_tui.app.screens.launch import LaunchScreen
 from veri_tui.app.screens.monitor import MonitorScreen
 from veri_tui.launch import jobs
 from veri_tui.plan import read_model_info

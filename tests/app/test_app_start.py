@@ -71,3 +71,35 @@ def test_a_helper_that_cannot_plan_gives_no_line(veri_home, monkeypatch) -> None
     assert first_plan.result(first_plan.spawn(str(veri_home / "no-such-model"))) is None
     monkeypatch.setenv("VERI_FIRST_PLAN", "0")
     assert first_plan.spawn(None) is None
+
+
+async def test_a_later_start_shows_the_remembered_plan_line_in_its_first_frame(
+    veri_home, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("VERI_FIRST_PLAN", "1")
+    assert first_plan.cached(None) is None  # nothing planned yet in this VERI_HOME
+    async with create_app().run_test(size=(120, 40)) as pilot:
+        _, plan_line = await editor_lines(pilot)
+    assert first_plan.cached(None)["plan_line"] == plan_line  # remembered by the first start
+    app = create_app()
+    assert app.first_plan is None  # no helper: nothing to plan before the first frame
+    start = StartScreen(None, None, app.remembered)
+    assert start.shown_plan_line == plan_line
+    monkeypatch.setenv("VERI_FIRST_PLAN", "0")
+    assert first_plan.cached(None) is None  # the switch turns the cache off too
+
+
+def test_the_remembered_line_is_forgotten_when_the_model_changes(
+    veri_home, tmp_path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import shutil
+
+    monkeypatch.setenv("VERI_FIRST_PLAN", "1")
+    model = tmp_path / "model"
+    shutil.copytree(first_plan._BUNDLED, model)
+    first_plan.remember(str(model), {"model_line": "m", "plan_line": "plan: dp=1 old"})
+    assert first_plan.cached(str(model)) == {"model_line": "m", "plan_line": "plan: dp=1 old"}
+    config = model / "config.json"
+    config.write_text(config.read_text().replace("}", ', "note": 1}', 1))
+    assert first_plan.cached(str(model)) is None  # a file in the model's folder changed
+    assert first_plan.cache_key("org/hub-id") is None  # a Hub id: no key from stat alone

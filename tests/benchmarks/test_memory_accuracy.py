@@ -16,8 +16,12 @@ DOC = Path(memory_accuracy.ROOT) / "docs" / "accuracy.md"
 
 
 @pytest.fixture(scope="module")
-def rows(tmp_path_factory: pytest.TempPathFactory, monkeypatch_module) -> list[dict]:
-    dirs = memory_accuracy.checkpoints(tmp_path_factory.mktemp("memory"))
+def dirs(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    return memory_accuracy.checkpoints(tmp_path_factory.mktemp("memory"))
+
+
+@pytest.fixture(scope="module")
+def rows(dirs: dict, monkeypatch_module) -> list[dict]:
     return memory_accuracy.evaluate(dirs)
 
 
@@ -52,3 +56,17 @@ def test_the_doc_is_what_the_script_computes(rows: list[dict]) -> None:
     s = memory_accuracy.summary(rows)
     want = f"As ran: {s['within10']} of {s['n']} within +-10%, {s['within20']} within +-20%"
     assert want in text, "rerun python benchmarks/estimate_accuracy.py"
+
+
+def test_a_sharded_optimizer_fact_divides_over_the_ranks(dirs: dict) -> None:
+    """DeepSpeed ZeRO-3's 16 bytes per trainable parameter add (16 - 8) x N / dp to the knobs'
+    bf16 states on each GPU, not (16 - 8) x N (the single-GPU rows' case)."""
+    from veri_tui.plan import plan, read_model_info
+
+    run = next(r for r in RUNS if r.id == "swift-qwen2.5-14b-full-zero3-a800x8")
+    info = read_model_info(str(dirs[run.shape]))
+    rec = plan(model=str(dirs[run.shape]), **memory_accuracy._knobs(run)).to_dict()
+    bare = memory_accuracy._as_ran(run._replace(facts=()), info, rec)["allocated"]
+    sharded = run._replace(facts=("deepspeed-zero3-states",))
+    added = memory_accuracy._as_ran(sharded, info, rec)["allocated"] - bare
+    assert added == -(-8 * info.parameter_count // run.gpu_count)

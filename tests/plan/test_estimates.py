@@ -204,3 +204,49 @@ def test_activations_never_change_the_decision(qwen) -> None:
     assert small.resolved_parallelism["zero_stage"] == huge.resolved_parallelism["zero_stage"]
     assert not huge.activations["fits"]
     assert any("largest micro_batch_size that fits" in w for w in huge.warnings)
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"gpu_count": 4},
+        {"gpu_count": 4, "zero_stage": 3, "activation_checkpointing": "selective"},
+        {"gpu_count": 8, "hosts": ["n0", "n1"], "network": "infiniband", "zero_stage": 3},
+        {"gpu_count": 8, "hosts": ["n0", "n1"], "internode_bandwidth_gbps": 50, "lora_rank": 8},
+    ],
+)
+def test_the_sweep_point_at_the_jobs_knobs_is_the_plans_throughput(
+    qwen, fields: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One path for both (resolve.throughput_args): nodes, the network, checkpointing's
+    recompute and the calibration of this GPU type included."""
+    from veri_tui.launch import calibrate
+    from veri_tui.launch.measured import predicted_of
+    from veri_tui.plan import plan_job
+
+    info, path = qwen
+    monkeypatch.setenv("VERI_HOME", str(tmp_path))
+    hp = {k: v for k, v in fields.items() if k not in ("gpu_count", "hosts")}
+    job = job_from_fields(
+        {"model": str(path), "gpu": "H100-80GB", "gpu_count": fields["gpu_count"],
+         "hosts": fields.get("hosts"), **hp}
+    )  # fmt: skip
+    base = plan_job(job, info, count_tokens=False)
+    # A completed run measured at 0.6x the model's tokens/s calibrates later plans.
+    pred = predicted_of(base.to_dict())
+    measured = {"device": "cuda", "gpu": "H100-80GB", "ranks": 4, "final": True,
+                "steps_timed": 3, "states_bytes": pred["states_bytes"],
+                "peak_bytes": pred["states_bytes"],
+                "tokens_per_s": 0.6 * pred["tokens_per_s_model"]}  # fmt: skip
+    run = {"job_id": "j1", "status": "succeeded", "host": None, "predicted": pred}
+    assert calibrate.fold_jobs([{**run, "measured": measured}]) == ["j1"]
+    rec = plan_job(job, info, count_tokens=False)
+    assert rec.throughput["tokens_per_s"] < base.throughput["tokens_per_s"]  # calibrated
+    stage = rec.resolved_parallelism["zero_stage"]
+    rows = throughput_sweep(job, info, (1, 2, fields["gpu_count"]))
+    (point,) = [r for r in rows if r.get("gpu_count") == fields["gpu_count"]
+                and r.get("zero_stage") == stage]  # fmt: skip
+    for key in ("tokens_per_s", "step_time_s", "calibration"):
+        assert point.get(key) == rec.throughput.get(key), key
+    if fields.get("hosts"):  # 1 GPU does not split over 2 nodes: skipped, not an error
+        assert rows[0]["skipped"] and "gpu_count" in rows[0]["reason"]

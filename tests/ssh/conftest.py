@@ -94,7 +94,9 @@ def keygen(path: Path) -> Path:
     return path
 
 
-def _write_server_config(root: Path, port: int, host_key: Path, user_key: Path) -> Path:
+def _write_server_config(
+    root: Path, port: int, host_key: Path, user_key: Path, extra: str = ""
+) -> Path:
     auth = root / "authorized_keys"
     auth.write_text(Path(f"{user_key}.pub").read_text())
     config = root / "sshd_config"
@@ -103,7 +105,7 @@ def _write_server_config(root: Path, port: int, host_key: Path, user_key: Path) 
         f"PidFile {root / 'sshd.pid'}\nAuthorizedKeysFile {auth}\n"
         "PermitRootLogin prohibit-password\nPasswordAuthentication no\n"
         "KbdInteractiveAuthentication no\nUsePAM no\nStrictModes no\n"
-        "AllowTcpForwarding yes\nSubsystem sftp internal-sftp\nLogLevel VERBOSE\n"
+        "AllowTcpForwarding yes\nSubsystem sftp internal-sftp\nLogLevel VERBOSE\n" + extra
     )
     return config
 
@@ -132,7 +134,9 @@ def sshd2(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sshd]:
     yield from _serve(tmp_path_factory, "veri-test-2")
 
 
-def _serve(tmp_path_factory: pytest.TempPathFactory, alias: str) -> Iterator[Sshd]:
+def _serve(tmp_path_factory: pytest.TempPathFactory, alias: str, extra: str = "") -> Iterator[Sshd]:
+    """A running server for ``alias``; ``extra``: more sshd_config lines (a Slurm login
+    node's `SetEnv SLURM_CONF=...`, tests/slurm)."""
     if not os.access(SSHD, os.X_OK):
         reason = f"{SSHD} is missing: apt-get install openssh-server (CI sets VERI_REQUIRE_SSHD=1)"
         if os.environ.get("VERI_REQUIRE_SSHD") == "1":
@@ -142,7 +146,7 @@ def _serve(tmp_path_factory: pytest.TempPathFactory, alias: str) -> Iterator[Ssh
     host_key = keygen(root / "host_ed25519")
     user_key = keygen(root / "user_ed25519")
     port = _free_port()
-    config = _write_server_config(root, port, host_key, user_key)
+    config = _write_server_config(root, port, host_key, user_key, extra)
     os.makedirs("/run/sshd", exist_ok=True)  # privilege separation directory
     check = subprocess.run([SSHD, "-t", "-f", str(config)], capture_output=True, text=True)
     assert check.returncode == 0, f"sshd -t rejected the config: {check.stderr}"

@@ -1,7 +1,7 @@
 """A real Slurm cluster on this machine for the Slurm tests: munged, slurmctld and two slurmd.
 
 Debian's slurm-wlm (22.05) and munge, nothing mocked. Everything lives in one temporary
-folder: the munge key and socket, slurm.conf and gres.conf, the controller's state, each
+folder: the munge key and socket, slurm.conf, the controller's state, each
 node's spool and logs. Daemons listen on free loopback ports.
 
 Two compute nodes on one box: two slurmd processes (`slurmd -N <name>`), each with its own
@@ -16,9 +16,12 @@ Settings chosen for a box with no cgroups (gVisor here, containers in CI): proct
 (a job's processes are found by parentage; pgid would miss torchrun's workers, which run in
 their own sessions), task/none, select/cons_tres with CR_CPU, no accounting (no slurmdbd), and
 `cred_expire=10`: a requeued job waits that long plus one second before it may start again
-(Slurm's default is 120 s). Partitions: `debug` (both nodes, the default), `gpu` (node 2,
-which advertises `gpu:h100:2` in gres.conf, no devices behind it: only read by plans) and
-`odd` (node 1, `gpu:mystery:1`, an unknown GPU type).
+(Slurm's default is 120 s). Partitions: `debug` (both running nodes, CPU only, the default),
+`gpu` (node 127.0.0.3, `Gres=gpu:h100:2`) and `odd` (node 127.0.0.4, `Gres=gpu:mystery:1`,
+an unknown GPU type). The two GPU nodes are configured but no slurmd runs for them (State=DOWN
+with a reason): the controller still reports their gres, which is all a plan reads, and a job
+sent there waits PENDING with its reason; the running nodes carry no gres, so `debug` is the
+CPU partition it is meant to be.
 """
 
 from __future__ import annotations
@@ -35,6 +38,8 @@ from pathlib import Path
 DAEMONS = ("munged", "slurmctld", "slurmd")
 CLIENTS = ("sbatch", "srun", "squeue", "scontrol", "scancel", "sinfo")
 NODES = ("127.0.0.1", "127.0.0.2")
+#: Configured, never started (no slurmd): their gres is only read by plans.
+GPU_NODES = {"127.0.0.3": "gpu:h100:2", "127.0.0.4": "gpu:mystery:1"}
 
 
 def missing_tools() -> list[str]:
@@ -143,26 +148,23 @@ class SlurmCluster:
             "InactiveLimit=0",
             "SlurmdTimeout=60",
         ]
-        gres = {NODES[0]: "gpu:mystery:1", NODES[1]: "gpu:h100:2"}
         for i, name in enumerate(NODES, start=1):
             lines.append(
                 f"NodeName={name} NodeHostname=lo{i} NodeAddr=127.0.0.1 Port={ports[name]} "
-                f"CPUs={cpus} RealMemory=4000 Gres={gres[name]} State=UNKNOWN"
+                f"CPUs={cpus} RealMemory=4000 State=UNKNOWN"
             )
+        for i, (name, gres) in enumerate(GPU_NODES.items(), start=len(NODES) + 1):
+            lines.append(
+                f"NodeName={name} NodeHostname=lo{i} NodeAddr=127.0.0.1 Port={free_port()} "
+                f'CPUs=8 RealMemory=64000 Gres={gres} State=DOWN Reason="plans only"'
+            )
+        gpu, odd = GPU_NODES
         lines += [
             f"PartitionName=debug Nodes={','.join(NODES)} Default=YES MaxTime=INFINITE State=UP",
-            f"PartitionName=gpu Nodes={NODES[1]} MaxTime=INFINITE State=UP",
-            f"PartitionName=odd Nodes={NODES[0]} MaxTime=INFINITE State=UP",
+            f"PartitionName=gpu Nodes={gpu} MaxTime=INFINITE State=UP",
+            f"PartitionName=odd Nodes={odd} MaxTime=INFINITE State=UP",
         ]
         self.conf.write_text("\n".join(lines) + "\n")
-        # slurmd counts a GPU per device file and reports none without one (the node is
-        # then refused, "gres/gpu count reported lower than configured"): any character
-        # device stands in. Nothing runs on these GPUs; plans only read them.
-        (self.conf.parent / "gres.conf").write_text(
-            f"NodeName={NODES[0]} Name=gpu Type=mystery File=/dev/null\n"
-            f"NodeName={NODES[1]} Name=gpu Type=h100 File=/dev/null\n"
-            f"NodeName={NODES[1]} Name=gpu Type=h100 File=/dev/zero\n"
-        )
 
     def _spawn(self, name: str, cmd: list[str], out: Path) -> None:
         with out.open("ab") as fh:

@@ -26,8 +26,10 @@ def create_app(
     """The one app factory. `veri_home` also becomes $VERI_HOME for the launch facade."""
     if veri_home is not None:
         os.environ["VERI_HOME"] = str(veri_home)
-    # Started before Textual is imported: it plans the opening job on another core meanwhile.
-    helper = first_plan.spawn(model)
+    # The answer the last start planned for this job, when nothing it depends on changed;
+    # else a helper, started before Textual is imported, plans it on another core meanwhile.
+    remembered = first_plan.cached(model)
+    helper = None if remembered else first_plan.spawn(model)
     from jobfolder.layout import veri_home as home_now
     from veri_tui.app.app import VeriApp
 
@@ -38,6 +40,7 @@ def create_app(
         workdir=Path(workdir) if workdir else None,
         theme=theme,
         first_plan=helper,
+        remembered=remembered,
     )
 
 

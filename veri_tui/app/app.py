@@ -45,16 +45,18 @@ class VeriApp(App[int]):
         workdir: Path | None = None,
         theme: str = "textual-dark",
         first_plan: subprocess.Popen[str] | None = None,
+        remembered: dict[str, str] | None = None,
     ) -> None:
         super().__init__()
         self.first_plan = first_plan  # the helper planning the opening job (or None)
+        self.remembered = remembered  # the opening job's answer from the last start (or None)
         self.veri_home = veri_home
         self.workdir = workdir or Path.cwd()
         self.initial_model = model
         self.theme = theme
 
     def on_mount(self) -> None:
-        self.push_screen(StartScreen(self.initial_model, self.first_plan))
+        self.push_screen(StartScreen(self.initial_model, self.first_plan, self.remembered))
 
     # -- shared state ----------------------------------------------------------------
 

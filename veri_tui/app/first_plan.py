@@ -15,18 +15,90 @@ that imports the editor's module (`plan_answer`): the start screen shows whichev
 comes first: beside an idle core, the helper's; otherwise this process's, and the helper
 is stopped. With every core busy it is not started at all (`idle_core`); VERI_FIRST_PLAN=1
 always starts it, 0 never.
+
+Both answers are remembered (`remember`) in `$VERI_HOME/cache/first-plan.json`, keyed by what
+the opening plan line depends on: the model argument, the size and mtime of each file in the
+model's folder, and of each planning-core source file. A later start whose key matches shows
+that line in its first frame (`cached`: a few stat calls, no import of the core) and starts no
+helper; the editor then plans the job itself as always, so a line the key failed to cover is
+replaced within the editor's start. VERI_FIRST_PLAN=0 turns the cache off too.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
 import sys
+from pathlib import Path
+
+from jobfolder.atomic import write_json_atomic
+from jobfolder.layout import veri_home
 
 ENV = "VERI_FIRST_PLAN"
 # `-c`, not `-m veri_tui.app.first_plan`: the package imports this module itself.
 HELPER = "import sys; from veri_tui.app.first_plan import main; main(sys.argv[1:])"
+
+
+# The bundled model's folder, as veri_tui.plan.sources.bundled_tiny_model finds it (that module
+# is not imported here: importing veri_tui.plan loads the whole planning core).
+_PACKAGE = Path(__file__).resolve().parents[1]
+_BUNDLED = _PACKAGE.parent / "assets" / "tiny-model"
+CACHE_NAME = "first-plan.json"
+
+
+def _stats(folder: Path, pattern: str) -> list[str]:
+    """`name size mtime_ns` of each file in ``folder`` matching ``pattern``, sorted."""
+    rows = []
+    for path in sorted(folder.glob(pattern)):
+        st = path.stat()
+        rows.append(f"{path.name} {st.st_size} {st.st_mtime_ns}")
+    return rows
+
+
+def cache_key(model: str | None) -> str | None:
+    """What the opening plan line depends on, hashed; None when it cannot be told by stat
+    alone (a Hub id or a path that is not a folder here)."""
+    folder = Path(model).expanduser() if model else _BUNDLED
+    if not folder.is_dir():
+        return None
+    parts = [model or "", str(folder.resolve()), *_stats(folder, "*")]
+    # The core and the job folder's package it imports (record keys, LoRA targets).
+    parts += _stats(_PACKAGE / "plan", "*.py") + _stats(_PACKAGE.parent / "jobfolder", "*.py")
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()
+
+
+def _cache_path() -> Path:
+    return veri_home() / "cache" / CACHE_NAME
+
+
+def cached(model: str | None) -> dict[str, str] | None:
+    """The answer remembered for this opening job when its key still matches, else None."""
+    if os.environ.get(ENV, "") == "0":
+        return None
+    try:
+        key = cache_key(model)
+        saved = json.loads(_cache_path().read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if key is None or not isinstance(saved, dict) or saved.get("key") != key:
+        return None
+    answer = saved.get("answer")
+    return answer if isinstance(answer, dict) and "plan_line" in answer else None
+
+
+def remember(model: str | None, answer: dict[str, str]) -> None:
+    """Keep a planned answer for the next start (nothing on any failure: only a speed-up)."""
+    if os.environ.get(ENV, "") == "0" or "plan_line" not in answer:
+        return
+    try:
+        key = cache_key(model)
+        if key is not None:
+            _cache_path().parent.mkdir(parents=True, exist_ok=True)
+            write_json_atomic(_cache_path(), {"key": key, "answer": answer})
+    except OSError:
+        pass
 
 
 def idle_core() -> bool:

@@ -7,7 +7,10 @@ lives here once so the two can never read them differently.
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import Any
+
+from veri_tui.errors import VeriError
 
 
 def job_from_args(args: argparse.Namespace) -> Any:
@@ -30,10 +33,36 @@ def job_from_args(args: argparse.Namespace) -> Any:
     )
 
 
-def hosts_of(args: argparse.Namespace, job: Any) -> str | list[str] | None:
-    """The SSH host(s) to run on: every --host given, else veri.toml's `hosts`; one host as a
-    string, several (a multi-node job, node 0 first) as a list, None for this machine."""
+def hosts_of(args: argparse.Namespace, job: Any) -> Any:
+    """Where to run: the Slurm options (`--slurm` or veri.toml's `[slurm]`, slurm_of), else
+    the SSH host(s): every --host given, else veri.toml's `hosts`; one host as a string,
+    several (a multi-node job, node 0 first) as a list; None for this machine."""
     hosts = list(getattr(args, "host", None) or job.hosts or [])
+    slurm = slurm_of(args)
+    if slurm is not None:
+        if hosts:
+            raise VeriError("--slurm and --host (or veri.toml's hosts) are two targets; "
+                            "keep one", key="slurm")  # fmt: skip
+        return slurm
     if not hosts:
         return None
     return hosts[0] if len(hosts) == 1 else hosts
+
+
+#: The Slurm options of `plan` and `launch` (cli._slurm_options), as `[slurm]` keys.
+SLURM_ARGS = ("partition", "nodes", "gpus_per_node", "account", "time", "qos")
+
+
+def slurm_of(args: argparse.Namespace) -> Any:
+    """The Slurm options (veri_tui.launch.slurm.options.SlurmOptions) from veri.toml's
+    `[slurm]` table and the command line (which wins); None when no login node is named.
+    VeriError for a bad key or value."""
+    from veri_tui.launch.slurm.options import slurm_options
+    from veri_tui.plan.config import read_toml
+
+    table = read_toml(Path(args.config)).get("slurm") if args.config else None
+    if table is not None and not isinstance(table, dict):
+        raise VeriError(f"{args.config}: [slurm] must be a table (login = ..., partition = ...)",
+                        key="slurm")  # fmt: skip
+    given = {key: getattr(args, key, None) for key in SLURM_ARGS}
+    return slurm_options(table, {"login": getattr(args, "slurm", None), **given})

@@ -32,9 +32,10 @@ def _row(rec: JobRecord) -> list[str]:
     spec = rec.get("spec") or {}
     error = rec.get("error") or {}
     model = os.path.basename(str(spec.get("model") or "").rstrip("/")) or "-"
+    waiting = jobs.pending_reason(rec)  # a Slurm job in the queue: why it waits
     return [
         rec.get("job_id", "?"),
-        rec.get("status", "?"),
+        f"{rec.get('status', '?')} ({waiting})" if waiting else rec.get("status", "?"),
         rec.get("host") or "local",
         str(spec.get("method", "-")),
         f"{spec.get('gpu_count', '?')}x {spec.get('gpu', '?')}",
@@ -69,6 +70,10 @@ def show_job(job_id: str, as_json: bool) -> int:
         print(json.dumps(rec, indent=2))
         return 0
     print("  ".join(c for c in _row(rec) if c))
+    state = jobs.slurm_state(rec)
+    if state is not None:
+        why = f", reason {state[1]}" if state[1] else ""
+        print(f"slurm: job {rec.get('slurm_job_id')} {state[0]}{why}")
     print(plan_line_of(rec.get("spec"), NOT_RECORDED))
     print("\n".join(comparison_lines(rec) or ["measured: not recorded for this job"]))
     print("\n".join(gpu_hours_lines(rec)))

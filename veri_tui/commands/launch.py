@@ -4,7 +4,8 @@ With --wait the rank-0 log is followed to the end and the exit status tells the 
 (0 succeeded, 1 failed or cancelled; the last stderr line is
 `job ID failed: CODE (attribution): summary`). With --json, stdout is
 one JSON job record instead (the final one with --wait). Interrupting the wait
-leaves the job running: it is detached, and `veri-tui cancel` ends it.
+leaves the job running: it is detached, and `veri-tui cancel` ends it. With --slurm it is
+submitted with sbatch (docs/slurm.md); --dry-run prints the batch script instead.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import sys
 
 from jobfolder.status import SUCCEEDED
 from veri_tui.commands.common import hosts_of, job_from_args
+from veri_tui.errors import VeriError
 from veri_tui.launch import jobs
 from veri_tui.launch.spec import check_job, local_dataset
 
@@ -25,15 +27,21 @@ def run(args: argparse.Namespace) -> int:
 
     job = job_from_args(args)
     host = hosts_of(args, job)
+    if args.dry_run:
+        if not isinstance(host, jobs.SlurmOptions):
+            raise VeriError("prints a Slurm batch script: add --slurm LOGIN", key="dry_run")
+        print(jobs.slurm_script(job, host, args.trust_host), end="")
+        return 0
     if host is None:
         check_job(job)  # every refusal at once, before the model is even read
         # Planned with the dataset it will train on (the bundled one when none is given),
         # so job.json's predicted GPU-hours and price count its tokens.
         record = plan_job(job.model_copy(update={"dataset": str(local_dataset(job))}))
     else:
-        # The model and --output are paths on the host, which this machine may not have: the
-        # SSH launch checks them there and plans after its preflight (the host's GPUs, the
-        # model's headers read over SFTP). Planning here would refuse a model only it holds.
+        # The model and --output are paths on the host (a Slurm login node's too), which
+        # this machine may not have: the SSH launch checks them there and plans after its
+        # preflight (the host's GPUs, the model's headers read over SFTP). Planning here
+        # would refuse a model only it holds.
         record = None
     job_id = jobs.launch(job, record, host=host, trust_host=args.trust_host)
     if args.json:

@@ -1,7 +1,7 @@
 """`veri-tui plan`: the plan header and plan line (or the --json record) for one job.
 
 Headless and light: it imports the planning core only (no torch, no textual); the SSH side
-(paramiko) only for --host.
+(paramiko) only for --host or a --slurm login node.
 """
 
 from __future__ import annotations
@@ -70,6 +70,8 @@ def run(args: argparse.Namespace) -> int:
     With --host the plan is made for that host, as `launch --host` makes it: preflight
     there (its GPUs as custom-<GB>GB, the model's headers read over SFTP, every problem
     refused), so the model is a path or Hub id on the host and nothing is read here.
+    With --slurm the plan is for the partition's nodes: its GPU type (from the nodes' gres)
+    and count, nodes x GPUs per node (a CPU partition: gloo processes, as a local CPU job).
     """
     job = job_from_args(args)
     host = hosts_of(args, job)

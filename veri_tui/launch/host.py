@@ -6,7 +6,9 @@ target (target.py), the one launch sequence (launching.py) and the one preflight
 
 - `LocalHost` (local_host.py): this machine, through os and subprocess;
 - `SshHost` (ssh/host.py): a machine reached with paramiko (SFTP for files, a channel per
-  command, every command an argument list quoted with shlex).
+  command, every command an argument list quoted with shlex);
+- `SlurmHost` (slurm/host.py): a Slurm login node (one of the two above) whose supervisor is
+  a batch job: its handle is the Slurm job id, and the controller's state judges the job.
 
 A host does four kinds of thing: run a command (`run`, `stream` for a long-running one),
 read and write files (`read_bytes`, `write_atomic`, `append`, `exists`, `is_dir`,
@@ -26,6 +28,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from jobfolder.record import JobRecord
 from veri_tui.errors import Refusal, VeriError
 from veri_tui.launch import memcheck
 from veri_tui.launch.diskcheck import Place, refusals, row
@@ -71,6 +74,10 @@ class HostFacts:
     model_known: bool = True
     #: Whether the facts are worth showing (an SSH host's are; this machine's are known).
     shown: bool = True
+    #: Lines shown whether or not `shown` (a Slurm partition's facts).
+    notes: list[str] = field(default_factory=list)
+    #: Keys the host adds to the job's spec (a Slurm job's layout and options).
+    spec: dict[str, Any] = field(default_factory=dict)
 
     @property
     def gpu_name(self) -> str | None:
@@ -91,7 +98,7 @@ class HostFacts:
     def summary(self) -> list[str]:
         """Human lines for the log and the app: what was found on the host."""
         if not self.shown:
-            return []
+            return list(self.notes)
         gpus = ", ".join(f"{g['name']} ({g['memory_bytes'] / 1e9:.1f} GB)" for g in self.gpus)
         lines = [
             f"host {self.host}: python {self.facts.get('python')} ({self.python}), "
@@ -102,7 +109,7 @@ class HostFacts:
         ]
         if self.model_info is not None:
             lines.append(f"model: {self.model_path}: {self.model_info.parameter_count:,} params")
-        return lines
+        return lines + self.notes
 
     def check(self) -> None:
         """Raise VeriError with every problem, one line each."""
@@ -120,6 +127,10 @@ class Stream(Protocol):
 
 class Host(Protocol):
     """A machine that holds job folders and runs their supervisors."""
+
+    @property
+    def kind(self) -> str:
+        """`local`, `ssh` or `slurm`: what the registry keeps to open the host again."""
 
     @property
     def name(self) -> str:
@@ -155,6 +166,9 @@ class Host(Protocol):
     def alive(self, pid: int) -> bool: ...
 
     def cancel_job(self, job_dir: str, pid: int | None, grace: float) -> None: ...
+
+    def judge(self, job_dir: str, record: JobRecord, pid: int | None,
+              reread: Callable[[], JobRecord]) -> JobRecord: ...  # fmt: skip
 
     def read_bytes(self, path: str, limit: int, offset: int = 0) -> bytes: ...
 

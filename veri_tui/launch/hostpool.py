@@ -1,7 +1,8 @@
 """Hosts by name, and one call per host at once.
 
-`open_hosts`: None is this machine, anything else an SSH destination (paramiko is imported
-only when an SSH host is asked for: `veri-tui plan`, `jobs` and the app start without it).
+`open_hosts`: None is this machine, a `SlurmOptions` a Slurm login node (slurm/host.py),
+anything else an SSH destination (paramiko is imported only when an SSH host is asked for:
+`veri-tui plan`, `jobs` and the app start without it).
 `in_parallel`: every node of a job is asked at once, each on its own thread.
 """
 
@@ -12,6 +13,10 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
 from veri_tui.launch.host import Host
+from veri_tui.launch.slurm.options import SlurmOptions
+
+#: How a caller names a job's host: None (this machine), an SSH destination, a Slurm login.
+HostName = str | SlurmOptions | None
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -38,10 +43,15 @@ def all_or_raise(results: list[R | Exception]) -> list[R]:
     return [r for r in results if not isinstance(r, Exception)]
 
 
-def open_hosts(names: Sequence[str | None], trust: str | None = None) -> list[Host]:
+def open_hosts(names: Sequence[HostName], trust: str | None = None) -> list[Host]:
     """A host per name, connected in parallel: None is this machine, a name an SSH host
-    (alias or user@host[:port]). A host that cannot be reached raises VeriError (the
-    first), and the ones already open are closed."""
+    (alias or user@host[:port]), `SlurmOptions` its login node (a Slurm job is one host:
+    its allocation's nodes are the scheduler's). A host that cannot be reached raises
+    VeriError (the first), and the ones already open are closed."""
+    if len(names) == 1 and isinstance(names[0], SlurmOptions):
+        from veri_tui.launch.slurm.host import open_slurm
+
+        return [open_slurm(names[0], trust)]
     if all(n is None for n in names):
         from veri_tui.launch.local_host import LocalHost
 

@@ -3,7 +3,7 @@ of one launched over SSH, or a job just created (launching.py registers it).
 
 A folder under $VERI_HOME/jobs is this machine's job (`LocalHost`); an entry of the registry
 (registry.py) names an SSH job's hosts and folders, opened on first use (`SshHost`, imported
-only then).
+only then), or a Slurm job's login node (`SlurmHost`).
 """
 
 from __future__ import annotations
@@ -35,15 +35,26 @@ def target_for_job(job_id: str, pool: dict[str, Host] | None = None) -> JobTarge
 
 def target_of_entry(entry: registry.RegistryEntry, pool: dict[str, Host] | None = None
              ) -> JobTarget:  # fmt: skip
-    """The target of a job launched over SSH (its hosts opened on first use)."""
-    from veri_tui.launch.ssh.host import SshHost
-
+    """The target of a job launched over SSH or with Slurm (its hosts opened on first use)."""
     pool = {} if pool is None else pool
     nodes = []
     for n in entry.node_entries():
-        host = pool.setdefault(n["host"], SshHost(n["host"], python=entry.python))
-        nodes.append(Node(host, n["job_dir"], n["pid"]))
+        key = f"{entry.kind}:{n['host']}"
+        if key not in pool:
+            pool[key] = _reopen(entry, n["host"])
+        nodes.append(Node(pool[key], n["job_dir"], n["pid"]))
     return JobTarget(entry.job_id, nodes, entry)
+
+
+def _reopen(entry: registry.RegistryEntry, name: str) -> Host:
+    """The host ``name`` of the entry's kind, connected on first use."""
+    if entry.kind == "slurm":
+        from veri_tui.launch.slurm.host import SlurmHost, login_host
+
+        return SlurmHost(login_host(name, python=entry.python))
+    from veri_tui.launch.ssh.host import SshHost
+
+    return SshHost(name, python=entry.python)
 
 
 def register(job_id: str, hosts: Sequence[Host], dirs: list[str],
@@ -57,7 +68,7 @@ def register(job_id: str, hosts: Sequence[Host], dirs: list[str],
     entry = registry.RegistryEntry(
         job_id, hosts[0].name, dirs[0], pids[0], hosts[0].python, record,
         [{"host": n.host.name, "job_dir": n.job_dir, "pid": n.pid} for n in nodes]
-        if many else None,
+        if many else None, kind=hosts[0].kind,
     )  # fmt: skip
     registry.save(entry)
     return JobTarget(job_id, nodes, entry)

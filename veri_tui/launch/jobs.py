@@ -2,7 +2,9 @@
 resume jobs (a resume is a new attempt of an ended job in its own folder).
 
 A job runs on N hosts (host.py): none given is this machine, one SSH host is a one-host job,
-several are one multi-node job (one node each, node 0 first). Every call below is the same
+several are one multi-node job (one node each, node 0 first); `SlurmOptions` (a login node
+and its partition, nodes, ...) is a Slurm job, submitted as a batch job (docs/slurm.md).
+Every call below is the same
 code for all of them: the one launch sequence (launching.py), the one preflight
 (preflight.py) and the one job target (target.py). paramiko is imported only once a host
 is used. The app reaches the launch side through this module alone (an import-linter
@@ -22,11 +24,14 @@ from jobfolder.status import has_ended, outcome_recorded
 from veri_tui.errors import VeriError
 from veri_tui.launch import registry
 from veri_tui.launch.host import Host, Row
+from veri_tui.launch.hostpool import HostName
 from veri_tui.launch.jobindex import target_for_job, target_of_entry
 from veri_tui.launch.local_host import LocalHost
 from veri_tui.launch.measured import comparison_lines
 from veri_tui.launch.metrics import log_row, metric_of
 from veri_tui.launch.records import LogLine, follow_lines
+from veri_tui.launch.slurm.options import SlurmOptions, slurm_options
+from veri_tui.launch.slurm.states import pending_reason, slurm_state
 from veri_tui.launch.target import JobTarget, Node
 
 if TYPE_CHECKING:
@@ -34,14 +39,20 @@ if TYPE_CHECKING:
 
 __all__ = [
     "LogLine", "Row", "cancel", "comparison_lines", "follow_log", "get_job", "host_aliases",
-    "launch", "list_jobs", "local_jobs", "log_row", "metric_of", "preflight", "read_log", "resume",
+    "launch", "list_jobs", "local_jobs", "log_row", "metric_of", "pending_reason", "preflight",
+    "read_log", "resume", "SlurmOptions", "slurm_options", "slurm_script", "slurm_state",
     "target_for", "trust_key", "watch", "watcher_of",
 ]  # fmt: skip
 
+#: Where a job runs: this machine (None), an SSH host, several (a multi-node job), or Slurm.
+Where = str | Sequence[str] | SlurmOptions | None
 
-def _names(host: str | Sequence[str] | None, job: JobConfig | None = None) -> list[str | None]:
-    """The job's hosts: the one named, the list given, else the job's own (`hosts`), else
-    this machine."""
+
+def _names(host: Where, job: JobConfig | None = None) -> list[HostName]:
+    """The job's hosts: the Slurm login, the one named, the list given, else the job's own
+    (`hosts`), else this machine."""
+    if isinstance(host, SlurmOptions):
+        return [host]
     hosts = [host] if isinstance(host, str) else list(host or (job.hosts if job else None) or [])
     return list(hosts) if hosts else [None]
 
@@ -49,7 +60,7 @@ def _names(host: str | Sequence[str] | None, job: JobConfig | None = None) -> li
 def launch(
     job_config: JobConfig,
     plan_record: PlanRecord | None,
-    host: str | Sequence[str] | None = None,
+    host: Where = None,
     trust_host: str | None = None,
     wait: bool = False,
 ) -> str:
@@ -59,16 +70,27 @@ def launch(
     and every problem its hosts show, before anything starts. ``wait`` blocks until the job
     has ended. ``plan_record`` None: planned here; with ``host`` the job is always planned
     on what the host has (after its preflight), and ``plan_record`` is not used.
+    ``host`` a `SlurmOptions`: submitted with sbatch from its login node, planned for its
+    partition; the registry entry and job.json keep the Slurm job id.
     """
     from veri_tui.launch.launching import launch as run_launch
 
     return run_launch(job_config, plan_record, _names(host), trust_host, wait)
 
 
+def slurm_script(job_config: JobConfig, options: SlurmOptions, trust_host: str | None = None
+                 ) -> str:  # fmt: skip
+    """The batch script `launch` would submit for ``job_config`` with ``options`` (every
+    check of a launch made, every refusal raised); nothing is created or submitted."""
+    from veri_tui.launch.launching import launch as run_launch
+
+    return run_launch(job_config, None, [options], trust_host, wait=False, dry_run=True)
+
+
 def preflight(
     job_config: JobConfig,
     plan_record: PlanRecord | None = None,
-    host: str | Sequence[str] | None = None,
+    host: Where = None,
     trust_host: str | None = None,
 ) -> list[Row]:
     """What `launch` would check, starting nothing: (check, ok, detail) rows, every
@@ -80,9 +102,10 @@ def preflight(
     return run_preflight(job_config, plan_record, _names(host, job_config), trust_host)
 
 
-def plan_on(job: JobConfig, host: str | Sequence[str], trust_host: str | None = None
+def plan_on(job: JobConfig, host: Where, trust_host: str | None = None
             ) -> PlanRecord:  # fmt: skip
-    """The plan `launch` would make on these hosts (`veri-tui plan --host`)."""
+    """The plan `launch` would make on these hosts (`veri-tui plan --host`), or for a Slurm
+    partition (`veri-tui plan --slurm LOGIN --partition P`)."""
     from veri_tui.launch.launching import plan_on as run_plan
 
     plan: PlanRecord = run_plan(job, _names(host), trust_host)
@@ -106,7 +129,7 @@ def list_jobs() -> list[JobRecord]:
     pool: dict[str, Host] = {}
     down: set[str] = set()
     for entry in registry.all_jobs():
-        cached: JobRecord = {**entry.record, "host": entry.host}
+        cached: JobRecord = {**entry.record, "host": entry.label}
         if outcome_recorded(cached):
             jobs.append(cached)
             continue
@@ -222,8 +245,7 @@ def resume(
     runs or succeeded, a gpu_count that cannot split the batch (or changes a multi-node
     job's), any refusal of the new plan; nothing is changed then.
     """
-    from veri_tui.launch.launching import plan_for
-    from veri_tui.launch.replan import resume_spec
+    from veri_tui.launch.launching import replan
     from veri_tui.launch.restart import layout_refusal
 
     target = target_for(job_id)
@@ -238,7 +260,7 @@ def resume(
         raise VeriError(refused.message, key=refused.key)
     spec: JobSpec | None = None
     if not many:
-        spec = resume_spec(record, gpu_count, sets, lambda job: plan_for(target.nodes[0].host, job))
+        spec = replan(target.nodes[0].host, record, gpu_count, sets)
     try:
         target.stop_watcher()
         record = target.resume(job_id, spec)

@@ -14,6 +14,10 @@
    entered in this machine's registry (registry.py); a multi-node job gets its watcher
    (watcher.py). A node that cannot be started cancels the others.
 
+A Slurm job (slurm/host.py) is one host, its login node: its partition decides the layout
+in step 2 (the host's `spec` keys), its supervisor is the batch job submitted in step 5;
+`dry_run` stops before step 5 with the batch script that would be submitted.
+
 `plan_on` is step 2-3 alone: the plan `launch` would make (`veri-tui plan --host`, a resume
 re-planned on its host).
 """
@@ -23,13 +27,13 @@ from __future__ import annotations
 import json
 import posixpath
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 from jobfolder.layout import MADE_WITH, node_folder_name
-from jobfolder.record import JobRecord
+from jobfolder.record import JobRecord, JobSpec
 from veri_tui.errors import Refusal, VeriError
 from veri_tui.launch.host import Host, HostFacts, check_disk, check_memory
-from veri_tui.launch.hostpool import all_or_raise, in_parallel, open_hosts
+from veri_tui.launch.hostpool import HostName, all_or_raise, in_parallel, open_hosts
 from veri_tui.launch.nodes import agreement, disk_of, node_label, probe_rendezvous
 from veri_tui.launch.spec import check_job, local_dataset, make_record, new_job_id
 
@@ -61,7 +65,7 @@ def probe_all(
     return facts, job, problems
 
 
-def plan_on(job: Any, names: Sequence[str | None], trust: str | None = None) -> Any:
+def plan_on(job: Any, names: Sequence[HostName], trust: str | None = None) -> Any:
     """The plan `launch` would make for ``job`` on these hosts (None: this machine), every
     problem refused as launch refuses it; the job's own refusals before any host is asked."""
     from veri_tui.plan import validate
@@ -81,11 +85,27 @@ def plan_on(job: Any, names: Sequence[str | None], trust: str | None = None) -> 
             host.close()
 
 
-def plan_for(host: Host, job: Any) -> tuple[Any, Any]:
-    """(job, plan) for one open host, its problems refused: a re-planned resume."""
-    facts = host.probe(job, 0)
-    facts.check()
-    return host.plan(job, facts)
+def replan(host: Host, record: JobRecord, gpu_count: int | None, sets: Sequence[str]
+           ) -> JobSpec | None:  # fmt: skip
+    """The spec of a one-host job's next attempt (replan.resume_spec): None to keep its own,
+    else planned again on its open host, its problems refused. A Slurm job keeps its layout
+    keys (the host's `spec`) and is laid out again from its record (options_for_resume)."""
+    from veri_tui.launch.replan import resume_spec
+
+    keys: dict[str, Any] = {}
+    if host.kind == "slurm":
+        from veri_tui.launch.slurm.options import options_for_resume
+
+        host.options = options_for_resume(record, gpu_count)  # type: ignore[attr-defined]
+
+    def plan_for(job: Any) -> tuple[Any, Any]:
+        facts = host.probe(job, 0)
+        facts.check()
+        keys.update(facts.spec)
+        return host.plan(job, facts)
+
+    spec = resume_spec(record, gpu_count, sets, plan_for)
+    return None if spec is None else cast(JobSpec, {**spec, **keys})
 
 
 def host_record(
@@ -96,6 +116,7 @@ def host_record(
     model, dataset, output, name = host.job_paths(job, plan, job_dir, facts)
     record = make_record(job, plan, job_id, model_path=model, dataset=dataset,
                          output_dir=output, host=host.label, model_name=name)  # fmt: skip
+    cast("dict[str, Any]", record["spec"]).update(facts.spec)  # a Slurm job's layout
     if facts.summary():
         record["preflight"] = facts.summary()
     return record
@@ -155,10 +176,12 @@ def create(host: Host, job: Any, job_dir: str, record: JobRecord) -> int:
 
 
 def launch(
-    job: Any, plan_record: Any, names: Sequence[str | None], trust: str | None, wait: bool
-) -> str:
+    job: Any, plan_record: Any, names: Sequence[HostName], trust: str | None, wait: bool,
+    dry_run: bool = False,
+) -> str:  # fmt: skip
     """Check, plan, create and start the job on these hosts (None: this machine); returns
-    its id. Raises VeriError for every refusal, before anything is created."""
+    its id (``dry_run``: the batch script a Slurm host would submit, nothing created).
+    Raises VeriError for every refusal, before anything is created."""
     from veri_tui.launch.jobindex import register
 
     hosts = open_hosts(names, trust)
@@ -182,6 +205,11 @@ def launch(
         check_capacity(
             hosts, facts, plan, nodes[0][1]["spec"]["output_dir"] if job.output else None
         )
+        if dry_run:
+            script = getattr(hosts[0], "batch_script", None)
+            if script is None:
+                raise VeriError("prints a Slurm batch script: add --slurm LOGIN", key="dry_run")
+            return str(script(*nodes[0]))
         for host, pf in zip(hosts, facts, strict=True):
             host.makedirs(pf.jobs_dir)
         started = in_parallel(lambda k: create(hosts[k], job, *nodes[k]),

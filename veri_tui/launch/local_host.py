@@ -22,7 +22,9 @@ from typing import Any
 
 from jobfolder.atomic import write_bytes_atomic
 from jobfolder.layout import SUPERVISOR_LOG, veri_home
+from jobfolder.lost import judge
 from jobfolder.procs import pid_alive
+from jobfolder.record import JobRecord
 from veri_tui.errors import Refusal, VeriError
 from veri_tui.launch.diskcheck import Place, local_place
 from veri_tui.launch.host import HostFacts, Result, Row, capacity_rows, run_cancel, supervisor_argv
@@ -85,6 +87,7 @@ class _Lines:
 class LocalHost:
     """This machine. ``home`` defaults to $VERI_HOME (~/.veri)."""
 
+    kind = "local"
     name = "local"
     label: str | None = None
     where = "this machine"
@@ -127,6 +130,10 @@ class LocalHost:
     def alive(self, pid: int) -> bool:
         reap()
         return pid_alive(pid)
+
+    def judge(self, job_dir: str, record: JobRecord, pid: int | None,
+              reread: Callable[[], JobRecord]) -> JobRecord:  # fmt: skip
+        return judge(record, pid, self.alive, reread, where="")
 
     # -- files -----------------------------------------------------------------------------
 

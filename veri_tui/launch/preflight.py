@@ -27,7 +27,7 @@ from typing import Any
 
 from veri_tui.errors import Refusal, VeriError
 from veri_tui.launch.host import Host, Row
-from veri_tui.launch.hostpool import open_hosts
+from veri_tui.launch.hostpool import HostName, open_hosts
 from veri_tui.launch.launching import own_checks, probe_all
 from veri_tui.launch.nodes import disk_of, node_label, probe_rendezvous, storage_row
 from veri_tui.launch.spec import local_dataset
@@ -61,7 +61,7 @@ def _node_rows(hosts: Sequence[Host], facts: list[Any], job: Any, problems: list
     return rows
 
 
-def preflight(job: Any, plan_record: Any, names: Sequence[str | None], trust: str | None
+def preflight(job: Any, plan_record: Any, names: Sequence[HostName], trust: str | None
               ) -> list[Row]:  # fmt: skip
     """The preflight rows of launching ``job`` on these hosts (None: this machine);
     ``plan_record``: the plan made here, used for this machine only."""

@@ -3,8 +3,10 @@
 One small file per job, `$VERI_HOME/remote/<job_id>.json`, a registry entry
 (`RegistryEntry`): the host as the user typed it, the remote job folder, the supervisor pid
 and the job record last read from the host (shown, marked stale, when the host cannot be
-reached); a multi-node job's nodes and the pid of its watcher (watcher.py). Jobs on this
-machine are not entered here: their folders under `$VERI_HOME/jobs/` are their own list.
+reached); a multi-node job's nodes and the pid of its watcher (watcher.py). A Slurm job
+(`kind` "slurm") is entered too, also when its login node is this machine: `host` is the
+login node, `pid` the Slurm job id. Jobs on this machine are not entered here: their folders
+under `$VERI_HOME/jobs/` are their own list.
 """
 
 from __future__ import annotations
@@ -45,6 +47,13 @@ class RegistryEntry:
     retry_refused: str | None = None
     #: A multi-node job's watcher on this machine (its pid), while one was started.
     watcher: int | None = None
+    #: The host's kind (`ssh`, or `slurm`: `host` is the login node, `pid` the Slurm job id).
+    kind: str = "ssh"
+
+    @property
+    def label(self) -> str:
+        """The host as job records name it (`slurm:<login>` for a Slurm job)."""
+        return f"slurm:{self.host}" if self.kind == "slurm" else self.host
 
     def node_entries(self) -> list[NodeEntry]:
         """Every node, node 0 first (a one-host job is its one node)."""

@@ -33,7 +33,6 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from jobfolder.layout import JOB_FILE, LOG, SUPERVISOR_PID
-from jobfolder.lost import judge
 from jobfolder.procs import GRACE_S, pid_alive
 from jobfolder.record import JobRecord, JobSpec, ResumeChoice
 from jobfolder.status import has_ended, outcome_recorded
@@ -69,7 +68,7 @@ class JobTarget:
         self.job_id = job_id
         self.nodes = nodes
         self.entry = entry
-        self.name = nodes[0].host.name if entry is None else f"ssh:{entry.host}"
+        self.name = nodes[0].host.name if entry is None else f"{entry.kind}:{entry.host}"
 
     def close(self) -> None:
         for node in self.nodes:
@@ -78,7 +77,10 @@ class JobTarget:
     # -- reading ---------------------------------------------------------------------------
 
     def supervisor_pid(self, node: Node) -> int | None:
-        """The pid the supervisor wrote itself, else the one seen when it was started."""
+        """The pid the supervisor wrote itself, else the one seen when it was started. A
+        batch job's handle is its Slurm job id: its supervisor's pid is a compute node's."""
+        if node.host.kind == "slurm":
+            return node.pid
         try:
             raw = node.host.read_bytes(posixpath.join(node.job_dir, SUPERVISOR_PID), 64)
             return int(raw.split()[0])
@@ -102,8 +104,7 @@ class JobTarget:
             except (UnicodeDecodeError, ValueError) as exc:
                 raise VeriError(f"{node.job_file}: unreadable ({exc})", key="job") from exc
 
-        where = node.host.label or ""
-        return judge(read(), self.supervisor_pid(node), node.host.alive, read, where=where)
+        return node.host.judge(node.job_dir, read(), self.supervisor_pid(node), read)
 
     def get_job(self, job_id: str | None = None) -> JobRecord:
         """The job's record as its nodes' folders say now (see the module docstring)."""

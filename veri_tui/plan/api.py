@@ -14,7 +14,7 @@ from typing import Any
 
 from veri_tui.errors import Refusal, VeriError
 from veri_tui.plan.config import job_from_fields
-from veri_tui.plan.decide import batch_sizes, states_for
+from veri_tui.plan.decide import states_for
 from veri_tui.plan.gpus import get_gpu
 from veri_tui.plan.knobs import JobConfig
 from veri_tui.plan.model_info import ModelInfo
@@ -52,9 +52,10 @@ def plan(
     return plan_job(job_from_fields(fields))
 
 
-# Refusals that hold at one gpu_count and not another: the sweep skips that point. The
+# Refusals that hold at one gpu_count and not another (gpu_count itself: a count that does not
+# split over the job's nodes): the sweep skips that point. The
 # stage is the sweep's own variable, so the job's zero_stage / cpu_offload rules do not apply.
-PER_COUNT_KEYS = ("global_batch_size", "use_unsloth", "load_in_4bit", "use_liger")
+PER_COUNT_KEYS = ("gpu_count", "global_batch_size", "use_unsloth", "load_in_4bit", "use_liger")
 SWEPT_KEYS = ("zero_stage", "cpu_offload")
 
 
@@ -87,6 +88,7 @@ def throughput_sweep(
     info: ModelInfo,
     gpu_counts: Iterable[int],
     stages: Iterable[int] = (0, 2, 3),
+    host: str | None = None,
 ) -> list[dict[str, Any]]:
     """Throughput (and states) of this job at each gpu_count x zero_stage.
 
@@ -95,10 +97,16 @@ def throughput_sweep(
     set (grad_acc rescaled to keep it), else mbs x grad_acc x gpu_count. A gpu_count where
     the job cannot run (the gbs does not divide, a single-GPU-only knob) is one row
     `{"known": False, "skipped": True, "gpu_count": n, "reason": ...}`. Raises VeriError
-    for refusals that hold at every gpu_count (the job itself is refused).
+    for refusals that hold at every gpu_count (the job itself is refused). Every point is
+    estimated as `plan_job` estimates its own (`resolve.throughput_args`: nodes, network,
+    checkpointing's recompute) and calibrated for ``host`` as it is, so the point at the
+    job's own gpu_count and stage is the plan's throughput.
     """
+    from veri_tui.plan.calibration import calibration_for
+    from veri_tui.plan.resolve import throughput_args
+
     gpu = get_gpu(job.gpu)
-    hp = job.hyperparameters
+    calibration, _ = calibration_for(gpu.name, host)
     rows: list[dict[str, Any]] = []
     stages = tuple(stages)
     for n in gpu_counts:
@@ -111,24 +119,11 @@ def throughput_sweep(
             reason = _skip_reason(job, errors)
             rows.append({"known": False, "skipped": True, "gpu_count": n, "reason": reason})
             continue
-        mbs, ga, _ = batch_sizes(variant)
         for z in stages if n > 1 else (0,):
             est = states_for(variant, info, z)
-            row = estimate_throughput(
-                info,
-                gpu,
-                method=job.method,
-                gpu_count=n,
-                zero_stage=z,
-                precision=hp.precision,
-                lora_rank=hp.lora_rank,
-                micro_batch_size=mbs,
-                gradient_accumulation_steps=ga,
-                max_seq_length=hp.max_seq_length,
-                max_length=hp.max_length,
-                gradient_checkpointing=hp.gradient_checkpointing,
-                cpu_offload=hp.cpu_offload and z == 3,
-            )
+            args = throughput_args(variant, info, z)
+            args["cpu_offload"] = args["cpu_offload"] and z == 3
+            row = calibration.throughput(estimate_throughput(info, gpu, **args))
             row["states_bytes_per_gpu"] = est.states_bytes_per_gpu
             row["fits"] = est.states_bytes_per_gpu <= gpu.budget_bytes
             rows.append(row)

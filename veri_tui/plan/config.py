@@ -186,6 +186,9 @@ def load_job_config(
     if config_path is not None:
         path = Path(config_path)
         data = read_toml(path)
+        # The `[slurm]` table is where the job is submitted, not what it is: the launch side
+        # reads it (veri_tui/commands/common.py slurm_of); the plan is the same without it.
+        data.pop("slurm", None)
         section = data.pop("method", None)
         if isinstance(section, dict):
             # [method] may carry `name = "dpo"` (or `type`) to pick the method in the table.

@@ -102,6 +102,33 @@ def network_gbps(job: JobConfig) -> float:
     return hp.internode_bandwidth_gbps or NETWORK_GBPS.get(hp.network, NETWORK_GBPS["ethernet"])
 
 
+def throughput_args(job: JobConfig, info: ModelInfo, stage: int) -> dict[str, Any]:
+    """`estimate_throughput`'s arguments for ``job`` at ``stage``: the one place that says
+    which knobs the throughput depends on, for the plan and the sweep alike (api.py)."""
+    hp = job.hyperparameters
+    mbs, ga, _ = batch_sizes(job)
+    return {
+        "method": job.method,
+        "gpu_count": job.gpu_count,
+        "zero_stage": stage,
+        "precision": hp.precision,
+        "lora_rank": hp.lora_rank,
+        "micro_batch_size": mbs,
+        "gradient_accumulation_steps": ga,
+        "max_seq_length": hp.max_seq_length,
+        "max_length": hp.max_length,
+        "cpu_offload": hp.cpu_offload,
+        **_recompute(
+            hp.checkpointing,
+            info,
+            hp.lora_rank,
+            sequence_length(job.method, hp.max_seq_length, hp.max_length),
+        ),
+        "nodes": job.nodes,
+        "internode_gbps": network_gbps(job),
+    }
+
+
 def _notes(job: JobConfig, info: ModelInfo) -> list[str]:
     hp, out = job.hyperparameters, []
     length_key = "max_length" if job.method == "dpo" else "max_seq_length"
@@ -185,23 +212,7 @@ def plan_job(
     activations = calibration.activations(activations, info)
     activations["peak"] = peak_parts(activations, est, gpu)
     warnings += calibration_warnings
-    tp_args = {
-        "gpu_count": job.gpu_count,
-        "zero_stage": stage,
-        "precision": hp.precision,
-        "lora_rank": hp.lora_rank,
-        "gradient_accumulation_steps": ga,
-        "cpu_offload": hp.cpu_offload,
-        **common,
-        **_recompute(
-            hp.checkpointing,
-            info,
-            hp.lora_rank,
-            sequence_length(job.method, hp.max_seq_length, hp.max_length),
-        ),
-        "nodes": job.nodes,
-        "internode_gbps": network_gbps(job),
-    }
+    tp_args = throughput_args(job, info, stage)
     throughput = calibration.throughput(estimate_throughput(info, gpu, **tp_args))
 
     def throughput_at(length: int) -> dict[str, Any]:

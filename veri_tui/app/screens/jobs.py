@@ -17,6 +17,7 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static
 
 from veri_tui.app.messages import JobsListed
+from veri_tui.launch.jobs import pending_reason
 
 #: The statuses a job can be resumed from (a lost job reads as failed).
 RESUMABLE = ("failed", "cancelled")
@@ -30,6 +31,9 @@ def job_row(rec: dict[str, Any]) -> tuple[str, ...]:
     status = str(rec.get("status", "?"))
     if status == "failed" and err.get("code"):
         status = f"failed {err['code']}"
+    waiting = pending_reason(rec)  # type: ignore[arg-type]  # a Slurm job in its queue
+    if waiting:
+        status = f"pending ({waiting})"
     model = str(spec.get("model", ""))
     plan = f"dp={rp.get('data_parallel_size', '?')} z={rp.get('zero_stage', '?')}"
     return (

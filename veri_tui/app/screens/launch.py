@@ -1,14 +1,18 @@
-"""The launch screen: target (local or a ~/.ssh/config host), more hosts for a multi-node
-job, dataset, output, preflight, host-key trust, confirm.
+"""The launch screen: target (local or a ~/.ssh/config host), scheduler (direct or Slurm),
+more hosts for a multi-node job or the Slurm fields, dataset, output, preflight, host-key
+trust, confirm.
+
+With Slurm the target is the login node (`local`: sbatch on this machine): the job is
+submitted with sbatch for the partition, nodes and limits the Slurm fields give
+(widgets/slurm_fields.py), planned for the partition's GPUs, and the monitor shows why it
+waits while Slurm keeps it pending (docs/slurm.md).
 
 With more hosts the job runs on every host named, one node each, the target first (node 0):
 the preflight shows every node's rows (`node 1 (b): ...`) and the layout (`nodes: 2 x 1
 GPUs (a, b)`), and Launch starts the multi-node job, all through the launch facade. That
 field is checked on Enter, not on every key (each check opens SSH sessions to every host).
 
-The trust dialog shows an unknown host's SHA256 fingerprint and asks once; trust is given
-for exactly that fingerprint (the SSH module records it in known_hosts). A changed key is
-never offered here: the SSH module refuses it outright.
+The trust dialog (host_key.py) asks once about an unknown host's key.
 
 Preflight and launch run in thread workers: they read files, may open an SSH connection,
 and start processes. An unknown host key comes back as a message and opens the trust
@@ -23,58 +27,19 @@ from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
-from textual.screen import ModalScreen, Screen
+from textual.screen import Screen
 from textual.widgets import Button, Footer, Input, Label, Select, Static
 from textual.worker import get_current_worker
 
 from veri_tui import plan as core
 from veri_tui.app.messages import HostsListed, Launched, PreflightDone
+from veri_tui.app.screens.host_key import HostKeyScreen, host_key_of
+from veri_tui.app.widgets.slurm_fields import SlurmFields
 from veri_tui.errors import VeriError
 
 LOCAL = "local"
-
-
-class HostKeyScreen(ModalScreen[bool]):
-    """Dismisses with True when the user trusts `fingerprint` for `host`."""
-
-    BINDINGS = [
-        Binding("y", "trust", "Trust"),
-        Binding("n,escape", "refuse", "Refuse"),
-    ]
-
-    def __init__(self, host: str, fingerprint: str) -> None:
-        super().__init__()
-        self.host = host
-        self.fingerprint = fingerprint
-
-    def compose(self) -> ComposeResult:
-        with Vertical(id="dialog"):
-            yield Static(f"Unknown host {self.host}", classes="dialog-title", markup=False)
-            yield Static(
-                f"Its key fingerprint is\n  {self.fingerprint}\n"
-                "Compare it with the host's own `ssh-keygen -lf` output. Trust it and "
-                "record it in known_hosts?",
-                markup=False,
-            )
-            with Horizontal(classes="dialog-buttons"):
-                yield Button("Trust (y)", id="trust", variant="warning")
-                yield Button("Refuse (n)", id="refuse")
-
-    def action_trust(self) -> None:
-        self.dismiss(True)
-
-    def action_refuse(self) -> None:
-        self.dismiss(False)
-
-    @on(Button.Pressed)
-    def _pressed(self, event: Button.Pressed) -> None:
-        self.dismiss(event.button.id == "trust")
-
-
-def _host_key_of(exc: BaseException) -> tuple[str, str] | None:
-    """(host, fingerprint) when `exc` is the SSH module's unknown-host-key refusal."""
-    host, fp = getattr(exc, "host", None), getattr(exc, "fingerprint", None)
-    return (str(host), str(fp)) if host and fp else None
+DIRECT, SLURM = "direct", "slurm"
+SCHEDULERS = [("direct: torchrun on the target", DIRECT), ("Slurm: sbatch from the target", SLURM)]
 
 
 class LaunchScreen(Screen):
@@ -101,10 +66,14 @@ class LaunchScreen(Screen):
                 yield Label("target", classes="field-label")
                 yield Select([(LOCAL, LOCAL)], value=LOCAL, allow_blank=False, id="target")
             with Horizontal(classes="field-line"):
+                yield Label("scheduler", classes="field-label")
+                yield Select(SCHEDULERS, value=DIRECT, allow_blank=False, id="scheduler")
+            with Horizontal(classes="field-line", id="more-line"):
                 yield Label("more hosts", classes="field-label")
                 yield Input(
                     placeholder="multi-node: other hosts, space-separated (enter)", id="more"
                 )
+            yield SlurmFields(id="slurm-fields")
             with Horizontal(classes="field-line"):
                 yield Label("dataset", classes="field-label")
                 yield Input(placeholder="JSONL file (empty: bundled sample)", id="dataset")
@@ -119,6 +88,7 @@ class LaunchScreen(Screen):
         yield Footer()
 
     def on_mount(self) -> None:
+        self.query_one(SlurmFields).display = False
         self.list_hosts()
         self.action_preflight()
 
@@ -139,12 +109,19 @@ class LaunchScreen(Screen):
         self.query_one("#target", Select).set_options(options)
 
     def job_fields(self) -> dict[str, Any]:
-        """The editor's fields plus this screen's dataset and output."""
+        """The editor's fields plus this screen's dataset and output. With Slurm the
+        partition decides the GPUs (its gres type, or the type named in the Slurm fields;
+        nodes x GPUs per node): the editor's gpu and gpu_count would contradict it."""
         out = dict(self.fields)
         for key in ("dataset", "output"):
             value = self.query_one(f"#{key}", Input).value.strip()
             if value:
                 out[key] = value
+        if self.slurm:
+            out.pop("gpu_count", None)
+            out.pop("gpu", None)
+            gpu = self.query_one(SlurmFields).gpu()
+            out.update({"gpu": gpu} if gpu else {})
         return out
 
     @property
@@ -153,22 +130,36 @@ class LaunchScreen(Screen):
         return None if value in (LOCAL, Select.BLANK) else str(value)
 
     @property
+    def slurm(self) -> bool:
+        return self.query_one("#scheduler", Select).value == SLURM
+
+    @property
     def hosts(self) -> list[str]:
-        """Every node's host, node 0 (the target) first; empty for this machine."""
+        """Every node's host, node 0 (the target) first; empty for this machine. With Slurm
+        only the login node, an SSH host (empty: sbatch here)."""
+        if self.slurm:
+            return [self.host] if self.host else []
         more = self.query_one("#more", Input).value.replace(",", " ").split()
         return list(dict.fromkeys(([self.host] if self.host else []) + more))
+
+    def slurm_values(self) -> dict[str, Any] | None:
+        """The Slurm fields for the facade's `slurm_options`; None without Slurm."""
+        return self.query_one(SlurmFields).values(self.host or LOCAL) if self.slurm else None
 
     @on(Input.Changed)
     @on(Select.Changed)
     def _inputs_changed(self, event: Input.Changed | Select.Changed) -> None:
-        if event.control.id != "more":
+        if event.control.id == "scheduler":
+            self.query_one("#more-line").display = not self.slurm
+            self.query_one(SlurmFields).display = self.slurm
+        if event.control.id != "more" and "slurm-field" not in event.control.classes:
             self.action_preflight()
             return
-        self.ready = False  # checked on Enter: each check opens SSH sessions to every host
+        self.ready = False  # checked on Enter: each check asks every host or the cluster
         self.query_one("#confirm", Button).disabled = True
-        self.query_one("#preflight", Static).update("enter: check these hosts")
+        self.query_one("#preflight", Static).update("enter: check these settings")
 
-    @on(Input.Submitted, "#more")
+    @on(Input.Submitted, "#more, .slurm-field")
     def _more_submitted(self) -> None:
         self.action_preflight()
 
@@ -201,23 +192,33 @@ class LaunchScreen(Screen):
         self.ready = False
         self.query_one("#confirm", Button).disabled = True
         self.query_one("#preflight", Static).update("checking...")
-        self.preflight(self.job_fields(), self.hosts)
+        self.preflight(self.job_fields(), self.hosts, self.slurm_values())
+
+    def _where(self, job: core.JobConfig, hosts: list[str], slurm: dict[str, Any] | None
+               ) -> tuple[Any, core.PlanRecord | None]:  # fmt: skip
+        """Where the facade sends the job (the Slurm options, the hosts, or None: here) and
+        the plan made here (none for a host or a partition: planned for what it has)."""
+        from veri_tui.launch import jobs
+
+        if slurm is not None:
+            return jobs.slurm_options(None, slurm), None
+        return hosts or None, self.local_plan(job, hosts[0] if hosts else None)
 
     @work(thread=True, exclusive=True, group="preflight")
-    def preflight(self, fields: dict[str, Any], hosts: list[str]) -> None:
-        """The launch facade's preflight for these hosts (none: this machine); each row is
-        (check, ok, detail), every node's labelled by its node."""
+    def preflight(self, fields: dict[str, Any], hosts: list[str], slurm: dict[str, Any] | None
+                  ) -> None:  # fmt: skip
+        """The launch facade's preflight for these hosts (none: this machine) or the Slurm
+        options; each row is (check, ok, detail), every node's labelled by its node."""
         from veri_tui.launch import jobs
 
         checks: list[tuple[str, bool, str]] = []
-        host = hosts[0] if hosts else None
         try:
             job = core.job_from_fields(fields)
             trust = self._trust(hosts) if hosts else None
-            plan = self.local_plan(job, host)
-            checks = jobs.preflight(job, plan, host=hosts or None, trust_host=trust)
+            where, plan = self._where(job, hosts, slurm)
+            checks = jobs.preflight(job, plan, host=where, trust_host=trust)
         except VeriError as exc:
-            key = _host_key_of(exc)
+            key = host_key_of(exc)
             if key is not None:
                 self.post_message(PreflightDone(checks, error=str(exc), host_key=key))
                 return
@@ -256,22 +257,24 @@ class LaunchScreen(Screen):
             return
         self.query_one("#confirm", Button).disabled = True
         self.notify("launching...")
-        self.start(self.job_fields(), self.hosts)
+        self.start(self.job_fields(), self.hosts, self.slurm_values())
 
     @work(thread=True, exclusive=True, group="launch")
-    def start(self, fields: dict[str, Any], hosts: list[str]) -> None:
-        """The launch facade's launch: here, on one host, or one node on each host."""
+    def start(self, fields: dict[str, Any], hosts: list[str], slurm: dict[str, Any] | None
+              ) -> None:  # fmt: skip
+        """The launch facade's launch: here, on one host, one node on each host, or
+        submitted to Slurm."""
         from veri_tui.launch import jobs
 
         try:
             job = core.job_from_fields(fields)
             trust = self._trust(hosts) if hosts else None
-            record = self.local_plan(job, hosts[0] if hosts else None)
-            job_id = jobs.launch(job, record, host=hosts or None, trust_host=trust)
+            where, record = self._where(job, hosts, slurm)
+            job_id = jobs.launch(job, record, host=where, trust_host=trust)
             self.post_message(Launched(job_id))
         except VeriError as exc:
             self.post_message(
-                Launched(error="; ".join(map(str, exc.errors)), host_key=_host_key_of(exc))
+                Launched(error="; ".join(map(str, exc.errors)), host_key=host_key_of(exc))
             )
 
     def on_launched(self, message: Launched) -> None:

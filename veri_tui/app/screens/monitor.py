@@ -30,7 +30,7 @@ from veri_tui.app.messages import JobUpdate
 from veri_tui.app.widgets.charts import LossChart
 from veri_tui.app.widgets.failure_panel import FailurePanel
 from veri_tui.errors import VeriError
-from veri_tui.launch.jobs import comparison_lines, log_row, metric_of
+from veri_tui.launch.jobs import comparison_lines, log_row, metric_of, pending_reason
 
 POLL_S = 0.5
 
@@ -184,7 +184,8 @@ class MonitorScreen(Screen):
         if total:
             bar.update(total=int(total), progress=step)
             bar.display = True
-        parts = [f"status {self.status}"]
+        waiting = pending_reason(rec)  # type: ignore[arg-type]  # a Slurm job in its queue
+        parts = [f"status {self.status}" + (f" ({waiting})" if waiting else "")]
         if total:
             parts.append(f"step {step}/{total}")
         started, ended = _ts(rec.get("started_at")), _ts(rec.get("ended_at"))

@@ -3,11 +3,12 @@
 Importing the planning core (pydantic models) and composing the plan editor take several
 hundred milliseconds on a small machine, so the first frame is this one-line screen
 (benchmarks/bench_app_start.py). Meanwhile a helper process plans the job the app opens on
-(veri_tui.app.first_plan) and a thread worker imports the editor's module and then plans
-the same job in this process: whichever plan line comes first is shown here, and the editor
-replaces this screen once its module is imported and that line painted (it plans the same
-job itself). A slow helper never delays it; without one (VERI_FIRST_PLAN=0) the worker's
-line is the one shown.
+(veri_tui.app.first_plan); its line is shown here, then a thread worker imports the
+editor's module (the import would slow the helper's frame if it ran beside it), and the
+editor replaces this screen once its module is imported (it plans the same job itself). A
+helper that has not answered within `HELPER_WAIT_S` is stopped and the worker plans the job
+in this process; so it does without a helper (VERI_FIRST_PLAN=0, or no idle core), and a
+start whose answer was remembered (first_plan.cached) shows it in its first frame.
 """
 
 from __future__ import annotations
@@ -22,27 +23,40 @@ from textual.widgets import Footer, Static
 from veri_tui.app import first_plan
 from veri_tui.app.messages import FirstPlanRead
 
+#: How long the editor's import waits for the helper's answer before planning here.
+HELPER_WAIT_S = 1.5
+
 
 class StartScreen(Screen):
     """Says what is loading, shows the helper's plan line, then swaps in the plan editor."""
 
-    def __init__(self, model: str | None, helper: subprocess.Popen[str] | None = None) -> None:
+    def __init__(
+        self,
+        model: str | None,
+        helper: subprocess.Popen[str] | None = None,
+        remembered: dict[str, str] | None = None,
+    ) -> None:
         super().__init__()
         self.model = model
         self.helper = helper
-        self.shown_plan_line = ""  # the helper's plan line, once shown
+        self.remembered = remembered  # the answer the last start planned (first_plan.cached)
+        self.shown_plan_line = remembered["plan_line"] if remembered else ""
 
     def compose(self) -> ComposeResult:
         what = self.model or "the bundled tiny model"
-        yield Static(
-            f"veri-tui: loading the planning core and {what}...", id="start-note", markup=False
-        )
-        yield Static("", id="plan-line", markup=False)
+        note = f"veri-tui: loading the planning core and {what}..."
+        answer = self.remembered or {}
+        yield Static(answer.get("model_line", note), id="start-note", markup=False)
+        yield Static(answer.get("plan_line", ""), id="plan-line", markup=False)
         yield Footer()
 
     def on_mount(self) -> None:
-        self._import_editor()
-        if self.helper is not None:
+        if self.helper is None:
+            self._import_editor()
+        else:
+            # The editor's import holds the GIL for most of half a second: started beside the
+            # helper's answer it delays the frame that shows it (1.9x a bare app's first frame
+            # against 1.2x waiting, docs/app.md), while the editor opens only ~0.1 s later.
             self._read_helper(self.helper)
 
     @work(thread=True, group="start")
@@ -61,10 +75,11 @@ class StartScreen(Screen):
 
     @work(thread=True, group="start")
     def _read_helper(self, helper: subprocess.Popen[str]) -> None:
-        self.post_message(FirstPlanRead(first_plan.result(helper)))
+        self.post_message(FirstPlanRead(first_plan.result(helper, timeout=HELPER_WAIT_S)))
 
     def on_first_plan_read(self, message: FirstPlanRead) -> None:
         self._show(message.answer)
+        self.call_after_refresh(self._import_editor)
 
     def _show(self, answer: dict[str, str] | None) -> None:
         answer = answer or {}
@@ -72,6 +87,7 @@ class StartScreen(Screen):
             self.query_one("#start-note", Static).update(answer["model_line"])
             self.query_one("#plan-line", Static).update(answer["plan_line"])
             self.shown_plan_line = answer["plan_line"]
+            first_plan.remember(self.model, answer)
 
     def _open_editor(self) -> None:
         if not self.is_current:

@@ -17,6 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from jobfolder.layout import SUPERVISOR_LOG
+from jobfolder.lost import judge
+from jobfolder.record import JobRecord
 from veri_tui.errors import Refusal, VeriError
 from veri_tui.launch.diskcheck import Place
 from veri_tui.launch.host import HostFacts, Result, Row, capacity_rows, run_cancel, supervisor_argv
@@ -49,6 +51,7 @@ class _Channel:
 class SshHost:
     """One SSH destination; connects on first use and reconnects after a drop."""
 
+    kind = "ssh"
     local = False
 
     def __init__(self, name: str, *, trust: str | None = None, conn: Connection | None = None,
@@ -119,6 +122,10 @@ class SshHost:
 
     def alive(self, pid: int) -> bool:
         return self.conn.run(["kill", "-0", str(pid)]).exit_status == 0
+
+    def judge(self, job_dir: str, record: JobRecord, pid: int | None,
+              reread: Callable[[], JobRecord]) -> JobRecord:  # fmt: skip
+        return judge(record, pid, self.alive, reread, where=self.name)
 
     # -- files -----------------------------------------------------------------------------
 

@@ -1,0 +1,248 @@
+"""`veri-tui launch/plan --slurm local` against the real test cluster: the plan of a partition,
+refusals before anything is submitted, the batch script, a 2-rank job through sbatch and
+torchrun with the losses of a local run, and cancel (support/slurm_cluster.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+from launch.launch_helpers import wait_ended, wait_for
+from slurm_helpers import (
+    LONG,
+    cli,
+    home,
+    losses,
+    processes_of,
+    slurm_job_dir,
+)
+from support.slurm_cluster import SlurmCluster
+
+from jobfolder import supervise
+from jobfolder.procs import read_pid
+from veri_tui.launch import jobs
+
+__all__ = ["home"]  # the fixture, imported for the tests below
+
+SLURM = ("--slurm", "local")
+# Two nodes, and the supervisor's answer to Slurm's signals, are the job side's Slurm mode
+# (jobfolder/supervise.py runs torchrun under srun and tells a cancel from a preemption or the
+# time limit): these tests wait for it.
+needs_job_side = pytest.mark.skipif(
+    "SLURM_JOB_ID" not in Path(supervise.__file__).read_text(),
+    reason="the supervisor has no Slurm mode yet (the job side, branch slurm-requeue)",
+)
+
+
+def test_plan_reads_the_partition(slurm: SlurmCluster, home: Path, capsys) -> None:
+    code, out, _ = cli(capsys, "plan", *SLURM, "--partition", "gpu", "--json")
+    assert code == 0
+    rec = json.loads(out)
+    assert rec["resolved_parallelism"]["data_parallel_size"] == 2  # 1 node x gpu:h100:2
+    assert "H100-80GB x2" in "\n".join(rec["header_lines"])
+    code, out, err = cli(capsys, "plan", *SLURM, "--partition", "odd")
+    assert (code, out) == (2, "")
+    assert err.count("\n") == 1 and err.startswith("error: gpu: partition odd: GPU type 'mystery'")
+    assert "pass --gpu NAME" in err
+    # The way out: name the GPU. And a CPU partition plans a rank per core (2 here).
+    code, out, _ = cli(capsys, "plan", *SLURM, "--partition", "odd", "--gpu", "A100-80GB")
+    assert code == 0 and "A100-80GB x1" in out
+    code, out, _ = cli(capsys, "plan", *SLURM, "--partition", "debug", "--nodes", "2", "--json")
+    assert code == 0 and json.loads(out)["resolved_parallelism"]["data_parallel_size"] == 4
+
+
+def test_bad_partition_is_one_line_before_anything_is_made(
+    slurm: SlurmCluster, home: Path, capsys
+) -> None:
+    code, out, err = cli(capsys, "launch", *SLURM, "--partition", "nope")
+    assert (code, out) == (2, "")
+    assert err == (
+        "error: partition: nope: no such partition on the Slurm cluster of this machine; "
+        "pass --partition with one of debug, gpu, odd\n"
+    )
+    assert not home.exists() or not list(home.glob("**/jobs/*")) and not (home / "remote").exists()
+    assert slurm.jobs() == []
+
+
+def test_dry_run_prints_the_script_and_submits_nothing(
+    slurm: SlurmCluster, home: Path, tmp_path: Path, capsys
+) -> None:
+    config = tmp_path / "veri.toml"
+    config.write_text('[slurm]\nlogin = "local"\npartition = "gpu"\ntime = "0:30:00"\n')
+    code, out, err = cli(
+        capsys,
+        "launch",
+        str(config),
+        "--partition",
+        "debug",
+        "--account",
+        "research",
+        "--qos",
+        "low",
+        "--dry-run",
+    )
+    assert code == 0, err
+    lines = out.splitlines()
+    job_id = lines[1].removeprefix("#SBATCH --job-name=veri-")
+    job_dir = slurm_job_dir(home, job_id)
+    python = lines[-1].split()[3]
+    assert lines == [
+        "#!/bin/bash",
+        f"#SBATCH --job-name=veri-{job_id}",
+        "#SBATCH --partition=debug",  # the command line wins over veri.toml
+        "#SBATCH --account=research",
+        "#SBATCH --qos=low",
+        "#SBATCH --time=0:30:00",
+        "#SBATCH --nodes=1",
+        "#SBATCH --ntasks-per-node=1",
+        "#SBATCH --cpus-per-task=2",  # a CPU partition: a core per rank, 2 per node
+        f"#SBATCH --output={job_dir}/slurm-%j.out",
+        "#SBATCH --open-mode=append",
+        "#SBATCH --requeue",
+        "#SBATCH --signal=B:USR1@120",
+        f"exec env PYTHONPATH={Path(__file__).resolve().parents[2]} {python} -m "
+        f"jobfolder.supervise --job {job_dir}/job.json",
+    ]
+    assert not job_dir.parent.exists() and not (home / "remote").exists()
+    assert slurm.jobs() == []
+    code, _, err = cli(capsys, "launch", "--dry-run")
+    assert code == 2 and err == "error: dry_run: prints a Slurm batch script: add --slurm LOGIN\n"
+    code, _, err = cli(capsys, "launch", *SLURM, "--time", "soon", "--dry-run")
+    assert code == 2 and err.startswith("error: slurm.time: 'soon': use Slurm's format")
+
+
+def _same_losses_as_local(capsys, home: Path, *layout: str) -> str:
+    """A local 2-rank run of 4 steps, then the same job with ``layout`` through sbatch: the
+    Slurm job's id, once its losses were found equal to the local run's."""
+    steps = ("--set", "max_steps=4")
+    code, out, err = cli(capsys, "launch", "--gpu-count", "2", *steps, "--wait")
+    assert code == 0, err
+    local = losses(home / "jobs" / out.splitlines()[0])
+    code, out, err = cli(capsys, "launch", *SLURM, *layout, *steps, "--wait")
+    assert code == 0, err + out
+    job_id = out.splitlines()[0]
+    assert losses(slurm_job_dir(home, job_id)) == pytest.approx(local, rel=1e-6)
+    assert len(local) == 4
+    return job_id
+
+
+def test_two_ranks_through_sbatch_match_a_local_run(
+    slurm: SlurmCluster, home: Path, capsys
+) -> None:
+    job_id = _same_losses_as_local(capsys, home, "--partition", "debug", "--gpus-per-node", "2")
+    job_dir = slurm_job_dir(home, job_id)
+    record = jobs.get_job(job_id)
+    assert (record["status"], record["host"]) == ("succeeded", "slurm:local")
+    entry = json.loads((home / "remote" / f"{job_id}.json").read_text())
+    assert entry["kind"] == "slurm" and str(entry["pid"]) == record["slurm_job_id"]
+    assert record["spec"]["slurm"]["partition"] == "debug"
+    assert (job_dir / "log.txt").read_text().startswith("model: tiny-model (bundled)")
+    assert (job_dir / "sbatch.sh").read_text().startswith("#!/bin/bash\n")
+    code, out, _ = cli(capsys, "jobs")
+    assert code == 0 and f"{job_id}  succeeded  slurm:local" in out
+    assert slurm.jobs() == [] and not processes_of(job_dir)
+
+
+def _running(home: Path, capsys, *more: str) -> tuple[str, Path]:
+    code, out, err = cli(
+        capsys, "launch", *SLURM, "--partition", "debug", "--gpus-per-node", "2", *LONG, *more
+    )
+    assert code == 0, err
+    job_id = out.strip()
+    job_dir = slurm_job_dir(home, job_id)
+    wait_for(
+        lambda: (
+            b'"step"' in (job_dir / "log.txt").read_bytes()
+            if (job_dir / "log.txt").exists()
+            else False
+        ),
+        90,
+        "the first step",
+    )
+    return job_id, job_dir
+
+
+def test_cancel_leaves_no_slurm_job_and_no_process(slurm: SlurmCluster, home: Path, capsys) -> None:
+    job_id, job_dir = _running(home, capsys)
+    assert jobs.get_job(job_id)["slurm_state"] == "RUNNING"
+    assert processes_of(job_dir)
+    code, out, _ = cli(capsys, "cancel", job_id)
+    assert (code, out) == (0, f"job {job_id} cancelled\n")
+    assert slurm.jobs() == [] and not processes_of(job_dir)
+    assert jobs.get_job(job_id)["status"] == "cancelled"
+    assert (job_dir / "cancel.request").exists()
+
+
+def test_a_sigkilled_rank_is_reported_with_rank_code_and_attribution(
+    slurm: SlurmCluster, home: Path, capsys
+) -> None:
+    job_id, job_dir = _running(home, capsys)
+    os.kill(read_pid(job_dir / "pids" / "rank-1"), signal.SIGKILL)
+    record = wait_ended(job_id, 60)
+    error = record["error"]
+    assert record["status"] == "failed"
+    assert (error["rank"], error["code"], error["attribution"]) == (1, "RANK_LOST", "platform")
+    assert "SIGKILL" in error["summary"]
+    wait_for(lambda: slurm.jobs() == [], 30, "the Slurm job to end")
+
+
+def test_a_pending_job_shows_its_reason_and_cancel_and_resume_resubmit(
+    slurm: SlurmCluster, home: Path, capsys
+) -> None:
+    # Partition gpu's node is down: the job waits in the queue with Slurm's reason.
+    code, out, err = cli(capsys, "launch", *SLURM, "--partition", "gpu", "--set", "max_steps=1")
+    assert code == 0, err
+    job_id = out.strip()
+    first = jobs.get_job(job_id)
+    assert (first["status"], first["slurm_state"]) == ("pending", "PENDING")
+    reason = wait_for(lambda: jobs.pending_reason(jobs.get_job(job_id)), 30, "a reason")
+    code, out, _ = cli(capsys, "jobs")
+    assert f"{job_id}  pending ({reason})  slurm:local" in out
+    code, out, _ = cli(capsys, "jobs", job_id)
+    assert f"slurm: job {first['slurm_job_id']} PENDING, reason {reason}" in out
+    script = (slurm_job_dir(home, job_id) / "sbatch.sh").read_text()
+    assert "#SBATCH --gpus-per-node=2\n" in script and "--cpus-per-task" not in script
+    assert cli(capsys, "cancel", job_id)[:2] == (0, f"job {job_id} cancelled\n")
+    assert slurm.jobs() == []
+    # resume plans it again on the partition and submits it: a new Slurm job id, in the
+    # registry and job.json, the same layout.
+    code, _, err = cli(capsys, "resume", job_id, "--set", "learning_rate=0.001")
+    assert code == 0, err
+    again = jobs.get_job(job_id)
+    assert again["status"] == "pending" and again["slurm_job_id"] != first["slurm_job_id"]
+    spec = again["spec"]
+    assert spec["hyperparameters"]["learning_rate"] == 0.001
+    assert (spec["slurm"]["partition"], spec["gpu_count"], spec["gpu"]) == ("gpu", 2, "H100-80GB")
+    assert slurm.jobs() == [str(again["slurm_job_id"])]
+    assert not (slurm_job_dir(home, job_id) / "cancel.request").exists()
+    assert cli(capsys, "cancel", job_id)[0] == 0 and slurm.jobs() == []
+
+
+@needs_job_side
+def test_two_nodes_one_rank_each_match_a_local_run(slurm: SlurmCluster, home: Path, capsys) -> None:
+    job_id = _same_losses_as_local(capsys, home, "--nodes", "2", "--gpus-per-node", "1")
+    spec = jobs.get_job(job_id)["spec"]
+    assert (spec["nnodes"], spec["nproc_per_node"], spec["gpu_count"]) == (2, 1, 2)
+
+
+@needs_job_side
+def test_a_job_over_its_time_limit_is_time_limit_customer(
+    slurm: SlurmCluster, home: Path, capsys
+) -> None:
+    # Slurm's smallest limit is a minute; it ends the job within its 30 s timer of the limit
+    # (plus KillWait, 10 s here, for what ignores SIGTERM).
+    started = time.monotonic()
+    job_id, _ = _running(home, capsys, "--time", "1")
+    record = wait_ended(job_id, 150)
+    print(f"time limit: ended {time.monotonic() - started:.0f} s after the launch")
+    error = record["error"]
+    assert (record["status"], error["code"], error["attribution"]) == (
+        "failed",
+        "TIME_LIMIT",
+        "customer",
+    )
+    wait_for(lambda: slurm.jobs() == [], 30, "the Slurm job to end")

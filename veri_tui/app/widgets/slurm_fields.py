@@ -1,0 +1,61 @@
+"""The launch screen's Slurm fields: partition, nodes, GPUs per node, account, time, qos,
+and the GPU type.
+
+Shown when the launch screen's scheduler is Slurm: the job is then submitted with sbatch
+from the target (this machine, or an SSH host as the login node), planned for the
+partition's GPUs (docs/slurm.md): the editor's gpu and gpu_count give way to the
+partition's gres type (or the GPU type named here, the way out for a type the catalog does
+not know) and nodes x GPUs per node. Empty fields are left to the cluster (its default
+partition, every GPU of a node, no account, the partition's time limit). The values are
+checked by the launch facade's `slurm_options`, so a bad one is the same `slurm.<key>`
+line as on the command line; a field is checked on Enter, not on every key (each check asks
+the cluster, over SSH for a login node).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from textual.app import ComposeResult
+from textual.containers import Horizontal, Vertical
+from textual.widgets import Input, Label
+
+#: (key, label, placeholder), in the order shown; the keys are `[slurm]`'s (veri.toml).
+FIELDS = (
+    ("partition", "partition", "empty: the cluster's default partition"),
+    ("nodes", "nodes", "1"),
+    ("gpus_per_node", "gpus/node", "empty: every GPU of a node (CPU partition: its cores)"),
+    ("account", "account", "empty: your default account"),
+    ("time", "time limit", "empty: the partition's; e.g. 30, 1:30:00, 2-00:00:00"),
+    ("qos", "qos", "empty: the default"),
+    ("gpu", "GPU type", "empty: the partition's gres type; a catalog name, e.g. H100-80GB"),
+)
+#: Keys Slurm takes as whole numbers.
+WHOLE = ("nodes", "gpus_per_node")
+
+
+class SlurmFields(Vertical):
+    """The Slurm options as typed; `values()` gives them for `slurm_options`."""
+
+    DEFAULT_CSS = "SlurmFields { height: auto; }"
+
+    def compose(self) -> ComposeResult:
+        for key, label, hint in FIELDS:
+            with Horizontal(classes="field-line"):
+                yield Label(label, classes="field-label")
+                yield Input(placeholder=hint, id=f"slurm-{key}", classes="slurm-field")
+
+    def values(self, login: str) -> dict[str, Any]:
+        """What was typed, by `[slurm]` key, with ``login`` (None for an empty field).
+
+        A whole number is passed as one; anything else as typed, so `slurm_options` refuses
+        it with the command line's message."""
+        out: dict[str, Any] = {"login": login}
+        for key, _, _ in FIELDS[:-1]:
+            text = self.query_one(f"#slurm-{key}", Input).value.strip()
+            out[key] = int(text) if key in WHOLE and text.isdigit() else text or None
+        return out
+
+    def gpu(self) -> str | None:
+        """The GPU type typed (None: the partition's)."""
+        return self.query_one("#slurm-gpu", Input).value.strip() or None

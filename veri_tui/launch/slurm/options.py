@@ -1,0 +1,97 @@
+"""A Slurm launch's options: `--slurm LOGIN --partition P --nodes N --gpus-per-node G
+--account A --time T --qos Q`, or the same keys in veri.toml's `[slurm]` table (the command
+line wins). Checked here, before anything is asked of the cluster: each bad value is one
+`error: slurm.<key>: ...` line (VeriError).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from typing import Any, cast
+
+from jobfolder.record import JobRecord
+from veri_tui.errors import Refusal, VeriError
+
+#: `[slurm]` keys and the type each takes.
+KEYS: dict[str, type] = {
+    "login": str,
+    "partition": str,
+    "nodes": int,
+    "gpus_per_node": int,
+    "account": str,
+    "time": str,
+    "qos": str,
+}
+
+# Slurm's --time formats: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S (sbatch(1)), or UNLIMITED.
+_TIME = re.compile(r"^(\d+(:\d{1,2}){0,2}|\d+-\d+(:\d{1,2}){0,2}|UNLIMITED|INFINITE)$", re.I)
+# Names the batch script writes into `#SBATCH` lines: no spaces, quotes or newlines.
+_NAME = re.compile(r"^[A-Za-z0-9_.@:+\-]+$")
+
+
+@dataclass(frozen=True)
+class SlurmOptions:
+    """Where and how a Slurm job is submitted. ``partition`` None: the cluster's default;
+    ``gpus_per_node`` None: every GPU of a node (a CPU partition: its cores)."""
+
+    login: str
+    partition: str | None = None
+    nodes: int = 1
+    gpus_per_node: int | None = None
+    account: str | None = None
+    time: str | None = None
+    qos: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def slurm_options(table: Mapping[str, Any] | None, given: Mapping[str, Any]) -> SlurmOptions | None:
+    """The options from veri.toml's `[slurm]` ``table`` overridden by the command line's
+    ``given`` values (None: not given); None when neither names a login node. Raises
+    VeriError with every bad key or value."""
+    merged: dict[str, Any] = dict(table or {})
+    merged.update({k: v for k, v in given.items() if v is not None})
+    problems = [
+        Refusal(f"slurm.{k}", f"unknown key; known: {', '.join(KEYS)}")
+        for k in merged
+        if k not in KEYS
+    ]
+    for key, kind in KEYS.items():
+        value = merged.get(key)
+        if value is None:
+            continue
+        if kind is int and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            problems.append(Refusal(f"slurm.{key}", f"{value!r}: give a whole number >= 1"))
+        elif kind is str and (not isinstance(value, str) or not _NAME.match(value)):
+            problems.append(
+                Refusal(f"slurm.{key}", f"{value!r}: give a name without spaces or quotes")
+            )
+    time = merged.get("time")
+    if isinstance(time, str) and _NAME.match(time) and not _TIME.match(time):
+        problems.append(
+            Refusal("slurm.time", f"{time!r}: use Slurm's format, e.g. 30, 1:30:00 or 2-00:00:00")
+        )
+    if problems:
+        raise VeriError(problems)
+    if not merged.get("login"):
+        if len(merged):
+            keys = ", ".join(sorted(merged))
+            raise VeriError(
+                f"{keys} given without a login node; add --slurm LOGIN (or local)", key="slurm"
+            )
+        return None
+    return SlurmOptions(**{k: merged[k] for k in KEYS if merged.get(k) is not None})
+
+
+def options_for_resume(record: JobRecord, gpu_count: int | None) -> SlurmOptions:
+    """The options a Slurm job was launched with (its spec["slurm"]), for a re-planned
+    resume: a new ``gpu_count`` is spread over the same nodes."""
+    spec = cast(dict[str, Any], record["spec"])
+    given = {k: v for k, v in (spec.get("slurm") or {}).items() if k in KEYS and v}
+    nodes = int(given.get("nodes") or 1)
+    if gpu_count is not None:
+        given["gpus_per_node"] = max(1, gpu_count // nodes)  # an uneven count: refused
+    return SlurmOptions(**given)
