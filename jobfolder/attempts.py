@@ -26,6 +26,7 @@ from typing import Any
 
 from jobfolder.atomic import modify_job, write_text_atomic
 from jobfolder.layout import (
+    CANCEL_REQUEST,
     FAILURES,
     METRICS,
     PER_ATTEMPT,
@@ -251,7 +252,7 @@ def prepare_resume(
         if expected is not None and len(attempts_of(record)) != expected:
             raise ResumeRefused("job", f"{record.get('job_id')} was resumed meanwhile")
         if not has_ended(record):
-            _close_lost(record, job_dir)
+            close_lost(record, job_dir)
         if spec is not None:
             record["spec"] = spec
             record["resolved_parallelism"] = dict(spec.get("resolved_parallelism") or {})
@@ -261,7 +262,8 @@ def prepare_resume(
             record["resume_choice"] = choice
         else:
             record.pop("resume_choice", None)
-        for name in (SUPERVISOR_PID, TORCHRUN_PID):  # a dead pid would read as lost
+        # A dead pid would read as lost; an old cancel's marker would cancel the new attempt.
+        for name in (SUPERVISOR_PID, TORCHRUN_PID, CANCEL_REQUEST):
             try:
                 os.unlink(job_dir / name)
             except FileNotFoundError:
@@ -270,14 +272,18 @@ def prepare_resume(
     return modify_job(job_path, change)
 
 
-def _close_lost(record: JobRecord, job_dir: Path) -> None:
-    """Record the open attempt of a job whose supervisor died: failed, RANK_LOST; it ended,
+def close_lost(
+    record: JobRecord,
+    job_dir: Path,
+    code: str = "RANK_LOST",
+    msg: str = "job lost: its supervisor is gone without recording an outcome",
+) -> None:
+    """Record the open attempt of a job whose supervisor died: failed, ``code``; it ended,
     as far as anyone can tell, when its log was last written."""
     from jobfolder.failures import job_error  # stdlib too; only needed for a lost job
 
-    msg = "job lost: its supervisor is gone without recording an outcome"
     world = (record.get("spec") or {}).get("gpu_count")
-    close_attempt(record, FAILED, job_error("RANK_LOST", msg, world, summary=msg), None)
+    close_attempt(record, FAILED, job_error(code, msg, world, summary=msg), None)
     attempts = record.get("attempts") or []
     try:
         last_sign = max(p.stat().st_mtime for p in job_dir.glob("*.txt"))

@@ -25,6 +25,7 @@ import os
 import re
 import signal
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -240,19 +241,21 @@ def analyze(
     exit_code: int,
     memory: MemoryWatch | None = None,
     node: int = 0,
+    logs: Sequence[tuple[int, Path, Path]] | None = None,
 ) -> JobError:
     """The ``error`` object of job.json for a failed job (docs/interfaces.md section 2);
     ``memory``, the supervisor's samples, explains a SIGKILL by the OOM killer; ``node``,
-    this machine's node rank in a multi-node job (its elastic files name local ranks only)."""
+    this machine's node rank in a multi-node job (its elastic files name local ranks only).
+    ``logs``: (node, torchrun log dir, torchrun output) of every node whose torchrun wrote
+    into this folder (a Slurm job: jobfolder/slurm.py node_logs); default this node's."""
     job_dir = Path(job_dir)
-    cands = (
-        trainer_records(job_dir)
-        + elastic_records(job_dir / ELASTIC, nproc_per_node, node)
-        + summary_records(job_dir / TORCHRUN_LOG, nproc_per_node)
-    )
+    logs = logs or [(node, job_dir / ELASTIC, job_dir / TORCHRUN_LOG)]
+    cands = trainer_records(job_dir)
+    cands += [c for n, d, _ in logs for c in elastic_records(d, nproc_per_node, n)]
+    cands += [c for _, _, out in logs for c in summary_records(out, nproc_per_node)]
     first = first_failure(cands)
     if first is None:
-        last = _last_line(job_dir / TORCHRUN_LOG) or "no output"
+        last = next((ln for _, _, out in logs if (ln := _last_line(out))), "no output")
         return job_error("UNKNOWN", f"torchrun exited with code {exit_code}: {last}", world_size)
     if first.signum == signal.SIGKILL and memory is not None:
         note = memory.kill_note(first.time_ns / 1e9)

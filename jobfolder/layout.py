@@ -6,6 +6,7 @@
       supervisor.pid, torchrun.pid      the supervisor's and its torchrun's pids
       supervisor.log                    the supervisor's own output
       cancel.request                    a Slurm job's cancel, written before scancel
+      stop.request, stopped.json        stop at a step boundary: asked, done (stopping.py)
       pids/rank-<r>                     each rank's pid (procs.py)
       failures/rank-<r>.json            a failing rank's record (failures.py)
       elastic/, torchrun.log, exit_code one attempt's torchrun files (attempts.py)
@@ -41,6 +42,8 @@ EXIT_CODE = "exit_code"
 #: Written by a Slurm job's cancel before `scancel --signal=TERM`: the supervisor's SIGTERM is
 #: then a cancel, not a preemption (docs/slurm.md).
 CANCEL_REQUEST = "cancel.request"
+STOP_REQUEST = "stop.request"
+STOPPED = "stopped.json"
 ATTEMPTS = "attempts"
 PROGRESS = "progress"
 MEASURED = "measured"
@@ -49,7 +52,7 @@ TOKENS = "tokens"
 OUTPUT = "output"
 PKG, DATA, MODEL = "pkg", "data", "model"
 #: What one attempt of torchrun leaves in the job folder; archived before the next.
-PER_ATTEMPT = (FAILURES, ELASTIC, TORCHRUN_LOG, EXIT_CODE)
+PER_ATTEMPT = (FAILURES, ELASTIC, TORCHRUN_LOG, EXIT_CODE, STOP_REQUEST, STOPPED)
 #: The folders a new job folder is made with (an SSH host's also gets PKG and DATA).
 MADE_WITH = (PIDS, FAILURES)
 

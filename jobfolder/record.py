@@ -133,6 +133,8 @@ class JobRecord(TypedDict, total=False):
     resumed_at: str | None
     resume_choice: ResumeChoice | None  # a multi-node resume's step, for its next attempt
     nodes: list[NodeState]  # a multi-node job's nodes, as gathered by the launcher
+    slurm_job_id: str  # a Slurm job's id (the launcher's sbatch, then its supervisor)
+    slurm_restarts: int  # $SLURM_RESTART_COUNT of its latest allocation: Slurm's requeues
     lost: bool
     stale: bool
 

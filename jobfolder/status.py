@@ -55,6 +55,7 @@ class FailureCode(StrEnum):
     RANK_HUNG = "RANK_HUNG"  # no rank advanced for hang_timeout_s (jobfolder/watchdog.py)
     COMM_ERROR = "COMM_ERROR"
     HARDWARE_ERROR = "HARDWARE_ERROR"
+    PREEMPTED = "PREEMPTED"  # the scheduler took the nodes back (a Slurm preemption, requeue)
     TIME_LIMIT = "TIME_LIMIT"  # the job's time limit (Slurm --time) ended it
     HOST_OOM = "HOST_OOM"  # the host's memory limit ended it (Slurm OUT_OF_MEMORY)
     UNKNOWN = "UNKNOWN"
@@ -72,6 +73,9 @@ _PLATFORM = ("RANK_LOST", "RANK_HUNG", "COMM_ERROR", "HARDWARE_ERROR")
 ATTRIBUTION: dict[str, Attribution] = {
     **dict.fromkeys(_CUSTOMER, Attribution.CUSTOMER),
     **dict.fromkeys(_PLATFORM, Attribution.PLATFORM),
+    # The platform's too (credited back), but no supervisor retries it in place: Slurm
+    # requeues the job, and the requeued job resumes (max_restarts counts the requeues).
+    "PREEMPTED": Attribution.PLATFORM,
     "UNKNOWN": Attribution.PENDING,
 }
 #: Failures retried under `max_restarts`: the platform's, never the customer's nor UNKNOWN.

@@ -7,10 +7,13 @@ attempt's files are archived, partial writes removed, and the newest verified ch
 torchrun as a child, keeps ``status`` in job.json true (running, then succeeded, failed or
 cancelled), writes ``exit_code`` and, after a failure, the report built by jobfolder.failures.
 After a platform failure (RANK_LOST, COMM_ERROR, HARDWARE_ERROR, RANK_HUNG) it starts the
-next attempt itself while the job's ``max_restarts`` allows; never in a multi-node job, whose
-launcher resumes every node together and names the step (job.json ``resume_choice``).
+next attempt itself while the job's ``max_restarts`` allows; never in an SSH multi-node job,
+whose launcher resumes every node together and names the step (job.json ``resume_choice``).
 SIGTERM or SIGINT means cancel: torchrun and every worker are ended (workers run in their own
 sessions, so signalling torchrun's group would miss them), SIGKILL after a grace period.
+Inside a Slurm allocation (spec `slurm`, $SLURM_JOB_ID) it runs srun, one torchrun per node,
+and SIGTERM/SIGUSR1 may mean a preemption or the time limit instead (jobfolder/slurm.py,
+jobfolder/slurmjob.py, docs/slurm.md).
 
 Stdlib only: it must start fast and run on a GPU machine whose image has only the trainer's
 dependencies (no torch import here, no pydantic, paramiko or textual). The job folder's
@@ -29,18 +32,20 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from jobfolder import attempts, ckptindex, failures
+from jobfolder import attempts, ckptindex, failures, nextattempt
 from jobfolder.atomic import modify_job, write_text_atomic
 from jobfolder.hostmem import MemoryWatch
 from jobfolder.jobstats import record_measured
 from jobfolder.layout import ELASTIC, EXIT_CODE, JobLayout
 from jobfolder.procs import end_processes, job_processes, write_pid
 from jobfolder.record import JobError, JobRecord, plan_line_of, read_job
-from jobfolder.status import CANCELLED, FAILED, RUNNING, SUCCEEDED, has_ended
+from jobfolder.slurm import node_logs
+from jobfolder.slurmjob import SlurmSupervision, slurm_task
+from jobfolder.status import CANCELLED, FAILED, PENDING, RUNNING, SUCCEEDED
 from jobfolder.watchdog import HangWatch, end_job
 
 
-class Supervisor:
+class Supervisor(SlurmSupervision):
     """Runs one job's torchrun and records how it ended."""
 
     def __init__(self, job_path: Path) -> None:
@@ -48,16 +53,26 @@ class Supervisor:
         self.job_dir = self.job_path.parent
         self.layout = JobLayout(self.job_dir)
         self.cancel_requested = False
+        self.slurm = None  # inside a Slurm allocation: jobfolder/slurm.py, slurmjob.py
+        self.signals: list[int] = []  # a Slurm job's signals, read in the wait loop
+        self.mode_known = False  # until begin_slurm: a SIGTERM waits in `signals`
+        self.stop = None  # a Slurm job's stop: (reason, requeue it, signal name)
 
     def _on_signal(self, signum: int, _frame: Any) -> None:
-        self.cancel_requested = True
+        if signum == signal.SIGINT or (self.mode_known and self.slurm is None):
+            self.cancel_requested = True
+        else:  # what it means takes scontrol to tell: no handler's work
+            self.signals.append(signum)
 
-    def command(self, spec: Mapping[str, Any]) -> list[str]:
-        """The torchrun command line; ``--standalone`` picks a free rendezvous port per job."""
+    def command(self, spec: Mapping[str, Any], log_dir: Path | None = None) -> list[str]:
+        """The torchrun command line; ``--standalone`` picks a free rendezvous port per job.
+        A Slurm job's: srun, starting one torchrun per node (jobfolder/slurm.py)."""
+        if self.slurm is not None:
+            return self.slurm.command(spec, self.job_path)
         return [
             sys.executable, "-m", "torch.distributed.run", *self.rendezvous(spec),
             "--nproc-per-node", str(int(spec.get("nproc_per_node") or spec["gpu_count"])),
-            "--log-dir", str(self.job_dir / ELASTIC),
+            "--log-dir", str(log_dir or self.job_dir / ELASTIC),
             "-m", "trainer", "--job", str(self.job_path),
         ]  # fmt: skip
 
@@ -88,7 +103,7 @@ class Supervisor:
             # Marked as ours: a cpu_offload rank on a GPU takes its share of the cores instead
             # (trainer/parallelize.py offload_threads); a user's own setting is kept.
             env.update(OMP_NUM_THREADS="1", VERI_OMP_DEFAULT="1")
-        return env
+        return env if self.slurm is None else self.slurm.environment(env)
 
     def run(self) -> int:
         """Supervise the job to its end, attempt after attempt; returns the last torchrun's
@@ -96,13 +111,23 @@ class Supervisor:
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, self._on_signal)
         write_pid(self.layout.supervisor_pid)
-        restarts = 0
+        restarts = self.begin_slurm()
+        if self.slurm is not None:
+            signal.signal(signal.SIGUSR1, self._on_signal)  # `--signal=B:USR1@120`
+        elif self.signals:  # a SIGTERM before the mode was known: a plain job's cancel
+            self.cancel_requested, self.signals = True, []
+        self.mode_known = True
+        if restarts is None:  # a Slurm job whose requeues are spent, or that ended meanwhile
+            return 1 if read_job(self.job_path).get("status") == FAILED else 0
         while True:
             record = self.begin_attempt()
             if record is None:
                 return 0  # started twice, or cancelled before it ran: that outcome stands
             code, status, error = self.run_attempt(record["spec"])
-            limit = attempts.max_restarts(record["spec"])
+            if status == PENDING and error is not None:  # preempted: Slurm starts it again
+                failed = self.requeued(code, error)
+                return 0 if failed is None else self.finish(code, FAILED, failed)
+            limit = attempts.max_restarts(record["spec"], alone=self.slurm is None)
             if status == FAILED and attempts.retryable(error) and restarts < limit:
                 if not self.cancel_requested:
                     restarts += 1
@@ -112,56 +137,15 @@ class Supervisor:
             return self.finish(code, status, error)
 
     def begin_attempt(self) -> JobRecord | None:
-        """Prepare and record the next attempt; None when the job already has an outcome.
-
-        A first attempt starts from scratch. A later one (a resume, or a retry) archives the
-        previous attempt's files, removes partial writes, rewinds metrics.jsonl and starts
-        from the newest verified checkpoint, saying which in the log.
-        """
-        record = read_job(self.job_path)
-        if has_ended(record):
-            return None
-        spec = record["spec"]
-        number = len(attempts.attempts_of(record)) + 1
-        lines: list[str] = []
-        stale = ckptindex.stale_writes(self.job_dir, spec.get("output_dir"))
-        attempts.remove_stale(stale)
-        lines += [f"resume: removed the partial write {p}" for p in stale]
-        step, path = None, None
-        pinned = record.get("resume_choice")  # a multi-node resume: the launcher chose
-        if number > 1:
-            attempts.archive_attempt(self.job_dir, number - 1)
-            root = self.layout.checkpoints
-            if pinned is not None:
-                choice, newer = ckptindex.pinned(root, pinned.get("step"))
-                attempts.remove_stale(newer)
-                lines += list(pinned.get("lines") or [])
-            else:
-                choice = ckptindex.choose(root)
-                # A skipped step is unusable, and the new attempt saves that step again (a
-                # checkpoint is never written into an existing folder): it goes.
-                attempts.remove_stale([root / f"step-{n}" for n, _ in choice.skipped])
-                lines += [f"resume: skipped step-{n}: {why}; removed" for n, why in choice.skipped]
-            step, path = choice.step, choice.path
-            where = f"step-{step} (verified)" if step is not None else "step 0 (no checkpoint)"
-            lines.append(f"resume: attempt {number} from {(pinned or {}).get('where', where)}")
-            attempts.rewind_metrics(self.job_dir, step or 0)
-        if lines:
-            failures.append_lines(self.layout.log, lines)
-
-        def begin(rec: JobRecord) -> None:
-            # Under the job lock: a cancel recorded meanwhile must not become `running`.
-            if not has_ended(rec):
-                rec["spec"]["resume_from"] = str(path) if path is not None else None
-                attempts.open_attempt(rec, step, retry=bool((pinned or {}).get("retry")))
-                rec.pop("resume_choice", None)  # this attempt's only
-
-        record = modify_job(self.job_path, begin)
-        return None if has_ended(record) else record
+        """Prepare and record the next attempt (jobfolder/nextattempt.py); None when the job
+        already has an outcome."""
+        return nextattempt.begin_attempt(self.job_path)
 
     def run_attempt(self, spec: Mapping[str, Any]) -> tuple[int, str, JobError | None]:
         """Run torchrun once to its end: (exit code, status, error)."""
         watch = HangWatch(self.job_dir, spec)  # jobfolder/watchdog.py: ends a job that hangs
+        if self.slurm is not None:  # one folder for every node: this supervisor sees all ranks
+            watch.ranks = list(range(watch.world))
         with open(self.layout.torchrun_log, "ab") as log:
             child = subprocess.Popen(
                 self.command(spec),
@@ -177,13 +161,20 @@ class Supervisor:
         while child.poll() is None and not self.cancel_requested and hung is None:
             memory.poll()
             hung = watch.poll()  # no rank advanced for hang_timeout_s: RANK_HUNG
+            if self.signals:
+                self.on_slurm_signal(self.signals.pop(0))
             time.sleep(0.2)
+        while self.signals and not self.cancel_requested:  # srun can end before they are read
+            self.on_slurm_signal(self.signals.pop(0))
         if hung is not None:
             return end_job(self.job_path, child, hung, spec), FAILED, hung
         if self.cancel_requested:
             end_processes(self.job_path, child=child)
             return self.cancelled(child.wait())
         code = child.returncode
+        world = int(spec.get("gpu_count") or 1)
+        if self.stop is not None:
+            return self.stopped(code, world)
         if code == 0:
             return code, SUCCEEDED, None
         error = None
@@ -196,8 +187,7 @@ class Supervisor:
                 end_processes(self.job_path)
                 return self.cancelled(code)
             msg = f"torchrun was killed by signal {-code}; its ranks were left without their agent"
-            error = failures.job_error("RANK_LOST", msg, int(spec.get("gpu_count") or 1))
-        world = int(spec.get("gpu_count") or 1)
+            error = failures.job_error("RANK_LOST", msg, world)
         nproc = int(spec.get("nproc_per_node") or world)
         found = failures.analyze(
             self.job_dir,
@@ -206,6 +196,7 @@ class Supervisor:
             code,
             memory,
             node=int(spec.get("node_rank") or 0),
+            logs=None if self.slurm is None else node_logs(self.job_dir, self.slurm.nnodes),
         )
         if error is None or found.get("rank") is not None:
             error = found
@@ -261,7 +252,10 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point: supervise the job whose job.json is given."""
     parser = argparse.ArgumentParser(prog="python -m jobfolder.supervise", description=__doc__)
     parser.add_argument("--job", required=True, help="path of the job's job.json")
+    parser.add_argument("--slurm-task", metavar="HOST:PORT", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.slurm_task:  # a Slurm job's srun task: becomes its node's torchrun
+        slurm_task(Path(args.job).resolve(), args.slurm_task, Supervisor(Path(args.job)).command)
     supervisor = Supervisor(Path(args.job))
     try:
         code = supervisor.run()

@@ -16,7 +16,9 @@ state written by every rank, so each node's folder loads on its own ranks withou
 another node's files), and each node's local rank 0 commits its node's part: the manifest
 (with the node's `ranks`) and `COMPLETE`, in that node's folder. A step is then usable only
 when every node committed it; the launcher picks such a step (docs/ssh.md, Multi-node jobs).
-Such a checkpoint loads at the same world size and node layout only (no resharding).
+Such a checkpoint loads at the same world size and node layout only (no resharding). A Slurm
+job's nodes share one job folder (`jobfolder.stopping.SHARED_ENV`): it saves one global
+checkpoint, as a single node does, which DCP reshards on load for any node count.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_
 from jobfolder import ckptindex, manifest
 from jobfolder.atomic import fsync_dir
 from jobfolder.errors import TrainerError
+from jobfolder.stopping import SHARED_ENV
 from trainer.faults import FaultPlan
 from trainer.report import atomic_write, classify, describe
 
@@ -66,8 +69,11 @@ def verify(folder: Path) -> bool:
 def node_ranks() -> list[int] | None:
     """The global ranks on this rank's node when the job spans several nodes, else None.
     torchrun gives every node the same number of ranks (LOCAL_WORLD_SIZE), node k holding
-    ranks k*n .. k*n+n-1, as the launcher lays them out."""
+    ranks k*n .. k*n+n-1, as the launcher lays them out. None too when every node shares the
+    job folder (a Slurm job, `SHARED_ENV`): the global checkpoint loads on any node count."""
     world = dist.get_world_size()
+    if os.environ.get(SHARED_ENV) == "1":
+        return None  # one job folder on storage every node sees: one global checkpoint
     per_node = int(os.environ.get("LOCAL_WORLD_SIZE", world))
     if per_node >= world:
         return None

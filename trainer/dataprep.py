@@ -1,6 +1,7 @@
 """The dataset is prepared once per job folder: tokenized over the ranks, cached, reused.
 
-On each node (each has its own job folder) the ranks tokenize disjoint rows into the token
+On each node (each has its own job folder; a Slurm job's nodes share one, and all its ranks
+count as one node's here) the ranks tokenize disjoint rows into the token
 cache (trainer/tokencache.py): local rank k of L checks and encodes rows k, k+L, k+2L, ...,
 streaming its part to `<job_dir>/tokens.tmp/`; local rank 0 then writes meta.json and the
 manifest and renames the folder to `tokens/` (the checkpoint's commit pattern: written aside,
@@ -17,7 +18,9 @@ first bad line in the file, and every rank raises that one, as when each checked
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
+import os
 import shutil
 import sys
 import time
@@ -31,6 +34,7 @@ from jobfolder import manifest
 from jobfolder.atomic import fsync_dir, write_json_atomic
 from jobfolder.errors import DataError
 from jobfolder.rows import numbered_lines, parse_row
+from jobfolder.stopping import SHARED_ENV
 from trainer.config import TrainConfig
 from trainer.data import encode_row
 from trainer.report import RankContext, RankLog
@@ -167,6 +171,9 @@ def prepare_dataset(
     this node's ranks; every rank calls it (collectives)."""
     final, folder = cfg.job_dir / CACHE, cfg.job_dir / BUILDING
     t0 = time.perf_counter()
+    if os.environ.get(SHARED_ENV) == "1":
+        # Every node shares this folder (Slurm): one cache, built by all ranks as one node's.
+        ctx = dataclasses.replace(ctx, node=0, local_rank=ctx.rank)
 
     def decide() -> dict | None:
         if ctx.local_rank != 0:

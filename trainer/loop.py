@@ -45,6 +45,7 @@ from trainer.parallelize import (
 from trainer.peakmem import window_peak
 from trainer.report import RankContext, RankLog
 from trainer.runstats import RunStats
+from trainer.stopping import Saver, StopWatch, stop_here
 
 
 def lr_factor(step: int, warmup: int, total: int) -> float:
@@ -106,7 +107,12 @@ def train(cfg: TrainConfig, ctx: RankContext, log: RankLog) -> None:
     stepper.stats = stats
     faults = FaultPlan(rt.rank)
     stepper.progress = progress
+    stop = StopWatch(cfg.job_dir, rt.device)  # a Slurm job's stop requests (no-op elsewhere)
+    saver = Saver(cfg, model, opt, sched, progress, faults, log)
     for step in range(start, total):
+        if stop.requested():  # every rank agrees, so all stop after the same step
+            stop_here(cfg, rt.rank, step, start, stop.reason(), saver, log)
+            return
         progress.mark("data", step + 1)
         faults.at_step(step + 1)
         t0 = time.perf_counter()
@@ -123,13 +129,7 @@ def train(cfg: TrainConfig, ctx: RankContext, log: RankLog) -> None:
             metric.update(window_peak(rt.device))  # a collective: every rank logs here
             log.metric({**metric, **rewards})
         if cfg.checkpoint_steps and (step + 1) % cfg.checkpoint_steps == 0:
-            extra = {"scheduler": sched.state_dict(), "data_position": step + 1, "seed": cfg.seed}
-            lora, keep = bool(cfg.lora_rank), cfg.keep_checkpoints
-            progress.mark("checkpoint")
-            checkpoint.save(
-                cfg.ckpt_dir, step + 1, model, opt, extra, lora=lora, keep=keep, faults=faults
-            )
-            log.info(f"checkpoint: step-{step + 1} committed")
+            saver.save(step + 1)
     stats.write()  # the peak of training, before the artifact's gather
     progress.mark("artifact")
     save_artifact(
