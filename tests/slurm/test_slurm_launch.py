@@ -9,7 +9,6 @@ import os
 import re
 import signal
 import time
-from importlib.util import find_spec
 from pathlib import Path
 
 import pytest
@@ -31,13 +30,8 @@ from veri_tui.plan import load_job_config
 __all__ = ["home"]  # the fixture, imported for the tests below
 
 SLURM = ("--slurm", "local")
-# Two nodes, and the supervisor's answer to Slurm's signals, are the job side's Slurm mode
-# (jobfolder/supervise.py runs torchrun under srun and tells a cancel from a preemption or the
-# time limit): these tests wait for it.
-needs_job_side = pytest.mark.skipif(
-    find_spec("jobfolder.slurm") is None,  # the job side's Slurm module
-    reason="the supervisor has no Slurm mode yet (the job side, branch slurm-requeue)",
-)
+# Every test here runs Slurm jobs (seconds each): left out of .ci/lowest.sh's fast set.
+pytestmark = pytest.mark.slow
 
 
 def test_plan_reads_the_partition(slurm: SlurmCluster, home: Path, capsys) -> None:
@@ -126,13 +120,19 @@ def test_dry_run_prints_the_script_and_submits_nothing(
     assert code == 2 and err.startswith("error: slurm.time: 'soon': use Slurm's format")
 
 
+#: The local 2-rank run's losses, run once for the module (both layouts compare with it).
+_LOCAL: list[float] = []
+
+
 def _same_losses_as_local(capsys, home: Path, *layout: str) -> str:
-    """A local 2-rank run of 4 steps, then the same job with ``layout`` through sbatch: the
-    Slurm job's id, once its losses were found equal to the local run's."""
+    """A local 2-rank run of 4 steps (once per module), then the same job with ``layout``
+    through sbatch: the Slurm job's id, once its losses were found equal to the local run's."""
     steps = ("--set", "max_steps=4")
-    code, out, err = cli(capsys, "launch", "--gpu-count", "2", *steps, "--wait")
-    assert code == 0, err
-    local = losses(home / "jobs" / out.splitlines()[0])
+    if not _LOCAL:
+        code, out, err = cli(capsys, "launch", "--gpu-count", "2", *steps, "--wait")
+        assert code == 0, err
+        _LOCAL.extend(losses(home / "jobs" / out.splitlines()[0]))
+    local = _LOCAL
     code, out, err = cli(capsys, "launch", *SLURM, *layout, *steps, "--wait")
     assert code == 0, err + out
     job_id = out.splitlines()[0]
@@ -235,14 +235,12 @@ def test_a_pending_job_shows_its_reason_and_cancel_and_resume_resubmit(
     assert cli(capsys, "cancel", job_id)[0] == 0 and slurm.jobs() == []
 
 
-@needs_job_side
 def test_two_nodes_one_rank_each_match_a_local_run(slurm: SlurmCluster, home: Path, capsys) -> None:
     job_id = _same_losses_as_local(capsys, home, "--nodes", "2", "--gpus-per-node", "1")
     spec = jobs.get_job(job_id)["spec"]
     assert (spec["nnodes"], spec["nproc_per_node"], spec["gpu_count"]) == (2, 1, 2)
 
 
-@needs_job_side
 def test_a_job_over_its_time_limit_is_time_limit_customer(
     slurm: SlurmCluster, home: Path, capsys
 ) -> None:

@@ -18,6 +18,9 @@ from veri_tui.launch import jobs
 ALIAS = "veri-slurm-login"
 
 
+pytestmark = pytest.mark.slow  # a Slurm job through sshd: left out of lowest.sh's fast set
+
+
 @pytest.fixture(scope="module")
 def login(slurm_cluster: SlurmCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sshd]:
     """An sshd for the login node: its sessions get SLURM_CONF (sshd_config SetEnv)."""
