@@ -127,6 +127,11 @@ def _serve_options(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="allow a non-loopback --host (plain HTTP; the token comes from $VERI_SERVE_TOKEN)",
     )
+    p.add_argument(
+        "--allow-short-token",
+        action="store_true",
+        help="accept a $VERI_SERVE_TOKEN shorter than 24 characters (loopback only)",
+    )
 
 
 COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None]]] = {
