@@ -42,8 +42,10 @@ def _job_options(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--trust-host",
+        action="append",
         metavar="FINGERPRINT",
-        help="accept an unknown SSH host key with this SHA256 fingerprint and record it",
+        help="accept an unknown SSH host key with this SHA256 fingerprint and record it "
+        "(repeatable: one per unknown host)",
     )
     p.add_argument("--json", action="store_true", help="print one JSON object")
     _slurm_options(p)
@@ -249,7 +251,10 @@ def dispatch(args: argparse.Namespace) -> int:
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     """The parsed command line (`sys.argv[1:]` when None); argparse exits on --help or misuse."""
     argv = sys.argv[1:] if argv is None else list(argv)
-    return build_parser(argv).parse_args(argv)
+    args = build_parser(argv).parse_args(argv)
+    if isinstance(getattr(args, "trust_host", None), list):
+        args.trust_host = " ".join(args.trust_host)  # every layer takes them as one string
+    return args
 
 
 def main(argv: Sequence[str] | None = None) -> int:
