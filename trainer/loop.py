@@ -111,7 +111,7 @@ def train(cfg: TrainConfig, ctx: RankContext, log: RankLog) -> None:
     saver = Saver(cfg, model, opt, sched, progress, faults, log)
     for step in range(start, total):
         if stop.requested():  # every rank agrees, so all stop after the same step
-            stop_here(cfg, rt.rank, step, start, stop.reason(), saver, log)
+            stop_here(cfg, rt.rank, step, start, stop, saver, log)
             return
         progress.mark("data", step + 1)
         faults.at_step(step + 1)

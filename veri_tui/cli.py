@@ -109,6 +109,13 @@ def _calibrate_options(p: argparse.ArgumentParser) -> None:
 def _resume_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("job", help="id of a failed or cancelled job")
     p.add_argument("--gpu-count", type=int, metavar="N", help="re-plan for N GPUs (same batch)")
+    p.add_argument(
+        "--nodes",
+        type=int,
+        metavar="N",
+        help="a Slurm job: re-plan for N nodes (same ranks per node unless --gpu-count; the "
+        "global checkpoint in the shared folder is resharded)",
+    )
     _set_option(p, "change a hyperparameter and re-plan (repeatable)")
     p.add_argument("--wait", action="store_true", help="follow the new attempt to the end")
     p.add_argument("--json", action="store_true", help="print one JSON job record")

@@ -49,6 +49,19 @@ def test_plan_reads_the_partition(slurm: SlurmCluster, home: Path, capsys) -> No
     assert code == 0 and "A100-80GB x1" in out
     code, out, _ = cli(capsys, "plan", *SLURM, "--partition", "debug", "--nodes", "2", "--json")
     assert code == 0 and json.loads(out)["resolved_parallelism"]["data_parallel_size"] == 4
+    # In text: the partition read comes first; CPU ranks have no GPU-hour price.
+    code, out, _ = cli(capsys, "plan", *SLURM, "--partition", "debug", "--nodes", "2")
+    lines = out.splitlines()
+    assert code == 0 and lines[0].startswith("slurm: partition debug: 2 node(s) ("), lines
+    assert "no GPUs" in lines[0]
+    cost = next(ln for ln in lines if ln.startswith("cost: "))
+    assert cost.endswith("on 4 CPU rank(s) of partition debug; no GPU-hour price"), cost
+    assert "$" not in cost and "GPU-hours" not in cost
+    assert any(ln.startswith("warning: partition debug has no GPUs: the job runs 4 CPU rank(s)")
+               for ln in lines)  # fmt: skip
+    code, out, _ = cli(capsys, "plan", *SLURM, "--partition", "gpu")
+    assert out.startswith("slurm: partition gpu: 1 node(s) (127.0.0.3), 2 x gres gpu:h100:2")
+    assert "/GPU-hour" in out  # a GPU partition keeps its price
     # The app's preflight of a Slurm launch: the partition's facts beside the plan.
     rows = jobs.preflight(load_job_config(), None, jobs.SlurmOptions("local", partition="gpu"))
     assert all(ok for _, ok, _ in rows), rows
@@ -184,8 +197,12 @@ def test_cancel_leaves_no_slurm_job_and_no_process(slurm: SlurmCluster, home: Pa
     code, out, _ = cli(capsys, "cancel", job_id)
     assert (code, out) == (0, f"job {job_id} cancelled\n")
     assert slurm.jobs() == [] and not processes_of(job_dir)
-    assert jobs.get_job(job_id)["status"] == "cancelled"
+    record = jobs.get_job(job_id)
+    assert record["status"] == "cancelled"
     assert (job_dir / "cancel.request").exists()
+    # Slurm's own accounting agrees (it said FAILED NonZeroExitCode before).
+    shown = slurm.run("scontrol", "show", "job", "-o", str(record["slurm_job_id"]))
+    assert re.search(r"JobState=(CANCELLED|COMPLETED) ", shown), shown
 
 
 def test_a_sigkilled_rank_is_reported_with_rank_code_and_attribution(
@@ -259,3 +276,35 @@ def test_a_job_over_its_time_limit_is_time_limit_customer(
         "customer",
     )
     wait_for(lambda: slurm.jobs() == [], 30, "the Slurm job to end")
+
+
+def test_resume_on_another_node_count_reshards_the_shared_checkpoint(
+    slurm: SlurmCluster, home: Path, capsys
+) -> None:
+    """`veri-tui resume JOB --nodes 1` of a 2-node job: one global checkpoint in the folder
+    both nodes share, planned again for 1 node (ranks per node kept) and resharded."""
+    code, out, err = cli(capsys, "launch", *SLURM, "--nodes", "2", "--gpus-per-node", "1",
+                         "--set", "max_steps=12", "--set", "checkpoint_steps=4")  # fmt: skip
+    assert code == 0, err
+    job_id = out.strip()
+    job_dir = slurm_job_dir(home, job_id)
+    wait_for(lambda: (job_dir / "checkpoints" / "step-4").is_dir(), 150, "step-4 committed")
+    assert cli(capsys, "cancel", job_id)[:2] == (0, f"job {job_id} cancelled\n")
+    code, out, err = cli(capsys, "resume", job_id, "--nodes", "1", "--wait")
+    assert code == 0, err + out
+    record = jobs.get_job(job_id)
+    spec = record["spec"]
+    assert (spec["nnodes"], spec["nproc_per_node"], spec["gpu_count"]) == (1, 1, 1)
+    assert (
+        spec["slurm"]["nodes"] == 1 and "#SBATCH --nodes=1\n" in (job_dir / "sbatch.sh").read_text()
+    )
+    assert record["status"] == "succeeded"
+    first = record["attempts"][1]["resumed_from_step"]
+    assert first is not None and first >= 4
+    assert f"resume: attempt 2 from step-{first} (verified)" in (job_dir / "log.txt").read_text()
+    assert len(losses(job_dir)) == 12  # every step once
+    # An SSH or local job has no --nodes to change: refused in one line.
+    code, out, err = cli(capsys, "launch", "--set", "max_steps=1", "--wait")
+    local = out.splitlines()[0]
+    code, _, err = cli(capsys, "resume", local, "--nodes", "2")
+    assert code == 2 and err.startswith("error: nodes: --nodes re-plans a Slurm job"), err

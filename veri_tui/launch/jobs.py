@@ -233,13 +233,18 @@ def watch(
 
 
 def resume(
-    job_id: str, gpu_count: int | None = None, sets: Sequence[str] = (), wait: bool = False
+    job_id: str,
+    gpu_count: int | None = None,
+    sets: Sequence[str] = (),
+    wait: bool = False,
+    nodes: int | None = None,
 ) -> JobRecord:
     """A new attempt of an ended job in its own folder, from its newest verified checkpoint;
     returns the record (pending), or the final one with ``wait``.
 
     The same plan, unless ``gpu_count`` or ``sets`` (`KEY=VALUE`) change it: then the job is
-    planned again keeping its global batch (veri_tui.launch.replan), on its host. A
+    planned again keeping its global batch (veri_tui.launch.replan), on its host; a Slurm
+    job also for ``nodes`` (its ranks per node kept unless ``gpu_count`` says otherwise). A
     multi-node job resumes on every node from the newest step committed and verified on all
     of them, on its own layout and plan (veri_tui.launch.restart). VeriError: a job that
     runs or succeeded, a gpu_count that cannot split the batch (or changes a multi-node
@@ -251,6 +256,12 @@ def resume(
     target = target_for(job_id)
     many = len(target.nodes) > 1
     record = target.get_job()
+    if nodes is not None and target.nodes[0].host.kind != "slurm":
+        raise VeriError(
+            "--nodes re-plans a Slurm job, whose nodes share its folder; this job's nodes "
+            "are its hosts (a multi-node SSH job resumes on its own layout)",
+            key="nodes",
+        )
     if many:
         layout = layout_refusal(record, gpu_count, sets)
         if layout is not None:
@@ -260,7 +271,7 @@ def resume(
         raise VeriError(refused.message, key=refused.key)
     spec: JobSpec | None = None
     if not many:
-        spec = replan(target.nodes[0].host, record, gpu_count, sets)
+        spec = replan(target.nodes[0].host, record, gpu_count, sets, nodes)
     try:
         target.stop_watcher()
         record = target.resume(job_id, spec)

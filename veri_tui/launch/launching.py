@@ -85,18 +85,22 @@ def plan_on(job: Any, names: Sequence[HostName], trust: str | None = None) -> An
             host.close()
 
 
-def replan(host: Host, record: JobRecord, gpu_count: int | None, sets: Sequence[str]
-           ) -> JobSpec | None:  # fmt: skip
+def replan(host: Host, record: JobRecord, gpu_count: int | None, sets: Sequence[str],
+           nodes: int | None = None) -> JobSpec | None:  # fmt: skip
     """The spec of a one-host job's next attempt (replan.resume_spec): None to keep its own,
     else planned again on its open host, its problems refused. A Slurm job keeps its layout
-    keys (the host's `spec`) and is laid out again from its record (options_for_resume)."""
+    keys (the host's `spec`) and is laid out again from its record (options_for_resume),
+    on ``nodes`` nodes when given."""
     from veri_tui.launch.replan import resume_spec
 
     keys: dict[str, Any] = {}
+    relaid = False
     if host.kind == "slurm":
-        from veri_tui.launch.slurm.options import options_for_resume
+        from veri_tui.launch.slurm.options import options_for_resume, resume_count
 
-        host.options = options_for_resume(record, gpu_count)  # type: ignore[attr-defined]
+        gpu_count = resume_count(record, gpu_count, nodes)
+        host.options = options_for_resume(record, gpu_count, nodes)  # type: ignore[attr-defined]
+        relaid = nodes is not None and nodes != int(record["spec"].get("nnodes") or 1)
 
     def plan_for(job: Any) -> tuple[Any, Any]:
         facts = host.probe(job, 0)
@@ -104,7 +108,7 @@ def replan(host: Host, record: JobRecord, gpu_count: int | None, sets: Sequence[
         keys.update(facts.spec)
         return host.plan(job, facts)
 
-    spec = resume_spec(record, gpu_count, sets, plan_for)
+    spec = resume_spec(record, gpu_count, sets, plan_for, force=relaid)
     return None if spec is None else cast(JobSpec, {**spec, **keys})
 
 

@@ -35,7 +35,7 @@ from veri_tui.errors import VeriError
 from veri_tui.launch.host import Host, HostFacts, Result, supervisor_argv
 from veri_tui.launch.records import LogLine, follow_lines
 from veri_tui.launch.slurm.options import SlurmOptions
-from veri_tui.launch.slurm.partition import Partition, layout, read_partition
+from veri_tui.launch.slurm.partition import Partition, layout, on_partition, read_partition
 from veri_tui.launch.slurm.script import SCRIPT, batch_script
 from veri_tui.launch.slurm.states import SlurmState, outcome, query
 
@@ -150,7 +150,8 @@ class SlurmHost:
 
             # Planned with the dataset it trains on, so the predicted price counts its tokens.
             self._job_update.setdefault("dataset", str(local_dataset(job)))
-        return self.login_host.plan(job.model_copy(update=self._job_update), facts)
+        laid_out, rec = self.login_host.plan(job.model_copy(update=self._job_update), facts)
+        return laid_out, on_partition(rec, self.partition)
 
     # -- the batch job ----------------------------------------------------------------------
 
