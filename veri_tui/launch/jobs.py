@@ -232,23 +232,17 @@ def watch(
     return follow_lines(lambda off: read_log(job_id, off), done, offset, poll_s)
 
 
-def resume(
-    job_id: str,
-    gpu_count: int | None = None,
-    sets: Sequence[str] = (),
-    wait: bool = False,
-    nodes: int | None = None,
-) -> JobRecord:
+def resume(job_id: str, gpu_count: int | None = None, sets: Sequence[str] = (),
+           wait: bool = False, nodes: int | None = None) -> JobRecord:  # fmt: skip
     """A new attempt of an ended job in its own folder, from its newest verified checkpoint;
     returns the record (pending), or the final one with ``wait``.
 
     The same plan, unless ``gpu_count`` or ``sets`` (`KEY=VALUE`) change it: then the job is
-    planned again keeping its global batch (veri_tui.launch.replan), on its host; a Slurm
-    job also for ``nodes`` (its ranks per node kept unless ``gpu_count`` says otherwise). A
+    planned again keeping its global batch (veri_tui.launch.replan), on its host (a Slurm
+    job's also for ``nodes``: its ranks per node kept unless ``gpu_count`` says). A
     multi-node job resumes on every node from the newest step committed and verified on all
-    of them, on its own layout and plan (veri_tui.launch.restart). VeriError: a job that
-    runs or succeeded, a gpu_count that cannot split the batch (or changes a multi-node
-    job's), any refusal of the new plan; nothing is changed then.
+    of them, on its own layout and plan (veri_tui.launch.restart). VeriError (nothing is
+    changed): a job that runs or succeeded, a bad gpu_count or node count, a refused plan.
     """
     from veri_tui.launch.launching import replan
     from veri_tui.launch.restart import layout_refusal
@@ -257,11 +251,9 @@ def resume(
     many = len(target.nodes) > 1
     record = target.get_job()
     if nodes is not None and target.nodes[0].host.kind != "slurm":
-        raise VeriError(
-            "--nodes re-plans a Slurm job, whose nodes share its folder; this job's nodes "
-            "are its hosts (a multi-node SSH job resumes on its own layout)",
-            key="nodes",
-        )
+        from veri_tui.launch.slurm.options import NOT_SLURM_NODES
+
+        raise VeriError(NOT_SLURM_NODES, key="nodes")
     if many:
         layout = layout_refusal(record, gpu_count, sets)
         if layout is not None:
