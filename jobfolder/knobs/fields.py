@@ -8,8 +8,8 @@ is the order of the form's fields within a section, of `--help`, and of job.json
 le, finite), unit, alias, pin, multi_gpu, error, and the form's section, label and hint.
 """
 
-from __future__ import annotations
-
+# No `from __future__ import annotations`: the field types stay objects, so reading them
+# (schema.table) needs no typing.get_type_hints, which compiles every annotation string.
 from dataclasses import dataclass
 from typing import Literal, get_args
 
@@ -32,7 +32,9 @@ SECTIONS = ("Job", "Parallelism", "LoRA and lengths", "Training", "Not available
 _PAR, _LORA, _TRAIN, _NA, _ONE = SECTIONS[1:]
 
 
-@dataclass(kw_only=True, eq=False)
+# No __init__, __repr__ or __eq__ of its own (each costs an exec at import): the planner's
+# KnobModel and the trainer's TrainConfig make theirs.
+@dataclass(kw_only=True, init=False, repr=False, eq=False)
 class Hyperparameters:
     """Every knob of a job: the multi-GPU ones of the seed and the trainer's training keys."""
 

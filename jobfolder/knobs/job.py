@@ -4,15 +4,17 @@ They may be written among the hyperparameters too (the seed's "Set gpu_count abo
 ... job"): the planner reads both tables as one set of keys.
 """
 
-from __future__ import annotations
-
+# No `from __future__ import annotations`: the field types stay objects, so reading them
+# (schema.table) needs no typing.get_type_hints, which compiles every annotation string.
 from dataclasses import dataclass
 
 from jobfolder.knobs.fields import DEFAULT_GPU, METHODS
 from jobfolder.knobs.schema import knob
 
 
-@dataclass(kw_only=True, eq=False)
+# No __init__, __repr__ or __eq__ of its own (each costs an exec at import): the planner's
+# KnobModel and the trainer's TrainConfig make theirs.
+@dataclass(kw_only=True, init=False, repr=False, eq=False)
 class Job:
     """A job: method + model + GPU type + gpu_count + dataset + output (+ its hosts)."""
 

@@ -12,16 +12,13 @@ import dataclasses
 import functools
 import types
 import typing
-from dataclasses import dataclass
-from typing import Any, Literal
-
-_MISSING: Any = object()
+from typing import Any, Literal, NamedTuple
 
 
-@dataclass(frozen=True)
-class Knob:
+class Knob(NamedTuple):
     """One field of the schema. `section`, `label`, `hint`, `choices`, `widget` and
-    `methods` place it on the app's form ("" section: not on the form)."""
+    `methods` place it on the app's form ("" section: not on the form). A NamedTuple, not a
+    dataclass: a dataclass costs ~1 ms to define, and every job folder command imports this."""
 
     description: str
     name: str = ""
@@ -42,11 +39,6 @@ class Knob:
     choices: tuple[str, ...] = ()
     widget: str = ""  # "select" where the choices come from elsewhere (the GPU catalog)
     methods: tuple[str, ...] = ()  # only these methods read it (empty: every method)
-
-    @property
-    def optional(self) -> bool:
-        """None is a value of its type (None = "not set": the default rule applies)."""
-        return type(None) in typing.get_args(self.type)
 
     @property
     def literals(self) -> tuple[Any, ...]:
@@ -78,13 +70,14 @@ def literal_values(tp: Any) -> tuple[Any, ...]:
 @functools.cache
 def table(cls: type) -> tuple[Knob, ...]:
     """The knobs of dataclass `cls` (its bases' included), in field order, each complete."""
-    hints = typing.get_type_hints(cls)
     out = []
     for f in dataclasses.fields(cls):
         meta = f.metadata.get("knob")
         if isinstance(meta, Knob):
-            named = {"name": f.name, "type": hints[f.name], "default": f.default}
-            out.append(dataclasses.replace(meta, **named))
+            # A string annotation (a module with `from __future__ import annotations`) is
+            # resolved; the schema's own are objects already.
+            tp = typing.get_type_hints(cls)[f.name] if isinstance(f.type, str) else f.type
+            out.append(meta._replace(name=f.name, type=tp, default=f.default))
     return tuple(out)
 
 
