@@ -8,7 +8,9 @@ first optimizer step, its peak memory and its steady-state tokens/s. The job's f
 - `tokens_per_s`, `step_time_s`, `setup_s` (seconds loading the model, sharding it, reading
   the data and the first step): rank 0's (every rank times the same global step; rank 0 is
   the one the log reports);
-- `states_bytes`: the largest over the ranks, `states_bytes_per_rank` each rank's;
+- `states_bytes`: the largest over the ranks, `states_bytes_per_rank` each rank's: tensors on
+  the rank's device only; `host_states_bytes` the largest of what lived on the host instead
+  (cpu_offload's shards, gradients and moments), `offloaded` whether any rank offloaded;
 - `gpu`: the planned GPU type on CUDA, "cpu" when the ranks ran on CPU (a CPU run is
   calibrated apart and never changes a GPU plan); `device_name` what CUDA called it.
 
@@ -69,6 +71,8 @@ def gather(job_dir: Path, spec: Mapping[str, Any]) -> dict[str, Any] | None:
         "steps": first.get("steps"),
         "states_bytes": _max([r.get("states_bytes") for r in ranks]),
         "states_bytes_per_rank": [r.get("states_bytes") for r in ranks],
+        "host_states_bytes": _max([r.get("host_states_bytes") for r in ranks]),
+        "offloaded": any(bool(r.get("offloaded")) for r in ranks),
         "peak_bytes": _max([r.get("peak_bytes") for r in ranks]),
         "peak_source": first.get("peak_source"),
         "tokens_per_s": first.get("tokens_per_s") if first["rank"] == 0 else None,

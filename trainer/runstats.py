@@ -3,7 +3,10 @@
 Cheap enough for every job (a sum over the parameter list once, a float per step):
 
 - state bytes after the first optimizer step of this attempt, counted tensor by tensor from
-  the local shards: parameters, gradients (taken after `optimizer.step()`, before they are
+  the local shards ON THIS RANK'S DEVICE (trainer/measure.py `on_device`; what lives on the
+  host, cpu_offload's shards, gradients and AdamW moments or AdamW's `step` scalars on CUDA,
+  goes into `host_states` instead, and `offloaded` says whether CPUOffloadPolicy ran):
+  parameters, gradients (taken after `optimizer.step()`, before they are
   zeroed) and optimizer states; at zero_stage 2 the unsharded compute copy, taken after the
   first step's last forward; for a DPO full fine-tune the reference model's resident
   parameters (whole at stage 0, its shard at stage 2/3: its layers in flight are transient,
@@ -38,7 +41,7 @@ from torch.distributed.tensor import DTensor
 
 from jobfolder.atomic import write_json_atomic
 from jobfolder.layout import JobLayout
-from trainer.measure import tensor_bytes
+from trainer.measure import split_bytes
 from trainer.peakmem import run_peaks
 from trainer.report import RankContext
 
@@ -114,9 +117,12 @@ class SetupClock:
 class RunStats:
     """Collects one rank's run measurements and writes them (see the module docstring)."""
 
-    def __init__(self, ctx: RankContext, device: torch.device, zero_stage: int) -> None:
-        self.ctx, self.device, self.zero_stage = ctx, device, zero_stage
+    def __init__(
+        self, ctx: RankContext, device: torch.device, zero_stage: int, offload: bool = False
+    ) -> None:
+        self.ctx, self.device, self.zero_stage, self.offload = ctx, device, zero_stage, offload
         self.states: dict[str, int] | None = None
+        self.host_states: dict[str, int] = {}
         self.compute_copy: int | None = None
         self.rates: list[float] = []
         self.step_s: list[float] = []
@@ -125,9 +131,8 @@ class RunStats:
     def after_forward(self, model: nn.Module) -> None:
         """First step, stage 2: the compute copy is the set of parameters unsharded now."""
         if self.compute_copy is None and self.states is None and self.zero_stage == 2:
-            self.compute_copy = sum(
-                tensor_bytes(p) for p in model.parameters() if not isinstance(p, DTensor)
-            )
+            unsharded = [p for p in model.parameters() if not isinstance(p, DTensor)]
+            self.compute_copy = split_bytes(unsharded, self.device)[0]
 
     def after_update(
         self, model: nn.Module, opt: torch.optim.Optimizer, ref: nn.Module | None
@@ -137,15 +142,18 @@ class RunStats:
             return
         params = list(model.parameters())
         states = [v for st in opt.state.values() for v in st.values() if torch.is_tensor(v)]
-        got = {
-            "params": sum(tensor_bytes(p) for p in params),
-            "grads": sum(tensor_bytes(p.grad) for p in params),
-            "optimizer": sum(tensor_bytes(v) for v in states),
-        }
+        parts: dict[str, list[Any]] = {
+            "params": params, "grads": [p.grad for p in params], "optimizer": states,
+        }  # fmt: skip
+        if ref is not None:
+            parts["reference"] = list(ref.parameters())
+        got: dict[str, int] = {}
+        for key, tensors in parts.items():
+            got[key], away = split_bytes(tensors, self.device)
+            if away:
+                self.host_states[key] = away
         if self.compute_copy:
             got["compute_copy"] = self.compute_copy
-        if ref is not None:
-            got["reference"] = sum(tensor_bytes(p) for p in ref.parameters())
         self.states = got
 
     def step_done(self, tokens: float, seconds: float) -> None:
@@ -168,6 +176,9 @@ class RunStats:
             "steps": len(self.rates),
             "states": dict(self.states or {}),
             "states_bytes": sum((self.states or {}).values()) if self.states else None,
+            "host_states": dict(self.host_states),
+            "host_states_bytes": sum(self.host_states.values()) if self.states else None,
+            "offloaded": self.offload,
             **peak_memory(self.device),
             "tokens_per_s": rate,
             "step_time_s": step_s,
