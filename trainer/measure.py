@@ -94,9 +94,7 @@ def on_device(t: torch.Tensor, device: torch.device) -> bool:
     return local.device.type == device.type
 
 
-def split_bytes(
-    tensors: Iterable[torch.Tensor | None], device: torch.device
-) -> tuple[int, int]:
+def split_bytes(tensors: Iterable[torch.Tensor | None], device: torch.device) -> tuple[int, int]:
     """(bytes on `device`, bytes elsewhere: the host) of the tensors' local data."""
     here = away = 0
     for t in tensors:

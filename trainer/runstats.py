@@ -11,8 +11,11 @@ Cheap enough for every job (a sum over the parameter list once, a float per step
   first step's last forward; for a DPO full fine-tune the reference model's resident
   parameters (whole at stage 0, its shard at stage 2/3: its layers in flight are transient,
   as in the plan). `states_bytes` sums them, as the plan's `states_bytes_per_gpu` does.
-- peak memory: on CUDA `torch.cuda.max_memory_allocated` and `max_memory_reserved`; on CPU
-  the process's VmHWM from /proc/self/status (resident peak; file-backed pages count too).
+- peak memory (trainer/devmem.py): on CUDA allocated (`max_memory_allocated`, `peak_bytes`),
+  reserved, the allocator's retries, the device memory the driver reports (NVML, else
+  nvidia-smi, sampled after steps; None with its reason when neither answers) and the host's
+  VmHWM; on CPU the process's VmHWM (resident peak; file-backed pages count too) and no
+  device figure (recorded as not measured).
 - steady-state tokens/s: the median of the per-step rates (global input tokens over the
   step's time on this rank) after the first `WARMUP_STEPS` steps of this attempt (all steps
   when the run is shorter).
@@ -41,8 +44,8 @@ from torch.distributed.tensor import DTensor
 
 from jobfolder.atomic import write_json_atomic
 from jobfolder.layout import JobLayout
+from trainer.devmem import DeviceMemory, peak_memory
 from trainer.measure import split_bytes
-from trainer.peakmem import run_peaks
 from trainer.report import RankContext
 
 #: Steps of each attempt left out of the steady-state rate (start-up, first allocations).
@@ -52,27 +55,6 @@ WARMUP_STEPS = 2
 def run_stats_path(job_dir: Path, rank: int) -> Path:
     """measured/run-rank-<r>.json of a job folder."""
     return JobLayout(job_dir).rank_measured(rank)
-
-
-def vm_hwm_bytes() -> int | None:
-    """This process's peak resident set (VmHWM) in bytes; None where /proc has no status."""
-    try:
-        with open("/proc/self/status", encoding="ascii") as fh:
-            for line in fh:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        return None
-    return None
-
-
-def peak_memory(device: torch.device) -> dict[str, Any]:
-    """The peak so far: CUDA allocated and reserved, or the process's VmHWM on CPU."""
-    if device.type == "cuda":
-        alloc, reserved = run_peaks(device)  # across the metric lines' window resets
-        return {"peak_bytes": alloc, "peak_reserved_bytes": reserved,
-                "peak_source": "cuda_max_allocated"}  # fmt: skip
-    return {"peak_bytes": vm_hwm_bytes(), "peak_source": "VmHWM"}
 
 
 def steady_rate(rates: list[float], warmup: int = WARMUP_STEPS) -> tuple[float | None, int]:
@@ -123,6 +105,7 @@ class RunStats:
         self.ctx, self.device, self.zero_stage, self.offload = ctx, device, zero_stage, offload
         self.states: dict[str, int] | None = None
         self.host_states: dict[str, int] = {}
+        self.device_memory = DeviceMemory(device)  # NVML samples after steps (devmem.py)
         self.compute_copy: int | None = None
         self.rates: list[float] = []
         self.step_s: list[float] = []
@@ -159,6 +142,7 @@ class RunStats:
     def step_done(self, tokens: float, seconds: float) -> None:
         """One optimizer step took ``seconds`` for ``tokens`` global input tokens."""
         self.step_s.append(seconds)
+        self.device_memory.sample()
         self.rates.append(tokens / seconds if seconds > 0 else 0.0)
         if len(self.rates) == 1:
             self.setup.add("first_step", seconds)
@@ -179,7 +163,7 @@ class RunStats:
             "host_states": dict(self.host_states),
             "host_states_bytes": sum(self.host_states.values()) if self.states else None,
             "offloaded": self.offload,
-            **peak_memory(self.device),
+            **peak_memory(self.device, self.device_memory),
             "tokens_per_s": rate,
             "step_time_s": step_s,
             "steps_timed": used,
