@@ -69,8 +69,11 @@ def unpack_wheels(prep: Path, work: Path) -> Path | None:
     site = work / "site"
     site.mkdir(parents=True, exist_ok=True)
     for wheel in wheels:
-        with zipfile.ZipFile(wheel) as zf:
-            zf.extractall(site)
+        try:
+            with zipfile.ZipFile(wheel) as zf:
+                zf.extractall(site)
+        except (OSError, zipfile.BadZipFile) as exc:  # its runs are then skipped, named
+            print(f"wheel {wheel.name}: not unpacked ({exc})", flush=True)
     return site
 
 

@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import time
+import zipfile
 from pathlib import Path
 
 import gpu_check
@@ -293,3 +294,47 @@ def test_sigterm_to_the_check_ends_the_running_job(cpu_check: dict) -> None:
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(60) == 124
     assert _job_processes(work) == []
+
+
+@pytest.mark.slow
+def test_cpu_mode_feature_run_fails_once_then_resumes(cpu_check: dict) -> None:
+    """The checkpoint-and-resume feature run end to end on 2 CPU ranks (tiny stand-ins):
+    attempt 1 saves step 3 and fails at step 5 (injected), the supervisor's resume runs
+    attempt 2 from step-3; the logs and failure records of both come back in --out."""
+    root = cpu_check["root"]
+    args = [
+        str(root / "prep-feat"),
+        "--prepare",
+        "--device",
+        "cpu",
+        "--shapes",
+        "",
+        "--features",
+        "lora-dpo-selective-resume",
+        "--feature-shape",
+        "tiny",
+        "--feature-seq",
+        "64",
+        "--gpu",
+        "L4-24GB",
+        "--wheel",
+        str(root / "none.whl"),
+    ]
+    with zipfile.ZipFile(root / "none.whl", "w") as zf:  # an empty wheel: nothing to import
+        zf.writestr("none/__init__.py", "")
+    assert gpu_check.main(args) == 0
+    out = root / "out-feat"
+    rc = gpu_check.main([str(root / "prep-feat"), "--out", str(out), "--work", str(root / "work")])
+    (row,) = json.loads((out / "gpu_check.json").read_text())
+    assert rc == 0 and row["status"] == "succeeded", row
+    assert row["first_attempt"]["status"] == "failed"
+    assert [a["resumed_from_step"] for a in row["attempts"]] == [None, 3]
+    assert row["steps_done"] == 6 and row["left_running"] == []
+    kept = set(row["files"])
+    assert {
+        "runs/lora-dpo-selective-resume/log.txt",
+        "runs/lora-dpo-selective-resume/torchrun.log",
+        "runs/lora-dpo-selective-resume/attempts/1/failures/rank-0.json",
+    } <= kept, kept
+    log = (out / "runs/lora-dpo-selective-resume/log.txt").read_text()
+    assert "resume: from checkpoint step-3" in log
