@@ -123,7 +123,8 @@ def plan_run(
         apply_layout(record, layout, states)
     peak = get_gpu(gpu).bf16_dense_tflops
     flops = model_flops_per_token(info, seq)
-    tps_gpu = rec["throughput"]["tokens_per_s"] / gpu_count
+    # A layout the planner refused here has no throughput plan of its own: not compared.
+    tps_gpu = None if layout else rec["throughput"]["tokens_per_s"] / gpu_count
     zero = layout.get("zero_stage", rec["resolved_parallelism"]["zero_stage"])
     expected = {
         "name": name, "shape": shape, "kind": "feature" if feature else "performance",
@@ -140,7 +141,7 @@ def plan_run(
         "peak_bytes": act["peak"]["allocated_bytes"],
         "device_peak_bytes": act["peak"]["peak_bytes"],
         "tokens_per_s_per_gpu": tps_gpu, "model_flops_per_token": flops,
-        "peak_tflops": peak, "mfu": mfu(tps_gpu, flops, peak) if peak else None,
+        "peak_tflops": peak, "mfu": mfu(tps_gpu, flops, peak) if peak and tps_gpu else None,
     }  # fmt: skip
     return {"name": name, "record": record, "expected": expected}
 
