@@ -39,13 +39,15 @@ def build_text(path: Path, rows: int, seq: int) -> None:
 
 
 def build_dpo(path: Path, rows: int, seq: int) -> None:
-    """DPO triples whose prompt + answer reach about `seq` tokens."""
+    """DPO triples whose prompt takes about half of `seq` tokens of the bundled tokenizer
+    and each answer more than the rest (the trainer truncates the answers, never the whole
+    answer: a prompt past max_length is a DATA_ERROR)."""
     words = "which animal lives in the barn and which one in the forest".split()
-    prompt = " ".join(words[i % len(words)] + str(i % 89) for i in range(seq // 2))
+    prompt = " ".join(words[i % len(words)] for i in range(seq // 4))
     with open(path, "w", encoding="utf-8") as fh:
         for r in range(rows):
-            row = {"prompt": f"{r}: {prompt}?", "chosen": " the owl" * (seq // 4),
-                   "rejected": " the cat" * (seq // 4)}  # fmt: skip
+            row = {"prompt": f"{r}: {prompt}?", "chosen": " the owl" * seq,
+                   "rejected": " the cat" * seq}  # fmt: skip
             fh.write(json.dumps(row) + "\n")
 
 
