@@ -128,11 +128,7 @@ def comparison_lines(record: dict[str, Any]) -> list[str]:
             f"tokens/s: median of "
             f"{meas.get('steps_timed')} steps after {meas.get('warmup_steps')} warm-up)"
         )
-        if (
-            meas.get("device") == "cuda"
-            and "device_memory_source" in meas
-            and meas.get("device_memory_bytes") is None
-        ):
+        if "device_memory_source" in meas and meas.get("device_memory_bytes") is None:
             out.append(f"device memory: {meas.get('device_memory_source') or 'not measured'}")
         if meas.get("offloaded") and meas.get("host_states_bytes"):
             out.append(f"on the host, not the GPU: {_bytes(meas['host_states_bytes'])} of "
