@@ -179,5 +179,13 @@ def _check(cfg: TrainConfig) -> None:
         )
     if cfg.load_in_4bit and cfg.data_parallel_size > 1:
         raise ConfigError("load_in_4bit: single GPU only; set gpu_count 1")
+    if cfg.load_in_4bit and (cfg.zero_stage in (2, 3) or cfg.cpu_offload):
+        # FSDP2 cannot shard bitsandbytes' packed NF4 weights and their quantization state
+        # (a hand-written spec can ask; the planner never resolves it).
+        knob = "cpu_offload" if cfg.cpu_offload else f"zero_stage {cfg.zero_stage}"
+        raise ConfigError(
+            f"load_in_4bit: QLoRA runs on one GPU at zero_stage 0 without cpu_offload, not "
+            f"with {knob} (FSDP2 cannot shard an NF4 base); set zero_stage 0 and cpu_offload false"
+        )
     if cfg.lora_alpha is None and cfg.lora_rank:
         cfg.lora_alpha = 2.0 * cfg.lora_rank
