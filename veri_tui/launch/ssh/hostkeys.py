@@ -13,6 +13,7 @@ changed key (known_hosts has another) is always refused.
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 
 import paramiko
@@ -118,16 +119,22 @@ class TrustPolicy(paramiko.MissingHostKeyPolicy):
         client.get_host_keys().add(hostname, key.get_name(), key)
 
 
+#: Hosts are opened in parallel threads (a multi-node job): one read-append-rename at a time,
+#: or two hosts trusted in one run would each write the file without the other's line.
+_RECORDING = threading.Lock()
+
+
 def record_host_key(path: Path, hostname: str, key: paramiko.PKey) -> None:
     """Append `hostname keytype base64` to known_hosts, written aside and renamed into place."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    old = path.read_bytes() if path.exists() else b""
-    if old and not old.endswith(b"\n"):
-        old += b"\n"
     line = f"{hostname} {key.get_name()} {key.get_base64()}\n".encode()
-    # Keep the file's mode (ssh wants 0600 or 0644); a new one is private.
-    mode = path.stat().st_mode & 0o777 if path.exists() else 0o600
-    write_bytes_atomic(path, old + line, mode)
+    with _RECORDING:
+        old = path.read_bytes() if path.exists() else b""
+        if old and not old.endswith(b"\n"):
+            old += b"\n"
+        # Keep the file's mode (ssh wants 0600 or 0644); a new one is private.
+        mode = path.stat().st_mode & 0o777 if path.exists() else 0o600
+        write_bytes_atomic(path, old + line, mode)
 
 
 def load_known_hosts(client: paramiko.SSHClient, path: Path) -> None:
