@@ -57,6 +57,7 @@ class TrainConfig:
     artifact_shard_bytes: int = 5 * 10**9  # save_pretrained's default max_shard_size
     resume: bool = False
     hang_timeout_s: float | None = None  # the supervisor's watchdog reads it; checked here
+    load_timeout_s: float | None = None  # likewise (the load phase's)
     resume_from: Path | None = None
     max_restarts: int = 0
     plan_header: list[str] = field(default_factory=list)
@@ -156,7 +157,7 @@ def from_spec(spec: dict[str, Any], job_dir: Path) -> TrainConfig:
         if hp.get(key) is not None:
             setattr(cfg, key, _as_int(key, hp[key]))
     floats = ("learning_rate", "weight_decay", "max_grad_norm", "beta", "lora_alpha")
-    for key in (*floats, "hang_timeout_s"):
+    for key in (*floats, "hang_timeout_s", "load_timeout_s"):
         if hp.get(key) is not None:
             setattr(cfg, key, float(hp[key]))
     for key in ("gradient_checkpointing", "cpu_offload", "resume", "load_in_4bit"):
@@ -212,8 +213,10 @@ def _check(cfg: TrainConfig, hp: dict[str, Any]) -> None:
         raise ConfigError("cpu_offload: needs zero_stage 2 or 3 (offload shards FSDP2 states)")
     if cfg.max_restarts < 0:
         raise ConfigError("max_restarts: must be 0 (no retries) or more")
-    if cfg.hang_timeout_s is not None and not cfg.hang_timeout_s > 0:
-        raise ConfigError("hang_timeout_s: must be a number of seconds above 0 (or unset)")
+    for key in ("hang_timeout_s", "load_timeout_s"):
+        value = getattr(cfg, key)
+        if value is not None and not value > 0:
+            raise ConfigError(f"{key}: must be a number of seconds above 0 (or unset)")
     if cfg.lora_rank < 0:
         raise ConfigError("lora_rank: must be 0 (full fine-tune) or positive")
     if cfg.load_in_4bit and not cfg.lora_rank:

@@ -24,6 +24,7 @@ from jobfolder.watchdog import (
     DIST_TIMEOUT_ENV,
     DIST_TIMEOUT_S,
     FLOOR_S,
+    LOAD_TIMEOUT_S,
     MARGIN_S,
     SLOW_FACTOR,
     HangWatch,
@@ -50,6 +51,7 @@ class Clock:
 def watch(job_dir: Path, spec: dict | None = None) -> tuple[HangWatch, Clock, list[Progress]]:
     clock = Clock()
     w = HangWatch(job_dir, spec or SPEC, environ={}, clock=clock)
+    w.dump_wait_s = 0  # no rank here answers dump requests: do not wait for them
     return w, clock, [Progress(job_dir, r) for r in range(2)]
 
 
@@ -164,19 +166,28 @@ def test_default_timeout_from_floor_prediction_and_measured_steps(tmp_path: Path
     assert w.slowest == 40.0 and w.timeout_s(False) == 400.0
     # Never at or above the process groups' timeout: the watchdog must speak first.
     w.slowest = 10_000.0
-    assert w.timeout_s(True) == DIST_TIMEOUT_S - MARGIN_S
+    assert w.dist_s == LOAD_TIMEOUT_S + MARGIN_S  # above the load timeout too
+    assert w.timeout_s(True) == w.dist_s - MARGIN_S
     # A plan that predicts 45 s steps starts at 450 s, the process groups' timeout above it.
     w = HangWatch(tmp_path, {"gpu_count": 2, "step_time_s": 45.0}, environ={})
     assert w.timeout_s(False) == 450.0 and w.dist_s == SLOW_FACTOR * 450 + MARGIN_S
 
 
 def test_process_group_timeout_stays_above_the_watchdog() -> None:
-    assert dist_timeout_s({}, {}) == DIST_TIMEOUT_S
+    assert dist_timeout_s({}, {}) == LOAD_TIMEOUT_S + MARGIN_S >= DIST_TIMEOUT_S
     big = {"hyperparameters": {"hang_timeout_s": 3600}}
     assert dist_timeout_s(big, {}) == SLOW_FACTOR * 3600 + MARGIN_S
     assert dist_timeout_s(big, {DIST_TIMEOUT_ENV: "99999"}) == 99999
+    slow_load = {"hyperparameters": {"hang_timeout_s": 10, "load_timeout_s": 5000}}
+    assert dist_timeout_s(slow_load, {}) == 5000 + MARGIN_S  # a rendezvous waits this long
     w = HangWatch(Path("/nonexistent"), big, environ={})
-    assert w.environment({"A": "1"}) == {"A": "1", DIST_TIMEOUT_ENV: str(4 * 3600 + 60)}
+    env = w.environment({"A": "1", "TORCH_NCCL_ASYNC_ERROR_HANDLING": "0"})
+    assert env["A"] == "1" and env[DIST_TIMEOUT_ENV] == str(4 * 3600 + 60)
+    # The Flight Recorder and NCCL's dump on timeout are set; what the user set is kept.
+    assert env["TORCH_FR_BUFFER_SIZE"] == "2000" and env["TORCH_NCCL_DUMP_ON_TIMEOUT"] == "1"
+    assert env["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == "0"
+    assert env["TORCH_NCCL_DEBUG_INFO_TEMP_FILE"] == "/nonexistent/forensics/nccl-trace-rank-"
+    assert "TORCH_FR_BUFFER_SIZE" not in w.environment({"TORCH_NCCL_TRACE_BUFFER_SIZE": "10"})
 
 
 def test_trainer_default_matches() -> None:
@@ -218,8 +229,8 @@ def test_sigstopped_rank_1_fails_the_job_rank_hung(home: Path) -> None:
     wait_for(lambda: step() >= 5, 120, "step 5 in metrics.jsonl")
     pid = read_pid(job_dir / "pids" / "rank-1")
     assert pid
-    # The process group's timeout the rank got sits above the watchdog's (1800 >= 4 x 15 + 60).
-    assert b"VERI_DIST_TIMEOUT_S=1800" in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    # The process group's timeout the rank got sits above the watchdog's (1860: the load timeout + 60 s).
+    assert b"VERI_DIST_TIMEOUT_S=1860" in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
     os.kill(pid, signal.SIGSTOP)
     stopped = time.monotonic()
     stopped_after = step()

@@ -115,6 +115,12 @@ class Hyperparameters(BaseModel):
         description="seconds without progress on any rank before the job fails RANK_HUNG "
         "(default: 300 or 10 x the slowest step, x4 while loading or saving)",
     )
+    load_timeout_s: float | None = Field(
+        None,
+        gt=0,
+        description="seconds without progress on any rank before the first step (the "
+        "rendezvous, the data, the model) before the job fails RANK_HUNG (default 1800)",
+    )
     # --- planning only, multi-node jobs (the trainer ignores them) ---
     network: str = Field(
         "ethernet",
