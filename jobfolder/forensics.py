@@ -81,7 +81,7 @@ def process_state(job_dir: Path, rank: int) -> str:
     """Why rank ``rank`` may not answer: "" (it runs and can), else a reason."""
     pid = read_pid(rank_pid_path(job_dir, rank))
     if not pid:
-        return "never started (no pid file)"
+        return "no pid file: never started, or still starting"
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:

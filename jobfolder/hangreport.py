@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from jobfolder.flightrec import (
+    OURS,
     Finding,
     collectives,
     in_rendezvous,
@@ -43,16 +44,17 @@ class Explanation:
 
 
 def _stack_lines(stack: Sequence[Sequence[Any]]) -> list[str]:
-    frames = [f for f in stack if len(f) >= 3]
-    out = [f"      {short_path(str(f[0]))}:{f[1]} in {f[2]}" for f in frames]
-    return out[-STACK_LINES:]
+    """The stack from the rank's entry (the interpreter's own start-up frames left out)."""
+    frames = [(short_path(str(f[0])), f[1], f[2]) for f in stack if len(f) >= 3]
+    first = next((i for i, f in enumerate(frames) if f[0].split("/")[0] in OURS), 0)
+    return [f"      {path}:{line} in {name}" for path, line, name in frames[first:]][-STACK_LINES:]
 
 
 def _placed(answers: Answers, rank: int) -> str:
     """``rank 1 at trainer/faults.py:95 in _stall``, or why its stack is not available."""
     if rank in answers.dumps:
         spot = where(answers.dumps[rank].get("stack") or [])
-        return f"rank {rank} at {spot}" if spot else f"rank {rank}: its stack is empty"
+        return f"rank {rank} at {spot}" if spot else f"rank {rank}: its stack was not recorded"
     why = answers.silent.get(rank, "no answer")
     return f"rank {rank}: its stack is not available ({why})"
 
@@ -88,7 +90,8 @@ def _rank_line(answers: Answers, rank: int, f: Finding | None) -> str:
     c = f.collective
     mine = [x for x in collectives(answers.dumps[rank].get("flight_recorder")) if x.group == c.group]
     newest = mine[-1] if mine else None
-    last = f"{newest.title()}, {'completed' if newest.done else 'in flight'}" if newest else "none"
+    last = f"{newest.kind} #{newest.seq}, {'completed' if newest.done else 'in flight'}"
+    last = last if newest else "none"
     state = "entered it" if rank in f.entered else "never entered it"
     return f"  rank {rank}: {state} (newest in the group: {last})"
 

@@ -129,6 +129,7 @@ class HangWatch:
         self.clock = clock
         self.marks: dict[int, Mark] = {}
         self.changed: dict[int, float] = {}
+        self.started_at: dict[int, float] = {}  # rank -> when its pid file was first seen
         self.step_seen: dict[int, float] = {}  # rank -> when its current step was first seen
         self.slowest = 0.0  # the longest step measured so far (seconds)
         self.started = clock()
@@ -177,8 +178,13 @@ class HangWatch:
         self.next_poll = now + POLL_S
         self._read(now)
         if all(m.phase in LOAD_PHASES for m in self.marks.values()):
-            # Not armed: no rank has reached its first step. The load timeout alone applies.
-            last = max(self.changed.values(), default=self.started)
+            # Not armed: no rank has reached its first step. The load timeout alone applies,
+            # from the newest sign of life: a rank's pid file (it started) or progress mark.
+            for rank in self.ranks:
+                if rank not in self.started_at and read_pid(rank_pid_path(self.job_dir, rank)):
+                    self.started_at[rank] = now
+            lives = [*self.changed.values(), *self.started_at.values()]
+            last = max(lives, default=self.started)
             return self.load_error(now) if now - last >= self.load_s else None
         waiting = [r for r in self.ranks if r not in self.marks]  # no mark at all
         slow = bool(waiting) or any(m.phase in SLOW_PHASES for m in self.marks.values())
@@ -213,14 +219,14 @@ class HangWatch:
         found = self.forensics(loading=True)
         unmarked = [r for r in self.ranks if r not in self.marks]
         behind = found.blamed or unmarked or list(self.ranks)
-        since = max(self.changed.values(), default=self.started)
+        since = max([*self.changed.values(), *self.started_at.values()], default=self.started)
         what = f"no rank advanced in the load phase for {int(now - since)} s "
         what += f"(load_timeout_s {self.load_s:.0f} s)"
         if not found.headline and all(not read_pid(rank_pid_path(self.job_dir, r)) for r in self.ranks):
-            what += "; no rank of this node started"
+            what += "; no rank of this node has started (written its pid)"
             if self.nnodes > 1:
-                what += " (torchrun's rendezvous waits for the other nodes: see torchrun.log)"
-        return self._report(now, what, behind, found)
+                what += ": torchrun's rendezvous may wait for the other nodes (see torchrun.log)"
+        return self._report(now, what, behind, found, loading=True)
 
     def forensics(self, loading: bool) -> Explanation:
         """Every rank's dump and stack, asked for now (before anything is ended)."""
@@ -229,7 +235,9 @@ class HangWatch:
         found.blamed = [r for r in found.blamed if r in self.ranks]
         return found
 
-    def _report(self, now: float, what: str, behind: list[int], found: Explanation) -> JobError:
+    def _report(
+        self, now: float, what: str, behind: list[int], found: Explanation, loading: bool = False
+    ) -> JobError:
         if found.headline:
             what += "; " + found.headline
         if len(behind) < len(self.ranks):
@@ -242,7 +250,7 @@ class HangWatch:
                 node = self.ranks[0] // self.nproc
                 who = f"every rank of node {node} (ranks {self.ranks[0]}-{self.ranks[-1]})"
                 causes += ", or a rank on another node"
-            if not found.headline:
+            if not found.headline and not loading:
                 what += "; none can be told from the others (a collective that never "
                 what += f"completed, {causes})"
         err = job_error("RANK_HUNG", what, self.world, f"{who} failed: {what}")

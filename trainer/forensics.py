@@ -47,10 +47,12 @@ def flight_recorder() -> tuple[dict[str, Any] | None, str]:
     process), or (None, why not). `_dump_fr_trace` is what torch's own debug tooling calls
     (older CUDA builds: `_dump_nccl_trace`); its pickle holds each collective's Python call
     site, kept here for the collectives still in flight only (the rest would be megabytes)."""
+    if "torch" not in sys.modules:  # never the first import of torch, from this thread
+        return None, "torch is not imported yet"
     try:
         import torch._C._distributed_c10d as c10d
-    except ImportError as exc:
-        return None, f"torch.distributed unavailable: {exc}"
+    except Exception as exc:
+        return None, f"torch.distributed unavailable: {type(exc).__name__}: {exc}"
     dump = getattr(c10d, "_dump_fr_trace", None) or getattr(c10d, "_dump_nccl_trace", None)
     if dump is None:
         return None, "this torch has no Flight Recorder dump"
@@ -106,8 +108,8 @@ class DumpResponder:
                 self.answered = request
                 try:
                     answer(self.job_dir, self.rank, request)
-                except OSError:
-                    pass  # a full or vanished disk: the supervisor reports "no answer"
+                except Exception:  # noqa: BLE001 - the thread must outlive any one answer
+                    pass  # (a full or vanished disk): the supervisor reports "no answer"
 
 
 def start_responder(job_dir: Path, rank: int) -> DumpResponder:
