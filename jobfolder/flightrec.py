@@ -103,7 +103,9 @@ def collectives(fr: Mapping[str, Any] | None) -> list[Collective]:
     return out
 
 
-def _members(fr_by_rank: Mapping[int, Mapping[str, Any]], group: str, ranks: list[int]) -> list[int]:
+def _members(
+    fr_by_rank: Mapping[int, Mapping[str, Any]], group: str, ranks: list[int]
+) -> list[int]:
     """The group's global ranks from a dump's ``pg_config``; else every rank watched."""
     for fr in fr_by_rank.values():
         for key, cfg in ((fr or {}).get("pg_config") or {}).items():
@@ -144,7 +146,8 @@ def stuck_collective(
     coll = next(c for c in flight if c.group == oldest.group and c.seq == seq)
     members = _members(fr_by_rank, coll.group, ranks)
     newest = {
-        r: max((c.seq for c in cs if c.group == coll.group), default=0) for r, cs in per_rank.items()
+        r: max((c.seq for c in cs if c.group == coll.group), default=0)
+        for r, cs in per_rank.items()
     }
     return Finding(
         collective=coll,

@@ -129,7 +129,9 @@ def collect(
         if all(silent.values()) or time.monotonic() >= deadline:
             break
         time.sleep(poll_s)
-    return Answers(dumps, {r: why or f"no answer within {wait_s:.0f} s" for r, why in silent.items()})
+    return Answers(
+        dumps, {r: why or f"no answer within {wait_s:.0f} s" for r, why in silent.items()}
+    )
 
 
 class _NoGlobals(pickle.Unpickler):

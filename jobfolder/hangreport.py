@@ -88,7 +88,9 @@ def _rank_line(answers: Answers, rank: int, f: Finding | None) -> str:
     if f is None or f.collective is None:
         return f"  rank {rank}: at {where(answers.dumps[rank].get('stack') or [])}"
     c = f.collective
-    mine = [x for x in collectives(answers.dumps[rank].get("flight_recorder")) if x.group == c.group]
+    mine = [
+        x for x in collectives(answers.dumps[rank].get("flight_recorder")) if x.group == c.group
+    ]
     newest = mine[-1] if mine else None
     last = f"{newest.kind} #{newest.seq}, {'completed' if newest.done else 'in flight'}"
     last = last if newest else "none"
@@ -101,7 +103,9 @@ def explain(answers: Answers, ranks: list[int], loading: bool = False) -> Explan
     frs = {r: d["flight_recorder"] for r, d in answers.dumps.items() if d.get("flight_recorder")}
     found = stuck_collective(frs, list(answers.silent), ranks)
     out = Explanation()
-    out.lines.append("forensics (each rank's Flight Recorder and Python stack, read before the end):")
+    out.lines.append(
+        "forensics (each rank's Flight Recorder and Python stack, read before the end):"
+    )
     if found is not None and found.collective is not None:
         out.headline, out.blamed = _collective_headline(found), found.blamed
         out.lines.append(f"  waited in: {found.collective.title()}, {found.collective.shape()}")

@@ -12,6 +12,8 @@
       elastic/, torchrun.log, exit_code one attempt's torchrun files (attempts.py)
       attempts/<n>/                     an earlier attempt's files, archived
       progress/rank-<r>                 each rank's step and phase (progress.py)
+      forensics/                        dump requests, each rank's answer rank-<r>.json, and
+                                        NCCL's dumps on timeout (forensics.py; per attempt)
       measured/run-rank-<r>.json        each rank's measurements (jobstats.py)
       checkpoints/step-<n>/             committed checkpoints (ckptindex.py)
       tokens/                           the token cache (trainer/tokencache.py)

@@ -27,7 +27,17 @@ from typing import NamedTuple
 
 from jobfolder.layout import JobLayout
 
-PHASES = ("rendezvous", "load", "data", "forward", "backward", "optimizer", "checkpoint", "artifact", "done")
+PHASES = (
+    "rendezvous",
+    "load",
+    "data",
+    "forward",
+    "backward",
+    "optimizer",
+    "checkpoint",
+    "artifact",
+    "done",
+)
 #: Phases that may legitimately take much longer than a step: the watchdog waits longer.
 SLOW_PHASES = ("rendezvous", "load", "checkpoint", "artifact")
 #: Before the first step: the watchdog's load timeout applies (jobfolder/watchdog.py).

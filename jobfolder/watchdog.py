@@ -222,7 +222,9 @@ class HangWatch:
         since = max([*self.changed.values(), *self.started_at.values()], default=self.started)
         what = f"no rank advanced in the load phase for {int(now - since)} s "
         what += f"(load_timeout_s {self.load_s:.0f} s)"
-        if not found.headline and all(not read_pid(rank_pid_path(self.job_dir, r)) for r in self.ranks):
+        if not found.headline and all(
+            not read_pid(rank_pid_path(self.job_dir, r)) for r in self.ranks
+        ):
             what += "; no rank of this node has started (written its pid)"
             if self.nnodes > 1:
                 what += ": torchrun's rendezvous may wait for the other nodes (see torchrun.log)"
@@ -230,8 +232,11 @@ class HangWatch:
 
     def forensics(self, loading: bool) -> Explanation:
         """Every rank's dump and stack, asked for now (before anything is ended)."""
+        t0 = time.monotonic()
         answers = forensics.collect(self.job_dir, self.ranks, wait_s=self.dump_wait_s)
+        took = time.monotonic() - t0
         found = explain(answers, self.ranks, loading=loading)
+        found.lines[0] += f" ({len(answers.dumps)} of {len(self.ranks)} answered in {took:.1f} s)"
         found.blamed = [r for r in found.blamed if r in self.ranks]
         return found
 

@@ -33,14 +33,12 @@ TRAINER_STACK = [
     ["/work/repo/trainer/loop.py", 123, "train"],
     ["/work/repo/trainer/data.py", 88, "rank_slice"],
 ]
-IN_ALL_REDUCE = [
-    ["/work/repo/trainer/loop.py", 219, "step"],
-    ["/venv/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py", 3252, "all_reduce"],
-]
+C10D = "/venv/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py"
+IN_ALL_REDUCE = [["/work/repo/trainer/loop.py", 219, "step"], [C10D, 3252, "all_reduce"]]
 IN_RENDEZVOUS = [
     ["/work/repo/trainer/parallelize.py", 82, "init_runtime"],
-    ["/venv/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py", 1899, "init_process_group"],
-]  # fmt: skip
+    [C10D, 1899, "init_process_group"],
+]
 
 
 def entry(seq: int, done: bool, kind: str = "gloo:all_reduce", **kw: object) -> dict:
@@ -103,9 +101,7 @@ def test_a_stopped_rank_is_missing_and_its_stack_not_available() -> None:
 
 def test_every_rank_in_a_collective_none_completed_blames_no_one() -> None:
     nccl = {"profiling_name": "nccl:reduce_scatter", "state": "started"}
-    answers = Answers(
-        {r: answer(r, IN_ALL_REDUCE, entry(3, False, **nccl)) for r in (0, 1)}, {}
-    )
+    answers = Answers({r: answer(r, IN_ALL_REDUCE, entry(3, False, **nccl)) for r in (0, 1)}, {})
     found = explain(answers, [0, 1])
     assert found.blamed == []
     assert found.headline.startswith(
@@ -225,6 +221,7 @@ def test_a_sigabrt_without_nccl_words_stays_rank_lost(tmp_path: Path) -> None:
 def test_nccl_dumps_go_into_the_job_folder_unless_the_user_chose(tmp_path: Path, user) -> None:
     env = forensics.environment(user, tmp_path)
     assert (tmp_path / "forensics").is_dir()
-    expected = user.get("TORCH_FR_DUMP_TEMP_FILE") or str(tmp_path / "forensics" / "nccl-trace-rank-")
+    ours = str(tmp_path / "forensics" / "nccl-trace-rank-")
+    expected = user.get("TORCH_FR_DUMP_TEMP_FILE") or ours
     assert env.get("TORCH_FR_DUMP_TEMP_FILE") == expected
     assert json.dumps(env)  # plain strings, as an environment must be

@@ -84,8 +84,10 @@ def test_a_rendezvous_that_never_completes_is_reported_in_the_load_phase(home: P
     assert err["summary"].startswith(
         "rank 1/2 (node 0, local_rank 1) failed: no rank advanced in the load phase for "
     ), err["summary"]
-    assert "(load_timeout_s 30 s); the rendezvous never completed: rank 1 never joined the " \
+    assert (
+        "(load_timeout_s 30 s); the rendezvous never completed: rank 1 never joined the "
         "process group, which rank 0 waits in; rank 1 at trainer/faults.py:" in err["summary"]
+    )
     assert err["summary"].endswith(" in _stall")
     log = (job_dir / "log.txt").read_text()
     assert "rank 0: step 0 (rendezvous)" in log and "trainer/parallelize.py" in log
