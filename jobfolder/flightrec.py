@@ -44,8 +44,10 @@ def where(stack: Sequence[Sequence[Any]]) -> str:
     call that is waiting), else the innermost frame; "" for no stack."""
     frames = [(short_path(str(f[0])), f[1], f[2]) for f in stack if len(f) >= 3]
     ours = [f for f in frames if f[0].split("/")[0] in OURS]
-    pick = (ours or frames or [None])[-1]
-    return f"{pick[0]}:{pick[1]} in {pick[2]}" if pick else ""
+    if not frames:
+        return ""
+    path, line, name = (ours or frames)[-1]
+    return f"{path}:{line} in {name}"
 
 
 def in_rendezvous(stack: Sequence[Sequence[Any]]) -> bool:

@@ -21,7 +21,7 @@ import json
 import os
 import pickle
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Container, Iterable, Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -77,16 +77,25 @@ class Answers(NamedTuple):
     silent: dict[int, str]
 
 
+def proc_state(pid: int | None) -> str | None:
+    """The process's state letter in /proc (R, S, D, T, Z, ...), None when there is none."""
+    if not pid:
+        return None
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return (stat.rsplit(")", 1)[-1].split() or ["?"])[0]
+
+
 def process_state(job_dir: Path, rank: int) -> str:
     """Why rank ``rank`` may not answer: "" (it runs and can), else a reason."""
     pid = read_pid(rank_pid_path(job_dir, rank))
     if not pid:
         return "no pid file: never started, or still starting"
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
+    state = proc_state(pid)
+    if state is None:
         return f"exited (pid {pid})"
-    state = (stat.rsplit(")", 1)[-1].split() or ["?"])[0]
     if state in ("T", "t"):
         return f"its process (pid {pid}) is stopped (SIGSTOP or a debugger)"
     if state == "D":
@@ -105,9 +114,16 @@ def _answer(job_dir: Path, rank: int, request: str) -> dict[str, Any] | None:
 
 
 def collect(
-    job_dir: Path, ranks: Iterable[int], wait_s: float = DUMP_WAIT_S, poll_s: float = 0.1
+    job_dir: Path,
+    ranks: Iterable[int],
+    wait_s: float = DUMP_WAIT_S,
+    poll_s: float = 0.1,
+    local: Container[int] | None = None,
 ) -> Answers:
-    """Request a dump from ``ranks`` and gather the answers (at most ``wait_s`` seconds)."""
+    """Request a dump from ``ranks`` and gather the answers (at most ``wait_s`` seconds).
+    ``local``: the ranks on this machine (default all), whose processes can be looked at;
+    the others (a Slurm job's other nodes, answering through the shared folder) are waited
+    for."""
     job_dir, ranks = Path(job_dir), list(ranks)
     request = f"{time.time_ns()}-{os.getpid()}"
     path = request_path(job_dir)
@@ -124,7 +140,8 @@ def collect(
             if rank not in dumps and (got := _answer(job_dir, rank, request)) is not None:
                 dumps[rank] = got
             if rank not in dumps:
-                silent[rank] = process_state(job_dir, rank)
+                here = local is None or rank in local
+                silent[rank] = process_state(job_dir, rank) if here else ""
         # Done when every rank answered or cannot (stopped, gone): "" means it still may.
         if all(silent.values()) or time.monotonic() >= deadline:
             break

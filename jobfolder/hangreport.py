@@ -78,7 +78,10 @@ def _collective_headline(f: Finding) -> str:
             f"which {inside} entered"
         )
     if f.remote:
-        return f"{rank_list(f.remote)} (on another node) never completed {c.title()}"
+        return (
+            f"{rank_list(f.remote)} (on another node: see its report) "
+            f"{_verb(f.remote, 'is', 'are')} missing from {c.title()}, which {inside} entered"
+        )
     return f"every rank entered {c.title()} and none completed it (a stuck device or network)"
 
 
@@ -91,9 +94,9 @@ def _rank_line(answers: Answers, rank: int, f: Finding | None) -> str:
     mine = [
         x for x in collectives(answers.dumps[rank].get("flight_recorder")) if x.group == c.group
     ]
-    newest = mine[-1] if mine else None
-    last = f"{newest.kind} #{newest.seq}, {'completed' if newest.done else 'in flight'}"
-    last = last if newest else "none"
+    last = "none"
+    if mine:
+        last = f"{mine[-1].kind} #{mine[-1].seq}, {'completed' if mine[-1].done else 'in flight'}"
     state = "entered it" if rank in f.entered else "never entered it"
     return f"  rank {rank}: {state} (newest in the group: {last})"
 

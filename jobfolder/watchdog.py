@@ -92,18 +92,6 @@ def dist_timeout_s(spec: Mapping[str, Any], environ: dict[str, str]) -> float:
     return max(base, watched + MARGIN_S)
 
 
-def _frozen(pid: int | None) -> bool:
-    """True when the process is stopped (T, t) or in uninterruptible sleep (D)."""
-    if not pid:
-        return False
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    fields = stat.rsplit(")", 1)[-1].split()
-    return bool(fields) and fields[0] in ("T", "t", "D")
-
-
 class HangWatch:
     """Watches one attempt's ranks; `poll` returns the job's `error` once they hang."""
 
@@ -120,6 +108,7 @@ class HangWatch:
         # This node's ranks: a multi-node job has one supervisor (and job folder) per node.
         first = int(spec.get("node_rank") or 0) * self.nproc
         self.ranks = list(range(first, min(first + self.nproc, self.world)))
+        self.local = set(self.ranks)  # a Slurm job's supervisor watches every node's ranks
         self.explicit = _seconds((spec.get("hyperparameters") or {}).get("hang_timeout_s"))
         self.predicted = _seconds(spec.get("step_time_s")) or 0.0
         self.load_s = load_timeout_s(spec)
@@ -203,7 +192,8 @@ class HangWatch:
             behind = sorted(r for r, m in self.marks.items() if m.seq == low)
             step, phase = self.marks[behind[0]].step, self.marks[behind[0]].phase
         if len(behind) > 1:
-            stuck = [r for r in behind if _frozen(read_pid(rank_pid_path(self.job_dir, r)))]
+            pids = {r: read_pid(rank_pid_path(self.job_dir, r)) for r in behind}
+            stuck = [r for r in behind if forensics.proc_state(pids[r]) in ("T", "t", "D")]
             behind = stuck or behind
         found = self.forensics(loading=False)
         if found.blamed:
@@ -233,7 +223,9 @@ class HangWatch:
     def forensics(self, loading: bool) -> Explanation:
         """Every rank's dump and stack, asked for now (before anything is ended)."""
         t0 = time.monotonic()
-        answers = forensics.collect(self.job_dir, self.ranks, wait_s=self.dump_wait_s)
+        answers = forensics.collect(
+            self.job_dir, self.ranks, wait_s=self.dump_wait_s, local=self.local
+        )
         took = time.monotonic() - t0
         found = explain(answers, self.ranks, loading=loading)
         found.lines[0] += f" ({len(answers.dumps)} of {len(self.ranks)} answered in {took:.1f} s)"

@@ -119,6 +119,10 @@ def test_the_oldest_collective_in_flight_decides_and_p2p_and_completed_are_skipp
     assert found is not None and found.collective is not None
     assert found.collective.title() == "all_reduce #4 of process group 3 (mesh_dp)"
     assert (found.entered, found.never_entered) == ([0], [1])
+    # A rank with no collective of that group at all (it never reached the mesh's first).
+    frs[1] = fr(entry(8, False, state="completed"))
+    lines = explain(Answers({r: answer(r, [], *frs[r]["entries"]) for r in frs}, {}), [0, 1])
+    assert "  rank 1: never entered it (newest in the group: none)" in lines.lines
     assert stuck_collective({0: fr(entry(1, True))}, [], [0]) is None
 
 
@@ -225,3 +229,14 @@ def test_nccl_dumps_go_into_the_job_folder_unless_the_user_chose(tmp_path: Path,
     expected = user.get("TORCH_FR_DUMP_TEMP_FILE") or ours
     assert env.get("TORCH_FR_DUMP_TEMP_FILE") == expected
     assert json.dumps(env)  # plain strings, as an environment must be
+
+
+def test_an_answer_keeps_what_is_in_flight_and_the_newest_of_each_group() -> None:
+    from trainer.forensics import recent
+
+    mesh = {"process_group": ["3", "mesh_dp"]}
+    entries = [entry(1, False), *(entry(s, True) for s in range(2, 40)), entry(5, True, **mesh)]
+    kept = recent(entries, keep=3)
+    assert [(e["collective_seq_id"], e["process_group"][0]) for e in kept] == [
+        (1, "0"), (37, "0"), (38, "0"), (39, "0"), (5, "3"),
+    ]  # fmt: skip
