@@ -101,8 +101,11 @@ def _rank_line(answers: Answers, rank: int, f: Finding | None) -> str:
     return f"  rank {rank}: {state} (newest in the group: {last})"
 
 
-def explain(answers: Answers, ranks: list[int], loading: bool = False) -> Explanation:
-    """The headline, blame and detail lines for a hang, from the ranks' answers."""
+def explain(
+    answers: Answers, ranks: list[int], loading: bool = False, world: int = 0
+) -> Explanation:
+    """The headline, blame and detail lines for a hang, from the ranks' answers; ``world``:
+    the job's rank count, when ``ranks`` (those watched here) are only one node's."""
     frs = {r: d["flight_recorder"] for r, d in answers.dumps.items() if d.get("flight_recorder")}
     found = stuck_collective(frs, list(answers.silent), ranks)
     out = Explanation()
@@ -113,7 +116,7 @@ def explain(answers: Answers, ranks: list[int], loading: bool = False) -> Explan
         out.headline, out.blamed = _collective_headline(found), found.blamed
         out.lines.append(f"  waited in: {found.collective.title()}, {found.collective.shape()}")
     elif loading:
-        out.headline, out.blamed = _rendezvous_headline(answers, ranks)
+        out.headline, out.blamed = _rendezvous_headline(answers, ranks, world)
     for rank in ranks:
         out.lines.append(_rank_line(answers, rank, found))
         if rank in answers.dumps:
@@ -123,12 +126,24 @@ def explain(answers: Answers, ranks: list[int], loading: bool = False) -> Explan
     return out
 
 
-def _rendezvous_headline(answers: Answers, ranks: list[int]) -> tuple[str, list[int]]:
+def _rendezvous_headline(answers: Answers, ranks: list[int], world: int) -> tuple[str, list[int]]:
     """Before the first collective: the ranks that never joined the process group."""
     waiting = [r for r in ranks if in_rendezvous((answers.dumps.get(r) or {}).get("stack") or [])]
     absent = [r for r in ranks if r not in waiting]
-    if not waiting or not absent:
-        return "", []  # all of them wait, or none does: the stacks alone say where
+    if waiting and not absent:  # nothing here to blame: the ranks they wait for are elsewhere
+        if world > len(ranks):
+            return (
+                "the rendezvous never completed: every rank of this node waits in it, for "
+                "the ranks of the other nodes",
+                [],
+            )
+        return (
+            "the rendezvous never completed: every rank waits in it (the store at "
+            "MASTER_ADDR:MASTER_PORT never gathered them)",
+            [],
+        )
+    if not waiting:
+        return "", []  # none waits in it: the stacks alone say where they are
     return (
         f"the rendezvous never completed: {rank_list(absent)} never joined the process group, "
         f"which {rank_list(waiting)} {_verb(waiting, 'waits', 'wait')} in"

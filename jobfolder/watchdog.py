@@ -172,9 +172,11 @@ class HangWatch:
             for rank in self.ranks:
                 if rank not in self.started_at and read_pid(rank_pid_path(self.job_dir, rank)):
                     self.started_at[rank] = now
+            # Until the first one, SLOW_FACTOR x that: it includes interpreter start-up and
+            # imports, minutes from a cold network file system.
             lives = [*self.changed.values(), *self.started_at.values()]
-            last = max(lives, default=self.started)
-            return self.load_error(now) if now - last >= self.load_s else None
+            limit = self.load_s if lives else SLOW_FACTOR * self.load_s
+            return self.load_error(now) if now - max(lives, default=self.started) >= limit else None
         waiting = [r for r in self.ranks if r not in self.marks]  # no mark at all
         slow = bool(waiting) or any(m.phase in SLOW_PHASES for m in self.marks.values())
         last = max(self.changed.values())
@@ -209,9 +211,10 @@ class HangWatch:
         found = self.forensics(loading=True)
         unmarked = [r for r in self.ranks if r not in self.marks]
         behind = found.blamed or unmarked or list(self.ranks)
-        since = max([*self.changed.values(), *self.started_at.values()], default=self.started)
+        lives = [*self.changed.values(), *self.started_at.values()]
+        since = max(lives, default=self.started)
         what = f"no rank advanced in the load phase for {int(now - since)} s "
-        what += f"(load_timeout_s {self.load_s:.0f} s)"
+        what += f"(load_timeout_s {self.load_s:.0f} s{'' if lives else f' x {SLOW_FACTOR:g}'})"
         if not found.headline and all(
             not read_pid(rank_pid_path(self.job_dir, r)) for r in self.ranks
         ):
@@ -227,7 +230,7 @@ class HangWatch:
             self.job_dir, self.ranks, wait_s=self.dump_wait_s, local=self.local
         )
         took = time.monotonic() - t0
-        found = explain(answers, self.ranks, loading=loading)
+        found = explain(answers, self.ranks, loading=loading, world=self.world)
         found.lines[0] += f" ({len(answers.dumps)} of {len(self.ranks)} answered in {took:.1f} s)"
         found.blamed = [r for r in found.blamed if r in self.ranks]
         return found

@@ -138,6 +138,15 @@ def test_a_rendezvous_that_never_completed_names_the_rank_that_never_joined() ->
     )
 
 
+def test_a_node_whose_ranks_all_wait_in_the_rendezvous_waits_for_other_nodes() -> None:
+    answers = Answers({0: {"rank": 0, "stack": IN_RENDEZVOUS, "flight_recorder": fr()}}, {})
+    found = explain(answers, [0], loading=True, world=2)
+    assert found.blamed == [] and found.headline == (
+        "the rendezvous never completed: every rank of this node waits in it, for the ranks "
+        "of the other nodes"
+    )
+
+
 def test_the_rank_thread_answers_and_a_stopped_process_is_silent(tmp_path: Path) -> None:
     import torch  # noqa: F401 - imported, as in a rank, before the thread dumps
 

@@ -146,6 +146,28 @@ def test_a_rank_that_never_reported_is_blamed_as_loading(tmp_path: Path) -> None
     )
 
 
+def test_the_load_phase_has_its_own_timeout_from_the_newest_sign_of_life(tmp_path: Path) -> None:
+    spec = {**SPEC, "hyperparameters": {"hang_timeout_s": 15, "load_timeout_s": 40}}
+    w, clock, (r0, _r1) = watch(tmp_path, spec)
+    # No rank has started: interpreter start-up and imports count, so 4 x the load timeout.
+    assert run_for(w, clock, 4 * 40 - 2) is None
+    err = run_for(w, clock, 4)
+    assert err is not None and err["summary"] == (
+        "every rank (2) failed: no rank advanced in the load phase for 160 s "
+        "(load_timeout_s 40 s x 4); no rank of this node has started (written its pid)"
+    )
+    w, clock, (r0, _r1) = watch(tmp_path, spec)
+    clock.tick(100)
+    r0.mark("rendezvous")  # rank 0 waits to join; rank 1 never shows up
+    assert run_for(w, clock, 40) is None  # the wait starts at the mark (read a second later)
+    err = run_for(w, clock, 2)
+    assert err is not None and err["summary"].startswith(
+        "rank 1/2 (node 0, local_rank 1) failed: no rank advanced in the load phase for 40 s "
+        "(load_timeout_s 40 s)"
+    )
+    assert "rank 0: step 0 (rendezvous)" in err["traceback"]
+
+
 def test_checkpoint_and_artifact_phases_wait_longer(tmp_path: Path) -> None:
     w, clock, (r0, r1) = watch(tmp_path)
     for p in (r0, r1):

@@ -72,8 +72,8 @@ def test_a_rank_that_skips_a_collective_is_named_with_the_collective_and_its_sta
 @pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_a_rendezvous_that_never_completes_is_reported_in_the_load_phase(home: Path) -> None:
-    # The load timeout runs from the newest sign of life (a pid file, a mark): 30 s leaves
-    # room for a busy machine's interpreter start-up and imports.
+    # The load timeout runs from the newest sign of life (a pid file, a mark); before the
+    # first, 4 x that (120 s), room for a busy machine's interpreter start-up and imports.
     job_id, job_dir = launch(home, "no_join:1:0", "--set", "load_timeout_s=30")
     wait_for(lambda: read_progress(job_dir, 0), 180, "rank 0 in the rendezvous")
     joined = time.monotonic()
