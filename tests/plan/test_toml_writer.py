@@ -109,6 +109,7 @@ KNOBS: dict[str, st.SearchStrategy[Any]] = {
     "network": st.sampled_from(["ethernet", "infiniband"]),
     "internode_bandwidth_gbps": st.floats(1e-3, 1e6),
     "hang_timeout_s": POS_FLOAT,
+    "load_timeout_s": POS_FLOAT,
     "max_restarts": st.integers(0, 2**63 - 1),
 }
 # Paths the reader keeps as written (absolute), or Hub ids (not a folder beside the file);
