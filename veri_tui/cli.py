@@ -75,6 +75,14 @@ def _launch_options(p: argparse.ArgumentParser) -> None:
         "--dry-run", action="store_true",
         help="with --slurm: print the batch script it would submit; submit and create nothing",
     )  # fmt: skip
+    p.add_argument(
+        "--no-probe", action="store_true",
+        help="several hosts: skip the bandwidth and GPU health probe of the nodes (docs/probe.md)",
+    )  # fmt: skip
+    p.add_argument(
+        "--allow-slow-nodes", action="store_true",
+        help="launch although the probe finds a node slow or sick (at your own risk)",
+    )  # fmt: skip
 
 
 def _jobs_options(p: argparse.ArgumentParser) -> None:

@@ -125,6 +125,10 @@ class Hyperparameters(BaseModel):
         None, gt=0, allow_inf_nan=False, description="Gb/s per node between nodes "
         "(default: from network)"
     )  # fmt: skip
+    network_measured: str | None = Field(
+        None, description="where internode_bandwidth_gbps was measured; set by `veri-tui "
+        "probe` and a multi-node launch's probe (planning only)"
+    )  # fmt: skip
     max_restarts: int = Field(
         0,
         ge=0,

@@ -96,6 +96,17 @@ class ProbeReport:
         out += health.summary(self.labels, self.health)
         return out
 
+    def note(self) -> str:
+        """How a plan names the figure's source: `by veri-tui probe, <when>`."""
+        return f"by veri-tui probe, {self.measured_at}"
+
+    def summary(self) -> dict[str, Any]:
+        """What a job's record keeps of the probe that cleared it (job.json `probe`)."""
+        full = self.to_dict()
+        return {k: full[k] for k in ("key", "measured_at", "internode_gbps",
+                                     "intranode_busbw_gbs", "slow", "sick")} | {
+            "lines": self.lines()}  # fmt: skip
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "key": self.key, "labels": self.labels, "measured_at": self.measured_at,
@@ -133,3 +144,31 @@ def cached(key: str, max_age_s: float = MAX_AGE_S) -> dict[str, Any] | None:
     if not isinstance(data, dict) or data.get("key") != key or age > max_age_s:
         return None
     return data
+
+
+def from_dict(data: dict[str, Any]) -> ProbeReport:
+    """A cached or recorded report, judged again by today's rules."""
+    return ProbeReport(data["key"], list(data["labels"]), data["bandwidth"],
+                       list(data["health"]), data["measured_at"])  # fmt: skip
+
+
+def with_network(job: Any, gbps: float | None, note: str) -> Any:
+    """``job`` planned with the measured network (Gb/s per node), unless the user set
+    internode_bandwidth_gbps (theirs wins) or there is no figure (one node)."""
+    hp = job.hyperparameters
+    if not gbps or "internode_bandwidth_gbps" in hp.model_fields_set:
+        return job
+    measured = hp.model_copy(update={"internode_bandwidth_gbps": round(gbps, 3),
+                                     "network_measured": note})  # fmt: skip
+    return job.model_copy(update={"hyperparameters": measured})
+
+
+def with_cached_network(job: Any) -> Any:
+    """``job`` (a multi-node one, its hosts in node order) with the network its hosts' cached
+    probe measured, when there is one."""
+    if job.nodes < 2:
+        return job
+    data = cached(hosts_key(list(job.hosts)))
+    if data is None:
+        return job
+    return with_network(job, data.get("internode_gbps"), f"by veri-tui probe, {data['measured_at']}")
