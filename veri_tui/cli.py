@@ -134,8 +134,10 @@ def _probe_options(p: argparse.ArgumentParser) -> None:
     )  # fmt: skip
     p.add_argument("--partition", metavar="P", help="with --slurm outside an allocation")
     p.add_argument("--nodes", type=int, metavar="N", help="with --slurm: nodes (default: all)")
-    p.add_argument("--ranks-per-node", type=int, metavar="G",
-                   help="processes a node (default: its GPUs; CPU: 1 a node, 2 on one)")  # fmt: skip
+    p.add_argument(
+        "--ranks-per-node", type=int, metavar="G",
+        help="processes a node (default: its GPUs; CPU: 1 a node, 2 on one machine)",
+    )  # fmt: skip
     p.add_argument("--sizes", metavar="BYTES,...", help="buffer sizes (default: by device)")
     p.add_argument("--allow-slow-nodes", action="store_true",
                    help="exit 0 even when a node is slow or sick")  # fmt: skip

@@ -67,4 +67,5 @@ def test_a_slow_node_is_named_and_refused(sshd, sshd2, tmp_path) -> None:
     launch = cli("launch", *hosts, "--set", "max_steps=1", env=env, timeout=400)
     assert launch.returncode == 2 and line[0] in launch.stderr, launch.stderr
     assert not (tmp_path / "remote-veri" / "jobs").exists() or not any(
-        (tmp_path / "remote-veri" / "jobs").iterdir())
+        (tmp_path / "remote-veri" / "jobs").iterdir()
+    )

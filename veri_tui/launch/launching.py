@@ -199,7 +199,9 @@ def launch(
             rdzv = (addr, port, listen)
         if problems:
             raise VeriError(list(dict.fromkeys(problems)))
-        measured = fleet_probe(hosts, facts, job, probe or ProbeChoice()) if len(hosts) > 1 else None
+        measured = (
+            fleet_probe(hosts, facts, job, probe or ProbeChoice()) if len(hosts) > 1 else None
+        )
         if measured is not None:
             job = with_network(job, measured.internode_gbps, measured.note())
         job = hosts[0].output_for(job, facts[0])

@@ -53,7 +53,7 @@ def marked(text: str, mark: str) -> list[dict[str, Any]]:
     for line in text.splitlines():
         if line.startswith(mark):
             try:
-                out.append(json.loads(line[len(mark):]))
+                out.append(json.loads(line[len(mark) :]))
             except ValueError:
                 continue
     return out

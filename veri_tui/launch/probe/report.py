@@ -171,4 +171,6 @@ def with_cached_network(job: Any) -> Any:
     data = cached(hosts_key(list(job.hosts)))
     if data is None:
         return job
-    return with_network(job, data.get("internode_gbps"), f"by veri-tui probe, {data['measured_at']}")
+    return with_network(
+        job, data.get("internode_gbps"), f"by veri-tui probe, {data['measured_at']}"
+    )
