@@ -41,8 +41,8 @@ if TYPE_CHECKING:
 __all__ = [
     "LogLine", "ProbeChoice", "Row", "cancel", "comparison_lines", "follow_log", "get_job",
     "host_aliases", "launch", "list_jobs", "local_jobs", "log_row", "metric_of", "pending_reason",
-    "preflight", "read_log", "resume", "SlurmOptions", "slurm_options", "slurm_script", "slurm_state",
-    "target_for", "trust_key", "watch", "watcher_of",
+    "preflight", "read_log", "resume", "SlurmOptions", "slurm_options", "slurm_script",
+    "slurm_state", "target_for", "trust_key", "watch", "watcher_of",
 ]  # fmt: skip
 
 #: Where a job runs: this machine (None), an SSH host, several (a multi-node job), or Slurm.
