@@ -14,8 +14,12 @@ from trainer.probe import bus_factor, delay_of
 from veri_tui.cli import main
 from veri_tui.launch.probe import bandwidth
 from veri_tui.launch.probe.report import (
-    ProbeReport, cache_path, hosts_key, save, with_cached_network,
-)  # fmt: skip
+    ProbeReport,
+    cache_path,
+    hosts_key,
+    save,
+    with_cached_network,
+)
 from veri_tui.plan import load_job_config, plan_job
 
 MiB = 1 << 20

@@ -14,7 +14,6 @@ from trainer import gpuhealth
 from veri_tui.launch.probe import health
 from veri_tui.launch.probe.report import ProbeReport
 
-
 KERNEL_XIDS = gpuhealth.kernel_xids  # the parser itself, before the fixture stubs the read
 
 
