@@ -201,12 +201,16 @@ class JobConfig(BaseModel):
     rdzv_port: int | None = Field(
         None, ge=1, le=65535, description="node 0's rendezvous port (default: a free one there)"
     )
+    node_count: int | None = Field(
+        None, ge=1, description="nodes of a job whose hosts a scheduler picks (a Slurm "
+        "allocation's --nodes; set by the launcher)"
+    )  # fmt: skip
     hyperparameters: Hyperparameters = Field(default_factory=Hyperparameters)
 
     @property
     def nodes(self) -> int:
-        """Machines the job runs on: one per host (1 without hosts)."""
-        return max(len(self.hosts or ()), 1)
+        """Machines the job runs on: one per host, else `node_count` (1 without either)."""
+        return max(len(self.hosts or ()), self.node_count or 1)
 
     def hyperparameters_set(self) -> dict[str, Any]:
         """Only the knobs the user set, under their canonical names (for records and pins)."""

@@ -47,6 +47,7 @@ class ProbeReport:
     measured_at: str = field(
         default_factory=lambda: time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime())
     )
+    #: How a node is left out, `{name}` its label.
     exclude: str = "drop its --host"
 
     def node_name(self, node: int, rank: int | None = None) -> str:
@@ -68,12 +69,15 @@ class ProbeReport:
 
     def refusals(self) -> list[Refusal]:
         """Each sick or slow node by name with the way out; nodes that disagree."""
-        hint = EXCLUDE_HINT.format(how=self.exclude)
-        out = [Refusal("hosts", f"{self.node_name(k)} is sick: {'; '.join(bad)}; {hint}")
+
+        def hint(k: int) -> str:
+            return EXCLUDE_HINT.format(how=self.exclude.format(name=self.labels[k]))
+
+        out = [Refusal("hosts", f"{self.node_name(k)} is sick: {'; '.join(bad)}; {hint(k)}")
                for k, bad in self.sick()]  # fmt: skip
         for s in self.slow():
             out.append(Refusal("hosts", f"{self.node_name(s.node, s.rank)} is slow: {s.why}; "
-                               f"{hint}"))  # fmt: skip
+                               f"{hint(s.node)}"))  # fmt: skip
         out += [Refusal("hosts", line) for line in health.agreement(self.labels, self.health)]
         return out
 
@@ -163,12 +167,12 @@ def with_network(job: Any, gbps: float | None, note: str) -> Any:
     return job.model_copy(update={"hyperparameters": measured})
 
 
-def with_cached_network(job: Any) -> Any:
-    """``job`` (a multi-node one, its hosts in node order) with the network its hosts' cached
-    probe measured, when there is one."""
-    if job.nodes < 2:
+def with_cached_network(job: Any, key: str | None = None) -> Any:
+    """``job`` (a multi-node one) with the network the cached probe of ``key`` measured
+    (default: its hosts, in node order), when there is one."""
+    if job.nodes < 2 or (key is None and not job.hosts):
         return job
-    data = cached(hosts_key(list(job.hosts)))
+    data = cached(key or hosts_key(list(job.hosts)))
     if data is None:
         return job
     return with_network(

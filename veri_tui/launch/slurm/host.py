@@ -125,6 +125,8 @@ class SlurmHost:
         ranks = f"{per_node} x {gpu}" if part.gpus_per_node else f"{per_node} CPU ranks (gloo)"
         facts.notes.append(f"slurm: {nodes} node(s) x {ranks}")
         self._job_update = {"gpu_count": nodes * per_node, **({"gpu": gpu} if gpu else {})}
+        if nodes > 1:  # the allocation's nodes: the plan's network term, its probe's figure
+            self._job_update["node_count"] = nodes
         return facts
 
     def _login_facts(self, job: Any, dataset_bytes: int) -> HostFacts:
@@ -150,7 +152,12 @@ class SlurmHost:
 
             # Planned with the dataset it trains on, so the predicted price counts its tokens.
             self._job_update.setdefault("dataset", str(local_dataset(job)))
-        return self.login_host.plan(job.model_copy(update=self._job_update), facts)
+        from veri_tui.launch.probe.report import slurm_key, with_cached_network
+
+        laid_out = job.model_copy(update=self._job_update)
+        if self.partition is not None:
+            laid_out = with_cached_network(laid_out, slurm_key(self.partition.name))
+        return self.login_host.plan(laid_out, facts)
 
     # -- the batch job ----------------------------------------------------------------------
 
