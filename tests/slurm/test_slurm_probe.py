@@ -11,6 +11,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -23,10 +24,13 @@ def _in_allocation(cluster: SlurmCluster, home: Path, *args: str, **env: str
                    ) -> subprocess.CompletedProcess[str]:  # fmt: skip
     """`salloc -N 2 -p debug veri-tui ARGS`: the command runs here, inside the allocation."""
     full = {**os.environ, **cluster.env, "VERI_HOME": str(home), **env}
+    start = time.monotonic()
     argv = ["salloc", "--nodes=2", "--partition=debug", "--job-name=veri-probe-test",
             sys.executable, "-m", "veri_tui", *args]  # fmt: skip
-    return subprocess.run(argv, capture_output=True, text=True, env=full, timeout=500,
-                          check=False, stdin=subprocess.DEVNULL)  # fmt: skip
+    out = subprocess.run(argv, capture_output=True, text=True, env=full, timeout=500,
+                         check=False, stdin=subprocess.DEVNULL)  # fmt: skip
+    print(out.stdout, out.stderr, f"salloc + probe: {time.monotonic() - start:.1f} s", sep="\n")
+    return out
 
 
 def test_probe_inside_an_allocation_and_the_plan_uses_it(slurm: SlurmCluster, tmp_path) -> None:

@@ -2,7 +2,8 @@
 CPU process per node (gloo), joined by torchrun's c10d rendezvous: it succeeds through
 `veri-tui launch --host n0 --host n1 --wait`, and its final loss equals a 1-node 2-process
 run of the same job (fp32 master weights) within the equivalence tolerance of
-tests/trainer/test_trainer_equivalence.py (0.2% relative after the first step).
+tests/trainer/test_trainer_equivalence.py (0.2% relative after the first step). The launch
+probes the nodes first (docs/probe.md): the plan takes the measured network, job.json keeps it.
 """
 
 from __future__ import annotations

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from pathlib import Path
 
 import pytest
@@ -22,7 +23,9 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 def probed(sshd, sshd2, tmp_path_factory):
     """One healthy probe of both hosts: (env, its output)."""
     env = two_node_env(sshd, sshd2, tmp_path_factory.mktemp("probe"), probe=True)
+    start = time.monotonic()
     out = cli("probe", "--host", sshd.alias, "--host", sshd2.alias, env=env, timeout=400)
+    print(out.stdout, f"probe of 2 hosts: {time.monotonic() - start:.1f} s", sep="\n")
     return env, out
 
 
@@ -56,7 +59,9 @@ def test_a_slow_node_is_named_and_refused(sshd, sshd2, tmp_path) -> None:
     env = two_node_env(sshd, sshd2, tmp_path, probe=True)
     env["VERI_PROBE_DELAY"] = "1:0.1"  # node 1's rank sleeps 100 ms before each collective
     hosts = ["--host", sshd.alias, "--host", sshd2.alias]
+    start = time.monotonic()
     out = cli("probe", *hosts, env=env, timeout=400)
+    print(out.stderr, f"slow node named after {time.monotonic() - start:.1f} s", sep="\n")
     assert out.returncode == 1, out.stdout[-2000:] + out.stderr[-2000:]
     line = [ln for ln in out.stderr.splitlines() if ln.startswith("error: hosts:")]
     assert len(line) == 1, out.stderr
