@@ -48,6 +48,7 @@ def test_probe_prints_bus_bandwidths_and_the_plan_uses_them(probed, sshd, sshd2)
     plan = cli("plan", "--host", sshd.alias, "--host", sshd2.alias, "--set", "zero_stage=3",
                "--set", "gpu_count=2", env=env, timeout=200)  # fmt: skip
     assert plan.returncode == 0, plan.stderr
+    print(next(ln for ln in plan.stdout.splitlines() if ln.startswith("nodes:")))
     measured = round(report["internode_gbps"], 3)
     assert f"{measured:g} Gb/s per node across (measured by veri-tui probe, " in plan.stdout
     # Other hosts have no probe: the assumption stays.

@@ -81,7 +81,7 @@ def plan_on(job: Any, names: Sequence[HostName], trust: str | None = None) -> An
         facts, job, problems = probe_all(hosts, job, 0)
         if problems:
             raise VeriError(list(dict.fromkeys(problems)))
-        return hosts[0].plan(with_cached_network(job), facts[0])[1]
+        return hosts[0].plan(with_cached_network(job, facts[0].spec), facts[0])[1]
     finally:
         for host in hosts:
             host.close()
@@ -204,6 +204,8 @@ def launch(
         )
         if measured is not None:
             job = with_network(job, measured.internode_gbps, measured.note())
+        else:  # skipped, or one host (a Slurm partition's probe)
+            job = with_cached_network(job, facts[0].spec)
         job = hosts[0].output_for(job, facts[0])
         job, plan = hosts[0].plan(job, facts[0], plan_record)
         job_id = new_job_id()

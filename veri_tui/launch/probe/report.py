@@ -167,12 +167,18 @@ def with_network(job: Any, gbps: float | None, note: str) -> Any:
     return job.model_copy(update={"hyperparameters": measured})
 
 
-def with_cached_network(job: Any, key: str | None = None) -> Any:
-    """``job`` (a multi-node one) with the network the cached probe of ``key`` measured
-    (default: its hosts, in node order), when there is one."""
-    if job.nodes < 2 or (key is None and not job.hosts):
+def with_cached_network(job: Any, facts_spec: dict[str, Any] | None = None) -> Any:
+    """``job`` (a multi-node one) with the network its nodes' cached probe measured, when
+    there is one: its hosts' (in node order), or the Slurm partition's that node 0's facts
+    name (``facts_spec``: `HostFacts.spec`, a Slurm job's layout)."""
+    slurm = (facts_spec or {}).get("slurm")
+    if slurm:
+        nodes, key = int((facts_spec or {}).get("nnodes") or 1), slurm_key(slurm["partition"])
+    else:
+        nodes, key = job.nodes, hosts_key(list(job.hosts or []))
+    if nodes < 2:
         return job
-    data = cached(key or hosts_key(list(job.hosts)))
+    data = cached(key)
     if data is None:
         return job
     return with_network(

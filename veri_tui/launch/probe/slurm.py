@@ -77,7 +77,7 @@ def probe_allocation(partition: str | None, nodes: int | None, ranks_per_node: i
     argv += ["bash", "-c", TASK, "veri-probe", sys.executable, str(_free_port()), str(ranks),
              *extra]  # fmt: skip
     env = dict(os.environ, PYTHONPATH=local_code())
-    env.update(e.split("=", 1) for e in probe_env())
+    env.update(entry.partition("=")[::2] for entry in probe_env())
     try:
         done = subprocess.run(argv, capture_output=True, text=True, env=env,
                               timeout=PROBE_TIMEOUT_S, stdin=subprocess.DEVNULL)  # fmt: skip
@@ -92,8 +92,11 @@ def probe_allocation(partition: str | None, nodes: int | None, ranks_per_node: i
             f"the probe did not end within {PROBE_TIMEOUT_S:.0f} s on partition {partition}",
             key="probe",
         ) from None
-    names = dict(line.split()[1:3] for line in done.stdout.splitlines()
-                 if line.startswith("VERI_NODE ") and len(line.split()) >= 3)  # fmt: skip
+    names = {}
+    for line in done.stdout.splitlines():
+        words = line.split()
+        if words[:1] == ["VERI_NODE"] and len(words) >= 3:
+            names[words[1]] = words[2]
     records = marked(done.stdout, PROBE_MARK)
     if not records:
         tail = [ln for ln in (done.stderr or done.stdout).splitlines() if ln.strip()][-3:]

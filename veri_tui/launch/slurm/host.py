@@ -152,12 +152,7 @@ class SlurmHost:
 
             # Planned with the dataset it trains on, so the predicted price counts its tokens.
             self._job_update.setdefault("dataset", str(local_dataset(job)))
-        from veri_tui.launch.probe.report import slurm_key, with_cached_network
-
-        laid_out = job.model_copy(update=self._job_update)
-        if self.partition is not None:
-            laid_out = with_cached_network(laid_out, slurm_key(self.partition.name))
-        return self.login_host.plan(laid_out, facts)
+        return self.login_host.plan(job.model_copy(update=self._job_update), facts)
 
     # -- the batch job ----------------------------------------------------------------------
 
