@@ -144,5 +144,7 @@ def test_bad_probe_options_are_one_line(capsys: pytest.CaptureFixture[str]) -> N
     assert capsys.readouterr().err.startswith("error: sizes: '12,x': give buffer sizes in bytes")
     assert main(["probe", "--slurm", "--host", "a"]) == 2
     assert "error: slurm: --slurm and --host are two targets" in capsys.readouterr().err
+    assert main(["probe", "--nodes", "2"]) == 2
+    assert "error: slurm: --partition and --nodes go with --slurm" in capsys.readouterr().err
     assert main(["probe", "--host", "a", "--host", "a"]) == 2
     assert "error: hosts: a host is named twice" in capsys.readouterr().err

@@ -35,6 +35,9 @@ def run(args: argparse.Namespace) -> int:
     sizes = _sizes(args.sizes)
     if args.ranks_per_node is not None and args.ranks_per_node < 1:
         raise VeriError("--ranks-per-node must be at least 1", key="ranks_per_node")
+    if not args.slurm and (args.partition or args.nodes):
+        raise VeriError("--partition and --nodes go with --slurm (SSH hosts: one --host per "
+                        "node)", key="slurm")  # fmt: skip
     if args.slurm:
         if args.host:
             raise VeriError("--slurm and --host are two targets; keep one", key="slurm")
@@ -55,7 +58,8 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.write("\n")
     else:
         print("\n".join(report.lines()))
-        print(f"saved: {path} (plans on {report.key.split(':', 1)[1]} use it)")
+        used = f" (plans on {report.key.split(':', 1)[1]} use it)" if report.internode_gbps else ""
+        print(f"saved: {path}{used}")
     refused = report.refusals()
     for refusal in refused:
         print(f"error: {refusal.key}: {refusal.message}", file=sys.stderr)

@@ -68,7 +68,8 @@ def probe_allocation(partition: str | None, nodes: int | None, ranks_per_node: i
     else:
         partition = partition or _default_partition()
         nodes = nodes or 1
-    ranks = ranks_per_node or int(os.environ.get("SLURM_GPUS_ON_NODE") or 1)
+    # Every GPU a node has; CPU nodes one rank each (two on one node: else nothing to time).
+    ranks = ranks_per_node or int(os.environ.get("SLURM_GPUS_ON_NODE") or (1 if nodes > 1 else 2))
     argv = ["srun", f"--nodes={nodes}", "--ntasks-per-node=1", "--kill-on-bad-exit=1",
             f"--cpus-per-task={ranks}", "--job-name=veri-probe"]  # fmt: skip
     if not inside:
