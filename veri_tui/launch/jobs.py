@@ -29,7 +29,7 @@ from veri_tui.launch.jobindex import target_for_job, target_of_entry
 from veri_tui.launch.local_host import LocalHost
 from veri_tui.launch.measured import comparison_lines
 from veri_tui.launch.metrics import log_row, metric_of
-from veri_tui.launch.probe.preflight import ProbeChoice
+from veri_tui.launch.probe.fleet import ProbeChoice
 from veri_tui.launch.records import LogLine, follow_lines
 from veri_tui.launch.slurm.options import SlurmOptions, slurm_options
 from veri_tui.launch.slurm.states import pending_reason, slurm_state

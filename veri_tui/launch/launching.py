@@ -35,7 +35,7 @@ from veri_tui.errors import Refusal, VeriError
 from veri_tui.launch.host import Host, HostFacts, check_disk, check_memory
 from veri_tui.launch.hostpool import HostName, all_or_raise, in_parallel, open_hosts
 from veri_tui.launch.nodes import agreement, disk_of, node_label, probe_rendezvous
-from veri_tui.launch.probe.preflight import ProbeChoice, fleet_probe
+from veri_tui.launch.probe.fleet import ProbeChoice, fleet_probe
 from veri_tui.launch.probe.report import with_cached_network, with_network
 from veri_tui.launch.spec import check_job, local_dataset, make_record, new_job_id
 

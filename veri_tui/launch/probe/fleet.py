@@ -6,6 +6,14 @@ On each host, as a job's trainer is: the `trainer` package (uploaded to an SSH h
 static rendezvous on node 0's address and a port probed free and reachable there, as a job's,
 veri_tui/launch/nodes.py) running `trainer.probe`; rank 0's record comes back on its stdout.
 `VERI_PROBE_DELAY` (trainer/probe.py) is passed on to the nodes when set here.
+
+As a step of a multi-node launch (launching.py, `fleet_probe`): after the hosts agree and
+node 0's rendezvous is reachable, a probe of the same host set cached within REUSE_S
+(`veri-tui probe` just before) is used as it is, else they are measured now with the job's
+ranks per node and the result cached. A slow or sick node refuses the launch by name
+(report.py), unless the user goes on at their own risk (`--allow-slow-nodes`);
+`--no-probe`, or VERI_PROBE=0 in the environment, skips the step (the plan then keeps the
+`network` assumption).
 """
 
 from __future__ import annotations
@@ -14,6 +22,7 @@ import json
 import os
 import posixpath
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,12 +30,22 @@ from veri_tui.errors import VeriError
 from veri_tui.launch.host import Host, HostFacts, Result
 from veri_tui.launch.hostpool import HostName, all_or_raise, in_parallel, open_hosts
 from veri_tui.launch.nodes import probe_rendezvous
-from veri_tui.launch.probe.report import ProbeReport, hosts_key
+from veri_tui.launch.probe.report import ProbeReport, cached, from_dict, hosts_key, save
 
 HEALTH_MARK = "VERI_HEALTH "
 PROBE_MARK = "VERI_PROBE "
 #: Seconds one node's torchrun may take: start, rendezvous, a few dozen collectives.
 PROBE_TIMEOUT_S = 600.0
+#: A cached probe this young (seconds) stands for a launch's own.
+REUSE_S = 3600.0
+
+
+@dataclass(frozen=True)
+class ProbeChoice:
+    """Whether a launch probes its nodes, and whether a slow or sick node stops it."""
+
+    run: bool = True
+    allow_slow: bool = False
 
 
 def local_code() -> str:
@@ -150,3 +169,23 @@ def probe_hosts(names: Sequence[HostName], trust: str | None = None, *,
     finally:
         for host in hosts:
             host.close()
+
+
+def fleet_probe(hosts: Sequence[Host], facts: list[HostFacts], job: Any, choice: ProbeChoice
+                ) -> ProbeReport | None:  # fmt: skip
+    """The launch's probe of ``hosts`` (None when skipped); VeriError naming each slow or
+    sick node, unless ``choice.allow_slow``."""
+    if not choice.run or os.environ.get("VERI_PROBE") == "0":
+        return None
+    key = hosts_key([h.name for h in hosts])
+    data = cached(key, REUSE_S)
+    if data is not None:
+        report = from_dict(data)
+    else:
+        per_node = max(1, int(job.gpu_count) // len(hosts))
+        report = measure(hosts, facts, ranks_per_node=per_node, key=key)
+        save(report)
+    refused = report.refusals()
+    if refused and not choice.allow_slow:
+        raise VeriError(refused)
+    return report
