@@ -29,12 +29,20 @@ XID_WAIT_MS = 100
 XID_LINE = re.compile(r"NVRM: Xid \(([^)]*)\): (\d+)")
 
 
-def _try(call: Callable[..., Any], *args: Any) -> Any:
+def _try(call: Callable[..., Any] | None, *args: Any) -> Any:
     """NVML's answer, or None where the GPU does not support the query (or it fails)."""
+    if call is None:
+        return None
     try:
         return call(*args)
     except Exception:  # noqa: BLE001 - NVMLError_NotSupported and kin: the fact is unknown
         return None
+
+
+def _ask(nvml: Any, name: str, *args: Any) -> Any:
+    """``nvml.<name>(*args)``; None where this nvidia-ml-py lacks the call (older releases
+    have no row remapping) or the GPU does not answer it."""
+    return _try(getattr(nvml, name, None), *args)
 
 
 def _text(value: Any) -> Any:
@@ -42,16 +50,16 @@ def _text(value: Any) -> Any:
 
 
 def _ecc(nvml: Any, handle: Any) -> dict[str, Any]:
-    total = getattr(nvml, "nvmlDeviceGetTotalEccErrors", None)
-    if total is None:
-        return {}
-    unc = nvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED
+    # NVML's enum values (nvml.h), for a binding that does not name them.
+    unc = getattr(nvml, "NVML_MEMORY_ERROR_TYPE_UNCORRECTED", 1)
+    corr = getattr(nvml, "NVML_MEMORY_ERROR_TYPE_CORRECTED", 0)
+    volatile = getattr(nvml, "NVML_VOLATILE_ECC", 0)
+    aggregate = getattr(nvml, "NVML_AGGREGATE_ECC", 1)
+    total = "nvmlDeviceGetTotalEccErrors"
     return {
-        "uncorrected_volatile": _try(total, handle, unc, nvml.NVML_VOLATILE_ECC),
-        "uncorrected_aggregate": _try(total, handle, unc, nvml.NVML_AGGREGATE_ECC),
-        "corrected_volatile": _try(
-            total, handle, nvml.NVML_MEMORY_ERROR_TYPE_CORRECTED, nvml.NVML_VOLATILE_ECC
-        ),
+        "uncorrected_volatile": _ask(nvml, total, handle, unc, volatile),
+        "uncorrected_aggregate": _ask(nvml, total, handle, unc, aggregate),
+        "corrected_volatile": _ask(nvml, total, handle, corr, volatile),
     }
 
 
@@ -74,12 +82,12 @@ def _throttle(nvml: Any, handle: Any) -> list[str]:
 
 def _gpu(nvml: Any, index: int) -> dict[str, Any]:
     h = nvml.nvmlDeviceGetHandleByIndex(index)
-    remapped = _try(nvml.nvmlDeviceGetRemappedRows, h)  # (corr, unc, pending, failed)
-    pending_pages = _try(nvml.nvmlDeviceGetRetiredPagesPendingStatus, h)
+    remapped = _ask(nvml, "nvmlDeviceGetRemappedRows", h)  # (corr, unc, pending, failed)
+    pending_pages = _ask(nvml, "nvmlDeviceGetRetiredPagesPendingStatus", h)
     sm = getattr(nvml, "NVML_CLOCK_SM", 1)
     return {
         "index": index,
-        "name": _text(_try(nvml.nvmlDeviceGetName, h)),
+        "name": _text(_ask(nvml, "nvmlDeviceGetName", h)),
         "ecc": _ecc(nvml, h),
         "remapped_rows": None if remapped is None else {
             "corrected": remapped[0], "uncorrected": remapped[1],
@@ -87,15 +95,15 @@ def _gpu(nvml: Any, index: int) -> dict[str, Any]:
         },
         "retired_pages_pending": None if pending_pages is None else bool(pending_pages),
         "pcie": {
-            "gen": _try(nvml.nvmlDeviceGetCurrPcieLinkGeneration, h),
-            "max_gen": _try(nvml.nvmlDeviceGetMaxPcieLinkGeneration, h),
-            "width": _try(nvml.nvmlDeviceGetCurrPcieLinkWidth, h),
-            "max_width": _try(nvml.nvmlDeviceGetMaxPcieLinkWidth, h),
+            "gen": _ask(nvml, "nvmlDeviceGetCurrPcieLinkGeneration", h),
+            "max_gen": _ask(nvml, "nvmlDeviceGetMaxPcieLinkGeneration", h),
+            "width": _ask(nvml, "nvmlDeviceGetCurrPcieLinkWidth", h),
+            "max_width": _ask(nvml, "nvmlDeviceGetMaxPcieLinkWidth", h),
         },
-        "sm_clock_mhz": _try(nvml.nvmlDeviceGetClockInfo, h, sm),
-        "sm_clock_max_mhz": _try(nvml.nvmlDeviceGetMaxClockInfo, h, sm),
+        "sm_clock_mhz": _ask(nvml, "nvmlDeviceGetClockInfo", h, sm),
+        "sm_clock_max_mhz": _ask(nvml, "nvmlDeviceGetMaxClockInfo", h, sm),
         "throttle": _throttle(nvml, h),
-        "temperature_c": _try(nvml.nvmlDeviceGetTemperature, h,
+        "temperature_c": _ask(nvml, "nvmlDeviceGetTemperature", h,
                               getattr(nvml, "NVML_TEMPERATURE_GPU", 0)),  # fmt: skip
     }  # fmt: skip
 
@@ -107,18 +115,21 @@ def _xid_events(nvml: Any, count: int) -> list[dict[str, Any]]:
     except Exception:  # noqa: BLE001 - no event support: the kernel log is the other source
         return []
     seen: list[dict[str, Any]] = []
+    xid = getattr(nvml, "nvmlEventTypeXidCriticalError", 8)
     try:
         for i in range(count):
-            _try(nvml.nvmlDeviceRegisterEvents, nvml.nvmlDeviceGetHandleByIndex(i),
-                 nvml.nvmlEventTypeXidCriticalError, events)  # fmt: skip
+            _ask(nvml, "nvmlDeviceRegisterEvents", nvml.nvmlDeviceGetHandleByIndex(i), xid,
+                 events)  # fmt: skip
         while True:
-            data = _try(nvml.nvmlEventSetWait, events, XID_WAIT_MS)
+            data = _ask(nvml, "nvmlEventSetWait", events, XID_WAIT_MS)
             if data is None:
                 break
-            seen.append({"gpu": _text(_try(nvml.nvmlDeviceGetName, data.device)),
+            seen.append({"gpu": _text(_ask(nvml, "nvmlDeviceGetName", data.device)),
                          "xid": int(data.eventData), "source": "nvml"})  # fmt: skip
+    except Exception:  # noqa: BLE001 - a board without events: the kernel log still counts
+        pass
     finally:
-        _try(nvml.nvmlEventSetFree, events)
+        _ask(nvml, "nvmlEventSetFree", events)
     return seen
 
 
@@ -165,10 +176,10 @@ def read(nvml: Any = None) -> dict[str, Any]:
         return {**out, "nvml": False, "reason": f"{type(exc).__name__}: {exc}"}
     try:
         count = int(nvml.nvmlDeviceGetCount())
-        cuda = _try(nvml.nvmlSystemGetCudaDriverVersion)
+        cuda = _ask(nvml, "nvmlSystemGetCudaDriverVersion")
         out.update(
             nvml=True,
-            driver=_text(_try(nvml.nvmlSystemGetDriverVersion)),
+            driver=_text(_ask(nvml, "nvmlSystemGetDriverVersion")),
             cuda=None if cuda is None else f"{cuda // 1000}.{cuda % 1000 // 10}",
             count=count,
             gpus=[_gpu(nvml, i) for i in range(count)],
@@ -177,7 +188,7 @@ def read(nvml: Any = None) -> dict[str, Any]:
             dcgm=dcgm_diag(),
         )
     finally:
-        _try(nvml.nvmlShutdown)
+        _ask(nvml, "nvmlShutdown")
     return out
 
 

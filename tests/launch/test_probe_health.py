@@ -196,3 +196,16 @@ def test_without_nvml_it_says_so_once() -> None:
         "NVML checks skipped"
     ]
     assert health.agreement(["a", "b"], facts) == []
+
+
+def test_an_older_binding_without_some_calls_reads_what_it_has() -> None:
+    old = SimpleNamespace(
+        nvmlInit=lambda: None, nvmlDeviceGetCount=lambda: 1,
+        nvmlDeviceGetHandleByIndex=lambda i: i, nvmlDeviceGetName=lambda h: b"Tesla V100",
+    )  # fmt: skip
+    facts = gpuhealth.read(old)
+    assert facts["gpus"][0]["name"] == "Tesla V100" and facts["driver"] is None
+    assert facts["gpus"][0]["remapped_rows"] is None and facts["gpus"][0]["ecc"] == {
+        "uncorrected_volatile": None, "uncorrected_aggregate": None, "corrected_volatile": None,
+    }  # fmt: skip
+    assert health.node_findings(facts) == ([], [])
