@@ -18,6 +18,9 @@ import pytest
 from multinode_helpers import two_node_env
 from ssh_helpers import cli
 
+from veri_tui.launch import jobs
+from veri_tui.plan import load_job_config
+
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 
@@ -31,7 +34,9 @@ def probed(sshd, sshd2, tmp_path_factory):
     return env, out
 
 
-def test_probe_prints_bus_bandwidths_and_the_plan_uses_them(probed, sshd, sshd2) -> None:
+def test_probe_prints_bus_bandwidths_and_the_plan_uses_them(
+    probed, sshd, sshd2, monkeypatch
+) -> None:
     env, out = probed
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
     text = out.stdout
@@ -53,6 +58,16 @@ def test_probe_prints_bus_bandwidths_and_the_plan_uses_them(probed, sshd, sshd2)
     print(next(ln for ln in plan.stdout.splitlines() if ln.startswith("nodes:")))
     measured = round(report["internode_gbps"], 3)
     assert f"{measured:g} Gb/s per node across (measured by veri-tui probe, " in plan.stdout
+    # The launch's preflight (the app's launch screen) shows the probe it would use: the one
+    # just cached, not measured again.
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    rows = jobs.preflight(load_job_config(None), None, [sshd.alias, sshd2.alias])
+    assert (
+        "probe",
+        True,
+        next(ln for ln in text.splitlines() if ln.startswith("network:")),
+    ) in rows
     # Other hosts have no probe: the assumption stays.
     other = cli("plan", "--host", sshd2.alias, "--host", sshd.alias, env=env, timeout=200)
     assert "25 Gb/s per node across (ethernet default)" in other.stdout, other.stderr

@@ -85,15 +85,21 @@ class ProbeReport:
     def internode_gbps(self) -> float | None:
         return bandwidth.internode_gbps(self.record)
 
+    def network_line(self) -> str | None:
+        """`network: 1.13 Gb/s per node across the nodes (...)`; None on one node."""
+        gbps = self.internode_gbps
+        if gbps is None:
+            return None
+        res = bandwidth.across(self.record) or {}
+        return (f"network: {gbps:.2f} Gb/s per node across the nodes (all_reduce busbw "
+                f"{res.get('busbw_gbs', 0):.3f} GB/s at {res.get('bytes', 0) >> 20} MiB): "
+                "plans on these nodes use it")  # fmt: skip
+
     def lines(self) -> list[str]:
         """What `veri-tui probe` prints: the bandwidth table, the figures, the health."""
         out = bandwidth.table(self.record, self.labels)
-        gbps = self.internode_gbps
-        if gbps is not None:
-            res = bandwidth.across(self.record) or {}
-            out.append(f"network: {gbps:.2f} Gb/s per node across the nodes (all_reduce busbw "
-                       f"{res.get('busbw_gbs', 0):.3f} GB/s at {res.get('bytes', 0) >> 20} MiB): "
-                       "plans on these nodes use it")  # fmt: skip
+        network = self.network_line()
+        out += [network] if network else []
         intra = bandwidth.intranode_busbw(self.record)
         if intra is not None:
             out.append(f"within a node: all_reduce busbw {intra:.3f} GB/s")
