@@ -37,7 +37,8 @@ def check_plan() -> None:
     out = subprocess.run(["veri-tui", "plan"], capture_output=True, text=True, timeout=120)
     if out.returncode != 0 or "plan: dp=1 " not in out.stdout:
         fail("veri-tui plan", f"exit {out.returncode}: {out.stdout[-400:]}{out.stderr[-400:]}")
-    print("wheel check: veri-tui plan:", next(li for li in out.stdout.splitlines() if "plan:" in li))
+    line = next(li for li in out.stdout.splitlines() if "plan: dp=" in li)
+    print("wheel check: veri-tui plan:", line)
 
 
 async def first_frame() -> str:

@@ -32,7 +32,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from jobfolder import attempts, ckptindex, failures, nextattempt
+from jobfolder import attempts, ckptindex, failures, ncclabort, nextattempt
 from jobfolder.atomic import modify_job, write_text_atomic
 from jobfolder.hostmem import MemoryWatch
 from jobfolder.jobstats import record_measured
@@ -200,6 +200,7 @@ class Supervisor(SlurmSupervision):
         )
         if error is None or found.get("rank") is not None:
             error = found
+        error = ncclabort.with_dumps(self.job_dir, error, watch.ranks)  # NCCL's own dumps
         failures.append_report(self.layout.log, error, plan_line_of(spec))
         return code, FAILED, error
 

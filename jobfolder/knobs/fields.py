@@ -123,6 +123,10 @@ class Hyperparameters:
         None, "seconds without progress on any rank before the job fails RANK_HUNG "
         "(default: 300 or 10 x the slowest step, x4 while loading or saving)", gt=0,
         unit="seconds")
+    load_timeout_s: float | None = knob(
+        None, "seconds without progress on any rank before the first step (the rendezvous, "
+        "the data, the model) before the job fails RANK_HUNG (default 1800)", gt=0,
+        unit="seconds")
     # --- planning only, multi-node jobs (the trainer ignores them) ---
     network: str = knob(
         "ethernet", "the link between nodes: ethernet (default 25 Gb/s per node) or "
