@@ -134,6 +134,9 @@ class Hyperparameters:
     internode_bandwidth_gbps: float | None = knob(
         None, "Gb/s per node between nodes (default: from network)", gt=0, finite=True,
         unit="Gb/s")
+    network_measured: str | None = knob(
+        None, "where internode_bandwidth_gbps was measured; set by `veri-tui probe` and a "
+        "multi-node launch's probe (planning only)")
     max_restarts: int = knob(
         0, "restarts after a platform failure (rank lost, comm, hardware, hang), "
         "each from the newest verified checkpoint", ge=0)

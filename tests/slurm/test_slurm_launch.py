@@ -49,6 +49,9 @@ def test_plan_reads_the_partition(slurm: SlurmCluster, home: Path, capsys) -> No
     assert code == 0 and "A100-80GB x1" in out
     code, out, _ = cli(capsys, "plan", *SLURM, "--partition", "debug", "--nodes", "2", "--json")
     assert code == 0 and json.loads(out)["resolved_parallelism"]["data_parallel_size"] == 4
+    # Two nodes are planned as two: the network between them is part of the estimate.
+    assert "nodes: 2 x 2 GPUs; NVLink within a node, 25 Gb/s per node across (ethernet " \
+        "default)" in json.loads(out)["header_lines"]  # fmt: skip
     # In text: the partition read comes first; CPU ranks have no GPU-hour price.
     code, out, _ = cli(capsys, "plan", *SLURM, "--partition", "debug", "--nodes", "2")
     lines = out.splitlines()

@@ -29,6 +29,7 @@ from veri_tui.launch.jobindex import target_for_job, target_of_entry
 from veri_tui.launch.local_host import LocalHost
 from veri_tui.launch.measured import comparison_lines
 from veri_tui.launch.metrics import log_row, metric_of
+from veri_tui.launch.probe.fleet import ProbeChoice
 from veri_tui.launch.records import LogLine, follow_lines
 from veri_tui.launch.slurm.options import SlurmOptions, slurm_options
 from veri_tui.launch.slurm.states import pending_reason, slurm_state
@@ -38,10 +39,10 @@ if TYPE_CHECKING:
     from veri_tui.plan import JobConfig, PlanRecord
 
 __all__ = [
-    "LogLine", "Row", "cancel", "comparison_lines", "follow_log", "get_job", "host_aliases",
-    "launch", "list_jobs", "local_jobs", "log_row", "metric_of", "pending_reason", "preflight",
-    "read_log", "resume", "SlurmOptions", "slurm_options", "slurm_script", "slurm_state",
-    "target_for", "trust_key", "watch", "watcher_of",
+    "LogLine", "ProbeChoice", "Row", "cancel", "comparison_lines", "follow_log", "get_job",
+    "host_aliases", "launch", "list_jobs", "local_jobs", "log_row", "metric_of", "pending_reason",
+    "preflight", "read_log", "resume", "SlurmOptions", "slurm_options", "slurm_script",
+    "slurm_state", "target_for", "trust_key", "watch", "watcher_of",
 ]  # fmt: skip
 
 #: Where a job runs: this machine (None), an SSH host, several (a multi-node job), or Slurm.
@@ -63,6 +64,7 @@ def launch(
     host: Where = None,
     trust_host: str | None = None,
     wait: bool = False,
+    probe: ProbeChoice | None = None,
 ) -> str:
     """Validate, write the job folder(s) and start the job detached; returns the job id.
 
@@ -71,11 +73,13 @@ def launch(
     has ended. ``plan_record`` None: planned here; with ``host`` the job is always planned
     on what the host has (after its preflight), and ``plan_record`` is not used.
     ``host`` a `SlurmOptions`: submitted with sbatch from its login node, planned for its
-    partition; the registry entry and job.json keep the Slurm job id.
+    partition; the registry entry and job.json keep the Slurm job id. A multi-node job's
+    nodes are probed first (``probe``: skip it, or go on past a slow node; docs/probe.md).
     """
     from veri_tui.launch.launching import launch as run_launch
 
-    return run_launch(job_config, plan_record, _names(host), trust_host, wait)
+    return run_launch(job_config, plan_record, _names(host), trust_host, wait,
+                      probe=probe or ProbeChoice())  # fmt: skip
 
 
 def slurm_script(job_config: JobConfig, options: SlurmOptions, trust_host: str | None = None

@@ -125,6 +125,8 @@ class SlurmHost:
         ranks = f"{per_node} x {gpu}" if part.gpus_per_node else f"{per_node} CPU ranks (gloo)"
         facts.notes.append(f"slurm: {nodes} node(s) x {ranks}")
         self._job_update = {"gpu_count": nodes * per_node, **({"gpu": gpu} if gpu else {})}
+        if nodes > 1:  # the allocation's nodes: the plan's network term, its probe's figure
+            self._job_update["node_count"] = nodes
         return facts
 
     def _login_facts(self, job: Any, dataset_bytes: int) -> HostFacts:
