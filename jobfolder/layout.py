@@ -13,6 +13,7 @@
       attempts/<n>/                     an earlier attempt's files, archived
       progress/rank-<r>                 each rank's step and phase (progress.py)
       measured/run-rank-<r>.json        each rank's measurements (jobstats.py)
+      canary/rank-<r>.json, decision.json  the canary's measurements, the gate (canary.py)
       checkpoints/step-<n>/             committed checkpoints (ckptindex.py)
       tokens/                           the token cache (trainer/tokencache.py)
       output/                           the artifact unless --output names another place
@@ -47,12 +48,14 @@ STOPPED = "stopped.json"
 ATTEMPTS = "attempts"
 PROGRESS = "progress"
 MEASURED = "measured"
+#: The canary's per-rank measurements and the gate's decision (canary.py).
+CANARY = "canary"
 CHECKPOINTS = "checkpoints"
 TOKENS = "tokens"
 OUTPUT = "output"
 PKG, DATA, MODEL = "pkg", "data", "model"
 #: What one attempt of torchrun leaves in the job folder; archived before the next.
-PER_ATTEMPT = (FAILURES, ELASTIC, TORCHRUN_LOG, EXIT_CODE, STOP_REQUEST, STOPPED)
+PER_ATTEMPT = (FAILURES, ELASTIC, TORCHRUN_LOG, EXIT_CODE, STOP_REQUEST, STOPPED, CANARY)
 #: The folders a new job folder is made with (an SSH host's also gets PKG and DATA).
 MADE_WITH = (PIDS, FAILURES)
 

@@ -7,8 +7,9 @@ the rank runs). One mark costs a few microseconds (benchmarks/bench_trainer_over
 
 Phases, in the order a step passes through them: `data` (the batch and the global token
 count, an all-reduce), then `forward` and `backward` once per micro-batch, `optimizer`
-(clipping, the update, the loss all-reduce), then `checkpoint` on a checkpoint step; `load`
-before the first step, `artifact` after the last, `done` once the artifact is written.
+(clipping, the update, the loss all-reduce), then `checkpoint` on a checkpoint step (and
+`gate` while a canary waits for its decision, jobfolder/canary.py); `load` before the first
+step, `artifact` after the last, `done` once the artifact is written.
 
 Every rank marks the same phases in the same order, so `seq` (marks made so far) orders the
 ranks by progress: the supervisor's watchdog (jobfolder/watchdog.py) reads these files and,
@@ -25,9 +26,19 @@ from typing import NamedTuple
 
 from jobfolder.layout import JobLayout
 
-PHASES = ("load", "data", "forward", "backward", "optimizer", "checkpoint", "artifact", "done")
+PHASES = (
+    "load",
+    "data",
+    "forward",
+    "backward",
+    "optimizer",
+    "checkpoint",
+    "gate",
+    "artifact",
+    "done",
+)
 #: Phases that may legitimately take much longer than a step: the watchdog waits longer.
-SLOW_PHASES = ("load", "checkpoint", "artifact")
+SLOW_PHASES = ("load", "checkpoint", "gate", "artifact")
 RECORD_BYTES = 64
 
 

@@ -61,6 +61,8 @@ class TrainConfig:
     max_restarts: int = 0
     plan_header: list[str] = field(default_factory=list)
     states_bytes_per_gpu: int | None = None
+    canary_steps: int = 0  # spec `canary.steps`: measured, then the gate (trainer/canary.py)
+    canary_gate_s: float = 600.0  # the longest wait for the gate's answer
 
     @property
     def global_batch_size(self) -> int:
@@ -168,6 +170,12 @@ def from_spec(spec: dict[str, Any], job_dir: Path) -> TrainConfig:
     if hp.get(length_key) is not None:
         cfg.max_length = _as_int(length_key, hp[length_key])
     cfg.precision = str(hp.get("precision", cfg.precision))
+    canary = spec.get("canary") or {}
+    if canary:
+        cfg.canary_steps = _as_int("canary.steps", canary.get("steps", 3))
+        cfg.canary_gate_s = float(canary.get("gate_s") or cfg.canary_gate_s)
+        if cfg.canary_steps < 1:
+            raise ConfigError("canary.steps: must be 1 or more (veri-tui launch --canary K)")
     _check(cfg, hp)
     return cfg
 

@@ -14,7 +14,7 @@ contract in .ci/run); docs/architecture.md draws the seams.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from jobfolder.attempts import resume_refusal
 from jobfolder.layout import JOB_FILE
@@ -63,6 +63,7 @@ def launch(
     host: Where = None,
     trust_host: str | None = None,
     wait: bool = False,
+    canary: dict[str, Any] | None = None,
 ) -> str:
     """Validate, write the job folder(s) and start the job detached; returns the job id.
 
@@ -71,11 +72,12 @@ def launch(
     has ended. ``plan_record`` None: planned here; with ``host`` the job is always planned
     on what the host has (after its preflight), and ``plan_record`` is not used.
     ``host`` a `SlurmOptions`: submitted with sbatch from its login node, planned for its
-    partition; the registry entry and job.json keep the Slurm job id.
+    partition; the registry entry and job.json keep the Slurm job id. ``canary``: the
+    spec's `canary` (steps and the gate's limits, docs/canary.md).
     """
     from veri_tui.launch.launching import launch as run_launch
 
-    return run_launch(job_config, plan_record, _names(host), trust_host, wait)
+    return run_launch(job_config, plan_record, _names(host), trust_host, wait, canary=canary)
 
 
 def slurm_script(job_config: JobConfig, options: SlurmOptions, trust_host: str | None = None

@@ -177,7 +177,7 @@ def create(host: Host, job: Any, job_dir: str, record: JobRecord) -> int:
 
 def launch(
     job: Any, plan_record: Any, names: Sequence[HostName], trust: str | None, wait: bool,
-    dry_run: bool = False,
+    dry_run: bool = False, canary: dict[str, Any] | None = None,
 ) -> str:  # fmt: skip
     """Check, plan, create and start the job on these hosts (None: this machine); returns
     its id (``dry_run``: the batch script a Slurm host would submit, nothing created).
@@ -202,6 +202,8 @@ def launch(
         while hosts[0].exists(posixpath.join(facts[0].jobs_dir, job_id)):
             job_id = new_job_id()  # same second, same random suffix: draw again
         nodes = node_records(hosts, facts, job, plan, job_id, rdzv)
+        for _, record in nodes if canary else ():
+            record["spec"]["canary"] = dict(canary)
         check_capacity(
             hosts, facts, plan, nodes[0][1]["spec"]["output_dir"] if job.output else None
         )

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from jobfolder.canary import KNOB_FOR_PART as CANARY_KNOBS
 from veri_tui.plan.activation_peak import ActivationTerms, activation_terms
 from veri_tui.plan.activations import Layout, loss_chunk_bytes, sequence_length
 from veri_tui.plan.gpus import GPU, RESERVE_BYTES
@@ -28,15 +29,9 @@ from veri_tui.plan.memory import WEIGHT_BYTES, MemoryEstimate, in_flight_bytes
 from veri_tui.plan.model_info import ModelInfo
 
 PARTS = ("states", "activations", "logits", "in_flight", "optimizer_step", "overhead")
-# The knob that moves each part most, named beside the largest part (the app, `memory:`).
-KNOB_FOR_PART = {
-    "states": "zero_stage, lora_rank or gpu_count",
-    "activations": "activation_checkpointing or micro_batch_size",
-    "logits": "micro_batch_size or max_seq_length",
-    "in_flight": "zero_stage 2 (no regathering) or lora_rank",
-    "optimizer_step": "lora_rank or gpu_count (zero_stage 3)",
-    "overhead": "nothing (fixed per GPU)",
-}
+# The knob that moves each part most, named beside the largest part (the app, `memory:`);
+# jobfolder's: the canary's gate names it too.
+KNOB_FOR_PART = CANARY_KNOBS
 
 
 def optimizer_step_bytes(est: MemoryEstimate) -> int:
@@ -148,6 +143,7 @@ def peak_parts(act: dict[str, Any], est: MemoryEstimate, gpu: GPU) -> dict[str, 
         "fits": allocated + RESERVE_BYTES <= gpu.memory_bytes,
         "largest": largest,
         "knob": KNOB_FOR_PART[largest],
+        "optimizer_step_bytes": step,  # AdamW's temporary, whichever moment is the peak
     }
 
 
