@@ -181,6 +181,9 @@ def peak_line(peak: dict[str, Any]) -> str:
         f"{PART_LABELS[k]} {v / 1e9:.1f}" for k, v in peak["parts"].items() if v or k == "states"
     )
     fit = "" if peak["fits"] else " (over the GPU's memory)"
+    note = peak.get("calibration")
+    if note:  # the overhead measured by canaries (calibration.py)
+        fit += f" (overhead calibrated from {note['runs']} run{'s' * (note['runs'] != 1)})"
     return (
         f"memory: peak {peak['peak_bytes'] / 1e9:.1f} GB/GPU of {peak['memory_bytes'] / 1e9:.1f}"
         f" GB{fit} = {parts}; largest: {PART_LABELS[peak['largest']]} ({peak['knob']})"
