@@ -176,8 +176,8 @@ def gate(block: dict[str, Any], limits: Mapping[str, Any], ranks: list[dict[str,
     headroom = DEFAULT_HEADROOM if headroom is None else headroom
     capacity, peak = _capacity(ranks), _max(ranks, "device_peak_bytes")
     if capacity and peak is not None and peak > (1 - headroom) * capacity:
-        terms = {t["term"]: t["measured"] or 0 for t in block["terms"]}
-        largest = max(KNOB_FOR_PART, key=lambda k: terms.get(k, 0))
+        terms = {t["term"].replace("loss", "logits"): t["measured"] or 0 for t in block["terms"]}
+        largest = max([k for k in KNOB_FOR_PART if k != "overhead"], key=lambda k: terms.get(k, 0))
         failed.append(f"--headroom {headroom:g}: peak {peak / 1e9:.3g} GB of "
                       f"{capacity / 1e9:.3g} GB per rank leaves under {headroom:.0%}; largest "
                       f"{largest}: {KNOB_FOR_PART[largest]}, or lower --headroom")  # fmt: skip
