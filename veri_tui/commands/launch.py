@@ -89,7 +89,8 @@ def follow_canary(job_id: str, wait: bool, as_json: bool) -> int:
         for line in jobs.follow_log(job_id):
             if not as_json:
                 print(line.text, flush=True)
-            if decision is None and line.text.startswith("canary: "):
+            # The gate's own line ends its table (jobfolder/canarytable.py).
+            if decision is None and line.text.startswith(("canary: go", "canary: no-go")):
                 decision = (jobs.get_job(job_id).get("canary") or {}).get("decision")
                 if decision == "go" and not wait:
                     break
