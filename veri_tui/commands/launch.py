@@ -63,20 +63,7 @@ def run(args: argparse.Namespace) -> int:
 def canary_of(args: argparse.Namespace) -> dict | None:
     """The spec's `canary` from --canary K and its limits; None without --canary."""
     limits = {"max_cost": args.max_cost, "max_hours": args.max_hours, "headroom": args.headroom}
-    given = {k: v for k, v in limits.items() if v is not None}
-    if args.canary is None:
-        if given:
-            flags = ", ".join(f"--{k.replace('_', '-')}" for k in given)
-            raise VeriError(f"{flags} judge a canary: add --canary", key="canary")
-        return None
-    if args.canary < 1:
-        raise VeriError(f"--canary {args.canary}: K is a number of steps, 1 or more", "canary")
-    for key in ("max_cost", "max_hours"):
-        if given.get(key) is not None and given[key] <= 0:
-            raise VeriError(f"--{key.replace('_', '-')} {given[key]:g}: must be above 0", key)
-    if not 0 <= given.get("headroom", 0) < 1:
-        raise VeriError(f"--headroom {given['headroom']:g}: a share, 0 to below 1", "headroom")
-    return {"steps": args.canary, **given}
+    return jobs.canary_spec(args.canary, **limits)
 
 
 def follow_canary(job_id: str, wait: bool, as_json: bool) -> int:

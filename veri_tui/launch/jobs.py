@@ -32,16 +32,17 @@ from veri_tui.launch.metrics import log_row, metric_of
 from veri_tui.launch.records import LogLine, follow_lines
 from veri_tui.launch.slurm.options import SlurmOptions, slurm_options
 from veri_tui.launch.slurm.states import pending_reason, slurm_state
+from veri_tui.launch.spec import canary_spec
 from veri_tui.launch.target import JobTarget, Node
 
 if TYPE_CHECKING:
     from veri_tui.plan import JobConfig, PlanRecord
 
 __all__ = [
-    "LogLine", "Row", "cancel", "comparison_lines", "follow_log", "get_job", "host_aliases",
-    "launch", "list_jobs", "local_jobs", "log_row", "metric_of", "pending_reason", "preflight",
-    "read_log", "resume", "SlurmOptions", "slurm_options", "slurm_script", "slurm_state",
-    "target_for", "trust_key", "watch", "watcher_of",
+    "LogLine", "Row", "cancel", "canary_spec", "comparison_lines", "follow_log", "get_job",
+    "host_aliases", "launch", "list_jobs", "local_jobs", "log_row", "metric_of", "pending_reason",
+    "preflight", "read_log", "resume", "SlurmOptions", "slurm_options", "slurm_script",
+    "slurm_state", "target_for", "trust_key", "watch", "watcher_of",
 ]  # fmt: skip
 
 #: Where a job runs: this machine (None), an SSH host, several (a multi-node job), or Slurm.
