@@ -67,6 +67,8 @@ def test_two_nodes_stop_together_at_the_gate_with_no_process_left(runs: dict) ->
         f"job {job_id} cancelled: canary: no-go: --max-cost 0.01: extrapolated $"
     )
     dirs = [runs["remote"] / f"{job_id}-node{k}" for k in (0, 1)]
+    for k, node in enumerate(dirs):  # each node's rank-local checkpoint loaded back there
+        assert json.loads((node / "canary" / f"rank-{k}.json").read_text())["resume_ok"]
     for node in dirs:
         record = json.loads((node / "job.json").read_text())
         assert record["status"] == "cancelled", record
