@@ -24,8 +24,8 @@ from typing import Any
 
 import torch
 
+from trainer.measure import vm_status
 from trainer.peakmem import run_peaks
-from trainer.runstats import vm_hwm_bytes
 
 WARMUP = 1  # canary steps left out of the rates: the first (lazy init, states made)
 
@@ -62,7 +62,9 @@ def memory(canary: Any, rec: dict[str, Any]) -> dict[str, Any]:
     if device.type == "cuda":
         alloc, reserved = run_peaks(device)
         stats = torch.cuda.memory_stats(device)
-        own = rec.get("peak_device_bytes")  # the trainer's measured file, where it has it
+        # The driver's figure where the trainer's measured record has it (trainer/devmem.py
+        # on branches that record NVML); None reads as not measured.
+        own = rec.get("device_memory_bytes", rec.get("peak_device_bytes"))
         used = _max(runs, "device_used")
         device_peak = max(v for v in (own, used) if v is not None) if (own or used) else None
         retries = rec.get("alloc_retries", stats.get("num_alloc_retries"))
@@ -74,7 +76,8 @@ def memory(canary: Any, rec: dict[str, Any]) -> dict[str, Any]:
         step = out["optimizer_step_bytes"] or 0
         alloc = None if states is None or beyond is None else states + max(beyond, step)
         out.update(allocated_peak_bytes=alloc, reserved_peak_bytes=None,
-                   device_peak_bytes=vm_hwm_bytes(), alloc_retries=None, device_source="VmHWM",
+                   device_peak_bytes=vm_status().get("VmHWM"), alloc_retries=None,
+                   device_source="VmHWM",
                    capacity_bytes=host_share_bytes())  # fmt: skip
     if out["device_peak_bytes"] is not None and out["allocated_peak_bytes"] is not None:
         out["overhead_bytes"] = out["device_peak_bytes"] - out["allocated_peak_bytes"]
