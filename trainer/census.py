@@ -4,9 +4,11 @@ Every storage an op creates while the census is active is registered (with a wea
 reference, so it is seen to be freed); after each op the storages alive are noted, so the
 peak of any stretch of ops is known, less storages named afterwards (gradients, known only
 once backward made them). Parameters, and whatever existed before it was entered, are not
-counted. The canary measures its CPU terms with it (trainer/canary.py), the tests and
-benchmarks what a step keeps for backward (tests/support/saved_bytes.py). Temporaries inside
-one kernel are not seen (they never reach Python).
+counted; a DTensor counts as its local shard (the mode sees a sharded tensor's op before
+its local op runs: the shard is this rank's memory, not the wrapper's global size). The
+canary measures its CPU terms with it (trainer/canary.py), the tests and benchmarks what a
+step keeps for backward (tests/support/saved_bytes.py). Temporaries inside one kernel are
+not seen (they never reach Python).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from collections.abc import Iterable
 from typing import Any
 
 import torch
+from torch.distributed.tensor import DTensor
 from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
@@ -49,6 +52,8 @@ class Census(TorchDispatchMode):
         out = func(*args, **(kwargs or {}))
         self._sweep()
         for t in tree_leaves(out):
+            if isinstance(t, DTensor):  # a wrapper: its shard is what this rank holds
+                t = t._local_tensor
             if isinstance(t, torch.Tensor):
                 key = _key(t)
                 if key not in self.live and key not in self.excluded:
