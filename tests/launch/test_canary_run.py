@@ -2,8 +2,9 @@
 ranks (gloo) run 3 steps longest-first, save and load back a checkpoint, the supervisor
 prints the measured-vs-planned table and the extrapolated time and cost, and the gate decides.
 The price per GPU-hour makes the gate's answer certain whatever this machine's speed: a
-cheap GPU goes on to the artifact, a dear one stops at the gate leaving a clear record and
-no process. Both runs start at once and are shared by the tests (one module fixture)."""
+cheap GPU goes on to the artifact (at zero_stage 3: FSDP2's sharded tensors in the CPU
+census), a dear one stops at the gate leaving a clear record and no process. Both runs
+start at once and are shared by the tests (one module fixture)."""
 
 from __future__ import annotations
 
@@ -28,16 +29,17 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
     """{"go": (home, completed process), "no-go": ...}: one launch each, side by side."""
     home = tmp_path_factory.mktemp("canary") / "veri-home"
     env = dict(os.environ, VERI_HOME=str(home))
-    prices = {"go": "0.0001", "no-go": "1000"}
+    more = {"go": ["price_per_gpu_hour=0.0001", "zero_stage=3"],
+            "no-go": ["price_per_gpu_hour=1000"]}  # fmt: skip
     procs = {
         name: subprocess.Popen(
-            [sys.executable, "-m", "veri_tui", *CANARY, "--set", f"price_per_gpu_hour={price}"],
+            [sys.executable, "-m", "veri_tui", *CANARY, *(f"--set={s}" for s in sets)],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
             env=env,
         )  # fmt: skip
-        for name, price in prices.items()
+        for name, sets in more.items()
     }
     done = {}
     for name, proc in procs.items():
@@ -94,6 +96,12 @@ def test_go_continues_the_same_process_to_the_artifact(runs: dict) -> None:
     memory = ranks[0]["memory"]
     assert memory["states_bytes"] > 0 and memory["activations_bytes"] > 0
     assert memory["device_source"] == "VmHWM" and memory["reserved_peak_bytes"] is None
+    terms = {t["term"]: t for t in block["terms"]}
+    assert terms["states"]["measured"] == pytest.approx(terms["states"]["planned"], rel=0.01)
+    assert 0 < terms["in_flight"]["measured"] <= terms["in_flight"]["planned"]  # stage 3
+    # The census counts a DTensor as its shard: the update's window is near the plan's
+    # AdamW temporary (counted at the wrappers' global size it read 7x).
+    assert terms["optimizer_step"]["measured"] < 2 * terms["optimizer_step"]["planned"]
 
 
 def test_no_go_stops_at_the_gate_with_a_clear_record_and_no_process(runs: dict) -> None:
