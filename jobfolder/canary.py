@@ -268,7 +268,7 @@ class CanaryWatch:
             lines = [line]
         self.block = block
         try:
-            modify_job(self.job_path, lambda rec: rec.__setitem__("canary", block))  # type: ignore[func-returns-value]
+            modify_job(self.job_path, lambda rec: rec.__setitem__("canary", block))
             append_lines(self.job_dir / LOG, lines)
         finally:
             write_decision(self.job_dir, block)  # last: the record says why before any rank goes on
