@@ -3,12 +3,17 @@
 Each rank writes measured/run-rank-<r>.json (trainer/runstats.py): its state bytes after the
 first optimizer step, its peak memory and its steady-state tokens/s. The job's figures are:
 
-- `peak_bytes` (and `peak_reserved_bytes` on CUDA): the largest over the ranks, since the
-  fullest GPU is the one that runs out;
+- `peak_bytes` (allocated on CUDA, VmHWM on CPU), and on CUDA `peak_reserved_bytes`,
+  `alloc_retries`, `cuda_ooms`; `device_memory_bytes` (NVML or nvidia-smi, None with its
+  reason in `device_memory_source` where neither answered, always on CPU) and
+  `host_rss_peak_bytes`: each the largest over the ranks, since the fullest GPU is the one
+  that runs out; `peak_per_rank` every rank's figures;
 - `tokens_per_s`, `step_time_s`, `setup_s` (seconds loading the model, sharding it, reading
   the data and the first step): rank 0's (every rank times the same global step; rank 0 is
   the one the log reports);
-- `states_bytes`: the largest over the ranks, `states_bytes_per_rank` each rank's;
+- `states_bytes`: the largest over the ranks, `states_bytes_per_rank` each rank's: tensors on
+  the rank's device only; `host_states_bytes` the largest of what lived on the host instead
+  (cpu_offload's shards, gradients and moments), `offloaded` whether any rank offloaded;
 - `gpu`: the planned GPU type on CUDA, "cpu" when the ranks ran on CPU (a CPU run is
   calibrated apart and never changes a GPU plan); `device_name` what CUDA called it.
 
@@ -26,6 +31,9 @@ from typing import Any
 from jobfolder.layout import MEASURED
 
 _RANK_FILE = re.compile(r"run-rank-(\d+)\.json$")
+#: Each rank's memory figures, kept per rank in `peak_per_rank` (trainer/devmem.py).
+PEAK_KEYS = ("peak_bytes", "peak_reserved_bytes", "alloc_retries", "device_memory_bytes",
+             "host_rss_peak_bytes")  # fmt: skip
 
 
 def read_rank_stats(job_dir: Path) -> list[dict[str, Any]]:
@@ -69,6 +77,8 @@ def gather(job_dir: Path, spec: Mapping[str, Any]) -> dict[str, Any] | None:
         "steps": first.get("steps"),
         "states_bytes": _max([r.get("states_bytes") for r in ranks]),
         "states_bytes_per_rank": [r.get("states_bytes") for r in ranks],
+        "host_states_bytes": _max([r.get("host_states_bytes") for r in ranks]),
+        "offloaded": any(bool(r.get("offloaded")) for r in ranks),
         "peak_bytes": _max([r.get("peak_bytes") for r in ranks]),
         "peak_source": first.get("peak_source"),
         "tokens_per_s": first.get("tokens_per_s") if first["rank"] == 0 else None,
@@ -77,9 +87,18 @@ def gather(job_dir: Path, spec: Mapping[str, Any]) -> dict[str, Any] | None:
         "steps_timed": first.get("steps_timed"),
         "warmup_steps": first.get("warmup_steps"),
     }
+    out["host_rss_peak_bytes"] = _max([r.get("host_rss_peak_bytes") for r in ranks])
+    out["device_memory_bytes"] = _max([r.get("device_memory_bytes") for r in ranks])
+    out["device_memory_source"] = first.get("device_memory_source")
     if device == "cuda":
-        out["peak_reserved_bytes"] = _max([r.get("peak_reserved_bytes") for r in ranks])
+        for key in ("peak_reserved_bytes", "alloc_retries", "cuda_ooms"):
+            out[key] = _max([r.get(key) for r in ranks])
         out["device_name"] = first.get("device_name")
+        out["alloc_conf"] = first.get("alloc_conf")
+    out["peak_per_rank"] = [
+        {k: r.get(k) for k in PEAK_KEYS if r.get(k) is not None} | {"rank": r["rank"]}
+        for r in ranks
+    ]
     return out
 
 

@@ -66,7 +66,7 @@ def train(cfg: TrainConfig, ctx: RankContext, log: RankLog) -> None:
     rt = init_runtime(cfg)
     torch.manual_seed(cfg.seed)
     path = resolve_model_dir(cfg.model_path)
-    stats = RunStats(ctx, rt.device, cfg.zero_stage)  # measured/run-rank-<r>
+    stats = RunStats(ctx, rt.device, cfg.zero_stage, offload_active(cfg, rt))  # run-rank-<r>
     with stats.setup.phase("data"):
         tok = load_tokenizer(path)
         rows = prepare_dataset(cfg, ctx, tok, path, log)  # <job_dir>/tokens/, mapped
@@ -101,7 +101,7 @@ def train(cfg: TrainConfig, ctx: RankContext, log: RankLog) -> None:
     opt = torch.optim.AdamW(params, lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(s, cfg.warmup_steps, total))
     start = _resume(cfg, model, opt, sched, log) if cfg.resume or cfg.resume_from else 0
-    meter = StateMeter(ctx, step=min(2, total))
+    meter = StateMeter(ctx, step=min(2, total), device=rt.device)
     if ref is not None and meter.enabled:
         decoder_layers(ref)[0].register_forward_hook(meter.reference_hook(ref))
     stepper = _Stepper(cfg, rt, model, ref, opt, tok.pad_token_id, rows, meter)

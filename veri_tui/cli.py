@@ -194,6 +194,10 @@ class _HelpFormatter(argparse.HelpFormatter):
         super().__init__(prog, **kwargs)
 
 
+class _KnobsHelpFormatter(_HelpFormatter, argparse.RawDescriptionHelpFormatter):
+    """`plan --help`: the options as usual, then the knob list as written."""
+
+
 def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     """The whole command tree; kept in one place so --help stays true to the code.
 
@@ -213,7 +217,13 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     for name, (help_text, add_options) in COMMANDS.items():
         if first in COMMANDS and first != name:
             continue
-        add_options(sub.add_parser(name, help=help_text, formatter_class=_HelpFormatter))
+        extra: dict[str, Any] = {"formatter_class": _HelpFormatter}
+        if name in ("plan", "launch") and {"-h", "--help"} & set(argv or ()):
+            from veri_tui.commands.knob_help import epilog
+
+            # The knob list is laid out already: argparse must not re-wrap it.
+            extra = {"formatter_class": _KnobsHelpFormatter, "epilog": epilog(_columns() - 2)}
+        add_options(sub.add_parser(name, help=help_text, **extra))
     return parser
 
 

@@ -17,10 +17,10 @@ from collections.abc import Iterator
 import pytest
 from launch_helpers import leftover_pids, wait_ended
 
-from veri_tui.launch.spec import REPO_ROOT
+from veri_tui.bundled import assets_dir
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(400)]
-EXAMPLE = str(REPO_ROOT / "assets" / "examples" / "sft-tiny.toml")
+EXAMPLE = str(assets_dir() / "examples" / "sft-tiny.toml")
 CANARY = ["launch", EXAMPLE, "--canary", "--max-cost", "0.01"]
 
 

@@ -15,12 +15,12 @@ from launch.launch_helpers import wait_for
 from slurm_helpers import cli, home, processes_of, slurm_job_dir
 from support.slurm_cluster import SlurmCluster
 
-from veri_tui.launch.spec import REPO_ROOT
+from veri_tui.bundled import assets_dir
 
 __all__ = ["home"]  # the fixture, imported for the test below
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
-EXAMPLE = str(REPO_ROOT / "assets" / "examples" / "sft-tiny.toml")
+EXAMPLE = str(assets_dir() / "examples" / "sft-tiny.toml")
 
 
 def test_a_no_go_canary_on_slurm_leaves_a_record_and_nothing_running(

@@ -16,13 +16,13 @@ from pathlib import Path
 import pytest
 from multinode_helpers import two_node_env
 
-from veri_tui.launch.spec import REPO_ROOT
+from veri_tui.bundled import assets_dir
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "launch"))
 from launch_helpers import leftover_pids  # noqa: E402
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(500)]
-EXAMPLE = str(REPO_ROOT / "assets" / "examples" / "sft-tiny.toml")
+EXAMPLE = str(assets_dir() / "examples" / "sft-tiny.toml")
 CANARY = [sys.executable, "-m", "veri_tui", "launch", EXAMPLE, "--canary", "--max-cost", "0.01"]
 
 

@@ -23,6 +23,7 @@ def predicted_of(plan: dict[str, Any]) -> dict[str, Any]:
     transient = (act.get("transient_gather_bytes") or 0) if known_act else None
     peak = states + activations + transient if states is not None and known_act else None
     known_tp = bool(tp.get("known"))
+    parts = (act.get("peak") or {}) if known_act else {}
     cost = plan.get("cost") or {}
     return {
         "gpu": (plan.get("gpu") or {}).get("name"),
@@ -31,6 +32,10 @@ def predicted_of(plan: dict[str, Any]) -> dict[str, Any]:
         "activations_model_bytes": (act.get("calibration") or {}).get("model_bytes", activations),
         "transient_gather_bytes": transient,
         "peak_bytes": peak,
+        # The planner's own peak (veri_tui/plan/peak.py): allocated bytes with the optimizer
+        # step's temporary, and with the 2 GiB overhead: what the device figure is set beside.
+        "allocated_bytes": parts.get("allocated_bytes"),
+        "device_peak_bytes": parts.get("peak_bytes"),
         "tokens_per_s": tp.get("tokens_per_s") if known_tp else None,
         "tokens_per_s_model": (tp.get("calibration") or {}).get(
             "model_tokens_per_s", tp.get("tokens_per_s") if known_tp else None
@@ -91,12 +96,25 @@ def _num(value: Any) -> float | None:
     return float(value) if ok else None
 
 
+#: Shown only when the run measured them (CUDA): the allocator's and the driver's figures,
+#: each beside the planner's allocated bytes (optimizer step included) or its peak with the
+#: overhead (trainer/devmem.py says where each comes from).
+CUDA_ROWS = (
+    ("allocated/GPU (with step)", "allocated_bytes", "peak_bytes", _bytes),
+    ("reserved/GPU", "allocated_bytes", "peak_reserved_bytes", _bytes),
+    ("device memory/GPU", "device_peak_bytes", "device_memory_bytes", _bytes),
+    ("allocator retries", "-", "alloc_retries", lambda n: f"{n:.0f}"),
+)
+
+
 def comparison(record: dict[str, Any]) -> list[tuple[str, str, str, str]]:
     """(what, predicted, measured, measured/predicted) rows; "-" where a side is missing."""
     pred = record.get("predicted") or {}
     meas = record.get("measured") or {}
     rows = []
-    for label, pkey, mkey, fmt in ROWS:
+    cuda = meas.get("device") == "cuda" and meas.get("alloc_retries") is not None  # devmem.py
+    extra = [r for r in CUDA_ROWS if cuda and meas.get(r[2]) is not None]
+    for label, pkey, mkey, fmt in (*ROWS, *extra):
         p, m = _num(pred.get(pkey)), _num(meas.get(mkey))
         ratio = f"{m / p:.3g}x" if p and m is not None else "-"
         shown = [fmt(v) if v is not None else "-" for v in (p, m)]
@@ -127,6 +145,11 @@ def comparison_lines(record: dict[str, Any]) -> list[str]:
             f"tokens/s: median of "
             f"{meas.get('steps_timed')} steps after {meas.get('warmup_steps')} warm-up)"
         )
+        if "device_memory_source" in meas and meas.get("device_memory_bytes") is None:
+            out.append(f"device memory: {meas.get('device_memory_source') or 'not measured'}")
+        if meas.get("offloaded") and meas.get("host_states_bytes"):
+            out.append(f"on the host, not the GPU: {_bytes(meas['host_states_bytes'])} of "
+                       "states (cpu_offload)")  # fmt: skip
     else:
         out.append("measured: nothing (the job ended before its first optimizer step)")
     return out

@@ -22,6 +22,7 @@ from __future__ import annotations
 from typing import Any
 
 from jobfolder.canary import KNOB_FOR_PART as CANARY_KNOBS
+from jobfolder.knobs import CHECKPOINTING
 from veri_tui.plan.activation_peak import ActivationTerms, activation_terms
 from veri_tui.plan.activations import Layout, loss_chunk_bytes, sequence_length
 from veri_tui.plan.gpus import GPU, RESERVE_BYTES
@@ -72,10 +73,7 @@ def estimate_peak(
     lora, stage = est.lora_rank, est.zero_stage
     # fp32 master weights compute under autocast at stage 0; FSDP2 gathers bf16 copies.
     autocast = est.precision == "fp32" and stage == 0
-    by_mode = {
-        m: _terms(info, m, tokens, lora, autocast) if known else None
-        for m in ("none", "selective", "full")
-    }
+    by_mode = {m: _terms(info, m, tokens, lora, autocast) if known else None for m in CHECKPOINTING}
     terms = by_mode[activation_checkpointing]
     transient = 0 if est.cpu_offload else in_flight_bytes(
         info, zero_stage=stage, precision=est.precision, lora_rank=lora
