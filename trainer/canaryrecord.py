@@ -10,8 +10,9 @@ and load-back seconds, the set-up phases. Memory, by the plan's terms (veri_tui/
 - `allocated_peak_bytes`: CUDA's allocator peak; on CPU the states plus the larger of the
   forward/backward and the update's census peaks (tensor bytes, counted);
 - `reserved_peak_bytes`, `alloc_retries`: CUDA's caching allocator (None on CPU);
-- `device_peak_bytes`: the device's own figure (the trainer's measured file's, else the
-  most `mem_get_info` showed used at a phase mark) on CUDA, VmHWM on CPU;
+- `device_peak_bytes`: the driver's figure on CUDA (`device_memory_bytes` of the run's
+  record, trainer/devmem.py), else the most `mem_get_info` showed used at a phase mark;
+  VmHWM on CPU;
 - `overhead_bytes`: device peak less allocated peak (on CPU: the process beyond tensors);
 - `capacity_bytes`: what one rank has: the GPU's memory, or the host's over its ranks.
 """
@@ -62,8 +63,8 @@ def memory(canary: Any, rec: dict[str, Any]) -> dict[str, Any]:
     if device.type == "cuda":
         alloc, reserved = run_peaks(device)
         stats = torch.cuda.memory_stats(device)
-        # The driver's figure where the trainer's measured record has it (trainer/devmem.py
-        # on branches that record NVML); None reads as not measured.
+        # The driver's figure of the run's record (trainer/devmem.py: NVML, else nvidia-smi;
+        # None when neither could say), else what mem_get_info showed at the phase marks.
         own = rec.get("device_memory_bytes", rec.get("peak_device_bytes"))
         used = _max(runs, "device_used")
         device_peak = max(v for v in (own, used) if v is not None) if (own or used) else None
