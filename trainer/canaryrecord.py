@@ -71,7 +71,7 @@ def memory(canary: Any, rec: dict[str, Any]) -> dict[str, Any]:
         retries = rec.get("alloc_retries", stats.get("num_alloc_retries"))
         out.update(allocated_peak_bytes=alloc, reserved_peak_bytes=reserved,
                    device_peak_bytes=device_peak, alloc_retries=retries,
-                   device_source="nvml" if own else "mem_get_info",
+                   device_source="driver" if own else "mem_get_info",
                    capacity_bytes=torch.cuda.mem_get_info(device)[1])  # fmt: skip
     else:
         step = out["optimizer_step_bytes"] or 0
