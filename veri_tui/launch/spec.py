@@ -188,7 +188,8 @@ def canary_spec(steps: int | None, **limits: float | None) -> dict[str, Any] | N
     if steps is None:
         if given:
             flags = ", ".join(f"--{k.replace('_', '-')}" for k in given)
-            raise VeriError(f"{flags} judge a canary: add --canary", key="canary")
+            verb = "judges" if len(given) == 1 else "judge"
+            raise VeriError(f"{flags} {verb} a canary: add --canary", key="canary")
         return None
     if steps < 1:
         raise VeriError(f"--canary {steps}: K is a number of steps, 1 or more", key="canary")
