@@ -1,4 +1,5 @@
-"""Gather the ranks' run measurements into job.json's `measured` (the supervisor does, at the end).
+"""Gather the ranks' run measurements into job.json's `measured` (the supervisor does, at the end;
+readers gather them the same way from every node while a job runs or when it ended without).
 
 Each rank writes measured/run-rank-<r>.json (trainer/runstats.py): its state bytes after the
 first optimizer step, its peak memory and its steady-state tokens/s. The job's figures are:
@@ -36,6 +37,24 @@ PEAK_KEYS = ("peak_bytes", "peak_reserved_bytes", "alloc_retries", "device_memor
              "host_rss_peak_bytes")  # fmt: skip
 
 
+def rank_of(name: str) -> int | None:
+    """The rank a measured/ file name is for (`run-rank-<r>.json`); None for another file."""
+    m = _RANK_FILE.match(name)
+    return int(m.group(1)) if m else None
+
+
+def parse_rank_stats(rank: int, raw: bytes) -> dict[str, Any] | None:
+    """One rank's file as read (here, or over SSH by the launch side); None when torn."""
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError):
+        return None
+    if not isinstance(data, dict):
+        return None
+    data["rank"] = rank
+    return data
+
+
 def read_rank_stats(job_dir: Path) -> list[dict[str, Any]]:
     """Every readable measured/run-rank-<r>.json, by rank; a torn or foreign file is skipped."""
     out: list[dict[str, Any]] = []
@@ -43,15 +62,12 @@ def read_rank_stats(job_dir: Path) -> list[dict[str, Any]]:
     if not folder.is_dir():
         return out
     for path in folder.iterdir():
-        m = _RANK_FILE.match(path.name)
-        if not m:
-            continue
+        rank = rank_of(path.name)
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
+            data = parse_rank_stats(rank, path.read_bytes()) if rank is not None else None
+        except OSError:
             continue
-        if isinstance(data, dict):
-            data["rank"] = int(m.group(1))
+        if data is not None:
             out.append(data)
     return sorted(out, key=lambda d: d["rank"])
 
@@ -64,7 +80,12 @@ def _max(values: list[Any]) -> int | float | None:
 def gather(job_dir: Path, spec: Mapping[str, Any]) -> dict[str, Any] | None:
     """job.json's `measured` from the ranks' files; None when no rank wrote one (a job that
     ended before its first optimizer step)."""
-    ranks = read_rank_stats(job_dir)
+    return gather_ranks(read_rank_stats(job_dir), spec)
+
+
+def gather_ranks(ranks: list[dict[str, Any]], spec: Mapping[str, Any]) -> dict[str, Any] | None:
+    """`measured` from the ranks' files as read (sorted by rank; from one folder or from
+    every node's); None when there are none."""
     if not ranks:
         return None
     first = ranks[0]

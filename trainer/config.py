@@ -178,8 +178,10 @@ def _check(cfg: TrainConfig) -> None:
         raise ConfigError("cpu_offload: needs zero_stage 2 or 3 (offload shards FSDP2 states)")
     if cfg.max_restarts < 0:
         raise ConfigError("max_restarts: must be 0 (no retries) or more")
-    if cfg.hang_timeout_s is not None and not cfg.hang_timeout_s > 0:
-        raise ConfigError("hang_timeout_s: must be a number of seconds above 0 (or unset)")
+    for key in ("hang_timeout_s", "load_timeout_s"):
+        value = getattr(cfg, key)
+        if value is not None and not value > 0:
+            raise ConfigError(f"{key}: must be a number of seconds above 0 (or unset)")
     if cfg.lora_rank < 0:
         raise ConfigError("lora_rank: must be 0 (full fine-tune) or positive")
     if cfg.load_in_4bit and not cfg.lora_rank:

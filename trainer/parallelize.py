@@ -25,6 +25,7 @@ from torch import nn
 from jobfolder.errors import ConfigError
 from jobfolder.watchdog import DIST_TIMEOUT_ENV, DIST_TIMEOUT_S
 from trainer.config import TrainConfig
+from trainer.faults import FaultPlan
 from trainer.loading import materialize
 from trainer.measure import mark_memory
 from trainer.model import decoder_layers
@@ -72,6 +73,7 @@ def init_runtime(cfg: TrainConfig) -> Runtime:
     else:
         device = torch.device("cpu")
     if not dist.is_initialized():
+        FaultPlan(int(os.environ.get("RANK", 0))).before_rendezvous()  # tests only (VERI_FAULT)
         if "MASTER_ADDR" not in os.environ:  # plain `python -m trainer`: a group of one
             os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()))
             os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0")

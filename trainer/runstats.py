@@ -23,8 +23,10 @@ Cheap enough for every job (a sum over the parameter list once, a float per step
   reading and tokenizing the data, and the attempt's first optimizer step; rank 0 logs them
   as one `setup: model 3.1 s, shard 0.4 s, data 2.0 s, first step 1.2 s` line.
 
-The file is written after the first step (states and the peak so far) and again when
-training ends, before the artifact is saved (the peak of training, not of the final gather).
+The file is written after the first step (states and the peak so far), every
+`REWRITE_EVERY_S` seconds of training after it (what readers show for a running job), and
+again when training ends, before the artifact is saved (the peak of training, not of the
+final gather).
 The supervisor gathers the ranks' files into job.json's `measured` (jobfolder/jobstats.py).
 VERI_MEASURE_STATES=1 (trainer/measure.py) still writes the detailed measured/rank-<r>.json.
 """
@@ -47,6 +49,8 @@ from jobfolder.layout import JobLayout
 from trainer.devmem import DeviceMemory, peak_memory
 from trainer.measure import split_bytes
 from trainer.report import RankContext
+
+REWRITE_EVERY_S = 30.0  # a small JSON file per rank: cheap beside a step
 
 #: Steps of each attempt left out of the steady-state rate (start-up, first allocations).
 WARMUP_STEPS = 2
@@ -110,6 +114,7 @@ class RunStats:
         self.rates: list[float] = []
         self.step_s: list[float] = []
         self.setup = SetupClock()  # the loop times its phases into it
+        self.written_at = time.monotonic()
 
     def after_forward(self, model: nn.Module) -> None:
         """First step, stage 2: the compute copy is the set of parameters unsharded now."""
@@ -147,6 +152,8 @@ class RunStats:
         if len(self.rates) == 1:
             self.setup.add("first_step", seconds)
             self.write(final=False)
+        elif time.monotonic() - self.written_at >= REWRITE_EVERY_S:
+            self.write(final=False)  # readers show a running job's figures so far
 
     def record(self, final: bool) -> dict[str, Any]:
         """This rank's measurements as written to measured/run-rank-<r>.json."""
@@ -177,6 +184,7 @@ class RunStats:
     def write(self, final: bool = True) -> dict[str, Any]:
         """Write this rank's file atomically; returns what was written."""
         data = self.record(final)
+        self.written_at = time.monotonic()
         path = run_stats_path(self.ctx.job_dir, self.ctx.rank)
         path.parent.mkdir(parents=True, exist_ok=True)
         write_json_atomic(path, data)

@@ -123,6 +123,10 @@ class Hyperparameters:
         None, "seconds without progress on any rank before the job fails RANK_HUNG "
         "(default: 300 or 10 x the slowest step, x4 while loading or saving)", gt=0,
         unit="seconds")
+    load_timeout_s: float | None = knob(
+        None, "seconds without progress on any rank before the first step (the rendezvous, "
+        "the data, the model) before the job fails RANK_HUNG (default 1800)", gt=0,
+        unit="seconds")
     # --- planning only, multi-node jobs (the trainer ignores them) ---
     network: str = knob(
         "ethernet", "the link between nodes: ethernet (default 25 Gb/s per node) or "
@@ -130,6 +134,9 @@ class Hyperparameters:
     internode_bandwidth_gbps: float | None = knob(
         None, "Gb/s per node between nodes (default: from network)", gt=0, finite=True,
         unit="Gb/s")
+    network_measured: str | None = knob(
+        None, "where internode_bandwidth_gbps was measured; set by `veri-tui probe` and a "
+        "multi-node launch's probe (planning only)")
     max_restarts: int = knob(
         0, "restarts after a platform failure (rank lost, comm, hardware, hang), "
         "each from the newest verified checkpoint", ge=0)

@@ -34,4 +34,7 @@ class Job:
         "SSH used, port rdzv_port)")
     rdzv_port: int | None = knob(
         None, "node 0's rendezvous port (default: a free one there)", ge=1, le=65535)
+    node_count: int | None = knob(
+        None, "nodes of a job whose hosts a scheduler picks (a Slurm allocation's --nodes; "
+        "set by the launcher)", ge=1)
     # fmt: on

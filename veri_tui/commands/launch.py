@@ -48,7 +48,9 @@ def run(args: argparse.Namespace) -> int:
         # preflight (the host's GPUs, the model's headers read over SFTP). Planning here
         # would refuse a model only it holds.
         record = None
-    job_id = jobs.launch(job, record, host=host, trust_host=args.trust_host, canary=canary)
+    probe = jobs.ProbeChoice(run=not args.no_probe, allow_slow=args.allow_slow_nodes)
+    job_id = jobs.launch(job, record, host=host, trust_host=args.trust_host, probe=probe,
+                         canary=canary)  # fmt: skip
     if canary is not None:
         return follow_canary(job_id, args.wait, args.json)
     if args.json:

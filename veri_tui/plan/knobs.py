@@ -30,8 +30,8 @@ class JobConfig(KnobModel, schema.Job):
 
     @property
     def nodes(self) -> int:
-        """Machines the job runs on: one per host (1 without hosts)."""
-        return max(len(self.hosts or ()), 1)
+        """Machines the job runs on: one per host, else `node_count` (1 without either)."""
+        return max(len(self.hosts or ()), self.node_count or 1)
 
     def hyperparameters_set(self) -> dict[str, Any]:
         """Only the knobs the user set, under their canonical names (for records and pins)."""
