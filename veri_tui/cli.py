@@ -85,27 +85,9 @@ def _launch_options(p: argparse.ArgumentParser) -> None:
         "--allow-slow-nodes", action="store_true",
         help="launch although the probe finds a node slow or sick (at your own risk)",
     )  # fmt: skip
-    _canary_options(p)
+    from veri_tui.commands.common import canary_options
 
-
-def _canary_options(p: argparse.ArgumentParser) -> None:
-    """The canary and its gate (docs/canary.md)."""
-    g = p.add_argument_group("canary: K measured steps, then go or no-go (docs/canary.md)")
-    g.add_argument(
-        "--canary", nargs="?", const=3, type=int, metavar="K",
-        help="run K steps first (default 3; the longest samples first), save and load back a "
-        "checkpoint, print measured against planned and the extrapolated time and cost, "
-        "then go on or stop by the gate",
-    )  # fmt: skip
-    g.add_argument("--max-cost", type=float, metavar="USD",
-                   help="no-go when the extrapolated cost is above this")  # fmt: skip
-    g.add_argument("--max-hours", type=float, metavar="H",
-                   help="no-go when the extrapolated wall time is above this")  # fmt: skip
-    g.add_argument(
-        "--headroom", type=float, metavar="F",
-        help="no-go when a rank's device peak leaves less than this share of its memory "
-        "free (default 0.1)",
-    )  # fmt: skip
+    canary_options(p)
 
 
 def _jobs_options(p: argparse.ArgumentParser) -> None:
