@@ -119,9 +119,9 @@ def memory_terms(ranks: list[dict[str, Any]], predicted: Mapping[str, Any]) -> l
     return out
 
 
-def extrapolate(first: Mapping[str, Any], predicted: Mapping[str, Any], gpus: int
-                ) -> dict[str, Any]:  # fmt: skip
-    """The whole job's hours and cost (estimate and band) from rank 0's steady steps."""
+def extrapolate(first: Mapping[str, Any], price: float | None, gpus: int) -> dict[str, Any]:
+    """The whole job's hours and cost (estimate and band) from rank 0's steady steps, at
+    ``price`` per GPU-hour (None: hours only)."""
     rates = [float(r) for r in first.get("rates") or [] if r]
     warm = int(first.get("warmup_steps") or 0)
     steady = rates[warm:] or rates
@@ -138,7 +138,6 @@ def extrapolate(first: Mapping[str, Any], predicted: Mapping[str, Any], gpus: in
     seconds = [fixed + tokens * share / max(steady), fixed + tokens * share / rate]
     seconds.append(max(seconds[1], fixed + slow * (total - done)))
     hours = [s / 3600 for s in seconds]
-    price = _num(predicted.get("price_per_gpu_hour"))
     cost = [h * gpus * price for h in hours] if price is not None else None
     return {
         "known": True, "tokens_per_s": rate, "tokens_total": tokens, "total_steps": total,
@@ -193,6 +192,15 @@ def gate(block: dict[str, Any], limits: Mapping[str, Any], ranks: list[dict[str,
     return failed
 
 
+def price_of(spec: Mapping[str, Any], predicted: Mapping[str, Any]) -> float | None:
+    """The price per GPU-hour: the plan's, else the one the job set (a plan made where the
+    job's cost could not be estimated keeps none)."""
+    price = _num(predicted.get("price_per_gpu_hour"))
+    if price is None:
+        price = _num((spec.get("hyperparameters") or {}).get("price_per_gpu_hour"))
+    return price
+
+
 def judge(ranks: list[dict[str, Any]], spec: Mapping[str, Any], predicted: Mapping[str, Any]
           ) -> dict[str, Any]:  # fmt: skip
     """job.json's `canary` from the ranks' files (rank order), the spec and the plan."""
@@ -207,7 +215,7 @@ def judge(ranks: list[dict[str, Any]], spec: Mapping[str, Any], predicted: Mappi
                                             "save_s", "load_s", "setup_s", "tokens")},
         "planned": {k: predicted.get(k) for k in ("tokens_per_s", "step_time_s", "gpu_hours",
                                                    "price")},
-        "extrapolated": extrapolate(first, predicted, gpus),
+        "extrapolated": extrapolate(first, price_of(spec, predicted), gpus),
     }  # fmt: skip
     failed = gate(block, limits, ranks)
     block.update(decision=NO_GO if failed else GO, failed=failed, decided_at=now_iso())

@@ -90,6 +90,10 @@ def test_each_gate_names_its_limit_and_the_knob() -> None:
 def test_no_price_cannot_pass_a_cost_limit() -> None:
     block = judge([rank(0)], spec(max_cost=5.0), {**PREDICTED, "price_per_gpu_hour": None})
     assert block["decision"] == "no-go" and "no cost to judge" in block["line"]
+    # A plan without a cost (made where the dataset could not be counted) takes the job's own.
+    priced = {**spec(max_cost=5.0), "hyperparameters": {"price_per_gpu_hour": 3.0}}
+    block = judge([rank(0)], priced, {**PREDICTED, "price_per_gpu_hour": None})
+    assert block["extrapolated"]["price_per_gpu_hour"] == 3.0 and block["decision"] == "go"
 
 
 def test_the_watch_judges_once_every_rank_wrote_then_records_logs_and_answers(
