@@ -17,7 +17,7 @@ their node's ranks). A read never writes: job.json keeps what its supervisor wro
 from __future__ import annotations
 
 import posixpath
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from jobfolder.jobstats import gather_ranks, parse_rank_stats, rank_of
@@ -50,7 +50,7 @@ def ranks_on(host: Any, job_dir: str) -> list[dict[str, Any]]:
     return out
 
 
-def so_far(record: dict[str, Any], nodes: Sequence[Any]) -> dict[str, Any] | None:
+def so_far(record: Mapping[str, Any], nodes: Sequence[Any]) -> dict[str, Any] | None:
     """The job's `measured` from every node's rank files, when the record's own is missing
     or covers fewer ranks than the job has; None to keep the record's."""
     spec = record.get("spec") or {}
