@@ -25,6 +25,9 @@ DEFAULT_GPU = "L4-24GB"
 #: What a layer keeps for backward (trainer/checkpointing.py): nothing, a selection, all.
 Checkpointing = Literal["none", "selective", "full"]
 CHECKPOINTING: tuple[str, ...] = get_args(Checkpointing)
+#: The learning-rate schedule after the linear warmup (trainer/schedule.py).
+LrScheduler = Literal["cosine", "linear", "constant"]
+LR_SCHEDULERS: tuple[str, ...] = get_args(LrScheduler)
 
 #: The app's form sections, in the order the form shows them.
 SECTIONS = ("Job", "Parallelism", "LoRA and lengths", "Training", "Not available",
@@ -72,6 +75,11 @@ class Hyperparameters:
     lora_rank: int = knob(0, "LoRA rank; 0 = full fine-tune", ge=0, section=_LORA)
     lora_alpha: float | None = knob(
         None, "LoRA alpha (default 2 x lora_rank)", gt=0, section=_LORA, hint="2 x lora_rank")
+    # Not on the form (a list; and the form's snapshots stay as they are): veri.toml, --set.
+    lora_target_modules: list[str] | None = knob(
+        None, 'module names LoRA adapts, e.g. ["q_proj", "v_proj"] (default: every attention '
+        "and MLP projection the model has; attention only in a mixture of experts)")
+    lora_dropout: float = knob(0.0, "dropout on the LoRA adapters' input, in [0, 1)", ge=0, lt=1)
     tensor_parallel_size: int = knob(1, "only 1 (TP is not available)", multi_gpu=True,
                                      section=_NA, label="tensor_parallel", hint="only 1")
     context_parallel_size: int = knob(1, "only 1 (CP is not available)", multi_gpu=True,
@@ -95,6 +103,9 @@ class Hyperparameters:
     num_epochs: int = knob(1, "passes over the dataset (unless max_steps)", ge=1, section=_TRAIN)
     warmup_steps: int = knob(
         0, "linear warmup, in optimizer steps", ge=0, unit="steps", section=_TRAIN)
+    lr_scheduler: LrScheduler = knob(
+        "cosine", '"cosine" (default: to 0 at the last step), "linear" (to 0) or "constant", '
+        "after the warmup", choices=LR_SCHEDULERS)
     weight_decay: float = knob(0.0, "AdamW weight decay", ge=0)
     max_grad_norm: float = knob(1.0, "gradient clipping norm (0 = off)", ge=0)
     seed: int = knob(42, "seed for init, shuffling and dropout", section=_TRAIN)

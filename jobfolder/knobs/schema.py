@@ -25,9 +25,10 @@ class Knob(NamedTuple):
     type: Any = None
     default: Any = None
     unit: str = ""  # what the number counts: tokens, steps, bytes, seconds, USD, Gb/s
-    ge: float | None = None  # bounds, as pydantic's Field(ge=, gt=, le=)
+    ge: float | None = None  # bounds, as pydantic's Field(ge=, gt=, le=, lt=)
     gt: float | None = None
     le: float | None = None
+    lt: float | None = None
     finite: bool = False  # a float that must not be inf or NaN
     alias: str = ""  # another name the user may write (batch_size)
     pin: bool = False  # copied from the plan's resolved_parallelism: it pins the plan

@@ -27,7 +27,7 @@ KNOBS = table(schema.Job) + table(schema.Hyperparameters)
 def _pydantic(knob: schema.Knob, value: object) -> tuple[str, object]:
     """("ok", value) or ("error", message) from a TypeAdapter of the knob's type and bounds."""
     bounds: dict[str, object] = {
-        b: getattr(knob, b) for b in ("ge", "gt", "le") if getattr(knob, b) is not None
+        b: getattr(knob, b) for b in ("ge", "gt", "le", "lt") if getattr(knob, b) is not None
     }
     if knob.finite:
         bounds["allow_inf_nan"] = False

@@ -30,7 +30,7 @@ def _takes(tp: Any) -> str:
 
 def takes(knob: Knob) -> str:
     """The knob's type with its bounds and unit: `integer >= 1`, `number > 0 (seconds)`."""
-    signs = ((">=", knob.ge), (">", knob.gt), ("<=", knob.le))
+    signs = ((">=", knob.ge), (">", knob.gt), ("<=", knob.le), ("<", knob.lt))
     bounds = ", ".join(f"{sign} {bound:g}" for sign, bound in signs if bound is not None)
     text = f"{_takes(knob.type)} {bounds}" if bounds else _takes(knob.type)
     return f"{text} ({knob.unit})" if knob.unit else text

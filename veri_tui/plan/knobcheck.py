@@ -63,6 +63,7 @@ def _in_bounds(knob: Knob, value: Any) -> bool:
         (knob.ge is not None and not value >= knob.ge)
         or (knob.gt is not None and not value > knob.gt)
         or (knob.le is not None and not value <= knob.le)
+        or (knob.lt is not None and not value < knob.lt)
     )
 
 
@@ -71,7 +72,7 @@ def _adapter(knob: Knob) -> Any:
     """pydantic's validator for the knob's type and bounds (built on first use)."""
     from pydantic import Field, TypeAdapter
 
-    bounds = {b: getattr(knob, b) for b in ("ge", "gt", "le") if getattr(knob, b) is not None}
+    bounds = {b: getattr(knob, b) for b in ("ge", "gt", "le", "lt") if getattr(knob, b) is not None}
     if knob.finite:
         bounds["allow_inf_nan"] = False
     tp: Any = typing.Annotated[knob.type, Field(**bounds)] if bounds else knob.type
