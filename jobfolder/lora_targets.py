@@ -52,3 +52,22 @@ def target_modules(linears: Iterable[str], moe: bool) -> list[str]:
     """peft's `target_modules`: the adapted names present among these linears, in order."""
     present = {m.rsplit(".", 1)[-1] for m in linears if adapts(m, moe)}
     return [t for t in LORA_TARGETS if t in present]
+
+
+def chosen(present: Iterable[str], moe: bool, wanted: Iterable[str] | None) -> list[str]:
+    """The knob `lora_target_modules` over the module names a model has (`present`, the
+    adaptable ones: `targets(moe)` among its linears): the default rule where unset, else
+    the names asked for; ValueError naming the unknown ones and the names the model has.
+    Only names the default rule knows are taken, so the plan's header count stays exact."""
+    have = [t for t in LORA_TARGETS if t in set(present) and t in targets(moe)]
+    if wanted is None:
+        return have
+    asked = list(dict.fromkeys(wanted))
+    unknown = [w for w in asked if w not in have]
+    if unknown or not asked:
+        what = ", ".join(map(repr, unknown)) or "an empty list"
+        raise ValueError(
+            f"{what} is not a module LoRA can adapt in this model; it has {', '.join(have)}"
+            + (" (attention only: a mixture of experts)" if moe else "")
+        )
+    return [t for t in have if t in asked]

@@ -198,5 +198,12 @@ def _check(cfg: TrainConfig) -> None:
             f"load_in_4bit: QLoRA runs on one GPU at zero_stage 0 without cpu_offload, not "
             f"with {knob} (FSDP2 cannot shard an NF4 base); set zero_stage 0 and cpu_offload false"
         )
+    modules = cfg.lora_target_modules
+    if modules is not None and (
+        not isinstance(modules, list) or not modules or not all(isinstance(m, str) for m in modules)
+    ):
+        raise ConfigError("lora_target_modules: a non-empty list of module names, or unset")
+    if not 0 <= cfg.lora_dropout < 1:
+        raise ConfigError(f"lora_dropout: {cfg.lora_dropout} is not in [0, 1)")
     if cfg.lora_alpha is None and cfg.lora_rank:
         cfg.lora_alpha = 2.0 * cfg.lora_rank

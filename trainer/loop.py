@@ -8,7 +8,6 @@ grad_acc x dp split of the same global batch gives the same update.
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -47,15 +46,8 @@ from trainer.parallelize import (
 from trainer.peakmem import window_peak
 from trainer.report import RankContext, RankLog
 from trainer.runstats import RunStats
+from trainer.schedule import scheduler
 from trainer.stopping import Saver, StopWatch, stop_here
-
-
-def lr_factor(step: int, warmup: int, total: int) -> float:
-    """Linear warmup to 1, then cosine to 0 at `total` (step counts from 0)."""
-    if step < warmup:
-        return (step + 1) / warmup
-    progress = (step - warmup) / max(1, total - warmup)
-    return 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))
 
 
 def train(cfg: TrainConfig, ctx: RankContext, log: RankLog) -> None:
@@ -105,7 +97,7 @@ def train(cfg: TrainConfig, ctx: RankContext, log: RankLog) -> None:
             ref = wrap_reference(reference, cfg, rt)
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(s, cfg.warmup_steps, total))
+    sched = scheduler(opt, cfg.warmup_steps, total, cfg.lr_scheduler)
     start = _resume(cfg, model, opt, sched, log) if cfg.resume or cfg.resume_from else 0
     meter = StateMeter(ctx, step=min(2, total), device=rt.device)
     if ref is not None and meter.enabled:

@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from jobfolder.errors import ConfigError, ModelLoadError
-from jobfolder.lora_targets import LORA_TARGETS, ROUTED_EXPERTS, adapts, is_moe, target_modules
+from jobfolder.lora_targets import LORA_TARGETS, ROUTED_EXPERTS, chosen, is_moe, target_modules
 from trainer import checkpointing
 from trainer.config import TrainConfig
 from trainer.loading import cpu_stand_ins, defer, eager, params_on_meta
@@ -154,13 +154,19 @@ def load_base(path: Path, dtype: torch.dtype, quantized: dict[str, Any] | None =
     return model
 
 
-def lora_targets(model: nn.Module) -> tuple[list[str], bool]:
+def lora_targets(model: nn.Module, wanted: list[str] | None = None) -> tuple[list[str], bool]:
     """peft's target_modules by jobfolder/lora_targets.py's rule (the one the planner counts
     by): the attention and MLP projections this model has, attention only in a mixture of
-    experts; and whether it is one."""
+    experts, or those of them `wanted` names (lora_target_modules); and whether it is one."""
     moe = is_moe(name for name, _ in model.named_parameters())
     linears = [name for name, m in model.named_modules() if isinstance(m, nn.Linear)]
-    return target_modules(linears, moe), moe
+    present = target_modules(linears, moe)
+    if wanted is None:
+        return present, moe
+    try:
+        return chosen(present, moe, wanted), moe
+    except ValueError as exc:
+        raise ConfigError(f"lora_target_modules: {exc}") from None
 
 
 def check_experts(model: nn.Module, cfg: TrainConfig) -> None:
@@ -203,18 +209,18 @@ def build_policy(cfg: TrainConfig, path: Path, device: torch.device | None = Non
         return defer(model, path)
     from peft import LoraConfig, get_peft_model
 
-    targets, moe = lora_targets(model)
+    targets, _ = lora_targets(model, cfg.lora_target_modules)
     if not targets:
         raise ModelLoadError(f"model {path}: none of {LORA_TARGETS} found for LoRA")
     lora = LoraConfig(
         r=cfg.lora_rank,
         lora_alpha=cfg.lora_alpha,
-        lora_dropout=0.0,
+        lora_dropout=cfg.lora_dropout,
         target_modules=targets,
         task_type="CAUSAL_LM",
     )
     # autocast_adapter_dtype=False: we choose the adapter dtype (the precision's), not peft.
-    with cpu_stand_ins(model, lambda name: adapts(name, moe)):
+    with cpu_stand_ins(model, lambda name: name.rsplit(".", 1)[-1] in targets):
         model = get_peft_model(model, lora, autocast_adapter_dtype=False)
     for p in model.parameters():
         if p.requires_grad:

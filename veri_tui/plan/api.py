@@ -103,9 +103,10 @@ def throughput_sweep(
     job's own gpu_count and stage is the plan's throughput.
     """
     from veri_tui.plan.calibration import calibration_for
-    from veri_tui.plan.resolve import throughput_args
+    from veri_tui.plan.resolve import lora_info, throughput_args
 
     gpu = get_gpu(job.gpu)
+    info = lora_info(job, info)
     calibration, _ = calibration_for(gpu.name, host)
     rows: list[dict[str, Any]] = []
     stages = tuple(stages)

@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from typing import Any, NamedTuple
 
 # The LoRA rule, shared with the trainer (a stdlib module uploaded with it to GPU hosts).
-from jobfolder.lora_targets import ATTENTION_TARGETS, targets
+from jobfolder.lora_targets import ATTENTION_TARGETS, chosen, targets
 from veri_tui.plan.headers import TensorInfo
 from veri_tui.plan.moe import LayerExperts, attention_figures, cfg_int, logical_numel, moe_figures
 
@@ -92,18 +92,38 @@ class ModelInfo(NamedTuple):
     qk_norm: bool = False
     # Weights of the linears LoRA adapts (what QLoRA stores in 4 bits), parameters.
     lora_target_parameters: int = 0
+    # Per adaptable module name: (name, in + out sum, linears, weight parameters), what
+    # `with_lora_targets` narrows the three figures above to (lora_target_modules).
+    lora_modules: tuple[tuple[str, int, int, int], ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         """JSON form (the record's `model`): plain types, lists and dicts copied."""
         d = self._asdict()
         for key in ("files", "lora_target_modules"):
             d[key] = list(d[key])
+        d["lora_modules"] = [list(m) for m in self.lora_modules]
         d["dtypes"] = dict(self.dtypes)
         return d
 
     def adapter_parameters(self, rank: int) -> int:
         """LoRA parameters at this rank: rank x (in + out) per targeted linear."""
         return rank * self.lora_in_out_sum
+
+    def with_lora_targets(self, wanted: list[str] | None) -> ModelInfo:
+        """This model as the knob `lora_target_modules` adapts it: the LoRA figures over
+        those modules only (unset: as read). ValueError names an unknown module and the
+        ones the model has (jobfolder/lora_targets.py's `chosen`, the trainer's rule)."""
+        if wanted is None:
+            return self
+        names = chosen([m[0] for m in self.lora_modules], bool(self.moe_layer_count), wanted)
+        kept = [m for m in self.lora_modules if m[0] in names]
+        return self._replace(
+            lora_in_out_sum=sum(m[1] for m in kept),
+            lora_target_count=sum(m[2] for m in kept),
+            lora_target_parameters=sum(m[3] for m in kept),
+            lora_target_modules=sorted(names),
+            lora_modules=tuple(kept),
+        )
 
     def summary(self) -> str:
         """One line: name and N in billions."""
@@ -149,6 +169,7 @@ def build_model_info(
     in_out = {True: 0, False: 0}
     target_count = {True: 0, False: 0}
     modules: dict[bool, set[str]] = {True: set(), False: set()}
+    per_module: dict[str, list[int]] = {}
     target_params = {True: 0, False: 0}
     qk_norm = False
     for name, t in by_name.items():
@@ -183,6 +204,10 @@ def build_model_info(
             target_params[is_attention] += n
             target_count[is_attention] += 1
             modules[is_attention].add(parts[-2])
+            fig = per_module.setdefault(parts[-2], [0, 0, 0])
+            fig[0] += in_f + out_f
+            fig[1] += 1
+            fig[2] += n
     heads_n = cfg_int(text, "num_attention_heads", "n_head")
     hidden = cfg_int(text, "hidden_size", "n_embd", "d_model")
     attention = attention_figures(text, heads_n, hidden)
@@ -214,4 +239,9 @@ def build_model_info(
         **moe,
         qk_norm=qk_norm,
         lora_target_parameters=sum(target_params[k] for k in kinds),
+        lora_modules=tuple(
+            (name, f[0], f[1], f[2])
+            for name, f in sorted(per_module.items())
+            if (name in _ATTENTION) in kinds
+        ),
     )

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, TypedDict
 
-from veri_tui.errors import VeriError
+from veri_tui.errors import Refusal, VeriError
 from veri_tui.plan.activations import Layout, selective_recompute_flops, sequence_length
 from veri_tui.plan.calibration import calibration_for
 from veri_tui.plan.cost import estimate_cost
@@ -151,6 +151,15 @@ def _notes(job: JobConfig, info: ModelInfo) -> list[str]:
     return out
 
 
+def lora_info(job: JobConfig, info: ModelInfo) -> ModelInfo:
+    """`info` with the LoRA figures of the job's `lora_target_modules` (the adapter count,
+    hence the states); one refusal naming the modules the model has for an unknown one."""
+    try:
+        return info.with_lora_targets(job.hyperparameters.lora_target_modules)
+    except ValueError as exc:
+        raise VeriError([Refusal("lora_target_modules", str(exc))]) from None
+
+
 def plan_job(
     job: JobConfig,
     info: ModelInfo | None = None,
@@ -170,6 +179,7 @@ def plan_job(
         raise VeriError(errors)
     if info is None:
         info = read_model_info(job.model)
+    info = lora_info(job, info)
     gpu = get_gpu(job.gpu)
     hp = job.hyperparameters
     mbs, ga, gbs = batch_sizes(job)
