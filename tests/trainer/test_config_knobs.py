@@ -29,7 +29,9 @@ def test_every_knob_is_a_trainconfig_field() -> None:
 def test_a_planned_job_reaches_the_trainer_whole(tmp_path: Path) -> None:
     fields = {"model": str(bundled_tiny_model()), "max_restarts": "2", "warmup_steps": "3",
               "hang_timeout_s": "90", "keep_checkpoints": 4, "weight_decay": "0.01",
-              "activation_checkpointing": "selective", "lora_rank": 4, "seed": 7}  # fmt: skip
+              "activation_checkpointing": "selective", "lora_rank": 4, "seed": 7,
+              "lora_target_modules": ["v_proj", "q_proj"], "lora_dropout": "0.05",
+              "lr_scheduler": "linear"}  # fmt: skip
     job = job_from_fields(fields)
     record = plan_job(job)
     spec = {**SPEC, "hyperparameters": job.hyperparameters.model_dump(mode="json"),
@@ -44,6 +46,8 @@ def test_a_planned_job_reaches_the_trainer_whole(tmp_path: Path) -> None:
     assert (cfg.max_restarts, cfg.hang_timeout_s, cfg.weight_decay) == (2, 90.0, 0.01)
     assert cfg.activation_checkpointing == "selective" and cfg.lora_alpha == 8.0
     assert cfg.max_length == job.hyperparameters.max_seq_length
+    assert (cfg.lora_target_modules, cfg.lora_dropout, cfg.lr_scheduler) == (
+        ["v_proj", "q_proj"], 0.05, "linear")  # fmt: skip
 
 
 @pytest.mark.parametrize(

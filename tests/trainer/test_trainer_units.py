@@ -18,9 +18,9 @@ from trainer import data
 from trainer.checkpoint import _commit, committed_steps, verify
 from trainer.config import from_spec, load_spec
 from trainer.faults import FaultPlan, parse
-from trainer.schedule import lr_factor
 from trainer.model import check_model_files, load_tokenizer, resolve_model_dir
 from trainer.report import RankContext, classify, failure_record, write_failure
+from trainer.schedule import lr_factor
 
 
 @pytest.fixture(scope="module")
