@@ -45,7 +45,9 @@ class Hyperparameters(BaseModel):
         None, ge=1, description="samples per optimizer step = mbs x grad_acc x gpu_count"
     )
     precision: str = Field(
-        "bf16", description='"bf16" (default) or "fp32" (fp32 master weights, bf16 compute)'
+        "bf16",
+        description='"bf16" (default: bf16 weights and moments, stochastically rounded AdamW) '
+        'or "fp32" (fp32 master weights, bf16 compute); LoRA adapters are fp32 in both',
     )
     gradient_checkpointing: bool = Field(
         True, description="recompute activations in backward (on: full, off: none)"
