@@ -1,9 +1,9 @@
 """Benchmark: `veri-tui plan` on a 70B-shaped 30-shard checkpoint, and the planner alone.
 
 Targets: the whole command (through veri_tui/entry.py, as the console script runs it) at
-most 2.5x `python -c "import pydantic"` measured in the same run (issue 9; 2x in issue 2,
-when a stand-in for pydantic's plugin loader was part of the entry); the planner call
-(plan_job with the model info in hand) under 5 ms. The checkpoint is header-only (sparse
+most 2.0x `python -c "import pydantic"` measured in the same run (issue 28: the knobs are
+checked without building a pydantic schema; 2.5x in issue 9); the planner call (plan_job
+with the model info in hand) under 5 ms. The checkpoint is header-only (sparse
 files), shaped like meta-llama/Llama-3.1-70B.
 
 Noise: besides the ratio of the medians, each alternated pair's own ratio is reported as a
@@ -134,7 +134,7 @@ def main() -> int:
         )
         ratio = plan_s / pyd
         print(
-            f"ratio plan / import pydantic: {ratio:.2f}x (target <= 2.5x); {pair_ratios(base, cmd)}"
+            f"ratio plan / import pydantic: {ratio:.2f}x (target <= 2.0x); {pair_ratios(base, cmd)}"
         )
         if nopyc:
             ratio_n = plan_n / pyd_n

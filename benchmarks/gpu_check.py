@@ -38,12 +38,15 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # the trainer package, when run from a bare repo copy
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from gpu_check_files import bring_back, build_datasets, unpack_wheels  # noqa: E402
+from gpu_check_jobs import SITE_ENV, missing, run_feature  # noqa: E402
 from gpu_check_report import render, summarize  # noqa: E402
 
 from jobfolder.atomic import write_text_atomic  # noqa: E402 (stdlib only)
 
 STOP_RESERVE_S = 20.0  # cancelling a run: the supervisor's 5 s grace, a SIGKILL, a /proc scan
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja")
+WHEELS = REPO / "benchmarks" / "wheels"  # `pip download --no-deps bitsandbytes -d` here
 
 
 def run_timeout(remaining_s: float, runs_left: int, floor_s: float, cap_s: float) -> float | None:
@@ -59,15 +62,6 @@ def fill_paths(record: dict[str, Any], work: Path) -> dict[str, Any]:
     for key in ("model_path", "dataset", "output_dir"):
         spec[key] = spec[key].replace("@WORK@", str(work))
     return {**record, "spec": spec}
-
-
-def build_dataset(path: Path, rows: int, seq: int) -> None:
-    """Text rows longer than `seq` tokens of the bundled tokenizer (the trainer truncates)."""
-    words = "the cat lives in the barn and the owl lives in the forest".split()
-    line = " ".join(words[i % len(words)] + str(i % 97) for i in range(seq * 2))
-    with open(path, "w", encoding="utf-8") as fh:
-        for r in range(rows):
-            fh.write(json.dumps({"text": f"row {r}: {line}"}) + "\n")
 
 
 def build_model(folder: Path, device: str) -> None:
@@ -117,59 +111,6 @@ def build_models(prep: Path, work: Path, plan: dict[str, Any], deadline: float) 
     return found
 
 
-def stop_job(proc: subprocess.Popen, job: Path) -> list[int]:
-    """End the supervisor, torchrun and every rank of `job`; returns pids still alive."""
-    from jobfolder.procs import GRACE_S, end_processes, job_processes
-
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)  # the supervisor's cancel: every rank, then SIGKILL
-        try:
-            proc.wait(GRACE_S + 10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)  # torchrun, should the supervisor have died first
-    except (ProcessLookupError, PermissionError):
-        pass
-    end_processes(job, grace=2.0)  # ranks sit in sessions of their own: found via /proc
-    return job_processes(job)
-
-
-def run_job(job: Path, timeout: float) -> dict[str, Any]:
-    """Supervise one job with a deadline; the raw outcome (status, metrics, log tail)."""
-    env = {**os.environ, "VERI_MEASURE_STATES": "1", "PYTHONPATH": str(REPO)}
-    cmd = [sys.executable, "-m", "jobfolder.supervise", "--job", str(job)]
-    t0 = time.monotonic()
-    with open(job.parent / "supervisor.log", "wb") as log:
-        proc = subprocess.Popen(
-            cmd, cwd=REPO, env=env, stdin=subprocess.DEVNULL, stdout=log,
-            stderr=subprocess.STDOUT, start_new_session=True,
-        )  # fmt: skip
-    timed_out, left = False, []
-    try:
-        proc.wait(timeout)
-    except subprocess.TimeoutExpired:
-        timed_out = True
-    finally:
-        if proc.poll() is None or timed_out:
-            left = stop_job(proc, job)  # also on SIGTERM from the outer timeout
-    record = json.loads(job.read_text())
-    metrics_path = job.parent / "metrics.jsonl"
-    lines = metrics_path.read_text().splitlines() if metrics_path.exists() else []
-    measured = job.parent / "measured" / "rank-0.json"
-    log = job.parent / "log.txt"
-    return {
-        "status": "timeout" if timed_out else record.get("status"),
-        "timeout_s": round(timeout, 1), "wall_s": round(time.monotonic() - t0, 1),
-        "left_running": left, "exit_code": record.get("exit_code"),
-        "metrics": [json.loads(x) for x in lines if x.strip()],
-        "states_measured": json.loads(measured.read_text()) if measured.exists() else None,
-        "job_measured": record.get("measured"),
-        "log_tail": log.read_text(errors="replace")[-1500:] if log.exists() else "",
-    }  # fmt: skip
-
-
 def write_results(out: Path | None, plan: dict[str, Any], results: list[dict], device: str) -> str:
     """Rewrite gpu_check.json / gpu_check.md (atomically) and return the table."""
     table = render(plan, results, device)
@@ -189,15 +130,20 @@ def run_all(
     deadline = time.monotonic() + budget_s
     plan = json.loads((prep / "plan.json").read_text())
     built = build_models(prep, work, plan, deadline)
-    biggest = max(r["micro_batch_size"] for r in plan["runs"]) * plan["gpu_count"]
-    build_dataset(work / f"data-{plan['seq']}.jsonl", biggest * (plan["steps"] + 1), plan["seq"])
+    build_datasets(work, plan["runs"])
+    site = unpack_wheels(prep, work)
+    if site is not None:  # the jobs import the carried wheels (bitsandbytes) from here
+        SITE_ENV["PYTHONPATH"] = f"{REPO}{os.pathsep}{site}"
     results: list[dict[str, Any]] = []
     for i, expected in enumerate(plan["runs"]):
         name = expected["name"]
         remaining = deadline - time.monotonic() - STOP_RESERVE_S
         timeout = run_timeout(remaining, len(plan["runs"]) - i, floor_s, cap_s)
+        why = missing(expected)
         if expected["shape"] in built["failed"]:
             results.append(summarize(expected, {"status": built["failed"][expected["shape"]]}))
+        elif why:
+            results.append(summarize(expected, {"status": why}))
         elif timeout is None:
             results.append(summarize(expected, None))
         else:
@@ -205,10 +151,11 @@ def run_all(
             job.parent.mkdir(parents=True, exist_ok=True)
             record = fill_paths(json.loads((prep / "runs" / name / "job.json").read_text()), work)
             job.write_text(json.dumps(record, indent=1))
-            results.append(summarize(expected, run_job(job, timeout)))
+            raw = run_feature(job, expected, timeout)
+            raw["files"] = bring_back(job.parent, out, name)  # logs, failure records
+            results.append(summarize(expected, raw))
             shutil.rmtree(job.parent / "output", ignore_errors=True)  # the artifact: GBs
-        row = {k: v for k, v in results[-1].items() if k != "log_tail"}
-        print(json.dumps(row), flush=True)
+        print(json.dumps(results[-1]), flush=True)
         write_results(out, plan, results, built["device"])
     print(write_results(out, plan, results, built["device"]))
     return 0 if all(r["status"] == "succeeded" for r in results) else 1
@@ -221,8 +168,24 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--prepare", action="store_true", help="plan and write DIR (needs veri-tui)")
     p.add_argument("--device", default="cuda", choices=("cuda", "cpu"), help="with --prepare")
     p.add_argument("--shapes", default="qwen3-0.6b,qwen3-1.7b", help="with --prepare")
-    p.add_argument("--mbs", default="1,4", help="micro batch sizes, with --prepare")
-    p.add_argument("--gc", default="on,off", help="gradient checkpointing, with --prepare")
+    p.add_argument("--mbs", default="4", help="micro batch sizes, with --prepare")
+    p.add_argument("--gc", default="on", help="gradient checkpointing, with --prepare")
+    p.add_argument(
+        "--features",
+        default=None,
+        help="feature runs, with --prepare: all (default with cuda), none "
+        "(default with cpu), or names from gpu_check_features.FEATURES",
+    )
+    p.add_argument("--feature-shape", default=None, help="tiny: small stand-ins (CPU mode)")
+    p.add_argument("--feature-seq", type=int, default=1024, help="with --prepare")
+    p.add_argument("--feature-steps", type=int, default=6, help="with --prepare")
+    p.add_argument(
+        "--wheel",
+        type=Path,
+        action="append",
+        default=None,
+        help="a wheel the GPU machine unpacks (default: benchmarks/wheels/*.whl)",
+    )
     p.add_argument("--seq", type=int, default=2048, help="with --prepare")
     p.add_argument("--steps", type=int, default=12, help="with --prepare")
     p.add_argument("--gpu", default="H200-141GB", help="catalog GPU planned for, with --prepare")
@@ -243,15 +206,25 @@ def main(argv: list[str] | None = None) -> int:
         build_model(args.dir, args.build_device)
         return 0
     if args.prepare:
+        from gpu_check_features import FEATURES
         from gpu_check_prepare import prepare
 
         count = args.gpu_count or (1 if args.device == "cuda" else 2)
+        chosen = args.features or ("all" if args.device == "cuda" else "none")
+        names = {"all": [f.name for f in FEATURES], "none": []}.get(chosen, chosen.split(","))
+        wheels = args.wheel if args.wheel is not None else sorted(WHEELS.glob("*.whl"))
+        shapes = [x for x in args.shapes.split(",") if x]
         summary = prepare(
-            args.dir, shapes=args.shapes.split(","), mbs_list=[int(x) for x in args.mbs.split(",")],
+            args.dir, shapes=shapes, mbs_list=[int(x) for x in args.mbs.split(",")],
             gc_list=[x == "on" for x in args.gc.split(",")], seq=args.seq, steps=args.steps,
-            gpu=args.gpu, gpu_count=count, device=args.device,
+            gpu=args.gpu, gpu_count=count, device=args.device, features=names,
+            feature_seq=args.feature_seq, feature_steps=args.feature_steps,
+            feature_shape=args.feature_shape, wheels=wheels,
         )  # fmt: skip
-        print(f"prepared {len(summary['runs'])} runs in {args.dir}; the plan's figures:\n")
+        carried = ", ".join(summary["wheels"]) or "none (QLoRA is skipped there)"
+        print(f"prepared {len(summary['runs'])} runs in {args.dir} (wheels: {carried}); "
+              f"covers: {', '.join(summary['coverage']) or 'performance only'}; "
+              "the plan's figures:\n")  # fmt: skip
         print(render(summary, []))
         return 0
     if not (args.dir / "plan.json").is_file():

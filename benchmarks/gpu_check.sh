@@ -1,12 +1,17 @@
 #!/usr/bin/env bash
 # One-GPU check of the bundled trainer against the plan (benchmarks/gpu_check.py says what it
-# measures). On the GPU machine (python with torch, transformers, safetensors; no veri-tui
-# needed there):
+# measures): feature runs (stage 3 on one rank, cpu_offload, LoRA + DPO + selective
+# checkpointing + checkpoint save and resume, fp32, MoE, QLoRA when a bitsandbytes wheel is
+# carried) and two performance runs. On the GPU machine (python with torch, transformers,
+# peft, safetensors; no veri-tui needed there):
 #   OUT=/some/dir benchmarks/gpu_check.sh DIR
 # where DIR was written where veri-tui is installed by
-#   python benchmarks/gpu_check.py --prepare DIR
+#   pip download --no-deps bitsandbytes -d benchmarks/wheels   # optional: QLoRA's wheel
+#   python benchmarks/gpu_check.py --prepare DIR               # copies benchmarks/wheels/*.whl
 # (if DIR has no plan.json and veri-tui imports here, it is prepared first). The whole run is
-# capped at 8 minutes; the table and gpu_check.json are rewritten in $OUT after every run.
+# capped at 8 minutes; the table and gpu_check.json are rewritten in $OUT after every run,
+# and each run's log.txt, torchrun.log, supervisor.log, job.json and failure records are
+# copied into $OUT/runs/<name>/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY="${PYTHON:-python3}"
@@ -14,7 +19,7 @@ DIR="${1:-benchmarks/gpu-check-prepared}"
 shift || true
 "$PY" - <<'PY'
 import importlib.util, sys
-missing = [m for m in ("torch", "transformers", "safetensors") if importlib.util.find_spec(m) is None]
+missing = [m for m in ("torch", "transformers", "peft", "safetensors") if importlib.util.find_spec(m) is None]
 if missing:
     sys.exit(f"error: python: missing packages {', '.join(missing)}; install them or set PYTHON")
 PY

@@ -6,9 +6,11 @@ The GPU machine has torch, transformers, peft and safetensors but not pydantic, 
 paramiko, so everything that needs the planning core happens here: each run is planned with
 `veri_tui.plan.plan_job` on a header-only checkpoint of the shape (nothing downloaded), its
 job.json is written by the launcher's own `make_record`, and the figures the plan predicts
-(peak memory = states + activations, tokens/s, the planner's FLOPs per token, the GPU's dense
-bf16 peak) go into DIR/plan.json. Paths that only exist on the GPU machine are written as
-`@WORK@/...` and filled in there (benchmarks/gpu_check.py).
+go into DIR/plan.json: the planner's own peak terms (veri_tui/plan/peak.py: allocated bytes
+with the optimizer step's temporary when it is the larger moment, and with the 2 GiB
+overhead), tokens/s, the planner's FLOPs per token, the GPU's dense bf16 peak. The feature
+runs (gpu_check_features.py) come first, then the performance grid. Paths that only exist
+on the GPU machine are written as `@WORK@/...` and filled in there (benchmarks/gpu_check.py).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from gpu_check_features import FEATURES, Feature, apply_layout, covered, layout_peak
 from gpu_check_report import mfu
 
 # Qwen3 configs as published in the models' config.json (weights are never needed).
@@ -33,6 +36,14 @@ QWEN3 = {
 SHAPES: dict[str, dict[str, Any]] = {
     "qwen3-0.6b": {**QWEN3, "hidden_size": 1024, "intermediate_size": 3072},
     "qwen3-1.7b": {**QWEN3, "hidden_size": 2048, "intermediate_size": 6144},
+    # A small Qwen3-MoE (16 routed experts, 2 a token, every layer sparse): the MoE run.
+    "qwen3-moe": {
+        **QWEN3, "model_type": "qwen3_moe", "architectures": ["Qwen3MoeForCausalLM"],
+        "hidden_size": 1024, "intermediate_size": 3072, "num_hidden_layers": 12,
+        "moe_intermediate_size": 384, "num_experts": 16, "num_experts_per_tok": 2,
+        "decoder_sparse_step": 1, "mlp_only_layers": [], "norm_topk_prob": True,
+        "router_aux_loss_coef": 0.001, "output_router_logits": False,
+    },
     # The CPU mode's stand-in: the same architecture at a size 2 CPU ranks train in seconds.
     "tiny": {
         **QWEN3, "hidden_size": 128, "intermediate_size": 384, "num_hidden_layers": 2,
@@ -40,6 +51,14 @@ SHAPES: dict[str, dict[str, Any]] = {
         "max_position_embeddings": 4096,
     },
 }  # fmt: skip
+SHAPES["tiny-moe"] = {
+    **SHAPES["qwen3-moe"], **{k: SHAPES["tiny"][k] for k in (
+        "hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
+        "head_dim", "vocab_size", "max_position_embeddings")},
+    "intermediate_size": 256, "moe_intermediate_size": 64, "num_experts": 4,
+}  # fmt: skip
+#: The feature runs' shapes for a small stand-in (the CPU mode: --feature-shape tiny).
+TINY_FOR = {"qwen3-0.6b": "tiny", "qwen3-moe": "tiny-moe"}
 WORK = "@WORK@"  # replaced on the GPU machine by its work folder
 
 
@@ -67,42 +86,62 @@ def plan_run(
     seq: int,
     steps: int,
     device: str,
+    feature: Feature | None = None,
 ) -> dict[str, Any]:
-    """Plan one run; returns {"name", "record" (job.json), "expected"}."""
+    """Plan one run (a performance run, or `feature`'s); returns {"name", "record" (job.json),
+    "expected"}. The expected peak is the planner's own (veri_tui/plan/peak.py): allocated
+    bytes = states + activations + logits + units in flight, or states + the optimizer
+    step's temporary when that is larger; device bytes = that + the 2 GiB overhead."""
     from veri_tui.launch.spec import make_record
     from veri_tui.plan import get_gpu, job_from_fields, plan_job, read_model_info
 
+    method = feature.method if feature else "sft_text"
+    length = "max_seq_length" if method == "sft_text" else "max_length"
     fields = {
-        "model": str(model_dir), "method": "sft_text", "gpu": gpu, "gpu_count": gpu_count,
-        "micro_batch_size": mbs, "gradient_checkpointing": gc, "max_seq_length": seq,
+        "model": str(model_dir), "method": method, "gpu": gpu, "gpu_count": gpu_count,
+        "micro_batch_size": mbs, "gradient_checkpointing": gc, length: seq,
         "max_steps": steps, "warmup_steps": 1, "learning_rate": 1e-4, "logging_steps": 1,
+        **(feature.knobs if feature else {}),
     }  # fmt: skip
     job = job_from_fields(fields)
-    planned = plan_job(job)
+    planned = plan_job(job, count_tokens=False)
     rec = planned.to_dict()
-    name = run_name(shape, mbs, gc)
+    name = feature.name if feature else run_name(shape, mbs, gc)
+    data = {"kind": "dpo" if method == "dpo" else "text", "seq": seq}
+    dataset = f"{WORK}/{data['kind']}-{seq}.jsonl"
     record = make_record(
-        job, planned, name, model_path=f"{WORK}/models/{shape}",
-        dataset=f"{WORK}/data-{seq}.jsonl", output_dir=f"{WORK}/jobs/{name}/output",
-        model_name=f"{shape} (random init)",
+        job, planned, name, model_path=f"{WORK}/models/{shape}", dataset=dataset,
+        output_dir=f"{WORK}/jobs/{name}/output", model_name=f"{shape} (random init)",
     )  # fmt: skip
     record["spec"]["device"] = device
     info = read_model_info(str(model_dir))
+    states, act = rec["states_bytes_per_gpu"], rec["activations"]
+    layout = feature.layout if feature else {}
+    if layout:  # planned at dp=1 with the planner's functions; the spec runs it
+        terms = layout_peak(info, get_gpu(gpu), job, mbs, layout)
+        states, act = terms["states_bytes"], terms["activations"]
+        apply_layout(record, layout, states)
     peak = get_gpu(gpu).bf16_dense_tflops
-    tput, act = rec["throughput"], rec["activations"]
     flops = model_flops_per_token(info, seq)
-    tps_gpu = tput["tokens_per_s"] / gpu_count
+    # A layout the planner refused here has no throughput plan of its own: not compared.
+    tps_gpu = None if layout else rec["throughput"]["tokens_per_s"] / gpu_count
+    zero = layout.get("zero_stage", rec["resolved_parallelism"]["zero_stage"])
     expected = {
-        "name": name, "shape": shape, "parameter_count": rec["parameter_count"],
-        "micro_batch_size": mbs, "gradient_checkpointing": gc, "seq": seq, "steps": steps,
-        "gpu": gpu, "gpu_count": gpu_count, "zero_stage": rec["resolved_parallelism"]["zero_stage"],
-        "plan_line": rec["plan_line"], "states_bytes": rec["states_bytes_per_gpu"],
-        "activation_bytes": act["bytes_per_gpu"],
+        "name": name, "shape": shape, "kind": "feature" if feature else "performance",
+        "covers": list(feature.covers) if feature else [], "method": method,
+        "fault": feature.fault if feature else None, "needs": feature.needs if feature else None,
+        "data": data, "parameter_count": rec["parameter_count"],
+        "micro_batch_size": mbs, "checkpointing": job.hyperparameters.checkpointing,
+        "gradient_checkpointing": job.hyperparameters.checkpointing != "none",
+        "seq": seq, "steps": steps, "gpu": gpu, "gpu_count": gpu_count, "zero_stage": zero,
+        "cpu_offload": bool(layout.get("cpu_offload")), "plan_line": rec["plan_line"],
+        "states_bytes": states, "activation_bytes": act["bytes_per_gpu"],
         "transient_bytes": act["transient_gather_bytes"],
-        "peak_bytes": rec["states_bytes_per_gpu"] + act["bytes_per_gpu"]
-        + act["transient_gather_bytes"],
+        "peak_parts": act["peak"]["parts"],
+        "peak_bytes": act["peak"]["allocated_bytes"],
+        "device_peak_bytes": act["peak"]["peak_bytes"],
         "tokens_per_s_per_gpu": tps_gpu, "model_flops_per_token": flops,
-        "peak_tflops": peak, "mfu": mfu(tps_gpu, flops, peak) if peak else None,
+        "peak_tflops": peak, "mfu": mfu(tps_gpu, flops, peak) if peak and tps_gpu else None,
     }  # fmt: skip
     return {"name": name, "record": record, "expected": expected}
 
@@ -118,19 +157,43 @@ def prepare(
     gpu: str,
     gpu_count: int,
     device: str,
+    features: list[str] | None = None,
+    feature_seq: int = 1024,
+    feature_steps: int = 6,
+    feature_shape: str | None = None,
+    wheels: list[Path] | None = None,
 ) -> dict[str, Any]:
-    """Write DIR/plan.json, DIR/models/<shape>/config.json and DIR/runs/<name>/job.json."""
+    """Write DIR/plan.json, DIR/models/<shape>/config.json and DIR/runs/<name>/job.json:
+    the performance grid (shapes x mbs x gc), then the feature runs named (`features`, None
+    for none; gpu_check_features.FEATURES), on `feature_shape` ("tiny": the small stand-ins)
+    at `feature_seq` for `feature_steps` steps; `wheels` are copied into DIR/wheels (the
+    GPU machine unpacks them: bitsandbytes for QLoRA)."""
     # The header-only checkpoint writer is test support (tests/support/synthetic.py).
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
     from support.synthetic import write_checkpoint
 
     tmp = Path(tempfile.mkdtemp(prefix="gpu-check-headers-"))
     runs = []
+    chosen = [f for f in FEATURES if f.name in (features or [])]
+    unknown = sorted(set(features or []) - {f.name for f in FEATURES})
+    if unknown:
+        raise ValueError(f"features: unknown {', '.join(unknown)}; known: "
+                         f"{', '.join(f.name for f in FEATURES)}")  # fmt: skip
+
+    def shape_of(f: Feature) -> str:
+        return TINY_FOR.get(f.shape, f.shape) if feature_shape == "tiny" else f.shape
+
+    all_shapes = list(dict.fromkeys([*shapes, *map(shape_of, chosen)]))
     try:
-        for shape in shapes:
+        for shape in all_shapes:
             write_checkpoint(tmp / shape, SHAPES[shape])  # header-only: kilobytes on disk
             (out / "models" / shape).mkdir(parents=True, exist_ok=True)
             shutil.copy(tmp / shape / "config.json", out / "models" / shape / "config.json")
+        for f in chosen:
+            runs.append(plan_run(tmp / shape_of(f), shape_of(f), gpu=gpu, gpu_count=gpu_count,
+                                 mbs=1, gc=True, seq=feature_seq, steps=feature_steps,
+                                 device=device, feature=f))  # fmt: skip
+        for shape in shapes:
             for mbs in mbs_list:
                 for gc in gc_list:
                     runs.append(
@@ -143,9 +206,15 @@ def prepare(
         folder = out / "runs" / run["name"]
         folder.mkdir(parents=True, exist_ok=True)
         (folder / "job.json").write_text(json.dumps(run["record"], indent=1) + "\n")
+    carried = []
+    for wheel in wheels or []:
+        (out / "wheels").mkdir(parents=True, exist_ok=True)
+        shutil.copy(wheel, out / "wheels" / wheel.name)
+        carried.append(wheel.name)
     summary = {
         "gpu": gpu, "gpu_count": gpu_count, "device": device, "seq": seq, "steps": steps,
-        "shapes": shapes, "runs": [r["expected"] for r in runs],
+        "shapes": all_shapes, "wheels": carried, "coverage": sorted(covered(
+            [f.name for f in chosen])), "runs": [r["expected"] for r in runs],
     }  # fmt: skip
     (out / "plan.json").write_text(json.dumps(summary, indent=1) + "\n")
     return summary

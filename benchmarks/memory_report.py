@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 from memory_accuracy import BEFORE, TARGET, summary
 from published_memory import HEADERS, MEMORY_FACTS, NOT_EXPRESSED
+
+from veri_tui.plan.gpus import RESERVE_BYTES
 
 
 def _source(src: tuple[str, str, str] | str) -> str:
@@ -43,6 +46,33 @@ def _line(name: str, s: dict[str, Any]) -> str:
     )
 
 
+def _rests_on(rows: list[dict[str, Any]], judged: list[dict[str, Any]]) -> list[str]:
+    """What the judged figure rests on, counted from the rows (nothing typed in)."""
+    kinds = Counter(r["run"].measured_as for r in judged)
+    read = ", ".join(f"{n} {k}" for k, n in sorted(kinds.items()))
+    alloc = summary(rows, "allocated_ratio")
+    return [
+        f"**What the judged figure rests on.** The {len(judged)} judged figures are read, in "
+        f"their sources' words (Sources below), as: {read}. Each is set against the plan's "
+        "allocated bytes "
+        f"plus its {RESERVE_BYTES / 2**30:.0f} GiB overhead (CUDA context, cuBLAS and NCCL "
+        "workspaces, the caching allocator's slack: `veri_tui/plan/gpus.RESERVE_BYTES`), a "
+        "term no run has measured: no source splits its figure into allocated, reserved and "
+        "the rest. Read as allocated bytes instead (the plan without the overhead), the same "
+        f"plan gives {_line('as allocated', alloc).removeprefix('as allocated: ')}: the "
+        "agreement above depends on that unmeasured term being about right. Only a GPU run "
+        "measures it, and with it the terms CPU runs cannot: the allocated peak's split into "
+        "states, activations (CUDA's attention kernels keep other buffers than the CPU's), "
+        "the FSDP2 units in flight (prefetch on CUDA streams) and AdamW's step temporary "
+        "(its foreach path), the reserved bytes beyond allocated (fragmentation; "
+        "`expandable_segments`), and the device's figure beyond reserved (the overhead). "
+        "The trainer records all of them per rank on CUDA (trainer/devmem.py: allocated, "
+        "reserved, allocator retries, NVML or nvidia-smi; docs/trainer.md), and "
+        "`benchmarks/gpu_check.sh` sets them beside the plan's terms; on CPU it measures "
+        "the states and the resident set only.",
+    ]
+
+
 def render(rows: list[dict[str, Any]]) -> list[str]:
     """The section's lines."""
     judged = [r for r in rows if r["run"].judged]
@@ -63,6 +93,8 @@ def render(rows: list[dict[str, Any]]) -> list[str]:
         "",
         f"**Summary.** {_line('As ran', now)}. {_line('Bundled plan', bundled)}. "
         f"{_line('Before', old)}.",
+        "",
+        *_rests_on(rows, judged),
         "",
         "| # | run | configuration | measured GB | as | before | bundled | as ran GB | ratio "
         "| facts |",

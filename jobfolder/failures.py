@@ -33,6 +33,7 @@ from typing import Any
 from jobfolder.failure_rules import classify_text, qualify, split_type
 from jobfolder.hostmem import MemoryWatch
 from jobfolder.layout import ELASTIC, FAILURES, TORCHRUN_LOG
+from jobfolder.ncclabort import reclassify
 from jobfolder.record import JobError
 from jobfolder.status import ATTRIBUTION, attribution_of
 
@@ -190,6 +191,7 @@ def summary_records(torchrun_log: Path, nproc_per_node: int) -> list[Candidate]:
                 signum=sig,
             )
         )
+    reclassify(out, text)  # a SIGABRT from NCCL's watchdog: COMM_ERROR, with NCCL's text
     return out
 
 

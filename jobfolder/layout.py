@@ -12,6 +12,8 @@
       elastic/, torchrun.log, exit_code one attempt's torchrun files (attempts.py)
       attempts/<n>/                     an earlier attempt's files, archived
       progress/rank-<r>                 each rank's step and phase (progress.py)
+      forensics/                        dump requests, each rank's answer rank-<r>.json, and
+                                        NCCL's dumps on timeout (forensics.py; per attempt)
       measured/run-rank-<r>.json        each rank's measurements (jobstats.py)
       checkpoints/step-<n>/             committed checkpoints (ckptindex.py)
       tokens/                           the token cache (trainer/tokencache.py)
@@ -46,13 +48,14 @@ STOP_REQUEST = "stop.request"
 STOPPED = "stopped.json"
 ATTEMPTS = "attempts"
 PROGRESS = "progress"
+FORENSICS = "forensics"  # dump requests and the ranks' answers (jobfolder/forensics.py)
 MEASURED = "measured"
 CHECKPOINTS = "checkpoints"
 TOKENS = "tokens"
 OUTPUT = "output"
 PKG, DATA, MODEL = "pkg", "data", "model"
 #: What one attempt of torchrun leaves in the job folder; archived before the next.
-PER_ATTEMPT = (FAILURES, ELASTIC, TORCHRUN_LOG, EXIT_CODE, STOP_REQUEST, STOPPED)
+PER_ATTEMPT = (FAILURES, ELASTIC, TORCHRUN_LOG, EXIT_CODE, STOP_REQUEST, STOPPED, FORENSICS)
 #: The folders a new job folder is made with (an SSH host's also gets PKG and DATA).
 MADE_WITH = (PIDS, FAILURES)
 
@@ -127,6 +130,9 @@ class JobLayout(Generic[P]):
 
     def rank_progress(self, rank: int) -> P:
         return self.root / PROGRESS / f"rank-{rank}"
+
+    def rank_forensics(self, rank: int) -> P:
+        return self.root / FORENSICS / f"rank-{rank}.json"
 
     def rank_measured(self, rank: int) -> P:
         return self.root / MEASURED / f"run-rank-{rank}.json"

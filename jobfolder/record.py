@@ -19,19 +19,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypedDict, cast
 
-#: The knobs of `resolved_parallelism` that pin the plan: copied into hyperparameters they
-#: make `plan` decide the same again, and the trainer takes them from the plan the user saw.
-PIN_KEYS = (
-    "data_parallel_size",
-    "zero_stage",
-    "micro_batch_size",
-    "gradient_accumulation_steps",
-    "global_batch_size",
-    "precision",
-    "gradient_checkpointing",
-    "activation_checkpointing",
-    "cpu_offload",
-)
+from jobfolder.knobs import Hyperparameters
+from jobfolder.knobs.rules import pin_keys
+
+#: The knobs of `resolved_parallelism` that pin the plan (the schema's `pin` flags): copied
+#: into hyperparameters they make `plan` decide the same again, and the trainer takes them
+#: from the plan the user saw.
+PIN_KEYS = pin_keys(Hyperparameters)
 
 
 class JobError(TypedDict, total=False):

@@ -15,7 +15,9 @@ runs in this mode (`SlurmRun`):
   Slurm requeues the job (its restart count rose), or with the job still running (a
   preemption's grace), is a preemption; SIGTERM while the job completes with no requeue is
   someone's `scancel`, a cancel; SIGUSR1 (`--signal=B:USR1@120`) is the time limit coming,
-  unless the job has none (then a preemption that sends the user signal).
+  unless the job has none (then a preemption that sends the user signal);
+- a cancel, once recorded, `scancel`s the job itself, so that Slurm's accounting agrees
+  (CANCELLED, not FAILED with the torchrun's exit code).
 
 Stdlib only, like the supervisor.
 """
@@ -154,6 +156,17 @@ class SlurmRun:
         if state in ("CANCELLED", "COMPLETING"):
             return CANCEL, False  # a plain `scancel`: the job ends, nothing requeues it
         return PREEMPTED, True  # still running: a preemption's grace period
+
+    def end_cancelled(self) -> int:
+        """After a cancel is recorded: `scancel` this job, so that Slurm's own accounting
+        (sacct, scontrol) says CANCELLED rather than FAILED NonZeroExitCode (the ranks were
+        ended by a signal); 0, so that the batch script exits cleanly should scancel fail
+        (then the job is COMPLETED)."""
+        try:
+            subprocess.run(["scancel", self.job_id], capture_output=True, timeout=20, check=False)
+        except (OSError, subprocess.SubprocessError):
+            pass
+        return 0
 
     def requeue(self) -> str | None:
         """`scontrol requeue` this job; None, or why it failed."""

@@ -142,6 +142,20 @@ class SlurmSupervision:
             failures.append_lines(self.layout.log, [f"stop: {self.stop[2]}: asked the ranks "
                                   f"to stop at their next step boundary ({reason})"])  # fmt: skip
 
+    def ranks_stopped_themselves(self) -> None:
+        """The ranks stopped with a checkpoint although this supervisor got no signal: a
+        preemption's grace signal (and `scancel --signal=TERM JOB`) reaches the job's steps,
+        torchrun and the ranks, not the batch shell. Read it as that SIGTERM."""
+        assert self.slurm is not None
+        reason, requeue = self.slurm.classify(signal.SIGTERM, self.job_dir)
+        if reason == CANCEL:
+            self.cancel_requested = True
+            return
+        self.stop = (reason, requeue, "SIGTERM")
+        failures.append_lines(self.layout.log, [
+            f"stop: the ranks got SIGTERM from Slurm, sent to the job's steps (not this batch "
+            f"shell): {reason}"])  # fmt: skip
+
     def stopped(self, code: int, world: int) -> tuple[int, str, JobError | None]:
         """The outcome of an attempt asked to stop: succeeded if it finished first."""
         assert self.slurm is not None and self.stop is not None

@@ -32,7 +32,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from jobfolder import attempts, ckptindex, failures, nextattempt
+from jobfolder import attempts, ckptindex, failures, ncclabort, nextattempt
 from jobfolder.atomic import modify_job, write_text_atomic
 from jobfolder.hostmem import MemoryWatch
 from jobfolder.jobstats import record_measured
@@ -42,6 +42,7 @@ from jobfolder.record import JobError, JobRecord, plan_line_of, read_job
 from jobfolder.slurm import node_logs
 from jobfolder.slurmjob import SlurmSupervision, slurm_task
 from jobfolder.status import CANCELLED, FAILED, PENDING, RUNNING, SUCCEEDED
+from jobfolder.stopping import read_stopped
 from jobfolder.watchdog import HangWatch, end_job
 
 
@@ -63,6 +64,12 @@ class Supervisor(SlurmSupervision):
             self.cancel_requested = True
         else:  # what it means takes scontrol to tell: no handler's work
             self.signals.append(signum)
+            if self.slurm is not None:
+                # Said at once: the ranks got the signal too, and the line they log once
+                # they stopped must not come before its cause (the meaning follows).
+                failures.append_lines(self.layout.log, [
+                    f"signal: {signal.Signals(signum).name} from Slurm "
+                    f"(job {self.slurm.job_id}); reading what it means"])  # fmt: skip
 
     def command(self, spec: Mapping[str, Any], log_dir: Path | None = None) -> list[str]:
         """The torchrun command line; ``--standalone`` picks a free rendezvous port per job.
@@ -134,7 +141,10 @@ class Supervisor(SlurmSupervision):
                     self.end_attempt(code, status, error, retry=f"{restarts} of {limit}")
                     end_processes(self.job_path)  # nothing of this attempt may linger
                     continue
-            return self.finish(code, status, error)
+            code = self.finish(code, status, error)
+            if status == CANCELLED and self.slurm is not None:
+                return self.slurm.end_cancelled()  # Slurm's accounting says cancelled too
+            return code
 
     def begin_attempt(self) -> JobRecord | None:
         """Prepare and record the next attempt (jobfolder/nextattempt.py); None when the job
@@ -173,6 +183,10 @@ class Supervisor(SlurmSupervision):
             return self.cancelled(child.wait())
         code = child.returncode
         world = int(spec.get("gpu_count") or 1)
+        if self.stop is None and self.slurm is not None and read_stopped(self.job_dir):
+            self.ranks_stopped_themselves()  # their own SIGTERM: a preemption's grace
+            if self.cancel_requested:
+                return self.cancelled(code)
         if self.stop is not None:
             return self.stopped(code, world)
         if code == 0:
@@ -200,6 +214,7 @@ class Supervisor(SlurmSupervision):
         )
         if error is None or found.get("rank") is not None:
             error = found
+        error = ncclabort.with_dumps(self.job_dir, error, watch.ranks)  # NCCL's own dumps
         failures.append_report(self.layout.log, error, plan_line_of(spec))
         return code, FAILED, error
 

@@ -17,8 +17,15 @@ blamed; otherwise all of them are named.
 The timeout: the job's `hang_timeout_s` when set, else `FLOOR_S` or `STEP_FACTOR` times the
 slowest step (the plan's predicted step time, and each step measured here so far), whichever
 is longer; `SLOW_FACTOR` times that while any rank loads, checkpoints or writes the artifact.
-The watchdog arms once some rank has reached its first step (loading a model may take long).
-Process groups get a timeout above the watchdog's (`environment`), so it speaks first.
+The watchdog arms once some rank has reached its first step; before that (the rendezvous and
+the load: joining the process group, the data, the model) the job's `load_timeout_s` (default
+`LOAD_TIMEOUT_S`) bounds how long no rank may advance. Process groups get a timeout above both
+(`environment`), so the watchdog speaks first.
+
+Before it ends anything, the watchdog asks every rank for its Flight Recorder dump and Python
+stack (jobfolder/forensics.py, trainer/forensics.py) and the report says which collective the
+job waited in, who never entered it and where those ranks stood (jobfolder/hangreport.py);
+those ranks are blamed, over the progress marks, which under NCCL run ahead of the GPU.
 
 Stdlib only, like the supervisor that imports it.
 """
@@ -32,16 +39,21 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from jobfolder import forensics
 from jobfolder.failures import append_report, job_error
+from jobfolder.hangreport import Explanation, explain
 from jobfolder.layout import LOG, PROGRESS
 from jobfolder.procs import end_processes, rank_pid_path, read_pid
-from jobfolder.progress import SLOW_PHASES, Mark, read_progress
+from jobfolder.progress import LOAD_PHASES, SLOW_PHASES, Mark, read_progress
 from jobfolder.record import JobError, plan_line_of
 
 FLOOR_S = 300.0  # the shortest derived timeout: a slow first step, a busy disk or network
 STEP_FACTOR = 10.0  # x the slowest step seen or predicted
 SLOW_FACTOR = 4.0  # loading, checkpoint and artifact phases
 POLL_S = 1.0  # how often the progress files are read
+#: No rank advancing for this long before the first step (rendezvous, data, model) is a hang:
+#: the process groups' default timeout, which a rank waiting for a peer's load already met.
+LOAD_TIMEOUT_S = 30 * 60.0
 #: The process groups' timeout when nothing else is set: the one value, which the trainer
 #: (trainer/parallelize.py) reads from here.
 DIST_TIMEOUT_S = 30 * 60
@@ -66,23 +78,18 @@ def first_timeout_s(spec: Mapping[str, Any]) -> float:
     return explicit or max(FLOOR_S, STEP_FACTOR * (_seconds(spec.get("step_time_s")) or 0.0))
 
 
+def load_timeout_s(spec: Mapping[str, Any]) -> float:
+    """How long no rank may advance before the first step: `load_timeout_s` or the default."""
+    return _seconds((spec.get("hyperparameters") or {}).get("load_timeout_s")) or LOAD_TIMEOUT_S
+
+
 def dist_timeout_s(spec: Mapping[str, Any], environ: dict[str, str]) -> float:
     """The process groups' timeout for this job: the environment's (or the default 30 min),
-    raised above `SLOW_FACTOR` x the watchdog's first timeout + `MARGIN_S`."""
+    raised above `SLOW_FACTOR` x the watchdog's first timeout and the load timeout, each +
+    `MARGIN_S` (the rendezvous itself waits this long for a rank that never joins)."""
     base = _seconds(environ.get(DIST_TIMEOUT_ENV)) or float(DIST_TIMEOUT_S)
-    return max(base, SLOW_FACTOR * first_timeout_s(spec) + MARGIN_S)
-
-
-def _frozen(pid: int | None) -> bool:
-    """True when the process is stopped (T, t) or in uninterruptible sleep (D)."""
-    if not pid:
-        return False
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    fields = stat.rsplit(")", 1)[-1].split()
-    return bool(fields) and fields[0] in ("T", "t", "D")
+    watched = max(SLOW_FACTOR * first_timeout_s(spec), load_timeout_s(spec))
+    return max(base, watched + MARGIN_S)
 
 
 class HangWatch:
@@ -101,12 +108,17 @@ class HangWatch:
         # This node's ranks: a multi-node job has one supervisor (and job folder) per node.
         first = int(spec.get("node_rank") or 0) * self.nproc
         self.ranks = list(range(first, min(first + self.nproc, self.world)))
+        self.local = set(self.ranks)  # a Slurm job's supervisor watches every node's ranks
         self.explicit = _seconds((spec.get("hyperparameters") or {}).get("hang_timeout_s"))
         self.predicted = _seconds(spec.get("step_time_s")) or 0.0
+        self.load_s = load_timeout_s(spec)
+        self.nnodes = int(spec.get("nnodes") or 1)
+        self.dump_wait_s = forensics.DUMP_WAIT_S  # how long the ranks get to answer
         self.dist_s = dist_timeout_s(spec, dict(os.environ) if environ is None else environ)
         self.clock = clock
         self.marks: dict[int, Mark] = {}
         self.changed: dict[int, float] = {}
+        self.started_at: dict[int, float] = {}  # rank -> when its pid file was first seen
         self.step_seen: dict[int, float] = {}  # rank -> when its current step was first seen
         self.slowest = 0.0  # the longest step measured so far (seconds)
         self.started = clock()
@@ -116,7 +128,9 @@ class HangWatch:
             old.unlink()
 
     def environment(self, env: dict[str, str]) -> dict[str, str]:
-        """``env`` with the process-group timeout the trainer reads set above the watchdog's."""
+        """``env`` with the process-group timeout the trainer reads set above the watchdog's,
+        and the Flight Recorder and NCCL settings of the forensics (jobfolder/forensics.py)."""
+        env = forensics.environment(env, self.job_dir)
         return dict(env, **{DIST_TIMEOUT_ENV: str(int(self.dist_s + 0.5))})
 
     def timeout_s(self, slow: bool) -> float:
@@ -152,8 +166,17 @@ class HangWatch:
             return None
         self.next_poll = now + POLL_S
         self._read(now)
-        if all(m.phase == "load" for m in self.marks.values()):
-            return None  # not armed: no rank has reached its first step yet
+        if all(m.phase in LOAD_PHASES for m in self.marks.values()):
+            # Not armed: no rank has reached its first step. The load timeout alone applies,
+            # from the newest sign of life: a rank's pid file (it started) or progress mark.
+            for rank in self.ranks:
+                if rank not in self.started_at and read_pid(rank_pid_path(self.job_dir, rank)):
+                    self.started_at[rank] = now
+            # Until the first one, SLOW_FACTOR x that: it includes interpreter start-up and
+            # imports, minutes from a cold network file system.
+            lives = [*self.changed.values(), *self.started_at.values()]
+            limit = self.load_s if lives else SLOW_FACTOR * self.load_s
+            return self.load_error(now) if now - max(lives, default=self.started) >= limit else None
         waiting = [r for r in self.ranks if r not in self.marks]  # no mark at all
         slow = bool(waiting) or any(m.phase in SLOW_PHASES for m in self.marks.values())
         last = max(self.changed.values())
@@ -162,7 +185,8 @@ class HangWatch:
         return self.error(now, waiting)
 
     def error(self, now: float, waiting: list[int]) -> JobError:
-        """The RANK_HUNG error naming the rank(s) furthest behind."""
+        """The RANK_HUNG error naming the rank(s) the dumps show missing from the collective
+        waited in, else the one(s) furthest behind by their progress marks."""
         if waiting:
             behind, step, phase = waiting, 0, "load"
         else:
@@ -170,32 +194,72 @@ class HangWatch:
             behind = sorted(r for r, m in self.marks.items() if m.seq == low)
             step, phase = self.marks[behind[0]].step, self.marks[behind[0]].phase
         if len(behind) > 1:
-            stuck = [r for r in behind if _frozen(read_pid(rank_pid_path(self.job_dir, r)))]
+            pids = {r: read_pid(rank_pid_path(self.job_dir, r)) for r in behind}
+            stuck = [r for r in behind if forensics.proc_state(pids[r]) in ("T", "t", "D")]
             behind = stuck or behind
+        found = self.forensics(loading=False)
+        if found.blamed:
+            behind = found.blamed
+            mark = self.marks.get(behind[0])
+            step, phase = (mark.step, mark.phase) if mark else (0, "load")
         since = min(self.changed.get(r, self.started) for r in behind)
         what = f"stopped making progress at step {step} ({phase}) for {int(now - since)} s"
+        return self._report(now, what, behind, found)
+
+    def load_error(self, now: float) -> JobError:
+        """The RANK_HUNG error of a load phase (rendezvous, data, model) that stalled."""
+        found = self.forensics(loading=True)
+        unmarked = [r for r in self.ranks if r not in self.marks]
+        behind = found.blamed or unmarked or list(self.ranks)
+        lives = [*self.changed.values(), *self.started_at.values()]
+        since = max(lives, default=self.started)
+        what = f"no rank advanced in the load phase for {int(now - since)} s "
+        what += f"(load_timeout_s {self.load_s:.0f} s{'' if lives else f' x {SLOW_FACTOR:g}'})"
+        if not found.headline and all(
+            not read_pid(rank_pid_path(self.job_dir, r)) for r in self.ranks
+        ):
+            what += "; no rank of this node has started (written its pid)"
+            if self.nnodes > 1:
+                what += ": torchrun's rendezvous may wait for the other nodes (see torchrun.log)"
+        return self._report(now, what, behind, found, loading=True)
+
+    def forensics(self, loading: bool) -> Explanation:
+        """Every rank's dump and stack, asked for now (before anything is ended)."""
+        t0 = time.monotonic()
+        answers = forensics.collect(
+            self.job_dir, self.ranks, wait_s=self.dump_wait_s, local=self.local
+        )
+        took = time.monotonic() - t0
+        found = explain(answers, self.ranks, loading=loading, world=self.world)
+        found.lines[0] += f" ({len(answers.dumps)} of {len(self.ranks)} answered in {took:.1f} s)"
+        found.blamed = [r for r in found.blamed if r in self.ranks]
+        return found
+
+    def _report(
+        self, now: float, what: str, behind: list[int], found: Explanation, loading: bool = False
+    ) -> JobError:
+        if found.headline:
+            what += "; " + found.headline
         if len(behind) < len(self.ranks):
             who = " and ".join(self.name(r) for r in behind)
-            what += "; the other ranks waited in a collective"
+            if not found.headline:
+                what += "; the other ranks waited in a collective"
         else:  # nothing tells them apart
             who, causes = f"every rank ({self.world})", "a stuck device"
             if len(self.ranks) < self.world:
                 node = self.ranks[0] // self.nproc
                 who = f"every rank of node {node} (ranks {self.ranks[0]}-{self.ranks[-1]})"
                 causes += ", or a rank on another node"
-            what += "; none can be told from the others (a collective that never completed, "
-            what += f"{causes})"
+            if not found.headline and not loading:
+                what += "; none can be told from the others (a collective that never "
+                what += f"completed, {causes})"
         err = job_error("RANK_HUNG", what, self.world, f"{who} failed: {what}")
         if len(behind) < len(self.ranks):
             first = behind[0]
             err.update(
-                {
-                    "rank": first,
-                    "node": first // self.nproc,
-                    "local_rank": first % self.nproc,
-                }
+                {"rank": first, "node": first // self.nproc, "local_rank": first % self.nproc}
             )
-        err["traceback"] = "\n".join(self.where(now))
+        err["traceback"] = "\n".join(self.where(now) + found.lines)
         return err
 
     def name(self, rank: int) -> str:

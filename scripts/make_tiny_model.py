@@ -195,7 +195,7 @@ def portable_tokenizer_config(folder: Path) -> None:
 def main(argv: list[str] | None = None) -> None:
     """Write assets/tiny-model and assets/data (or under --out)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=ROOT / "assets")
+    parser.add_argument("--out", type=Path, default=ROOT / "veri_tui" / "assets")
     args = parser.parse_args(argv)
     rng = random.Random(SEED)
     sets = make_datasets(rng)

@@ -2,13 +2,16 @@
 
 Each rank writes its pid, runs the loop, and on any failure writes its own failure record
 (failures/rank-<r>.json, nanosecond time) before the exception propagates to torch
-elastic's `record`, which writes the elastic error file for `Exception`s.
+elastic's `record`, which writes the elastic error file for `Exception`s. A clean run
+destroys its process group; a failed one aborts it (`_leave_group`), so the rank exits.
+CUDA jobs get `PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True` unless the user set one.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import MutableMapping
 from pathlib import Path
 
 from torch.distributed.elastic.multiprocessing.errors import record
@@ -45,14 +48,27 @@ def _return_freed_memory() -> None:
         pass
 
 
+def cuda_alloc_conf(env: MutableMapping[str, str]) -> None:
+    """`PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True` unless the user set an allocator
+    config (either name): without it fragmentation can run a GPU out of memory with its
+    allocated bytes well under the plan (reserved grows past allocated). Set before torch
+    touches CUDA (the allocator reads it once); CPU runs ignore it."""
+    if not env.get("PYTORCH_CUDA_ALLOC_CONF") and not env.get("PYTORCH_ALLOC_CONF"):
+        env["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"
+
+
 @record
 def main(argv: list[str] | None = None) -> int:
     """Run one rank; failures are recorded, then re-raised for torchrun to see."""
+    import os
+
     _return_freed_memory()
+    cuda_alloc_conf(os.environ)
     args = _parse(argv)
     job_dir = args.job.resolve().parent
     ctx = RankContext.from_env(job_dir)
     log = RankLog(ctx)  # writes on rank 0 only
+    clean = False
     try:
         write_pid(ctx)
         cfg = from_spec(load_spec(args.job), job_dir)
@@ -60,8 +76,10 @@ def main(argv: list[str] | None = None) -> int:
 
         _start_memory_log(ctx)
         train(cfg, ctx, log)
+        clean = True
     except SystemExit as exc:
-        if exc.code not in (0, None):
+        clean = exc.code in (0, None)
+        if not clean:
             write_failure(ctx, exc)
         raise
     except BaseException as exc:  # DCP's CheckpointException is a BaseException
@@ -69,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
         raise
     finally:
         log.close()
-        _leave_group()
+        _leave_group(clean)
     return 0
 
 
@@ -86,12 +104,35 @@ def _start_memory_log(ctx: RankContext) -> None:
         start_memory_log(ctx)
 
 
-def _leave_group() -> None:
-    """Leave the process group on success and on failure alike (once it was joined)."""
+def _leave_group(clean: bool) -> None:
+    """Leave the process group (once it was joined): destroy it after a clean run, abort it
+    after a failure.
+
+    `destroy_process_group` flushes the pending NCCL work first, and a failed rank's peers
+    may never complete theirs: it can block (pytorch #141510), torchrun never sees the rank
+    exit, and the hang watchdog later reports RANK_HUNG (platform, retried) for what was,
+    say, a CUDA OOM. torchtitan destroys on success only. Aborting (torch's
+    `_abort_process_group`, the one call that ends every group without waiting; private in
+    torch 2.11-2.13, so used only when present) ends this rank's communicators at once, and
+    peers blocked on it see their connection close. Should abort itself fail, the process
+    exits without destroying: the record and the error file are already written.
+    """
     import torch.distributed as dist
 
-    if dist.is_available() and dist.is_initialized():
+    if not (dist.is_available() and dist.is_initialized()):
+        return
+    if clean:
         dist.destroy_process_group()
+        return
+    from torch.distributed import distributed_c10d
+
+    abort = getattr(distributed_c10d, "_abort_process_group", None)
+    if abort is None:
+        return
+    try:
+        abort()
+    except Exception:  # noqa: BLE001, S110 - we are failing already; exiting is what matters
+        pass
 
 
 if __name__ == "__main__":

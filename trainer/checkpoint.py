@@ -33,7 +33,14 @@ from typing import Any
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch import nn
-from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict, set_state_dict
+from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions,
+    get_optimizer_state_dict,
+    get_state_dict,
+    set_optimizer_state_dict,
+    set_state_dict,
+)
+from torch.nn.parallel import DistributedDataParallel as DDP
 
 from jobfolder import ckptindex, manifest
 from jobfolder.atomic import fsync_dir
@@ -42,12 +49,41 @@ from jobfolder.stopping import SHARED_ENV
 from trainer.faults import FaultPlan
 from trainer.report import atomic_write, classify, describe
 
+# torch's checkpoint_wrapper segment, which get_state_dict leaves out of names (torch 2.13).
+_CHECKPOINT_PREFIX = "_checkpoint_wrapped_module."
+
 
 def _options(lora: bool) -> StateDictOptions:
     # LoRA: the frozen base is the model directory itself; checkpoint only what trains.
     # Loading then leaves the frozen keys alone (strict=False); dcp.load still fails on any
     # requested (trainable) key the checkpoint lacks.
     return StateDictOptions(ignore_frozen_params=lora, strict=not lora)
+
+
+def trainable_state(model: nn.Module) -> dict[str, Any]:
+    """LoRA / QLoRA: the trainable parameters only, by the names torch's get_state_dict gives
+    them (DDP's `module.` and checkpoint wrappers left out), as views of the parameters, so
+    dcp.load fills them in place.
+
+    Not `get_model_state_dict(ignore_frozen_params=True)`: that drops frozen *parameters*
+    only, and walks `model.state_dict()`, in which a bitsandbytes NF4 base adds its
+    quantization state (`weight.absmax`, `weight.quant_map`, `weight.quant_state...`):
+    those tensors would be checkpointed at every save, and torch's name walk raises on them
+    with older bitsandbytes releases (Params4bit without those attributes)."""
+    inner = model.module if isinstance(model, DDP) else model
+    return {
+        name.replace(_CHECKPOINT_PREFIX, ""): p.detach()
+        for name, p in inner.named_parameters()
+        if p.requires_grad
+    }
+
+
+def _state(model: nn.Module, optimizer: Any, lora: bool) -> tuple[dict[str, Any], Any]:
+    """(model, optimizer) state dicts to save or load into: only what trains under LoRA."""
+    opts = _options(lora)
+    if not lora:
+        return get_state_dict(model, optimizer, options=opts)
+    return trainable_state(model), get_optimizer_state_dict(model, optimizer, options=opts)
 
 
 def committed_steps(root: Path) -> list[int]:
@@ -155,7 +191,7 @@ def save(
         root.mkdir(parents=True, exist_ok=True)
         shutil.rmtree(tmp, ignore_errors=True)  # a stale partial save: never save into it
     dist.barrier()
-    msd, osd = get_state_dict(model, optimizer, options=_options(lora))
+    msd, osd = _state(model, optimizer, lora)
     try:
         with warnings.catch_warnings():
             # Rank-local saves: a node's second rank sees its first rank's metadata file in
@@ -206,17 +242,20 @@ def load(root: Path, step: int, model: nn.Module, optimizer: Any, *, lora: bool)
     """Load model and optimizer state of `step` in place; return its trainer_state."""
     folder = root / f"step-{step}"
     opts = _options(lora)
-    msd, osd = get_state_dict(model, optimizer, options=opts)
+    msd, osd = _state(model, optimizer, lora)
     state = {"model": msd, "optim": osd}
     if (folder / ".metadata").is_file():
         dcp.load(state, checkpoint_id=str(folder))
     else:  # a node's part of a multi-node checkpoint: each rank reads its own files
         dcp.load(state, storage_reader=_RankLocalReader(folder))
-    set_state_dict(
-        model,
-        optimizer,
-        model_state_dict=state["model"],
-        optim_state_dict=state["optim"],
-        options=opts,
-    )
+    if lora:  # the adapters were loaded in place (views); the base is the model directory
+        set_optimizer_state_dict(model, optimizer, optim_state_dict=state["optim"], options=opts)
+    else:
+        set_state_dict(
+            model,
+            optimizer,
+            model_state_dict=state["model"],
+            optim_state_dict=state["optim"],
+            options=opts,
+        )
     return json.loads((folder / "trainer_state.json").read_text())

@@ -24,7 +24,9 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts
 
-MODES = ("none", "selective", "full")
+from jobfolder.knobs import CHECKPOINTING
+
+MODES = CHECKPOINTING  # the schema's activation_checkpointing values
 _aten = torch.ops.aten
 # The attention kernels whose outputs selective checkpointing keeps (one is used per device).
 _ATTENTION = tuple(

@@ -14,6 +14,14 @@ real. VERI_FAULT is a comma-separated list of `kind:rank:step`:
 - `host_oom:R:S` rank R fills host memory at step S until the kernel's out-of-memory killer
   ends it (SIGKILL); it refuses (RuntimeError) unless its memory cgroup has a limit of at most
   HOST_OOM_MAX_LIMIT, so it can only ever fill a small cgroup, never the machine
+- `skip:R:S` rank R skips step S's collectives: it never enters the step's first one (the
+  global token count's all-reduce) and waits in `_stall` instead, as a rank held up on a path
+  of its own (its data, a wait) while its peers wait in the collective. It does not go on to
+  the next collective: under gloo that is a size mismatch, which aborts both ranks at once
+  (`op.preamble.length <= op.nbytes ... Is there a distributed collective mismatch`), another
+  fault than a hang
+- `no_join:R:S` rank R never joins the process group (S is ignored: it waits in `_stall`
+  before `init_process_group`), so the rendezvous never completes
 
 Step S counts optimizer steps from 1; a step fault fires before that step's forward pass.
 Unset (the normal case) costs one dictionary lookup per step.
@@ -23,9 +31,10 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 from dataclasses import dataclass
 
-KINDS = ("oom", "raise", "kill", "ckpt_kill", "ckpt_raise", "host_oom")
+KINDS = ("oom", "raise", "kill", "ckpt_kill", "ckpt_raise", "host_oom", "skip", "no_join")
 HOST_OOM_MAX_LIMIT = 8 << 30
 
 
@@ -60,7 +69,12 @@ class FaultPlan:
 
     def at_step(self, step: int) -> None:
         """Fire a step fault planned for `step`, if any."""
-        self._fire(step, ("oom", "raise", "kill", "host_oom"))
+        self._fire(step, ("oom", "raise", "kill", "host_oom", "skip"))
+
+    def before_rendezvous(self) -> None:
+        """Fire a `no_join` fault: never join the process group."""
+        if any(f.kind == "no_join" for f in self.faults):
+            _stall()
 
     def in_checkpoint(self, step: int) -> None:
         """Fire a checkpoint fault planned for the save of `step`, if any."""
@@ -81,6 +95,8 @@ class FaultPlan:
                 )
             if f.kind == "host_oom":
                 _fill_host_memory()
+            if f.kind == "skip":
+                _stall()
             if f.kind == "raise":
                 raise RuntimeError(f"injected failure at step {step} (VERI_FAULT)")
             if f.kind == "ckpt_raise":
@@ -88,6 +104,12 @@ class FaultPlan:
 
                 cause = RuntimeError("unexpected pos 512 vs 448 (injected by VERI_FAULT)")
                 raise CheckpointException("checkpoint save failed", {f.rank: (cause, None)})
+
+
+def _stall() -> None:
+    """Wait here until the job is ended: the rank's Python stack points at this line."""
+    while True:
+        time.sleep(1.0)
 
 
 def _fill_host_memory() -> None:

@@ -3,7 +3,8 @@
 As torchtitan and torchtune do it: the model is built from its config with every parameter on
 the meta device (no memory), LoRA is applied, DDP or FSDP2 is planned (`trainer.parallelize`),
 and only then `materialize` allocates this rank's storage (`to_empty`: its FSDP2 shards, or the
-whole model under DDP, straight on its device) and fills it from the checkpoint's safetensors
+whole model under DDP, straight on its device; on the host under cpu_offload, where FSDP2's
+lazy init refuses parameters that are not on the CPU) and fills it from the checkpoint's safetensors
 files (`trainer.weights`): under FSDP2 each rank reads only the dim-0 rows its shards hold.
 No rank ever holds the whole model in host memory, DDP aside (each rank needs it whole).
 
@@ -176,14 +177,34 @@ def _retie(model: nn.Module, tied: list[list[str]]) -> None:
                 setattr(model.get_submodule(owner), attr, first)
 
 
-def materialize(model: nn.Module, device: torch.device) -> None:
-    """Allocate this rank's storage on `device` and fill it (after DDP/FSDP2 was planned)."""
+def _move_buffers(model: nn.Module, device: torch.device) -> None:
+    """Buffers (rotary inv_freq, ...) onto the compute device: FSDP2 manages parameters
+    only, so with cpu_offload they would stay on the host beside CUDA activations."""
+    for module in model.modules():
+        for name, buf in module._buffers.items():
+            if buf is not None and buf.device != device:
+                module._buffers[name] = buf.to(device)
+
+
+def materialize(
+    model: nn.Module, device: torch.device, buffer_device: torch.device | None = None
+) -> None:
+    """Allocate this rank's storage on `device` and fill it (after DDP/FSDP2 was planned);
+    buffers end on `buffer_device` when given (cpu_offload: parameters on the host, buffers
+    on the GPU, as torchtitan places them)."""
     pending: Pending | None = model.__dict__.pop(PENDING, None)
     if pending is None:
         return
     tied = [names for names in _aliases(model).values() if len(names) > 1]
     model.to_empty(device=device)
     _retie(model, tied)
+    _fill(model, pending)
+    if buffer_device is not None:
+        _move_buffers(model, buffer_device)
+
+
+def _fill(model: nn.Module, pending: Pending) -> None:
+    """Every parameter and buffer from the checkpoint's files (or the copies kept aside)."""
     entries = checkpoint_entries(pending.path)
     hf = model.get_base_model() if hasattr(model, "get_base_model") else model
     prefix = getattr(hf, "base_model_prefix", "") or "model"

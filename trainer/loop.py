@@ -24,6 +24,7 @@ from trainer.artifact import save_artifact
 from trainer.config import TrainConfig
 from trainer.dataprep import prepare_dataset
 from trainer.faults import FaultPlan
+from trainer.forensics import start_responder
 from trainer.measure import StateMeter
 from trainer.model import (
     build_policy,
@@ -61,15 +62,18 @@ def train(cfg: TrainConfig, ctx: RankContext, log: RankLog) -> None:
     """Run the planned job on this rank."""
     for line in cfg.plan_header:
         log.info(line)
+    start_responder(cfg.job_dir, ctx.rank)  # answers the watchdog's dump requests
     progress = Progress(cfg.job_dir, ctx.rank)  # read by the supervisor's hang watchdog
-    progress.mark("load")
+    progress.mark("rendezvous")
     rt = init_runtime(cfg)
+    progress.mark("load")
     torch.manual_seed(cfg.seed)
     path = resolve_model_dir(cfg.model_path)
-    stats = RunStats(ctx, rt.device, cfg.zero_stage)  # measured/run-rank-<r>
+    stats = RunStats(ctx, rt.device, cfg.zero_stage, offload_active(cfg, rt))  # run-rank-<r>
     with stats.setup.phase("data"):
         tok = load_tokenizer(path)
         rows = prepare_dataset(cfg, ctx, tok, path, log)  # <job_dir>/tokens/, mapped
+    progress.mark("load")  # each part of the load restarts the watchdog's load timeout
     gbs = cfg.global_batch_size
     if len(rows) < gbs:
         raise ConfigError(f"global_batch_size: {gbs} is more than the dataset's {len(rows)} rows")
@@ -89,8 +93,10 @@ def train(cfg: TrainConfig, ctx: RankContext, log: RankLog) -> None:
         log.info(f"cpu_offload: the host-side optimizer step runs on {threads} threads per rank")
     with stats.setup.phase("model"):
         policy = build_policy(cfg, path, rt.device)
+    progress.mark("load")
     with stats.setup.phase("shard"):
         model = wrap_policy(policy, cfg, rt)
+    progress.mark("load")
     ref = None
     if cfg.method == "dpo" and not cfg.lora_rank:
         with stats.setup.phase("model"):
@@ -101,7 +107,7 @@ def train(cfg: TrainConfig, ctx: RankContext, log: RankLog) -> None:
     opt = make_optimizer(params, cfg.learning_rate, cfg.weight_decay, cfg.seed)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(s, cfg.warmup_steps, total))
     start = _resume(cfg, model, opt, sched, log) if cfg.resume or cfg.resume_from else 0
-    meter = StateMeter(ctx, step=min(2, total))
+    meter = StateMeter(ctx, step=min(2, total), device=rt.device)
     if ref is not None and meter.enabled:
         decoder_layers(ref)[0].register_forward_hook(meter.reference_hook(ref))
     stepper = _Stepper(cfg, rt, model, ref, opt, tok.pad_token_id, rows, meter)
@@ -112,7 +118,7 @@ def train(cfg: TrainConfig, ctx: RankContext, log: RankLog) -> None:
     saver = Saver(cfg, model, opt, sched, progress, faults, log)
     for step in range(start, total):
         if stop.requested():  # every rank agrees, so all stop after the same step
-            stop_here(cfg, rt.rank, step, start, stop.reason(), saver, log)
+            stop_here(cfg, rt.rank, step, start, stop, saver, log)
             return
         progress.mark("data", step + 1)
         faults.at_step(step + 1)

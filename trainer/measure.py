@@ -15,6 +15,9 @@ measured/rank-<r>.json with the bytes it holds, counted tensor by tensor:
   "not counting the transient all-gather of the layer(s) in flight".
 
 `total` sums every component but the transient `ref_in_flight`; nothing else is left out.
+Only tensors on the rank's device count (`on_device`): what lives on the host (cpu_offload's
+shards, gradients and AdamW moments; AdamW's `step` scalars on CUDA) goes into `host`, by
+component, so a GPU's states are never inflated by host memory.
 
 Host memory phases (VERI_MEASURE_MEMORY=1, benchmarks/bench_host_memory.py): each rank
 appends to measured/memory-rank-<r>.jsonl, at each phase's end, VmRSS then and VmHWM, the
@@ -27,6 +30,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -82,6 +86,27 @@ def tensor_bytes(t: torch.Tensor | None) -> int:
     return local.numel() * local.element_size()
 
 
+def on_device(t: torch.Tensor, device: torch.device) -> bool:
+    """Whether the local data of `t` lives on `device`'s kind (a rank uses one accelerator):
+    cpu_offload keeps shards, gradients and AdamW moments on the host, and AdamW's `step`
+    counters are host scalars on CUDA too; none of that is per-GPU memory."""
+    local = t.to_local() if isinstance(t, DTensor) else t
+    return local.device.type == device.type
+
+
+def split_bytes(tensors: Iterable[torch.Tensor | None], device: torch.device) -> tuple[int, int]:
+    """(bytes on `device`, bytes elsewhere: the host) of the tensors' local data."""
+    here = away = 0
+    for t in tensors:
+        if t is None:
+            continue
+        if on_device(t, device):
+            here += tensor_bytes(t)
+        else:
+            away += tensor_bytes(t)
+    return here, away
+
+
 def _is_sharded(t: torch.Tensor) -> bool:
     return isinstance(t, DTensor)
 
@@ -89,11 +114,18 @@ def _is_sharded(t: torch.Tensor) -> bool:
 class StateMeter:
     """Collects the components during one step and writes them once."""
 
-    def __init__(self, ctx: RankContext, step: int) -> None:
+    def __init__(self, ctx: RankContext, step: int, device: torch.device | None = None) -> None:
         self.ctx = ctx
         self.step = step
+        self.device = device or torch.device("cpu")
         self.enabled = os.environ.get("VERI_MEASURE_STATES") == "1"
         self.values: dict[str, int] = {}
+        self.host: dict[str, int] = {}  # what lives off the device (cpu_offload), not in total
+
+    def _count(self, key: str, tensors: Iterable[torch.Tensor | None]) -> None:
+        self.values[key], away = split_bytes(tensors, self.device)
+        if away:
+            self.host[key] = away
 
     def active(self, step: int) -> bool:
         """Whether `step` (1-based) is the measured one."""
@@ -102,9 +134,7 @@ class StateMeter:
     def after_forward(self, model: nn.Module, zero_stage: int) -> None:
         """Stage 2: the compute copy is the set of parameters currently unsharded."""
         if zero_stage == 2:
-            self.values["compute_copy"] = sum(
-                tensor_bytes(p) for p in model.parameters() if not _is_sharded(p)
-            )
+            self._count("compute_copy", [p for p in model.parameters() if not _is_sharded(p)])
 
     def reference_hook(self, ref: nn.Module) -> Any:
         """Watch the reference's units in flight; returns a (no-op) forward hook.
@@ -128,20 +158,21 @@ class StateMeter:
     def after_backward(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> None:
         """Params, grads and optimizer states as they are held after backward."""
         params = list(model.parameters())
-        self.values["params"] = sum(tensor_bytes(p) for p in params)
-        self.values["grads"] = sum(tensor_bytes(p.grad) for p in params)
+        self._count("params", params)
+        self._count("grads", [p.grad for p in params])
         states = [v for st in optimizer.state.values() for v in st.values()]
-        self.values["optimizer"] = sum(tensor_bytes(v) for v in states if torch.is_tensor(v))
+        self._count("optimizer", [v for v in states if torch.is_tensor(v)])
 
     def reference_rest(self, ref: nn.Module | None, zero_stage: int) -> None:
         """What the reference keeps between its forwards (whole at stage 0, else its shards)."""
         if ref is not None:
-            self.values["reference"] = sum(tensor_bytes(p) for p in ref.parameters())
+            self._count("reference", ref.parameters())
 
     def write(self, extra: dict[str, Any] | None = None) -> dict[str, Any]:
         """measured/rank-<r>.json with every component and their total."""
         record: dict[str, Any] = {"rank": self.ctx.rank, "step": self.step, **self.values}
         record["total"] = sum(v for k, v in self.values.items() if k not in TRANSIENT)
+        record["host"] = dict(self.host)  # on the host (cpu_offload, step counters): not in total
         record.update(extra or {})
         path = self.ctx.job_dir / "measured" / f"rank-{self.ctx.rank}.json"
         write_text_atomic(path, json.dumps(record))

@@ -103,16 +103,27 @@ def qlora_config() -> Any:
     )
 
 
-def qlora_kwargs(device: torch.device) -> dict[str, Any]:
-    """from_pretrained's arguments for a QLoRA base, loaded straight onto this CUDA GPU."""
-    if device.type != "cuda":
-        raise ConfigError(QLORA_NEEDS_CUDA)
+def require_bitsandbytes() -> None:
+    """Import bitsandbytes only for a QLoRA job (never at module import); one CONFIG_ERROR
+    line when it is missing or broken (a wheel built for another CUDA raises on import)."""
     try:
         import bitsandbytes  # noqa: F401 - transformers quantizes with it
     except ImportError:
         raise ConfigError(
             "load_in_4bit: bitsandbytes is not installed on this host; pip install bitsandbytes"
         ) from None
+    except Exception as exc:  # noqa: BLE001 - its CUDA library checks raise many types
+        raise ConfigError(
+            f"load_in_4bit: bitsandbytes fails to import on this host ({type(exc).__name__}: "
+            f"{str(exc).splitlines()[0] if str(exc) else ''}); reinstall it for this CUDA"
+        ) from None
+
+
+def qlora_kwargs(device: torch.device) -> dict[str, Any]:
+    """from_pretrained's arguments for a QLoRA base, loaded straight onto this CUDA GPU."""
+    if device.type != "cuda":
+        raise ConfigError(QLORA_NEEDS_CUDA)
+    require_bitsandbytes()
     return {"quantization_config": qlora_config(), "device_map": {"": device.index or 0}}
 
 

@@ -26,6 +26,7 @@ from torch import nn
 from jobfolder.errors import ConfigError
 from jobfolder.watchdog import DIST_TIMEOUT_ENV, DIST_TIMEOUT_S
 from trainer.config import TrainConfig
+from trainer.faults import FaultPlan
 from trainer.loading import materialize
 from trainer.measure import mark_memory
 from trainer.model import decoder_layers
@@ -48,10 +49,12 @@ def init_runtime(cfg: TrainConfig) -> Runtime:
     want_cuda = cfg.device == "cuda" or (cfg.device == "auto" and torch.cuda.is_available())
     if cfg.device == "cuda" and not torch.cuda.is_available():
         raise ConfigError("device: cuda requested but no CUDA device is available")
-    if cfg.load_in_4bit and not want_cuda:  # before any group, data or model
-        from trainer.model import QLORA_NEEDS_CUDA
+    if cfg.load_in_4bit:  # before any group, data or model
+        from trainer.model import QLORA_NEEDS_CUDA, require_bitsandbytes
 
-        raise ConfigError(QLORA_NEEDS_CUDA)
+        if not want_cuda:
+            raise ConfigError(QLORA_NEEDS_CUDA)
+        require_bitsandbytes()
     world = int(os.environ.get("WORLD_SIZE", 1))
     if world != cfg.data_parallel_size:
         raise ConfigError(
@@ -71,6 +74,7 @@ def init_runtime(cfg: TrainConfig) -> Runtime:
     else:
         device = torch.device("cpu")
     if not dist.is_initialized():
+        FaultPlan(int(os.environ.get("RANK", 0))).before_rendezvous()  # tests only (VERI_FAULT)
         if "MASTER_ADDR" not in os.environ:  # plain `python -m trainer`: a group of one
             os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()))
             os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0")
@@ -121,6 +125,14 @@ def offload_active(cfg: TrainConfig, rt: Runtime) -> bool:
     return cfg.cpu_offload and cfg.zero_stage in (2, 3) and rt.device.type == "cuda"
 
 
+def materialize_device(cfg: TrainConfig, rt: Runtime) -> torch.device:
+    """Where the policy's sharded parameters are allocated: on the host under cpu_offload
+    (FSDP2's lazy init refuses offloaded parameters whose DTensor says `cuda`: "FSDP
+    parameters should be materialized on CPU when enabling CPU offloading"; torchtitan
+    materializes on the CPU there too), else straight on this rank's device."""
+    return torch.device("cpu") if offload_active(cfg, rt) else rt.device
+
+
 def offload_threads(cfg: TrainConfig, rt: Runtime, env: dict[str, str] | None = None) -> int | None:
     """The CPU threads this rank's offloaded AdamW step gets, or None to leave torch's.
 
@@ -164,11 +176,12 @@ def wrap_policy(model: nn.Module, cfg: TrainConfig, rt: Runtime) -> nn.Module:
         kw["mp_policy"] = MixedPrecisionPolicy(
             param_dtype=torch.bfloat16, reduce_dtype=torch.float32
         )
-    kw["offload_policy"] = CPUOffloadPolicy() if offload_active(cfg, rt) else OffloadPolicy()
+    offload = offload_active(cfg, rt)
+    kw["offload_policy"] = CPUOffloadPolicy() if offload else OffloadPolicy()
     for layer in decoder_layers(model):
         fully_shard(layer, **kw)
     fully_shard(model, **kw)
-    materialize(model, rt.device)
+    materialize(model, materialize_device(cfg, rt), buffer_device=rt.device)
     mark_memory("load_policy")
     return model
 

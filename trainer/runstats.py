@@ -3,13 +3,19 @@
 Cheap enough for every job (a sum over the parameter list once, a float per step):
 
 - state bytes after the first optimizer step of this attempt, counted tensor by tensor from
-  the local shards: parameters, gradients (taken after `optimizer.step()`, before they are
+  the local shards ON THIS RANK'S DEVICE (trainer/measure.py `on_device`; what lives on the
+  host, cpu_offload's shards, gradients and AdamW moments or AdamW's `step` scalars on CUDA,
+  goes into `host_states` instead, and `offloaded` says whether CPUOffloadPolicy ran):
+  parameters, gradients (taken after `optimizer.step()`, before they are
   zeroed) and optimizer states; at zero_stage 2 the unsharded compute copy, taken after the
   first step's last forward; for a DPO full fine-tune the reference model's resident
   parameters (whole at stage 0, its shard at stage 2/3: its layers in flight are transient,
   as in the plan). `states_bytes` sums them, as the plan's `states_bytes_per_gpu` does.
-- peak memory: on CUDA `torch.cuda.max_memory_allocated` and `max_memory_reserved`; on CPU
-  the process's VmHWM from /proc/self/status (resident peak; file-backed pages count too).
+- peak memory (trainer/devmem.py): on CUDA allocated (`max_memory_allocated`, `peak_bytes`),
+  reserved, the allocator's retries, the device memory the driver reports (NVML, else
+  nvidia-smi, sampled after steps; None with its reason when neither answers) and the host's
+  VmHWM; on CPU the process's VmHWM (resident peak; file-backed pages count too) and no
+  device figure (recorded as not measured).
 - steady-state tokens/s: the median of the per-step rates (global input tokens over the
   step's time on this rank) after the first `WARMUP_STEPS` steps of this attempt (all steps
   when the run is shorter).
@@ -17,8 +23,10 @@ Cheap enough for every job (a sum over the parameter list once, a float per step
   reading and tokenizing the data, and the attempt's first optimizer step; rank 0 logs them
   as one `setup: model 3.1 s, shard 0.4 s, data 2.0 s, first step 1.2 s` line.
 
-The file is written after the first step (states and the peak so far) and again when
-training ends, before the artifact is saved (the peak of training, not of the final gather).
+The file is written after the first step (states and the peak so far), every
+`REWRITE_EVERY_S` seconds of training after it (what readers show for a running job), and
+again when training ends, before the artifact is saved (the peak of training, not of the
+final gather).
 The supervisor gathers the ranks' files into job.json's `measured` (jobfolder/jobstats.py).
 VERI_MEASURE_STATES=1 (trainer/measure.py) still writes the detailed measured/rank-<r>.json.
 """
@@ -38,9 +46,11 @@ from torch.distributed.tensor import DTensor
 
 from jobfolder.atomic import write_json_atomic
 from jobfolder.layout import JobLayout
-from trainer.measure import tensor_bytes
-from trainer.peakmem import run_peaks
+from trainer.devmem import DeviceMemory, peak_memory
+from trainer.measure import split_bytes
 from trainer.report import RankContext
+
+REWRITE_EVERY_S = 30.0  # a small JSON file per rank: cheap beside a step
 
 #: Steps of each attempt left out of the steady-state rate (start-up, first allocations).
 WARMUP_STEPS = 2
@@ -49,27 +59,6 @@ WARMUP_STEPS = 2
 def run_stats_path(job_dir: Path, rank: int) -> Path:
     """measured/run-rank-<r>.json of a job folder."""
     return JobLayout(job_dir).rank_measured(rank)
-
-
-def vm_hwm_bytes() -> int | None:
-    """This process's peak resident set (VmHWM) in bytes; None where /proc has no status."""
-    try:
-        with open("/proc/self/status", encoding="ascii") as fh:
-            for line in fh:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        return None
-    return None
-
-
-def peak_memory(device: torch.device) -> dict[str, Any]:
-    """The peak so far: CUDA allocated and reserved, or the process's VmHWM on CPU."""
-    if device.type == "cuda":
-        alloc, reserved = run_peaks(device)  # across the metric lines' window resets
-        return {"peak_bytes": alloc, "peak_reserved_bytes": reserved,
-                "peak_source": "cuda_max_allocated"}  # fmt: skip
-    return {"peak_bytes": vm_hwm_bytes(), "peak_source": "VmHWM"}
 
 
 def steady_rate(rates: list[float], warmup: int = WARMUP_STEPS) -> tuple[float | None, int]:
@@ -114,20 +103,24 @@ class SetupClock:
 class RunStats:
     """Collects one rank's run measurements and writes them (see the module docstring)."""
 
-    def __init__(self, ctx: RankContext, device: torch.device, zero_stage: int) -> None:
-        self.ctx, self.device, self.zero_stage = ctx, device, zero_stage
+    def __init__(
+        self, ctx: RankContext, device: torch.device, zero_stage: int, offload: bool = False
+    ) -> None:
+        self.ctx, self.device, self.zero_stage, self.offload = ctx, device, zero_stage, offload
         self.states: dict[str, int] | None = None
+        self.host_states: dict[str, int] = {}
+        self.device_memory = DeviceMemory(device)  # NVML samples after steps (devmem.py)
         self.compute_copy: int | None = None
         self.rates: list[float] = []
         self.step_s: list[float] = []
         self.setup = SetupClock()  # the loop times its phases into it
+        self.written_at = time.monotonic()
 
     def after_forward(self, model: nn.Module) -> None:
         """First step, stage 2: the compute copy is the set of parameters unsharded now."""
         if self.compute_copy is None and self.states is None and self.zero_stage == 2:
-            self.compute_copy = sum(
-                tensor_bytes(p) for p in model.parameters() if not isinstance(p, DTensor)
-            )
+            unsharded = [p for p in model.parameters() if not isinstance(p, DTensor)]
+            self.compute_copy = split_bytes(unsharded, self.device)[0]
 
     def after_update(
         self, model: nn.Module, opt: torch.optim.Optimizer, ref: nn.Module | None
@@ -137,24 +130,30 @@ class RunStats:
             return
         params = list(model.parameters())
         states = [v for st in opt.state.values() for v in st.values() if torch.is_tensor(v)]
-        got = {
-            "params": sum(tensor_bytes(p) for p in params),
-            "grads": sum(tensor_bytes(p.grad) for p in params),
-            "optimizer": sum(tensor_bytes(v) for v in states),
-        }
+        parts: dict[str, list[Any]] = {
+            "params": params, "grads": [p.grad for p in params], "optimizer": states,
+        }  # fmt: skip
+        if ref is not None:
+            parts["reference"] = list(ref.parameters())
+        got: dict[str, int] = {}
+        for key, tensors in parts.items():
+            got[key], away = split_bytes(tensors, self.device)
+            if away:
+                self.host_states[key] = away
         if self.compute_copy:
             got["compute_copy"] = self.compute_copy
-        if ref is not None:
-            got["reference"] = sum(tensor_bytes(p) for p in ref.parameters())
         self.states = got
 
     def step_done(self, tokens: float, seconds: float) -> None:
         """One optimizer step took ``seconds`` for ``tokens`` global input tokens."""
         self.step_s.append(seconds)
+        self.device_memory.sample()
         self.rates.append(tokens / seconds if seconds > 0 else 0.0)
         if len(self.rates) == 1:
             self.setup.add("first_step", seconds)
             self.write(final=False)
+        elif time.monotonic() - self.written_at >= REWRITE_EVERY_S:
+            self.write(final=False)  # readers show a running job's figures so far
 
     def record(self, final: bool) -> dict[str, Any]:
         """This rank's measurements as written to measured/run-rank-<r>.json."""
@@ -168,7 +167,10 @@ class RunStats:
             "steps": len(self.rates),
             "states": dict(self.states or {}),
             "states_bytes": sum((self.states or {}).values()) if self.states else None,
-            **peak_memory(self.device),
+            "host_states": dict(self.host_states),
+            "host_states_bytes": sum(self.host_states.values()) if self.states else None,
+            "offloaded": self.offload,
+            **peak_memory(self.device, self.device_memory),
             "tokens_per_s": rate,
             "step_time_s": step_s,
             "steps_timed": used,
@@ -182,6 +184,7 @@ class RunStats:
     def write(self, final: bool = True) -> dict[str, Any]:
         """Write this rank's file atomically; returns what was written."""
         data = self.record(final)
+        self.written_at = time.monotonic()
         path = run_stats_path(self.ctx.job_dir, self.ctx.rank)
         path.parent.mkdir(parents=True, exist_ok=True)
         write_json_atomic(path, data)

@@ -61,6 +61,14 @@ class StopWatch:
         """Why: the request's reason (the supervisor's), else a SIGTERM's: preempted."""
         return stop_reason(self.job_dir) or PREEMPTED
 
+    def cause(self) -> str:
+        """What asked, for the log: the supervisor's request, or a SIGTERM from Slurm (a
+        preemption's grace signal reaches the job's steps, the ranks, not the batch shell)."""
+        request = stop_reason(self.job_dir)
+        if request is not None:
+            return f"{request}, the supervisor's stop.request"
+        return "preempted, SIGTERM from Slurm" if self.signalled else PREEMPTED
+
 
 class Saver:
     """Saves the checkpoint of a step: on schedule (`checkpoint_steps`) and on a stop."""
@@ -81,10 +89,13 @@ class Saver:
 
 
 def stop_here(
-    cfg: TrainConfig, rank: int, step: int, start: int, reason: str, saver: Saver, log: RankLog
+    cfg: TrainConfig, rank: int, step: int, start: int, stop: StopWatch, saver: Saver, log: RankLog
 ) -> None:
     """Stop after `step` on request: save it unless this attempt ran no step or its
-    schedule saved it already, then rank 0 answers (jobfolder/stopping.py)."""
+    schedule saved it already, then rank 0 answers (jobfolder/stopping.py). The cause is
+    logged first, before the checkpoint it leads to."""
+    reason = stop.reason()
+    log.info(f"stop: asked to stop ({stop.cause()}) after step {step}")
     scheduled = bool(cfg.checkpoint_steps) and step % cfg.checkpoint_steps == 0
     if step > start and not scheduled:
         saver.save(step)
@@ -93,4 +104,4 @@ def stop_here(
     if rank == 0:
         write_stopped(cfg.job_dir, step, ckpt, reason)
     saved = f"checkpoint {ckpt} committed" if ckpt else "no checkpoint (no step ran)"
-    log.info(f"stop: asked to stop ({reason}); stopped after step {step}, {saved}")
+    log.info(f"stop: stopped after step {step} ({reason}), {saved}")

@@ -1,5 +1,5 @@
 """The `veri-tui` command line: the app by default; plan, launch, jobs, logs, cancel, resume,
-serve.
+serve, probe.
 
 Parsing lives here; each subcommand's work lives in `veri_tui.commands.<name>`, imported
 lazily so that `veri-tui plan` never pays for Textual (and nothing here imports torch).
@@ -42,8 +42,10 @@ def _job_options(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--trust-host",
+        action="append",
         metavar="FINGERPRINT",
-        help="accept an unknown SSH host key with this SHA256 fingerprint and record it",
+        help="accept an unknown SSH host key with this SHA256 fingerprint and record it "
+        "(repeatable: one per unknown host)",
     )
     p.add_argument("--json", action="store_true", help="print one JSON object")
     _slurm_options(p)
@@ -74,6 +76,14 @@ def _launch_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--dry-run", action="store_true",
         help="with --slurm: print the batch script it would submit; submit and create nothing",
+    )  # fmt: skip
+    p.add_argument(
+        "--no-probe", action="store_true",
+        help="several hosts: skip the bandwidth and GPU health probe of the nodes (docs/probe.md)",
+    )  # fmt: skip
+    p.add_argument(
+        "--allow-slow-nodes", action="store_true",
+        help="launch although the probe finds a node slow or sick (at your own risk)",
     )  # fmt: skip
 
 
@@ -107,9 +117,40 @@ def _calibrate_options(p: argparse.ArgumentParser) -> None:
 def _resume_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("job", help="id of a failed or cancelled job")
     p.add_argument("--gpu-count", type=int, metavar="N", help="re-plan for N GPUs (same batch)")
+    p.add_argument(
+        "--nodes",
+        type=int,
+        metavar="N",
+        help="a Slurm job: re-plan for N nodes (same ranks per node unless --gpu-count; the "
+        "global checkpoint in the shared folder is resharded)",
+    )
     _set_option(p, "change a hyperparameter and re-plan (repeatable)")
     p.add_argument("--wait", action="store_true", help="follow the new attempt to the end")
     p.add_argument("--json", action="store_true", help="print one JSON job record")
+
+
+def _probe_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--host", action="append", metavar="SSH_HOST",
+        help="~/.ssh/config alias or user@host[:port]; repeat for several nodes (node 0 first); "
+        "none: this machine",
+    )  # fmt: skip
+    p.add_argument("--trust-host", metavar="FINGERPRINT",
+                   help="accept an unknown SSH host key with this SHA256 fingerprint")  # fmt: skip
+    p.add_argument(
+        "--slurm", action="store_true",
+        help="the nodes of this Slurm allocation ($SLURM_JOB_ID), else of one srun allocates",
+    )  # fmt: skip
+    p.add_argument("--partition", metavar="P", help="with --slurm outside an allocation")
+    p.add_argument("--nodes", type=int, metavar="N", help="with --slurm: nodes (default: all)")
+    p.add_argument(
+        "--ranks-per-node", type=int, metavar="G",
+        help="processes a node (default: its GPUs; CPU: 1 a node, 2 on one machine)",
+    )  # fmt: skip
+    p.add_argument("--sizes", metavar="BYTES,...", help="buffer sizes (default: by device)")
+    p.add_argument("--allow-slow-nodes", action="store_true",
+                   help="exit 0 even when a node is slow or sick")  # fmt: skip
+    p.add_argument("--json", action="store_true", help="print the report as one JSON object")
 
 
 def _serve_options(p: argparse.ArgumentParser) -> None:
@@ -127,6 +168,11 @@ def _serve_options(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="allow a non-loopback --host (plain HTTP; the token comes from $VERI_SERVE_TOKEN)",
     )
+    p.add_argument(
+        "--allow-short-token",
+        action="store_true",
+        help="accept a $VERI_SERVE_TOKEN shorter than 24 characters (loopback only)",
+    )
 
 
 COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None]]] = {
@@ -142,6 +188,10 @@ COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None]]] = {
     "resume": (
         "new attempt of a failed/cancelled job from its newest verified checkpoint",
         _resume_options,
+    ),
+    "probe": (
+        "measure collective bus bandwidth and GPU health of the nodes; plans use the network",
+        _probe_options,
     ),
     "serve": (
         "serve the app to a browser (each tab its own app; a token printed once)",
@@ -173,6 +223,10 @@ class _HelpFormatter(argparse.HelpFormatter):
         super().__init__(prog, **kwargs)
 
 
+class _KnobsHelpFormatter(_HelpFormatter, argparse.RawDescriptionHelpFormatter):
+    """`plan --help`: the options as usual, then the knob list as written."""
+
+
 def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     """The whole command tree; kept in one place so --help stays true to the code.
 
@@ -192,7 +246,13 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     for name, (help_text, add_options) in COMMANDS.items():
         if first in COMMANDS and first != name:
             continue
-        add_options(sub.add_parser(name, help=help_text, formatter_class=_HelpFormatter))
+        extra: dict[str, Any] = {"formatter_class": _HelpFormatter}
+        if name in ("plan", "launch") and {"-h", "--help"} & set(argv or ()):
+            from veri_tui.commands.knob_help import epilog
+
+            # The knob list is laid out already: argparse must not re-wrap it.
+            extra = {"formatter_class": _KnobsHelpFormatter, "epilog": epilog(_columns() - 2)}
+        add_options(sub.add_parser(name, help=help_text, **extra))
     return parser
 
 
@@ -217,6 +277,8 @@ def dispatch(args: argparse.Namespace) -> int:
             from veri_tui.commands import resume as cmd
         elif args.command == "serve":
             from veri_tui.commands import serve as cmd
+        elif args.command == "probe":
+            from veri_tui.commands import probe as cmd
         else:
             from veri_tui.commands import jobs as cmd
         return cmd.run(args)
@@ -244,7 +306,10 @@ def dispatch(args: argparse.Namespace) -> int:
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     """The parsed command line (`sys.argv[1:]` when None); argparse exits on --help or misuse."""
     argv = sys.argv[1:] if argv is None else list(argv)
-    return build_parser(argv).parse_args(argv)
+    args = build_parser(argv).parse_args(argv)
+    if isinstance(getattr(args, "trust_host", None), list):
+        args.trust_host = " ".join(args.trust_host)  # every layer takes them as one string
+    return args
 
 
 def main(argv: Sequence[str] | None = None) -> int:

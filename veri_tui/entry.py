@@ -3,7 +3,7 @@
 `veri_tui.cli.main` is pure (callable in-process: it leaves the collector, the environment
 and the process as it found them). This module owns the process, and alone decides the
 trims that make `veri-tui plan` start and leave quickly (benchmarks/bench_plan.py, target at
-most 2.5x `python -c "import pydantic"`):
+most 2.0x `python -c "import pydantic"`):
 
 - PYDANTIC_DISABLE_PLUGINS defaults to `__all__` (a value the user set is kept): veri-tui
   uses no pydantic plugins, and without it the first model class built scans the entry

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from app_helpers import editor_ready, write_big_model
+from textual import events
 from textual.widgets import Button, Input, OptionList, Select, Static
 
 from veri_tui.app import create_app
@@ -234,3 +235,23 @@ async def test_theme_toggle_and_palette_entries(veri_home: Path) -> None:
         titles = [c.title for c in app.get_system_commands(app.screen)]
         for title in ("Launch", "Pin resolved plan", "Export veri.toml", "Pick model", "Jobs"):
             assert title in titles
+
+
+async def test_quick_backspace_and_digit_keys_apply_in_the_order_typed(veri_home: Path) -> None:
+    """Keys as a driver delivers them, all queued before the app handles the first: a
+    Backspace must not be overtaken by the digit after it (Textual #6605)."""
+    app = create_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await editor_ready(pilot)
+        inp = app.screen.query_one("#knob-gpu_count", Input)
+        inp.focus()
+        inp.value = "1"
+        inp.cursor_position = 1
+        await pilot.pause()
+        keys = ["backspace", "4", "backspace", "2", "left", "3", "end", "backspace", "8"]
+        for key in keys:
+            char = key if len(key) == 1 else ("\x7f" if key == "backspace" else None)
+            app.post_message(events.Key(key, char))
+        await _settle(pilot)
+        assert inp.value == "38"
+        assert _plan_line(app.screen).startswith("plan: dp=38 ")

@@ -11,9 +11,12 @@ import signal
 import subprocess
 import sys
 import time
+import zipfile
 from pathlib import Path
 
 import gpu_check
+import gpu_check_features
+import gpu_check_files
 import gpu_check_prepare
 import gpu_check_report
 import pytest
@@ -81,9 +84,19 @@ def test_prepare_writes_launcher_records_and_expected_figures(tmp_path: Path) ->
         assert spec["resolved_parallelism"]["micro_batch_size"] == r["micro_batch_size"]
         assert spec["resolved_parallelism"]["gradient_checkpointing"] == r["gradient_checkpointing"]
         assert spec["plan_header"][-1].startswith("plan: dp=1 zero_stage=0")
-        assert r["peak_bytes"] == r["states_bytes"] + r["activation_bytes"]
+        # The planner's own peak terms (veri_tui/plan/peak.py), not a re-derivation.
+        parts = r["peak_parts"]
+        assert r["peak_bytes"] == sum(parts.values()) - parts["overhead"]
+        assert r["device_peak_bytes"] == r["peak_bytes"] + parts["overhead"] == sum(parts.values())
+        assert parts["states"] == r["states_bytes"]
         assert r["peak_tflops"] == 989.0 and 0 < r["mfu"] < 1
     by = {r["name"]: r for r in runs}
+    # 1.7B at mbs 1: AdamW's step temporary outgrows the activations, so the planner's peak
+    # is states + that step (17.21 GB), not states + activations (15.55 GB: the old figure).
+    small = by["qwen3-1.7b-mbs1-gc"]
+    step = small["peak_parts"]["optimizer_step"]
+    assert small["states_bytes"] + small["activation_bytes"] == pytest.approx(15.55e9, rel=2e-3)
+    assert small["peak_bytes"] == small["states_bytes"] + step == pytest.approx(17.21e9, rel=2e-3)
     # Checkpointing costs time and saves memory; a larger micro-batch costs memory.
     assert (
         by["qwen3-0.6b-mbs4-gc"]["tokens_per_s_per_gpu"]
@@ -94,30 +107,106 @@ def test_prepare_writes_launcher_records_and_expected_figures(tmp_path: Path) ->
     filled = gpu_check.fill_paths(
         json.loads((tmp_path / "runs/qwen3-0.6b-mbs1-gc/job.json").read_text()), Path("/w")
     )
-    assert filled["spec"]["dataset"] == "/w/data-2048.jsonl"
+    assert filled["spec"]["dataset"] == "/w/text-2048.jsonl"
 
 
-def test_summary_takes_the_median_after_warm_up_and_per_gpu() -> None:
+def test_summary_sets_each_memory_figure_beside_the_planners_term() -> None:
     expected = {
         "name": "x", "shape": "tiny", "parameter_count": 10**6, "micro_batch_size": 1,
         "gradient_checkpointing": True, "gpu_count": 2, "peak_bytes": 1000,
-        "tokens_per_s_per_gpu": 100.0, "model_flops_per_token": 10**9, "peak_tflops": 100.0,
-        "mfu": 0.001,
+        "device_peak_bytes": 3000, "tokens_per_s_per_gpu": 100.0,
+        "model_flops_per_token": 10**9, "peak_tflops": 100.0, "mfu": 0.001,
     }  # fmt: skip
     metrics = [{"tokens_per_s": t, "peak_mem_bytes": p, "loss": 1.0} for t, p in
                [(1, 900), (2, 1500), (3, 1100), (200, 1200), (240, 1200), (400, 1200)]]  # fmt: skip
-    row = gpu_check_report.summarize(expected, {"status": "succeeded", "metrics": metrics})
+    measured = {"device": "cuda", "peak_bytes": 1500, "peak_reserved_bytes": 1800,
+                "device_memory_bytes": 3300, "alloc_retries": 0,
+                "device_memory_source": "nvml (this process)"}  # fmt: skip
+    raw = {"status": "succeeded", "metrics": metrics, "job_measured": measured}
+    row = gpu_check_report.summarize(expected, raw)
     assert row["measured_tokens_per_s_per_gpu"] == 120.0  # median(200, 240, 400) / 2 GPUs
-    assert row["measured_peak_bytes"] == 1500 and row["peak_ratio"] == 1.5
+    # allocated and reserved against the planner's allocated bytes (optimizer step included),
+    # the driver's figure against allocated + the 2 GiB overhead.
+    assert (row["measured_peak_bytes"], row["peak_ratio"]) == (1500, 1.5)
+    assert (row["measured_reserved_bytes"], row["reserved_ratio"]) == (1800, 1.8)
+    assert (row["measured_device_bytes"], row["device_ratio"]) == (3300, 1.1)
     assert row["tokens_ratio"] == pytest.approx(1.2)
     assert row["measured_mfu"] == pytest.approx(120 * 1e9 / 100e12)
+    # Without job.json's measurements (CPU; a run that ended early): the metric lines' peak.
+    cpu = gpu_check_report.summarize(expected, {"status": "failed", "metrics": metrics})
+    assert cpu["measured_peak_bytes"] == 1500 and cpu["measured_device_bytes"] is None
     skipped = gpu_check_report.summarize(expected, None)
     assert skipped["status"].startswith("skipped")
     plan = {"gpu": "H200-141GB", "gpu_count": 2, "device": "cuda", "seq": 8, "steps": 6,
-            "runs": [expected, {**expected, "name": "y"}]}  # fmt: skip
+            "runs": [expected, {**expected, "name": "y", "covers": ["moe"]}]}  # fmt: skip
     table = gpu_check_report.render(plan, [row])
-    assert "| x | 1.0M | 1 | on | succeeded | 0.00 | 0.00 | 1.50 | 100 | 120 | 1.20 |" in table
-    assert "| y | 1.0M | 1 | on | not run yet | 0.00 | - | - | 100 | - | - | 0.1 | - |" in table
+    assert (
+        "| x | 1.0M mbs 1 gc on | succeeded | 0.00 | 0.00 | 1.50 | 0.00 | 1.80 | 0.00 "
+        "| 0.00 | 1.10 | 0 | 100 | 120 | 1.20 |"
+    ) in table
+    assert "| y | moe | not run yet | 0.00 | - | - | - | - | 0.00 | - | - | - | 100 |" in table
+
+
+def test_preparation_covers_every_feature(tmp_path: Path) -> None:
+    wheel = tmp_path / "bitsandbytes-0.0-py3-none-any.whl"
+    wheel.write_bytes(b"PK")  # copied as it is: the GPU machine unpacks it
+    summary = gpu_check_prepare.prepare(
+        tmp_path / "prep", shapes=["qwen3-1.7b"], mbs_list=[4], gc_list=[True], seq=2048,
+        steps=12, gpu="H200-141GB", gpu_count=1, device="cuda",
+        features=[f.name for f in gpu_check_features.FEATURES], wheels=[wheel],
+    )  # fmt: skip
+    assert set(summary["coverage"]) == set(gpu_check_features.COVERAGE)
+    assert summary["wheels"] == [wheel.name] and (tmp_path / "prep/wheels" / wheel.name).is_file()
+    by = {r["name"]: r for r in summary["runs"]}
+    assert {r["kind"] for r in summary["runs"]} == {"feature", "performance"}
+
+    def spec(name: str) -> dict:
+        return json.loads((tmp_path / "prep/runs" / name / "job.json").read_text())["spec"]
+
+    # Layouts the planner refuses on one GPU run as written, with the planner's terms at dp=1.
+    for name, stage, offload in (("stage3-1rank", 3, False), ("cpu-offload", 3, True)):
+        rp = spec(name)["resolved_parallelism"]
+        assert (rp["zero_stage"], rp["cpu_offload"], rp["data_parallel_size"]) == (
+            stage, offload, 1)  # fmt: skip
+        assert by[name]["zero_stage"] == stage and by[name]["cpu_offload"] is offload
+    stage3, offload = by["stage3-1rank"], by["cpu-offload"]
+    assert stage3["peak_parts"]["in_flight"] > 0  # the root unit and two layers gathered
+    assert offload["peak_parts"]["states"] == 0  # offloaded: the GPU holds what is in flight
+    assert offload["peak_bytes"] < stage3["peak_bytes"]
+    dpo = spec("lora-dpo-selective-resume")
+    hp = dpo["hyperparameters"]
+    assert dpo["method"] == "dpo" and hp["lora_rank"] == 16 and hp["checkpoint_steps"] == 3
+    assert dpo["resolved_parallelism"]["activation_checkpointing"] == "selective"
+    assert by["lora-dpo-selective-resume"]["fault"] == "raise:0:5"  # fails after step-3
+    assert by["lora-dpo-selective-resume"]["data"] == {"kind": "dpo", "seq": 1024}
+    assert spec("fp32-nogc")["resolved_parallelism"]["precision"] == "fp32"
+    assert json.loads((tmp_path / "prep/models/qwen3-moe/config.json").read_text())[
+        "num_experts"] == 16  # fmt: skip
+    assert spec("qlora")["hyperparameters"]["load_in_4bit"] is True
+    assert by["qlora"]["needs"] == "bitsandbytes"
+    # Every run's expected peak includes the optimizer step where it is the larger moment.
+    for r in summary["runs"]:
+        parts = r["peak_parts"]
+        assert r["peak_bytes"] == sum(parts.values()) - parts["overhead"]
+        assert parts["optimizer_step"] == 0 or parts["activations"] == 0
+
+
+def test_datasets_and_logs_for_the_gpu_machine(tmp_path: Path) -> None:
+    runs = [{"data": {"kind": "dpo", "seq": 16}, "micro_batch_size": 1, "gpu_count": 1,
+             "steps": 5}, {"data": {"kind": "text", "seq": 16}, "micro_batch_size": 2,
+             "gpu_count": 2, "steps": 3}]  # fmt: skip
+    gpu_check_files.build_datasets(tmp_path, runs)
+    dpo = [json.loads(x) for x in (tmp_path / "dpo-16.jsonl").read_text().splitlines()]
+    assert len(dpo) == 6 and set(dpo[0]) == {"prompt", "chosen", "rejected"}
+    assert len((tmp_path / "text-16.jsonl").read_text().splitlines()) == 16
+    job = tmp_path / "job"
+    (job / "failures").mkdir(parents=True)
+    (job / "failures" / "rank-1.json").write_text("{}")
+    (job / "torchrun.log").write_bytes(b"x" * (gpu_check_files.LOG_CAP + 10))
+    copied = gpu_check_files.bring_back(job, tmp_path / "out", "r")
+    assert sorted(copied) == ["runs/r/failures/rank-1.json", "runs/r/torchrun.log"]
+    kept = (tmp_path / "out/runs/r/torchrun.log").read_bytes()
+    assert kept.startswith(b"[... 10 bytes cut ...]") and kept.endswith(b"x" * 100)
 
 
 def _job_processes(root: Path) -> list[int]:
@@ -205,3 +294,47 @@ def test_sigterm_to_the_check_ends_the_running_job(cpu_check: dict) -> None:
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(60) == 124
     assert _job_processes(work) == []
+
+
+@pytest.mark.slow
+def test_cpu_mode_feature_run_fails_once_then_resumes(cpu_check: dict) -> None:
+    """The checkpoint-and-resume feature run end to end on 2 CPU ranks (tiny stand-ins):
+    attempt 1 saves step 3 and fails at step 5 (injected), the supervisor's resume runs
+    attempt 2 from step-3; the logs and failure records of both come back in --out."""
+    root = cpu_check["root"]
+    args = [
+        str(root / "prep-feat"),
+        "--prepare",
+        "--device",
+        "cpu",
+        "--shapes",
+        "",
+        "--features",
+        "lora-dpo-selective-resume",
+        "--feature-shape",
+        "tiny",
+        "--feature-seq",
+        "64",
+        "--gpu",
+        "L4-24GB",
+        "--wheel",
+        str(root / "none.whl"),
+    ]
+    with zipfile.ZipFile(root / "none.whl", "w") as zf:  # an empty wheel: nothing to import
+        zf.writestr("none/__init__.py", "")
+    assert gpu_check.main(args) == 0
+    out = root / "out-feat"
+    rc = gpu_check.main([str(root / "prep-feat"), "--out", str(out), "--work", str(root / "work")])
+    (row,) = json.loads((out / "gpu_check.json").read_text())
+    assert rc == 0 and row["status"] == "succeeded", row
+    assert row["first_attempt"]["status"] == "failed"
+    assert [a["resumed_from_step"] for a in row["attempts"]] == [None, 3]
+    assert row["steps_done"] == 6 and row["left_running"] == []
+    kept = set(row["files"])
+    assert {
+        "runs/lora-dpo-selective-resume/log.txt",
+        "runs/lora-dpo-selective-resume/torchrun.log",
+        "runs/lora-dpo-selective-resume/attempts/1/failures/rank-0.json",
+    } <= kept, kept
+    log = (out / "runs/lora-dpo-selective-resume/log.txt").read_text()
+    assert "resume: from checkpoint step-3" in log

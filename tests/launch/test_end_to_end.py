@@ -17,12 +17,14 @@ import pytest
 from launch_helpers import leftover_pids, wait_ended, wait_for
 
 from jobfolder.procs import pid_alive, read_pid
+from veri_tui.bundled import assets_dir
 from veri_tui.launch import jobs
-from veri_tui.launch.spec import REPO_ROOT
 from veri_tui.plan import load_job_config, plan_job
 
+ASSETS = assets_dir()
+
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(90)]
-TINY = REPO_ROOT / "assets" / "tiny-model"
+TINY = ASSETS / "tiny-model"
 
 
 def cli(*args: str, timeout: float = 80, **kw) -> subprocess.CompletedProcess[str]:
@@ -100,7 +102,7 @@ def test_launch_wait_succeeds_and_logs_plan_then_metrics(home: Path) -> None:
 
 
 def test_malformed_data_row_is_data_error_naming_the_rank(home: Path, tmp_path: Path) -> None:
-    rows = (REPO_ROOT / "assets" / "data" / "sft.jsonl").read_text().splitlines()
+    rows = (ASSETS / "data" / "sft.jsonl").read_text().splitlines()
     bad = tmp_path / "bad.jsonl"
     bad.write_text("\n".join(rows[:6] + ['{"text": "unterminated'] + rows[6:]) + "\n")
     out = cli("launch", "--gpu-count", "2", "--dataset", str(bad), "--wait")

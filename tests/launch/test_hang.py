@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -24,6 +25,7 @@ from jobfolder.watchdog import (
     DIST_TIMEOUT_ENV,
     DIST_TIMEOUT_S,
     FLOOR_S,
+    LOAD_TIMEOUT_S,
     MARGIN_S,
     SLOW_FACTOR,
     HangWatch,
@@ -50,6 +52,7 @@ class Clock:
 def watch(job_dir: Path, spec: dict | None = None) -> tuple[HangWatch, Clock, list[Progress]]:
     clock = Clock()
     w = HangWatch(job_dir, spec or SPEC, environ={}, clock=clock)
+    w.dump_wait_s = 0  # no rank here answers dump requests: do not wait for them
     return w, clock, [Progress(job_dir, r) for r in range(2)]
 
 
@@ -143,6 +146,28 @@ def test_a_rank_that_never_reported_is_blamed_as_loading(tmp_path: Path) -> None
     )
 
 
+def test_the_load_phase_has_its_own_timeout_from_the_newest_sign_of_life(tmp_path: Path) -> None:
+    spec = {**SPEC, "hyperparameters": {"hang_timeout_s": 15, "load_timeout_s": 40}}
+    w, clock, (r0, _r1) = watch(tmp_path, spec)
+    # No rank has started: interpreter start-up and imports count, so 4 x the load timeout.
+    assert run_for(w, clock, 4 * 40 - 2) is None
+    err = run_for(w, clock, 4)
+    assert err is not None and err["summary"] == (
+        "every rank (2) failed: no rank advanced in the load phase for 160 s "
+        "(load_timeout_s 40 s x 4); no rank of this node has started (written its pid)"
+    )
+    w, clock, (r0, _r1) = watch(tmp_path, spec)
+    clock.tick(100)
+    r0.mark("rendezvous")  # rank 0 waits to join; rank 1 never shows up
+    assert run_for(w, clock, 40) is None  # the wait starts at the mark (read a second later)
+    err = run_for(w, clock, 2)
+    assert err is not None and err["summary"].startswith(
+        "rank 1/2 (node 0, local_rank 1) failed: no rank advanced in the load phase for 40 s "
+        "(load_timeout_s 40 s)"
+    )
+    assert "rank 0: step 0 (rendezvous)" in err["traceback"]
+
+
 def test_checkpoint_and_artifact_phases_wait_longer(tmp_path: Path) -> None:
     w, clock, (r0, r1) = watch(tmp_path)
     for p in (r0, r1):
@@ -164,19 +189,28 @@ def test_default_timeout_from_floor_prediction_and_measured_steps(tmp_path: Path
     assert w.slowest == 40.0 and w.timeout_s(False) == 400.0
     # Never at or above the process groups' timeout: the watchdog must speak first.
     w.slowest = 10_000.0
-    assert w.timeout_s(True) == DIST_TIMEOUT_S - MARGIN_S
+    assert w.dist_s == LOAD_TIMEOUT_S + MARGIN_S  # above the load timeout too
+    assert w.timeout_s(True) == w.dist_s - MARGIN_S
     # A plan that predicts 45 s steps starts at 450 s, the process groups' timeout above it.
     w = HangWatch(tmp_path, {"gpu_count": 2, "step_time_s": 45.0}, environ={})
     assert w.timeout_s(False) == 450.0 and w.dist_s == SLOW_FACTOR * 450 + MARGIN_S
 
 
 def test_process_group_timeout_stays_above_the_watchdog() -> None:
-    assert dist_timeout_s({}, {}) == DIST_TIMEOUT_S
+    assert dist_timeout_s({}, {}) == LOAD_TIMEOUT_S + MARGIN_S >= DIST_TIMEOUT_S
     big = {"hyperparameters": {"hang_timeout_s": 3600}}
     assert dist_timeout_s(big, {}) == SLOW_FACTOR * 3600 + MARGIN_S
     assert dist_timeout_s(big, {DIST_TIMEOUT_ENV: "99999"}) == 99999
+    slow_load = {"hyperparameters": {"hang_timeout_s": 10, "load_timeout_s": 5000}}
+    assert dist_timeout_s(slow_load, {}) == 5000 + MARGIN_S  # a rendezvous waits this long
     w = HangWatch(Path("/nonexistent"), big, environ={})
-    assert w.environment({"A": "1"}) == {"A": "1", DIST_TIMEOUT_ENV: str(4 * 3600 + 60)}
+    env = w.environment({"A": "1", "TORCH_NCCL_ASYNC_ERROR_HANDLING": "0"})
+    assert env["A"] == "1" and env[DIST_TIMEOUT_ENV] == str(4 * 3600 + 60)
+    # The Flight Recorder and NCCL's dump on timeout are set; what the user set is kept.
+    assert env["TORCH_FR_BUFFER_SIZE"] == "2000" and env["TORCH_NCCL_DUMP_ON_TIMEOUT"] == "1"
+    assert env["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == "0"
+    assert env["TORCH_NCCL_DEBUG_INFO_TEMP_FILE"] == "/nonexistent/forensics/nccl-trace-rank-"
+    assert "TORCH_FR_BUFFER_SIZE" not in w.environment({"TORCH_NCCL_TRACE_BUFFER_SIZE": "10"})
 
 
 def test_trainer_default_matches() -> None:
@@ -218,8 +252,8 @@ def test_sigstopped_rank_1_fails_the_job_rank_hung(home: Path) -> None:
     wait_for(lambda: step() >= 5, 120, "step 5 in metrics.jsonl")
     pid = read_pid(job_dir / "pids" / "rank-1")
     assert pid
-    # The process group's timeout the rank got sits above the watchdog's (1800 >= 4 x 15 + 60).
-    assert b"VERI_DIST_TIMEOUT_S=1800" in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    # The process group's timeout the rank got: above the watchdog's and the load timeout.
+    assert b"VERI_DIST_TIMEOUT_S=1860" in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
     os.kill(pid, signal.SIGSTOP)
     stopped = time.monotonic()
     stopped_after = step()
@@ -231,12 +265,21 @@ def test_sigstopped_rank_1_fails_the_job_rank_hung(home: Path) -> None:
     assert (err["code"], err["attribution"], err["rank"]) == ("RANK_HUNG", "platform", 1)
     prefix = "rank 1/2 (node 0, local_rank 1) failed: stopped making progress at step "
     assert err["summary"].startswith(prefix), err["summary"]
-    assert err["summary"].endswith("; the other ranks waited in a collective")
+    # The dumps asked for before the end: rank 0's names the collective rank 1 is missing
+    # from; rank 1 cannot answer, and the report says why its stack is not available.
+    assert re.search(
+        r"; rank 1 is missing from \S+ #\d+ of the default group, which rank 0 entered; rank 1: "
+        rf"its stack is not available \(its process \(pid {pid}\) is stopped \(SIGSTOP or a "
+        r"debugger\)\)$",
+        err["summary"],
+    ), err["summary"]
     stalled = int(err["summary"].split(" for ")[1].split(" s;")[0])
     assert stalled >= 15
     assert int(err["summary"][len(prefix) :].split()[0]) >= stopped_after
     log = (job_dir / "log.txt").read_text().splitlines()
     at = log.index(err["summary"])
     assert log[at + 1].startswith("plan: dp=2") and "rank 1: step" in "\n".join(log[at:])
+    text = "\n".join(log[at:])
+    assert "  rank 1: no answer: its process" in text and "  rank 0: entered it" in text
     # Every process of the job ended (pid files and /proc), the supervisor included.
     wait_for(lambda: not leftover_pids(job_dir), 15, "no process of the job left")

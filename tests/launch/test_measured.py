@@ -6,6 +6,7 @@ The real 2-rank job's `measured`/`predicted` are checked in test_end_to_end.py's
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -125,3 +126,81 @@ def test_jobs_job_prints_predicted_beside_measured(home: Path, capsys) -> None:
     assert json.loads(capsys.readouterr().out)["measured"] == MEASURED
     assert main(["jobs", "nope"]) == 2
     assert capsys.readouterr().err.startswith("error: job: no job nope")
+
+
+def test_a_running_job_shows_what_its_ranks_measured_so_far(home: Path, capsys) -> None:
+    """job.json's `measured` is written when an attempt ends; until then (and for a job
+    requeued or refused a restart) `jobs JOB` reads the ranks' files, as they stand."""
+    folder = home / "jobs" / "20261201-000000-run1"
+    spec = {**SPEC, "method": "sft_text", "model": "m", "plan_header": ["plan: dp=2"]}
+    record = {"job_id": folder.name, "status": "running", "host": None, "spec": spec,
+              "predicted": PREDICTED, "measured": None}  # fmt: skip
+    folder.mkdir(parents=True)
+    write_json_atomic(folder / "job.json", record)
+    supervisor = subprocess.Popen(["sleep", "300"])  # alive: the job is not lost
+    (folder / "supervisor.pid").write_text(f"{supervisor.pid}\n")  # (home's teardown kills it)
+    for rank in (0, 1):
+        _rank_file(folder, rank, final=False, steps=7, states_bytes=2 * 10**9,
+                   peak_bytes=(4 + rank) * 10**9, tokens_per_s=1000.0)  # fmt: skip
+    assert main(["jobs", folder.name]) == 0
+    out = capsys.readouterr().out
+    assert "measured: nothing" not in out
+    assert "measured so far (7 steps) on H100-80GB x2" in out
+    assert "peak memory/GPU" in out and "5.00 GB" in out
+    assert json.loads((folder / "job.json").read_text())["measured"] is None  # reads write nothing
+
+
+def test_a_multinode_jobs_measured_covers_every_node(tmp_path: Path) -> None:
+    """Each node's supervisor gathers its own node's ranks; the job's record has them all."""
+    from veri_tui.launch.local_host import LocalHost
+    from veri_tui.launch.target import JobTarget, Node
+
+    spec = {**SPEC, "gpu_count": 2, "nproc_per_node": 1}
+    nodes = []
+    for k in (0, 1):
+        folder = tmp_path / f"j-node{k}"
+        folder.mkdir()
+        _rank_file(folder, k, states_bytes=(1 + k) * 10**9, peak_bytes=(3 + k) * 10**9,
+                   tokens_per_s=500.0 if k == 0 else None)  # fmt: skip
+        own = gather(folder, spec)
+        assert own is not None and own["ranks"] == 1
+        write_json_atomic(folder / "job.json", {"job_id": "j", "status": "succeeded",
+                                                "spec": spec, "measured": own})  # fmt: skip
+        nodes.append(Node(LocalHost(), str(folder)))
+    record = JobTarget("j", nodes, None).get_job()
+    measured = record["measured"]
+    assert measured["ranks"] == 2 and measured["states_bytes_per_rank"] == [10**9, 2 * 10**9]
+    assert measured["peak_bytes"] == 4 * 10**9  # node 1's, the fullest
+    assert measured["tokens_per_s"] == 500.0  # rank 0's
+
+
+def test_jobs_job_names_the_failed_rank_its_node_and_whose_fault(home: Path, capsys) -> None:
+    folder = home / "jobs" / "20261201-000000-fail"
+    folder.mkdir(parents=True)
+    error = {
+        "code": "RANK_LOST",
+        "attribution": "platform",
+        "rank": 1,
+        "world_size": 2,
+        "node": 1,
+        "local_rank": 0,
+        "message": "killed by signal 9 (SIGKILL)",
+        "summary": "rank 1/2 (node 1, local_rank 0) failed: killed by signal 9 (SIGKILL)",
+    }
+    record = {"job_id": folder.name, "status": "failed", "host": None, "error": error,
+              "spec": {**SPEC, "plan_header": ["plan: dp=2"]},
+              "nodes": [{"node": 0, "host": "n0", "status": "cancelled"},
+                        {"node": 1, "host": "n1", "status": "failed"}]}  # fmt: skip
+    write_json_atomic(folder / "job.json", record)
+    assert main(["jobs", folder.name]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1] == (
+        "error: RANK_LOST (platform): rank 1/2 (node 1, local_rank 0) failed: killed by "
+        "signal 9 (SIGKILL); node 1 is n1"
+    )
+    no_summary = {k: v for k, v in error.items() if k != "summary"}
+    write_json_atomic(folder / "job.json", {**record, "error": no_summary, "nodes": []})
+    assert main(["jobs", folder.name]) == 0
+    assert capsys.readouterr().out.splitlines()[1] == (
+        "error: RANK_LOST (platform): rank 1/2 (node 1, local_rank 0): killed by signal 9 (SIGKILL)"
+    )

@@ -8,10 +8,13 @@ from pathlib import Path
 
 import pytest
 
+from veri_tui.bundled import assets_dir
 from veri_tui.errors import VeriError
 from veri_tui.launch import jobs
-from veri_tui.launch.spec import BUNDLED_DATASETS, REPO_ROOT
+from veri_tui.launch.spec import BUNDLED_DATASETS
 from veri_tui.plan import load_job_config, plan_job
+
+ASSETS = assets_dir()
 
 
 def test_a_good_job_passes_every_check(home: Path, tmp_path: Path) -> None:
@@ -23,7 +26,7 @@ def test_a_good_job_passes_every_check(home: Path, tmp_path: Path) -> None:
     assert memory[:2] == ("host_memory", True) and memory[2].startswith("no offloaded states")
     assert rows == [
         ("plan", True, plan.plan_line.removeprefix("plan: ")),
-        ("model", True, str(REPO_ROOT / "assets" / "tiny-model")),
+        ("model", True, str(ASSETS / "tiny-model")),
         ("dataset", True, str(BUNDLED_DATASETS["sft_text"])),
         ("output", True, str(tmp_path / "out")),
         ("torch", True, "installed"),

@@ -25,7 +25,7 @@ from jobfolder.atomic import write_json_atomic
 from jobfolder.failures import job_error
 from jobfolder.record import read_job
 from jobfolder.status import ATTRIBUTION, FAILED
-from veri_tui.launch.spec import REPO_ROOT
+from veri_tui.bundled import assets_dir
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -57,7 +57,7 @@ def test_a_killed_rank_is_retried_and_the_job_succeeds(home: Path, reference: li
 @pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_a_data_error_is_never_retried(home: Path, tmp_path: Path) -> None:
-    rows = (REPO_ROOT / "assets" / "data" / "sft.jsonl").read_text().splitlines()
+    rows = (assets_dir() / "data" / "sft.jsonl").read_text().splitlines()
     bad = tmp_path / "bad.jsonl"
     bad.write_text("\n".join(rows[:6] + ['{"text": "unterminated'] + rows[6:]) + "\n")
     out = cli("launch", "--gpu-count", "2", "--dataset", str(bad), "--set", "max_restarts=3")

@@ -12,10 +12,13 @@ from types import SimpleNamespace
 import pytest
 from test_records import make_job
 
+from veri_tui.bundled import assets_dir
 from veri_tui.cli import main
 from veri_tui.errors import VeriError
-from veri_tui.launch.spec import BUNDLED_DATASETS, REPO_ROOT, build_record
+from veri_tui.launch.spec import BUNDLED_DATASETS, build_record
 from veri_tui.plan import load_job_config, plan_job
+
+ASSETS = assets_dir()
 
 
 def test_record_has_absolute_paths_defaults_and_the_plan_header(tmp_path: Path) -> None:
@@ -24,7 +27,7 @@ def test_record_has_absolute_paths_defaults_and_the_plan_header(tmp_path: Path) 
     rec = build_record(job, plan, "20261129-000001-aaaa", tmp_path / "job")
     spec = rec["spec"]
     assert rec["status"] == "pending" and rec["host"] is None and rec["error"] is None
-    assert spec["model_path"] == str(REPO_ROOT / "assets" / "tiny-model")
+    assert spec["model_path"] == str(ASSETS / "tiny-model")
     assert spec["dataset"] == str(BUNDLED_DATASETS["dpo"])
     assert spec["output_dir"] == str(tmp_path / "job" / "output")
     assert (spec["gpu_count"], spec["nproc_per_node"], spec["device"]) == (2, 2, "auto")

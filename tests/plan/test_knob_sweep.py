@@ -60,8 +60,10 @@ NOT_MEMORY = {
     "logging_steps": (3, "a metric line"),
     "artifact_shard_bytes": (10**9, "the artifact's files on disk, after training"),
     "hang_timeout_s": (600.0, "the supervisor's watchdog"),
+    "load_timeout_s": (600.0, "the supervisor's watchdog"),
     "network": ("infiniband", "the multi-node collectives' time"),
     "internode_bandwidth_gbps": (800.0, "the multi-node collectives' time"),
+    "network_measured": ("by veri-tui probe", "where the network figure came from, a note"),
     "max_restarts": (3, "attempts after a platform failure"),
     "gpu": (
         "L4-24GB",

@@ -108,7 +108,9 @@ KNOBS: dict[str, st.SearchStrategy[Any]] = {
     "artifact_shard_bytes": POS,
     "network": st.sampled_from(["ethernet", "infiniband"]),
     "internode_bandwidth_gbps": st.floats(1e-3, 1e6),
+    "network_measured": st.text(max_size=40),
     "hang_timeout_s": POS_FLOAT,
+    "load_timeout_s": POS_FLOAT,
     "max_restarts": st.integers(0, 2**63 - 1),
 }
 # Paths the reader keeps as written (absolute), or Hub ids (not a folder beside the file);

@@ -49,6 +49,22 @@ def test_plan_reads_the_partition(slurm: SlurmCluster, home: Path, capsys) -> No
     assert code == 0 and "A100-80GB x1" in out
     code, out, _ = cli(capsys, "plan", *SLURM, "--partition", "debug", "--nodes", "2", "--json")
     assert code == 0 and json.loads(out)["resolved_parallelism"]["data_parallel_size"] == 4
+    # Two nodes are planned as two: the network between them is part of the estimate.
+    assert "nodes: 2 x 2 GPUs; NVLink within a node, 25 Gb/s per node across (ethernet " \
+        "default)" in json.loads(out)["header_lines"]  # fmt: skip
+    # In text: the partition read comes first; CPU ranks have no GPU-hour price.
+    code, out, _ = cli(capsys, "plan", *SLURM, "--partition", "debug", "--nodes", "2")
+    lines = out.splitlines()
+    assert code == 0 and lines[0].startswith("slurm: partition debug: 2 node(s) ("), lines
+    assert "no GPUs" in lines[0]
+    cost = next(ln for ln in lines if ln.startswith("cost: "))
+    assert cost.endswith("on 4 CPU rank(s) of partition debug; no GPU-hour price"), cost
+    assert "$" not in cost and "GPU-hours" not in cost
+    assert any(ln.startswith("warning: partition debug has no GPUs: the job runs 4 CPU rank(s)")
+               for ln in lines)  # fmt: skip
+    code, out, _ = cli(capsys, "plan", *SLURM, "--partition", "gpu")
+    assert out.startswith("slurm: partition gpu: 1 node(s) (127.0.0.3), 2 x gres gpu:h100:2")
+    assert "/GPU-hour" in out  # a GPU partition keeps its price
     # The app's preflight of a Slurm launch: the partition's facts beside the plan.
     rows = jobs.preflight(load_job_config(), None, jobs.SlurmOptions("local", partition="gpu"))
     assert all(ok for _, ok, _ in rows), rows
@@ -184,8 +200,12 @@ def test_cancel_leaves_no_slurm_job_and_no_process(slurm: SlurmCluster, home: Pa
     code, out, _ = cli(capsys, "cancel", job_id)
     assert (code, out) == (0, f"job {job_id} cancelled\n")
     assert slurm.jobs() == [] and not processes_of(job_dir)
-    assert jobs.get_job(job_id)["status"] == "cancelled"
+    record = jobs.get_job(job_id)
+    assert record["status"] == "cancelled"
     assert (job_dir / "cancel.request").exists()
+    # Slurm's own accounting agrees (it said FAILED NonZeroExitCode before).
+    shown = slurm.run("scontrol", "show", "job", "-o", str(record["slurm_job_id"]))
+    assert re.search(r"JobState=(CANCELLED|COMPLETED) ", shown), shown
 
 
 def test_a_sigkilled_rank_is_reported_with_rank_code_and_attribution(

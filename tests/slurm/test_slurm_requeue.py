@@ -6,13 +6,13 @@ every 10, micro-batches of 2, submitted with the contract's batch script
 (requeue_helpers.py). The reference is the same plan run uninterrupted as a local job by the
 same supervisor (no Slurm keys).
 
-- preempted twice: a grace signal (SIGTERM to every process, the job left running) once
-  step-10 is committed, then `scontrol requeue` once step-30 is. Each time the attempt ends
-  PREEMPTED (platform) and the job is pending (the first time the supervisor requeues it
-  itself); after the requeue the ranks stop after one agreed step with a checkpoint of it
-  (after the grace signal srun may kill them first: then the newest committed step is
-  used); Slurm starts the job again ~11 s later ($SLURM_RESTART_COUNT 1, then 2) and the
-  supervisor resumes by itself from that step: every step's loss equals the reference's.
+- preempted twice: a grace signal (SIGTERM to the job's steps, as slurmctld sends it at a
+  preemption, the job left running) once step-10 is committed, then `scontrol requeue`
+  once step-30 is. Each time the attempt ends PREEMPTED (platform) and the job is pending
+  (the first time the supervisor requeues it itself); each time the ranks stop after one
+  agreed step with a checkpoint of it, the cause logged before that checkpoint; Slurm
+  starts the job again ~11-20 s later ($SLURM_RESTART_COUNT 1, then 2) and the supervisor
+  resumes by itself from that step: every step's loss equals the reference's.
 - the time limit (SIGUSR1 to the batch shell, as `--signal=B:USR1@120` sends it) stops it
   the same way, failed TIME_LIMIT (customer); resumed on 2 nodes x 2 ranks (the global batch
   of 4 kept: micro-batches of 1) it loads the 2-rank global DCP checkpoint resharded over 4
@@ -115,12 +115,17 @@ def test_requeue_mid_run_resumes_by_itself_with_the_uninterrupted_losses(
     job_id = submit(slurm, job, 2, 1)
     committed(job, EVERY)
     recorded: list[str] = []
-    # A preemption's grace signal: SIGTERM to every process, the job left running. srun
-    # takes it as its own end and kills the ranks (docs/slurm.md), so they may not reach a
-    # step boundary; the supervisor records the preemption and requeues the job itself.
+    # A preemption's grace signal, as slurmctld sends it: SIGTERM to the job's steps (torchrun
+    # and the ranks on every node; not the batch shell, nor srun), the job left running. The
+    # ranks stop after one agreed step with a checkpoint of it; the supervisor, which got no
+    # signal, reads that as the preemption and requeues the job itself.
     t0 = time.monotonic()
-    slurm.run("scancel", "--signal=TERM", "--full", job_id)
-    first, _ = preempted(job, 1, recorded, t0)
+    slurm.run("scancel", "--signal=TERM", job_id)
+    first, graceful = preempted(job, 1, recorded, t0)
+    assert graceful  # a fresh checkpoint of the step it stopped after, not the older one
+    log = (job.parent / "log.txt").read_text().splitlines()
+    cause = log.index(f"stop: asked to stop (preempted, SIGTERM from Slurm) after step {first}")
+    assert log.index(f"checkpoint: step-{first} committed") > cause  # the cause comes first
     committed(job, 3 * EVERY)  # running again, resumed from `first`
     t0 = time.monotonic()
     slurm.run("scontrol", "requeue", job_id)  # Slurm's own requeue: it ends the allocation

@@ -2,7 +2,8 @@
 CPU process per node (gloo), joined by torchrun's c10d rendezvous: it succeeds through
 `veri-tui launch --host n0 --host n1 --wait`, and its final loss equals a 1-node 2-process
 run of the same job (fp32 master weights) within the equivalence tolerance of
-tests/trainer/test_trainer_equivalence.py (0.2% relative after the first step).
+tests/trainer/test_trainer_equivalence.py (0.2% relative after the first step). The launch
+probes the nodes first (docs/probe.md): the plan takes the measured network, job.json keeps it.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ JOB = ["--model", str(bundled_tiny_model()), "--set", "max_steps=4", "--set",
 
 
 def test_two_node_job_succeeds_and_trains_as_one_node(sshd, sshd2, tmp_path: Path) -> None:
-    env = two_node_env(sshd, sshd2, tmp_path)
+    env = two_node_env(sshd, sshd2, tmp_path, probe=True)
     out = cli("launch", "--host", sshd.alias, "--host", sshd2.alias, "--wait", *JOB, env=env,
               timeout=240)  # fmt: skip
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
@@ -37,6 +38,10 @@ def test_two_node_job_succeeds_and_trains_as_one_node(sshd, sshd2, tmp_path: Pat
     node0, node1 = remote / f"{job_id}-node0", remote / f"{job_id}-node1"
     assert (node0 / "output" / "config.json").is_file()
     assert (node0 / "pids" / "rank-0").is_file() and (node1 / "pids" / "rank-1").is_file()
+    # The launch probed the nodes first: the plan's network is the measured one, recorded.
+    probe = json.loads((node0 / "job.json").read_text())["probe"]
+    assert probe["key"] == f"hosts:{sshd.alias},{sshd2.alias}" and probe["internode_gbps"] > 0
+    assert f"{round(probe['internode_gbps'], 3):g} Gb/s per node across (measured by" in out.stdout
     spec1 = json.loads((node1 / "job.json").read_text())["spec"]
     assert spec1["nnodes"] == 2 and spec1["node_rank"] == 1 and spec1["nproc_per_node"] == 1
     listed = json.loads(cli("jobs", "--json", env=env).stdout)

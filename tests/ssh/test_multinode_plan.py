@@ -9,7 +9,7 @@ import pytest
 from ssh_helpers import cli
 
 from veri_tui.errors import VeriError
-from veri_tui.plan import load_job_config, plan_job
+from veri_tui.plan import load_job_config, plan_job, validate
 
 
 def _plan(*sets: str, gpu_count: int | None = 8):
@@ -75,3 +75,22 @@ def test_plan_for_two_hosts_states_the_detected_layout(sshd, sshd2, tmp_path) ->
     # CPU hosts: one process per node, detected at the preflight.
     assert f"nodes: 2 x 1 GPUs ({sshd.alias}, {sshd2.alias})" in out.stdout
     assert "dp=2" in out.stdout
+    # A sharding knob without --gpu-count: planned on the detected 2 x 1, not "one GPU".
+    out = cli("plan", "--host", sshd.alias, "--host", sshd2.alias, "--set", "zero_stage=3",
+              env=env)  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert f"nodes: 2 x 1 GPUs ({sshd.alias}, {sshd2.alias})" in out.stdout
+    assert "plan: dp=2 zero_stage=3 " in out.stdout
+
+
+def test_before_the_layout_is_known_a_job_is_checked_as_one_gpu_per_node() -> None:
+    two = load_job_config(None, sets=["hosts=['a','b']", "zero_stage=3", "cpu_offload=true"])
+    assert validate(two) == []  # sharding over 2 x (at least 1): not refused
+    one = load_job_config(None, sets=["zero_stage=3"])
+    assert [e.key for e in validate(one)] == ["zero_stage"]  # one host, one GPU: refused
+    zero1 = load_job_config(None, sets=["hosts=['a','b']", "zero_stage=1"])
+    assert [e.key for e in validate(zero1)] == ["zero_stage"]  # whatever the layout
+    dp = load_job_config(None, sets=["hosts=['a','b']", "data_parallel_size=4"])
+    assert validate(dp) == []  # 2 x 2 would fit it: left to the plan with the layout
+    four = load_job_config(None, gpu_count=2, sets=["hosts=['a','b']", "data_parallel_size=4"])
+    assert [e.key for e in validate(four)] == ["data_parallel_size"]

@@ -32,10 +32,11 @@ def test_unknown_host_refused_by_launch(ssh_env, tmp_path: Path, monkeypatch) ->
     out = cli("launch", "--host", ssh_env.alias, "--gpu-count", "1")
     assert out.returncode == 2
     lines = out.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: host: ")
+    assert len(lines) == 1 and lines[0].startswith(f"error: host: {ssh_env.alias} ([127.0.0.1]:")
     assert "--trust-host SHA256:" in lines[0]
     wrong = cli("launch", "--host", ssh_env.alias, "--trust-host", "SHA256:nope")
-    assert wrong.returncode == 2 and "does not match" in wrong.stderr
+    assert wrong.returncode == 2 and "not one given with --trust-host (SHA256:nope)" in wrong.stderr
+    assert "CHANGED" not in wrong.stderr and "match" not in wrong.stderr  # unknown, not changed
     assert not (tmp_path / "kh").exists()
     assert not (tmp_path / "remote-veri").exists()  # nothing was uploaded
 
@@ -141,3 +142,29 @@ def test_plan_host_plans_for_the_hosts_gpus_and_model(ssh_env, tmp_path: Path) -
         assert over.returncode == 2 and over.stderr.startswith("error: gpu_count: 4 requested")
     finally:
         shutil.rmtree(remote_home / name, ignore_errors=True)
+
+
+def test_two_unknown_hosts_are_trusted_in_one_rerun(sshd, sshd2, tmp_path: Path) -> None:
+    """Both refused at once, each by its alias; the rerun the refusal prints trusts both."""
+    from multinode_helpers import two_node_env
+
+    env = two_node_env(sshd, sshd2, tmp_path)
+    kh = tmp_path / "kh"
+    config = Path(env["VERI_SSH_CONFIG"])
+    text = config.read_text()
+    for server in (sshd, sshd2):
+        text = text.replace(str(server.known_hosts), str(kh))
+    config.write_text(text)
+    job = ["--host", sshd.alias, "--host", sshd2.alias]
+    refused = cli("plan", *job, env=env)
+    assert refused.returncode == 2 and not kh.exists()
+    lines = refused.stderr.strip().splitlines()
+    assert lines[0].startswith(f"error: host: {sshd.alias} ([127.0.0.1]:{sshd.port}) is not in")
+    assert lines[1].startswith(f"error: host: {sshd2.alias} ([127.0.0.1]:{sshd2.port}) is not in")
+    assert lines[2].startswith("error: trust_host: if those are the hosts you expect, rerun with")
+    rerun = lines[2].split("rerun with ", 1)[1].split()
+    assert rerun.count("--trust-host") == 2
+    out = cli("plan", *job, *rerun, env=env)
+    assert out.returncode == 0, out.stderr
+    assert f"nodes: 2 x 1 GPUs ({sshd.alias}, {sshd2.alias})" in out.stdout
+    assert len(kh.read_text().splitlines()) == 2  # both recorded

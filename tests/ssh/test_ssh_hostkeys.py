@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 
-from veri_tui.errors import VeriError
 from veri_tui.launch.ssh.connection import Connection
 from veri_tui.launch.ssh.hostkeys import ChangedHostKeyError, UnknownHostKeyError
 
@@ -41,7 +40,7 @@ def test_unknown_host_refused_then_trusted_and_recorded(ssh_env, tmp_path: Path)
     ).stdout
     assert exc.fingerprint in keygen_out
 
-    with pytest.raises(VeriError, match="does not match"):
+    with pytest.raises(UnknownHostKeyError, match="not one given with --trust-host"):
         Connection.open(ssh_env.alias, known_hosts=str(kh), trust="SHA256:" + "A" * 43)
     assert not kh.exists()
 

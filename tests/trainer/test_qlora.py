@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import importlib.metadata
 import importlib.util
+import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -37,6 +39,20 @@ def test_a_cpu_host_is_refused_before_any_process_group(monkeypatch: pytest.Monk
     assert not dist.is_initialized()
 
 
+def test_a_missing_bitsandbytes_is_one_line_before_any_process_group(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """CUDA mocked present, bitsandbytes absent (None in sys.modules: its import raises)."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setitem(sys.modules, "bitsandbytes", None)
+    with pytest.raises(ConfigError) as err:
+        init_runtime(_cfg())
+    assert err.value.message == (
+        "load_in_4bit: bitsandbytes is not installed on this host; pip install bitsandbytes"
+    )
+    assert not dist.is_initialized()
+
+
 def test_the_base_loads_as_nf4_on_a_cuda_device() -> None:
     with pytest.raises(ConfigError, match="QLoRA needs a CUDA GPU"):
         qlora_kwargs(torch.device("cpu"))
@@ -56,13 +72,22 @@ def test_the_base_loads_as_nf4_on_a_cuda_device() -> None:
 
 @pytest.mark.parametrize(
     ("hp", "message"),
-    [({"lora_rank": 0}, "set lora_rank"), ({"data_parallel_size": 2}, "single GPU only")],
+    [
+        ({"lora_rank": 0}, "set lora_rank"),
+        ({"data_parallel_size": 2}, "single GPU only"),
+        # A hand-written spec on one GPU: FSDP2 over an NF4 base is known broken.
+        ({"zero_stage": 2}, "not with zero_stage 2 (FSDP2 cannot shard an NF4 base)"),
+        ({"zero_stage": 3}, "not with zero_stage 3 (FSDP2 cannot shard an NF4 base)"),
+        ({"zero_stage": 3, "cpu_offload": True}, "not with cpu_offload"),
+    ],
 )
 def test_the_spec_refuses_what_qlora_cannot_run(tmp_path: Path, hp: dict, message: str) -> None:
     spec = {"method": "sft_text", "model": str(TINY), "dataset": "d.jsonl",
             "hyperparameters": {"load_in_4bit": True, "lora_rank": 8, **hp}}  # fmt: skip
-    with pytest.raises(ConfigError, match=message):
+    with pytest.raises(ConfigError, match=re.escape(message)) as err:
         from_spec(spec, tmp_path)
+    assert err.value.code == "CONFIG_ERROR" and "\n" not in err.value.message
+    assert err.value.message.startswith(("load_in_4bit: ", "lora_rank: "))
 
 
 def test_launch_on_a_host_without_cuda_is_refused(

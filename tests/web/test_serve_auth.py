@@ -2,8 +2,10 @@
 
 Every route (page, static files, websocket, downloads, unknown paths) answers 403 without
 the token and no app process starts; the first tokened page load sets an HttpOnly cookie
-that then stands in for the token; a non-loopback bind without `--allow-remote` and
-$VERI_SERVE_TOKEN is refused in one line, exit 2, before anything listens.
+that then stands in for the token, except on the websocket, which needs its path token and
+a same-origin Origin (a page on another 127.0.0.1 port, or the cookie alone, is refused);
+a non-loopback bind without `--allow-remote` and $VERI_SERVE_TOKEN, and a short token of
+the user's own, are refused in one line, exit 2, before anything listens.
 """
 
 from __future__ import annotations
@@ -17,9 +19,9 @@ import urllib.request
 
 import aiohttp
 import pytest
-from support.served import serve_env
+from support.served import serve_env, start_served
 
-from veri_tui.web.auth import is_loopback, token_matches
+from veri_tui.web.auth import cookie_name, is_loopback, same_origin, token_matches
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -33,11 +35,11 @@ def status(url: str, headers: dict[str, str] | None = None) -> tuple[int, str, d
         return err.code, err.read().decode(), dict(err.headers)
 
 
-async def ws_status(url: str) -> int:
+async def ws_status(url: str, headers: dict[str, str] | None = None) -> int:
     """The HTTP status a websocket upgrade to `url` gets (101 when it is accepted)."""
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as session:
         try:
-            async with session.ws_connect(url):
+            async with session.ws_connect(url, headers=headers):
                 return 101
         except aiohttp.WSServerHandshakeError as err:
             return err.status
@@ -79,6 +81,64 @@ def test_the_tokened_page_sets_a_cookie_that_then_opens_the_rest(served) -> None
     pair = cookie.split(";", 1)[0]
     code, _, _ = status(served.base + "/static/css/xterm.css", {"Cookie": pair})
     assert code == 200
+
+
+def test_the_websocket_needs_its_path_token_and_this_servers_origin(served) -> None:
+    """What a page from another local port (or any page holding only the cookie) can send:
+    the cookie rides along (every 127.0.0.1 port is one site), the Origin is its own."""
+    before = served.children()
+    port = int(served.base.rsplit(":", 1)[1])
+    cookie = f"{cookie_name(served.token)}={served.token}"
+    ws = served.base.replace("http://", "ws://") + "/ws/"
+    refused = {
+        "another port's page": (served.token, f"http://127.0.0.1:{port + 1}", cookie),
+        "another host's page": (served.token, f"http://evil.example:{port}", cookie),
+        "an opaque origin": (served.token, "null", cookie),
+        "no Origin at all": (served.token, None, cookie),
+        "the cookie alone": ("0" * len(served.token), served.base, cookie),
+        "the cookie, no path token": ("", served.base, cookie),
+    }
+    for why, (path_token, origin, cookie_header) in refused.items():
+        headers = {"Cookie": cookie_header}
+        if origin is not None:
+            headers["Origin"] = origin
+        assert asyncio.run(ws_status(ws + path_token, headers)) in (403, 404), why
+    time.sleep(0.5)  # an app process would have been started by now
+    assert served.children() - before == set()
+
+
+def test_same_origin_compares_host_and_port() -> None:
+    assert same_origin("http://127.0.0.1:8710", "127.0.0.1:8710")
+    assert same_origin("https://hub.example", "hub.example")  # a TLS proxy: default ports
+    assert same_origin("https://hub.example:443", "hub.example")
+    assert not same_origin("http://127.0.0.1:8711", "127.0.0.1:8710")
+    assert not same_origin("http://localhost:8710", "127.0.0.1:8710")
+    assert not same_origin("http://127.0.0.1", "127.0.0.1:8710")
+    assert not same_origin("null", "127.0.0.1:8710") and not same_origin(None, "x")
+    assert not same_origin("file:///x", "127.0.0.1:8710")
+    assert not same_origin("http://127.0.0.1:x", "127.0.0.1:8710")
+
+
+def test_a_short_token_of_the_users_own_needs_the_flag(tmp_path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "veri_tui", "serve", "--port", "0"],
+        env={**serve_env(tmp_path), "VERI_SERVE_TOKEN": "x" * 23},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 2 and proc.stdout == ""
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: VERI_SERVE_TOKEN: "), lines
+    assert "23 characters" in lines[0] and "--allow-short-token" in lines[0]
+    served = start_served(
+        tmp_path, ("--allow-short-token",), {"VERI_SERVE_TOKEN": "x" * 23}
+    )  # asked for: it serves, with that token
+    try:
+        assert served.token == "x" * 23
+        assert status(served.url)[0] == 200
+    finally:
+        served.stop()
 
 
 def test_a_non_loopback_bind_is_refused_in_one_line(tmp_path) -> None:

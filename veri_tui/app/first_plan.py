@@ -35,16 +35,18 @@ from pathlib import Path
 
 from jobfolder.atomic import write_json_atomic
 from jobfolder.layout import veri_home
+from veri_tui.bundled import bundled_model
 
 ENV = "VERI_FIRST_PLAN"
 # `-c`, not `-m veri_tui.app.first_plan`: the package imports this module itself.
 HELPER = "import sys; from veri_tui.app.first_plan import main; main(sys.argv[1:])"
 
 
-# The bundled model's folder, as veri_tui.plan.sources.bundled_tiny_model finds it (that module
-# is not imported here: importing veri_tui.plan loads the whole planning core).
+# The bundled model's folder from veri_tui.bundled, not veri_tui.plan.sources (importing
+# veri_tui.plan loads the whole planning core).
+_BUNDLED = bundled_model()
+# The code the opening plan depends on (hashed into the cache key below).
 _PACKAGE = Path(__file__).resolve().parents[1]
-_BUNDLED = _PACKAGE.parent / "assets" / "tiny-model"
 CACHE_NAME = "first-plan.json"
 
 

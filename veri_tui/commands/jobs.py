@@ -70,6 +70,8 @@ def show_job(job_id: str, as_json: bool) -> int:
         print(json.dumps(rec, indent=2))
         return 0
     print("  ".join(c for c in _row(rec) if c))
+    if rec.get("error"):
+        print(failure_line(rec))
     state = jobs.slurm_state(rec)
     if state is not None:
         why = f", reason {state[1]}" if state[1] else ""
@@ -85,6 +87,22 @@ def show_job(job_id: str, as_json: bool) -> int:
             "stops it with the job"
         )
     return 0
+
+
+def failure_line(rec: JobRecord) -> str:
+    """`error: RANK_LOST (platform): rank 1/2 (node 1, local_rank 0) failed: ...; node 1 is
+    n1`: the code, whose fault, which rank on which node failed and why (what --json holds)."""
+    error = rec.get("error") or {}
+    who = error.get("attribution") or "pending"
+    text = str(error.get("summary") or error.get("message") or "").strip()
+    rank, world, node = error.get("rank"), error.get("world_size"), error.get("node")
+    if rank is not None and not text.startswith("rank "):
+        where = f"node {node}, local_rank {error.get('local_rank')}" if node is not None else ""
+        text = f"rank {rank}/{world or '?'}{f' ({where})' if where else ''}: {text}"
+    hosts = [n.get("host") for n in rec.get("nodes") or []]
+    if isinstance(node, int) and 0 <= node < len(hosts) and hosts[node]:
+        text += f"; node {node} is {hosts[node]}"
+    return f"error: {error.get('code') or 'UNKNOWN'} ({who}): {text}"
 
 
 def _seconds_between(start: str | None, end: str | None) -> float | None:

@@ -43,7 +43,8 @@ def run(args: argparse.Namespace) -> int:
         # preflight (the host's GPUs, the model's headers read over SFTP). Planning here
         # would refuse a model only it holds.
         record = None
-    job_id = jobs.launch(job, record, host=host, trust_host=args.trust_host)
+    probe = jobs.ProbeChoice(run=not args.no_probe, allow_slow=args.allow_slow_nodes)
+    job_id = jobs.launch(job, record, host=host, trust_host=args.trust_host, probe=probe)
     if args.json:
         # One JSON object on stdout: the record now, or the final one with --wait.
         final = wait_quietly(job_id) if args.wait else jobs.get_job(job_id)

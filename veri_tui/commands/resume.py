@@ -3,10 +3,12 @@
 The supervisor starts the attempt from the newest checkpoint whose manifest verifies (the
 log says `resume: attempt N from step-S (verified)`, and names any corrupt step it skipped),
 with the job's plan, or a new one for `--gpu-count N` / `--set KEY=VALUE` (the global batch
-is kept). It prints `job ID resumed: attempt N`; with --wait it follows the log from where
-it stood and exits as `launch --wait` does (0 succeeded, 1 otherwise, with the outcome line
-on stderr); --json prints the job record instead (the final one with --wait). A running or
-succeeded job is refused: one `error: job: ...` line, exit 2.
+is kept), or for a Slurm job `--nodes N` (its one global checkpoint, in the folder every
+node shares, is resharded over the new layout). It prints `job ID resumed: attempt N`;
+with --wait it follows the log from where it stood and exits as `launch --wait` does (0
+succeeded, 1 otherwise, with the outcome line on stderr); --json prints the job record
+instead (the final one with --wait). A running or succeeded job is refused: one
+`error: job: ...` line, exit 2.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ def run(args: argparse.Namespace) -> int:
     """Run `veri-tui resume`; VeriError (bad input) propagates to the CLI's exit 2."""
     job_id = args.job
     offset = len(jobs.read_log(job_id, 0))  # follow only what the new attempt writes
-    record = jobs.resume(job_id, gpu_count=args.gpu_count, sets=args.sets)
+    record = jobs.resume(job_id, gpu_count=args.gpu_count, sets=args.sets, nodes=args.nodes)
     attempt = len(attempts_of(record)) + 1
     if args.json:
         final = wait_quietly(job_id, offset) if args.wait else jobs.get_job(job_id)

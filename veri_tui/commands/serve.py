@@ -1,8 +1,10 @@
-"""`veri-tui serve [--host 127.0.0.1] [--port N] [--allow-remote]`: the app in a browser.
+"""`veri-tui serve [--host 127.0.0.1] [--port N] [--allow-remote] [--allow-short-token]`.
 
-Checks the bind before anything is started: a loopback address (the default) gets a fresh
-random token; any other address needs `--allow-remote` and a token the user set in
-$VERI_SERVE_TOKEN, or it is refused in one line (exit 2). The server and its token live in
+The app in a browser. Checks the bind before anything is started: a loopback address (the
+default) gets a fresh random token; any other address needs `--allow-remote` and a token
+the user set in $VERI_SERVE_TOKEN, or it is refused in one line (exit 2). A token of the
+user's own shorter than 24 characters is refused too, on loopback unless
+`--allow-short-token`. The server and its token live in
 veri_tui.web.
 """
 
@@ -21,7 +23,7 @@ def run(args: argparse.Namespace) -> int:
     if not 0 <= args.port <= 65535:
         raise VeriError(f"{args.port} is not a TCP port (0-65535; 0 picks a free one)", "--port")
     user_token = os.environ.get(TOKEN_ENV) or None
-    check_bind(args.host, args.port, args.allow_remote, user_token)
+    check_bind(args.host, args.port, args.allow_remote, user_token, args.allow_short_token)
     from veri_tui.web.server import serve  # aiohttp and textual-serve: only past the checks
 
     try:

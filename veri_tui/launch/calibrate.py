@@ -3,7 +3,9 @@
 When the launch side reads a job that succeeded with `measured` and `predicted` (jobs.get_job,
 list_jobs: `veri-tui jobs`, `launch --wait`, the app's monitor), its ratios go into the entry
 of its (GPU type, host): measured tokens/s over the model's, and measured peak minus measured
-states (minus the stage-3 layers in flight) over the model's activations. Each job is folded
+states (minus the stage-3 layers in flight) over the model's activations (not for a
+cpu_offload run, whose GPU holds no states: its activations cannot be told from the layers in
+flight, so only its throughput folds). Each job is folded
 once: its id is kept in `folded`, which `veri-tui calibrate --reset` keeps too, so a reset
 does not fold old jobs back in. CPU runs go under the GPU type "cpu", which no GPU plan reads.
 The update rule is veri_tui.plan.calibration's.
@@ -45,7 +47,9 @@ def ratios_of(record: dict[str, Any]) -> dict[str, float]:
         out["efficiency"] = tps / model_tps
     peak, states = _pos(meas.get("peak_bytes")), _pos(meas.get("states_bytes"))
     model_act = _pos(pred.get("activations_model_bytes"))
-    if peak and states and model_act:
+    # An offloaded run's GPU holds the units in flight, not the states, and the plan counts
+    # those as its states: peak - states would not be the activations. Only its rate folds.
+    if peak and states and model_act and not meas.get("offloaded"):
         beyond = peak - states - (pred.get("transient_gather_bytes") or 0)
         if beyond > 0:
             out["activation"] = beyond / model_act

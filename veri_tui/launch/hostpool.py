@@ -64,5 +64,17 @@ def open_hosts(names: Sequence[HostName], trust: str | None = None) -> list[Host
     if failed:
         for host in hosts:
             host.close()
-        raise failed[0]
+        raise _first_failure(failed)
     return hosts
+
+
+def _first_failure(failed: list[Exception]) -> Exception:
+    """What to raise for hosts that could not be opened: the first failure that is not an
+    unknown key; else every unknown key together, so that one rerun trusts them all."""
+    from veri_tui.launch.ssh.hostkeys import UnknownHostKeyError, UnknownHostKeysError
+
+    unknown = [e for e in failed if isinstance(e, UnknownHostKeyError)]
+    other = [e for e in failed if not isinstance(e, UnknownHostKeyError)]
+    if other or len(unknown) == 1:
+        return (other or unknown)[0]
+    return UnknownHostKeysError(unknown)

@@ -29,6 +29,7 @@ from veri_tui.launch.jobindex import target_for_job, target_of_entry
 from veri_tui.launch.local_host import LocalHost
 from veri_tui.launch.measured import comparison_lines
 from veri_tui.launch.metrics import log_row, metric_of
+from veri_tui.launch.probe.fleet import ProbeChoice
 from veri_tui.launch.records import LogLine, follow_lines
 from veri_tui.launch.slurm.options import SlurmOptions, slurm_options
 from veri_tui.launch.slurm.states import pending_reason, slurm_state
@@ -38,10 +39,10 @@ if TYPE_CHECKING:
     from veri_tui.plan import JobConfig, PlanRecord
 
 __all__ = [
-    "LogLine", "Row", "cancel", "comparison_lines", "follow_log", "get_job", "host_aliases",
-    "launch", "list_jobs", "local_jobs", "log_row", "metric_of", "pending_reason", "preflight",
-    "read_log", "resume", "SlurmOptions", "slurm_options", "slurm_script", "slurm_state",
-    "target_for", "trust_key", "watch", "watcher_of",
+    "LogLine", "ProbeChoice", "Row", "cancel", "comparison_lines", "follow_log", "get_job",
+    "host_aliases", "launch", "list_jobs", "local_jobs", "log_row", "metric_of", "pending_reason",
+    "preflight", "read_log", "resume", "SlurmOptions", "slurm_options", "slurm_script",
+    "slurm_state", "target_for", "trust_key", "watch", "watcher_of",
 ]  # fmt: skip
 
 #: Where a job runs: this machine (None), an SSH host, several (a multi-node job), or Slurm.
@@ -63,6 +64,7 @@ def launch(
     host: Where = None,
     trust_host: str | None = None,
     wait: bool = False,
+    probe: ProbeChoice | None = None,
 ) -> str:
     """Validate, write the job folder(s) and start the job detached; returns the job id.
 
@@ -71,11 +73,13 @@ def launch(
     has ended. ``plan_record`` None: planned here; with ``host`` the job is always planned
     on what the host has (after its preflight), and ``plan_record`` is not used.
     ``host`` a `SlurmOptions`: submitted with sbatch from its login node, planned for its
-    partition; the registry entry and job.json keep the Slurm job id.
+    partition; the registry entry and job.json keep the Slurm job id. A multi-node job's
+    nodes are probed first (``probe``: skip it, or go on past a slow node; docs/probe.md).
     """
     from veri_tui.launch.launching import launch as run_launch
 
-    return run_launch(job_config, plan_record, _names(host), trust_host, wait)
+    return run_launch(job_config, plan_record, _names(host), trust_host, wait,
+                      probe=probe or ProbeChoice())  # fmt: skip
 
 
 def slurm_script(job_config: JobConfig, options: SlurmOptions, trust_host: str | None = None
@@ -232,18 +236,17 @@ def watch(
     return follow_lines(lambda off: read_log(job_id, off), done, offset, poll_s)
 
 
-def resume(
-    job_id: str, gpu_count: int | None = None, sets: Sequence[str] = (), wait: bool = False
-) -> JobRecord:
+def resume(job_id: str, gpu_count: int | None = None, sets: Sequence[str] = (),
+           wait: bool = False, nodes: int | None = None) -> JobRecord:  # fmt: skip
     """A new attempt of an ended job in its own folder, from its newest verified checkpoint;
     returns the record (pending), or the final one with ``wait``.
 
     The same plan, unless ``gpu_count`` or ``sets`` (`KEY=VALUE`) change it: then the job is
-    planned again keeping its global batch (veri_tui.launch.replan), on its host. A
+    planned again keeping its global batch (veri_tui.launch.replan), on its host (a Slurm
+    job's also for ``nodes``: its ranks per node kept unless ``gpu_count`` says). A
     multi-node job resumes on every node from the newest step committed and verified on all
-    of them, on its own layout and plan (veri_tui.launch.restart). VeriError: a job that
-    runs or succeeded, a gpu_count that cannot split the batch (or changes a multi-node
-    job's), any refusal of the new plan; nothing is changed then.
+    of them, on its own layout and plan (veri_tui.launch.restart). VeriError (nothing is
+    changed): a job that runs or succeeded, a bad gpu_count or node count, a refused plan.
     """
     from veri_tui.launch.launching import replan
     from veri_tui.launch.restart import layout_refusal
@@ -251,6 +254,10 @@ def resume(
     target = target_for(job_id)
     many = len(target.nodes) > 1
     record = target.get_job()
+    if nodes is not None and target.nodes[0].host.kind != "slurm":
+        from veri_tui.launch.slurm.options import NOT_SLURM_NODES
+
+        raise VeriError(NOT_SLURM_NODES, key="nodes")
     if many:
         layout = layout_refusal(record, gpu_count, sets)
         if layout is not None:
@@ -260,7 +267,7 @@ def resume(
         raise VeriError(refused.message, key=refused.key)
     spec: JobSpec | None = None
     if not many:
-        spec = replan(target.nodes[0].host, record, gpu_count, sets)
+        spec = replan(target.nodes[0].host, record, gpu_count, sets, nodes)
     try:
         target.stop_watcher()
         record = target.resume(job_id, spec)

@@ -35,6 +35,8 @@ from veri_tui.errors import Refusal, VeriError
 from veri_tui.launch.host import Host, HostFacts, check_disk, check_memory
 from veri_tui.launch.hostpool import HostName, all_or_raise, in_parallel, open_hosts
 from veri_tui.launch.nodes import agreement, disk_of, node_label, probe_rendezvous
+from veri_tui.launch.probe.fleet import ProbeChoice, fleet_probe
+from veri_tui.launch.probe.report import with_cached_network, with_network
 from veri_tui.launch.spec import check_job, local_dataset, make_record, new_job_id
 
 
@@ -79,24 +81,28 @@ def plan_on(job: Any, names: Sequence[HostName], trust: str | None = None) -> An
         facts, job, problems = probe_all(hosts, job, 0)
         if problems:
             raise VeriError(list(dict.fromkeys(problems)))
-        return hosts[0].plan(job, facts[0])[1]
+        return hosts[0].plan(with_cached_network(job, facts[0].spec), facts[0])[1]
     finally:
         for host in hosts:
             host.close()
 
 
-def replan(host: Host, record: JobRecord, gpu_count: int | None, sets: Sequence[str]
-           ) -> JobSpec | None:  # fmt: skip
+def replan(host: Host, record: JobRecord, gpu_count: int | None, sets: Sequence[str],
+           nodes: int | None = None) -> JobSpec | None:  # fmt: skip
     """The spec of a one-host job's next attempt (replan.resume_spec): None to keep its own,
     else planned again on its open host, its problems refused. A Slurm job keeps its layout
-    keys (the host's `spec`) and is laid out again from its record (options_for_resume)."""
+    keys (the host's `spec`) and is laid out again from its record (options_for_resume),
+    on ``nodes`` nodes when given."""
     from veri_tui.launch.replan import resume_spec
 
     keys: dict[str, Any] = {}
+    relaid = False
     if host.kind == "slurm":
-        from veri_tui.launch.slurm.options import options_for_resume
+        from veri_tui.launch.slurm.options import options_for_resume, resume_count
 
-        host.options = options_for_resume(record, gpu_count)  # type: ignore[attr-defined]
+        gpu_count = resume_count(record, gpu_count, nodes)
+        host.options = options_for_resume(record, gpu_count, nodes)  # type: ignore[attr-defined]
+        relaid = nodes is not None and nodes != int(record["spec"].get("nnodes") or 1)
 
     def plan_for(job: Any) -> tuple[Any, Any]:
         facts = host.probe(job, 0)
@@ -104,7 +110,7 @@ def replan(host: Host, record: JobRecord, gpu_count: int | None, sets: Sequence[
         keys.update(facts.spec)
         return host.plan(job, facts)
 
-    spec = resume_spec(record, gpu_count, sets, plan_for)
+    spec = resume_spec(record, gpu_count, sets, plan_for, force=relaid)
     return None if spec is None else cast(JobSpec, {**spec, **keys})
 
 
@@ -177,11 +183,12 @@ def create(host: Host, job: Any, job_dir: str, record: JobRecord) -> int:
 
 def launch(
     job: Any, plan_record: Any, names: Sequence[HostName], trust: str | None, wait: bool,
-    dry_run: bool = False,
+    dry_run: bool = False, probe: ProbeChoice | None = None,
 ) -> str:  # fmt: skip
     """Check, plan, create and start the job on these hosts (None: this machine); returns
     its id (``dry_run``: the batch script a Slurm host would submit, nothing created).
-    Raises VeriError for every refusal, before anything is created."""
+    A multi-node job's nodes are probed first (``probe``: fleet_probe). Raises VeriError for
+    every refusal, before anything is created."""
     from veri_tui.launch.jobindex import register
 
     hosts = open_hosts(names, trust)
@@ -196,12 +203,21 @@ def launch(
             rdzv = (addr, port, listen)
         if problems:
             raise VeriError(list(dict.fromkeys(problems)))
+        measured = (
+            fleet_probe(hosts, facts, job, probe or ProbeChoice()) if len(hosts) > 1 else None
+        )
+        if measured is not None:
+            job = with_network(job, measured.internode_gbps, measured.note())
+        else:  # skipped, or one host (a Slurm partition's probe)
+            job = with_cached_network(job, facts[0].spec)
         job = hosts[0].output_for(job, facts[0])
         job, plan = hosts[0].plan(job, facts[0], plan_record)
         job_id = new_job_id()
         while hosts[0].exists(posixpath.join(facts[0].jobs_dir, job_id)):
             job_id = new_job_id()  # same second, same random suffix: draw again
         nodes = node_records(hosts, facts, job, plan, job_id, rdzv)
+        for _dir, rec in nodes if measured is not None else ():
+            cast("dict[str, Any]", rec)["probe"] = measured.summary()
         check_capacity(
             hosts, facts, plan, nodes[0][1]["spec"]["output_dir"] if job.output else None
         )

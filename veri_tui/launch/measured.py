@@ -6,11 +6,65 @@ and, when calibrated, the plan's), the peak (states + activations + the stage-3 
 flight), tokens/s and step time (the model's figure kept apart from a calibrated one, so
 calibration never compounds). `veri-tui jobs JOB` and the app's monitor print
 `comparison_lines`.
+
+The supervisor writes `measured` when its attempt ends, from its own folder's rank files.
+A reader (`so_far`) gathers it from the rank files of every node instead while it is
+missing (a running job, a Slurm job requeued and pending, an attempt refused a restart) and
+when it covers fewer ranks than the job has (a multi-node job's supervisors each see only
+their node's ranks). A read never writes: job.json keeps what its supervisor wrote.
 """
 
 from __future__ import annotations
 
+import posixpath
+from collections.abc import Sequence
 from typing import Any
+
+from jobfolder.jobstats import gather_ranks, parse_rank_stats, rank_of
+from jobfolder.layout import MEASURED
+from jobfolder.status import has_ended
+from veri_tui.errors import VeriError
+
+RANK_FILE_LIMIT = 2**20
+
+
+def ranks_on(host: Any, job_dir: str) -> list[dict[str, Any]]:
+    """Every readable rank file in one node's folder (measured/run-rank-<r>.json)."""
+    folder = posixpath.join(job_dir, MEASURED)
+    try:
+        names = host.listdir(folder)
+    except (OSError, VeriError):
+        return []  # no rank has finished a step there yet (or the node is gone)
+    out = []
+    for name in names:
+        rank = rank_of(name)
+        if rank is None:
+            continue
+        try:
+            data = parse_rank_stats(rank, host.read_bytes(posixpath.join(folder, name),
+                                                          RANK_FILE_LIMIT))  # fmt: skip
+        except (OSError, VeriError):
+            continue
+        if data is not None:
+            out.append(data)
+    return out
+
+
+def so_far(record: dict[str, Any], nodes: Sequence[Any]) -> dict[str, Any] | None:
+    """The job's `measured` from every node's rank files, when the record's own is missing
+    or covers fewer ranks than the job has; None to keep the record's."""
+    spec = record.get("spec") or {}
+    have = record.get("measured") or {}
+    world = int(spec.get("gpu_count") or 1)
+    if have and int(have.get("ranks") or 0) >= world:
+        return None
+    by_rank: dict[int, dict[str, Any]] = {}
+    for node in nodes:
+        for data in ranks_on(node.host, node.job_dir):
+            by_rank[data["rank"]] = data
+    if len(by_rank) <= int(have.get("ranks") or 0):
+        return None
+    return gather_ranks([by_rank[r] for r in sorted(by_rank)], spec)
 
 
 def predicted_of(plan: dict[str, Any]) -> dict[str, Any]:
@@ -23,6 +77,7 @@ def predicted_of(plan: dict[str, Any]) -> dict[str, Any]:
     transient = (act.get("transient_gather_bytes") or 0) if known_act else None
     peak = states + activations + transient if states is not None and known_act else None
     known_tp = bool(tp.get("known"))
+    parts = (act.get("peak") or {}) if known_act else {}
     cost = plan.get("cost") or {}
     return {
         "gpu": (plan.get("gpu") or {}).get("name"),
@@ -31,6 +86,10 @@ def predicted_of(plan: dict[str, Any]) -> dict[str, Any]:
         "activations_model_bytes": (act.get("calibration") or {}).get("model_bytes", activations),
         "transient_gather_bytes": transient,
         "peak_bytes": peak,
+        # The planner's own peak (veri_tui/plan/peak.py): allocated bytes with the optimizer
+        # step's temporary, and with the 2 GiB overhead: what the device figure is set beside.
+        "allocated_bytes": parts.get("allocated_bytes"),
+        "device_peak_bytes": parts.get("peak_bytes"),
         "tokens_per_s": tp.get("tokens_per_s") if known_tp else None,
         "tokens_per_s_model": (tp.get("calibration") or {}).get(
             "model_tokens_per_s", tp.get("tokens_per_s") if known_tp else None
@@ -74,17 +133,40 @@ def _num(value: Any) -> float | None:
     return float(value) if ok else None
 
 
+#: Shown only when the run measured them (CUDA): the allocator's and the driver's figures,
+#: each beside the planner's allocated bytes (optimizer step included) or its peak with the
+#: overhead (trainer/devmem.py says where each comes from).
+CUDA_ROWS = (
+    ("allocated/GPU (with step)", "allocated_bytes", "peak_bytes", _bytes),
+    ("reserved/GPU", "allocated_bytes", "peak_reserved_bytes", _bytes),
+    ("device memory/GPU", "device_peak_bytes", "device_memory_bytes", _bytes),
+    ("allocator retries", "-", "alloc_retries", lambda n: f"{n:.0f}"),
+)
+
+
 def comparison(record: dict[str, Any]) -> list[tuple[str, str, str, str]]:
     """(what, predicted, measured, measured/predicted) rows; "-" where a side is missing."""
     pred = record.get("predicted") or {}
     meas = record.get("measured") or {}
     rows = []
-    for label, pkey, mkey, fmt in ROWS:
+    cuda = meas.get("device") == "cuda" and meas.get("alloc_retries") is not None  # devmem.py
+    extra = [r for r in CUDA_ROWS if cuda and meas.get(r[2]) is not None]
+    for label, pkey, mkey, fmt in (*ROWS, *extra):
         p, m = _num(pred.get(pkey)), _num(meas.get(mkey))
         ratio = f"{m / p:.3g}x" if p and m is not None else "-"
         shown = [fmt(v) if v is not None else "-" for v in (p, m)]
         rows.append((label, *shown, ratio))
     return rows
+
+
+def _how_far(record: dict[str, Any]) -> str:
+    """ "" for a finished run's figures, else how many steps they cover."""
+    meas = record.get("measured") or {}
+    if meas.get("final", True):
+        return ""
+    if has_ended(record.get("status")):
+        return f"over {meas.get('steps')} steps, before the run stopped, "
+    return f"so far ({meas.get('steps')} steps) "
 
 
 def comparison_lines(record: dict[str, Any]) -> list[str]:
@@ -106,10 +188,15 @@ def comparison_lines(record: dict[str, Any]) -> list[str]:
         peak = meas.get("peak_source") or "peak"
         planned = (record.get("predicted") or {}).get("gpu") or "?"
         out.append(
-            f"measured on {where} x{meas.get('ranks')}, planned for {planned} ({peak}; "
-            f"tokens/s: median of "
+            f"measured {_how_far(record)}on {where} x{meas.get('ranks')}, planned for "
+            f"{planned} ({peak}; tokens/s: median of "
             f"{meas.get('steps_timed')} steps after {meas.get('warmup_steps')} warm-up)"
         )
+        if "device_memory_source" in meas and meas.get("device_memory_bytes") is None:
+            out.append(f"device memory: {meas.get('device_memory_source') or 'not measured'}")
+        if meas.get("offloaded") and meas.get("host_states_bytes"):
+            out.append(f"on the host, not the GPU: {_bytes(meas['host_states_bytes'])} of "
+                       "states (cpu_offload)")  # fmt: skip
     else:
         out.append("measured: nothing (the job ended before its first optimizer step)")
     return out

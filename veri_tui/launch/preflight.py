@@ -7,7 +7,8 @@ collected as rows with ok False instead of raised, so a check passes here exactl
 
 - the plan, first (`plan: dp=...`);
 - what each host reported (`host` rows; several hosts: `node <k> (<host>)` rows, the
-  layout `nodes: 2 x 1 GPUs (a, b)`, the rendezvous probe, whether the nodes share storage);
+  layout `nodes: 2 x 1 GPUs (a, b)`, the rendezvous probe, the nodes' bandwidth and GPU
+  health probe (docs/probe.md), whether the nodes share storage);
 - where the job's files are (this machine: the model, dataset and output folder after a dry
   run of its paths; a host: the output dir there);
 - each node's host memory and disk against the plan (host order: this machine shows disk
@@ -30,6 +31,8 @@ from veri_tui.launch.host import Host, Row
 from veri_tui.launch.hostpool import HostName, open_hosts
 from veri_tui.launch.launching import own_checks, probe_all
 from veri_tui.launch.nodes import disk_of, node_label, probe_rendezvous, storage_row
+from veri_tui.launch.probe.fleet import ProbeChoice, fleet_probe
+from veri_tui.launch.probe.report import with_network
 from veri_tui.launch.spec import local_dataset
 
 
@@ -42,8 +45,9 @@ def _collect(problems: list[Refusal], call: Any) -> Any:
 
 
 def _node_rows(hosts: Sequence[Host], facts: list[Any], job: Any, problems: list[Refusal]
-               ) -> list[Row]:  # fmt: skip
-    """Several hosts: each node's facts, the layout, the rendezvous, the storage."""
+               ) -> tuple[list[Row], Any]:  # fmt: skip
+    """Several hosts: each node's facts, the layout, the rendezvous, the launch's probe of
+    the nodes (the job gets its measured network), the storage."""
     names = [h.name for h in hosts]
     rows: list[Row] = []
     for k, pf in enumerate(facts):
@@ -57,8 +61,12 @@ def _node_rows(hosts: Sequence[Host], facts: list[Any], job: Any, problems: list
     if not found:
         rows.append(("rendezvous", True, f"{addr}:{port} on node 0, reached from "
                                         f"{', '.join(names[1:])}"))  # fmt: skip
+        report = _collect(problems, lambda: fleet_probe(hosts, facts, job, ProbeChoice()))
+        if report is not None:  # a slow or sick node is one of the problems
+            rows.append(("probe", True, report.network_line() or "measured"))
+            job = with_network(job, report.internode_gbps, report.note())
     rows.append(storage_row(hosts, [pf.jobs_dir for pf in facts]))
-    return rows
+    return rows, job
 
 
 def preflight(job: Any, plan_record: Any, names: Sequence[HostName], trust: str | None
@@ -76,7 +84,7 @@ def preflight(job: Any, plan_record: Any, names: Sequence[HostName], trust: str 
         facts, job, found = probe_all(hosts, job, size or 0)
         problems += found
         if many:
-            rows = _node_rows(hosts, facts, job, problems)
+            rows, job = _node_rows(hosts, facts, job, problems)
         else:
             rows = [("host", True, line) for line in facts[0].summary()]
         out_job = _collect(problems, lambda: head.output_for(job, facts[0]))

@@ -71,6 +71,7 @@ def resume_spec(
     gpu_count: int | None,
     sets: Sequence[str],
     plan_for: Callable[[Any], tuple[Any, Any]],
+    force: bool = False,
 ) -> JobSpec | None:
     """The spec the resumed attempt runs: None to keep the job's own (no new gpu_count, no
     `--set`), else the re-planned spec with the job's paths. ``plan_for(job)`` returns the
@@ -85,7 +86,7 @@ def resume_spec(
     if errors:
         raise VeriError(errors)
     same_count = gpu_count is None or int(gpu_count) == int(spec.get("gpu_count") or 1)
-    if same_count and not values:
+    if same_count and not values and not force:  # force: a new layout, the same rank count
         return None
     fields = resume_fields(spec, gpu_count, values)
     job = job_from_fields(fields)

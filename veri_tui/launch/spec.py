@@ -17,15 +17,14 @@ from typing import Any
 
 from jobfolder.record import JobRecord, JobSpec
 from jobfolder.status import PENDING
+from veri_tui.bundled import bundled_dataset
 from veri_tui.errors import Refusal, VeriError
 from veri_tui.launch.measured import predicted_of
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-
 #: The bundled dataset each method trains on when no --dataset is given.
 BUNDLED_DATASETS = {
-    "sft_text": REPO_ROOT / "assets" / "data" / "sft.jsonl",
-    "dpo": REPO_ROOT / "assets" / "data" / "dpo.jsonl",
+    "sft_text": bundled_dataset("sft.jsonl"),
+    "dpo": bundled_dataset("dpo.jsonl"),
 }
 
 
@@ -82,7 +81,8 @@ def check_job(job: Any, *, output_here: bool = True) -> None:
 
     errors = list(validate(job))
     data_problem = _dataset_path(job.method, job.dataset)[1]
-    output_problem = _output_path(job.output, REPO_ROOT)[1] if output_here else None
+    # Only the refusal is read: the job folder (the default output's parent) is not made yet.
+    output_problem = _output_path(job.output, Path())[1] if output_here else None
     errors += [p for p in (data_problem, output_problem) if p is not None]
     if errors:
         raise VeriError(errors)

@@ -41,6 +41,7 @@ from veri_tui.launch import registry
 from veri_tui.launch.gather import gather
 from veri_tui.launch.host import Host, jobfolder_argv
 from veri_tui.launch.hostpool import in_parallel
+from veri_tui.launch.measured import so_far
 from veri_tui.launch.records import LogLine, wait_until_ended
 
 #: The most of the log one read returns (a follow reads on from where it stopped).
@@ -118,6 +119,9 @@ class JobTarget:
             whys = [f"cannot reach {n.host.name} ({r})" if isinstance(r, Exception) else ""
                     for n, r in zip(self.nodes, read, strict=True)]  # fmt: skip
             record = gather(records, [n.host.name for n in self.nodes], whys)
+        measured = so_far(record, self.nodes)
+        if measured is not None:
+            record["measured"] = measured
         self._remember(record)
         return record
 

@@ -1,8 +1,9 @@
 """The pure planning core: knobs, validation, model info, GPU catalog, memory, the plan.
 
-Imports only the standard library and pydantic (huggingface_hub lazily, for Hub-only
-models): never torch or textual, so `veri-tui plan` and the app start fast. The public API
-is what docs/interfaces.md section 1 lists.
+Imports only the standard library, the knob schema (jobfolder/knobs) and pydantic_core
+(pydantic lazily, to check a value not already of its knob's type; huggingface_hub lazily,
+for Hub-only models): never torch or textual, so `veri-tui plan` and the app start fast.
+The public API is what docs/interfaces.md section 1 lists.
 """
 
 from jobfolder.lora_targets import LORA_TARGETS

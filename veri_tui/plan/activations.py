@@ -26,9 +26,10 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from jobfolder.knobs import CHECKPOINTING
 from veri_tui.plan.model_info import ModelInfo
 
-MODES = ("none", "selective", "full")
+MODES = CHECKPOINTING  # the schema's activation_checkpointing values
 # The fp32 bytes of one chunk of logits in the loss: trainer/losses.py CHUNK_BYTES (the
 # trainer cannot import this package; tests/trainer/test_losses.py checks they agree).
 LOSS_CHUNK_BYTES = 256 * 2**20

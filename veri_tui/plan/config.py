@@ -10,13 +10,16 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
-
+from jobfolder.knobs.rules import aliases, canonical, keeps_text
+from jobfolder.knobs.schema import by_name
 from veri_tui.errors import Refusal, VeriError
+from veri_tui.plan.knobmodel import KnobErrors
 from veri_tui.plan.knobs import JOB_KEYS, Hyperparameters, JobConfig
 
-HP_KEYS = tuple(sorted(set(Hyperparameters.model_fields) | {"batch_size"}))
+ALIASES = aliases(Hyperparameters)  # batch_size -> micro_batch_size
+HP_KEYS = tuple(sorted(set(Hyperparameters.model_fields) | set(ALIASES)))
 ALL_KEYS = tuple(sorted(set(HP_KEYS) | set(JOB_KEYS)))
+KNOBS = {**by_name(JobConfig), **by_name(Hyperparameters)}
 
 
 def _closest(key: str, known: Sequence[str] = ALL_KEYS) -> str | None:
@@ -34,9 +37,14 @@ def closest_key(key: str, known: Sequence[str] = ALL_KEYS) -> str:
     return "unknown key; see `veri-tui plan --help` and docs/planning.md for the known keys"
 
 
-def parse_value(text: str) -> Any:
-    """Type a `--set` value the way TOML would (16 -> int, false -> bool), else keep text."""
+def parse_value(text: str, key: str = "") -> Any:
+    """Type a `--set` value the way TOML would (16 -> int, false -> bool), else keep text.
+
+    `none`/`null` mean "not set", except where they are one of the knob's own values
+    (`activation_checkpointing=none`: the mode), which stay text."""
     raw = text.strip()
+    if keeps_text(KNOBS.get(key), raw):
+        return raw
     if raw.lower() in ("true", "false"):
         return raw.lower() == "true"
     if raw.lower() in ("none", "null"):
@@ -59,7 +67,7 @@ def parse_sets(sets: Sequence[str]) -> tuple[dict[str, Any], list[Refusal]]:
         if not sep or not key:
             errors.append(Refusal("--set", f"{item!r}: expected KEY=VALUE, e.g. lora_rank=16"))
             continue
-        out[key] = parse_value(value)
+        out[key] = parse_value(value, key)
     return out, errors
 
 
@@ -91,34 +99,24 @@ def _split_fields(fields: Mapping[str, Any], errors: list[Refusal]) -> dict[str,
             hp[key] = value
         else:
             errors.append(Refusal(key, closest_key(key)))
-    if "batch_size" in hp and "micro_batch_size" in hp:
-        if hp["batch_size"] != hp["micro_batch_size"]:
-            msg = "batch_size is an alias of micro_batch_size; set only micro_batch_size"
-            errors.append(Refusal("batch_size", msg))
-        hp.pop("batch_size")
+    hp, clashes = canonical(hp, Hyperparameters)
+    for k in clashes:
+        msg = f"{k.alias} is an alias of {k.name}; set only {k.name}"
+        errors.append(Refusal(k.alias, msg))
     job["hyperparameters"] = hp
     return job
 
 
-def _pydantic_errors(exc: ValidationError) -> list[Refusal]:
-    """One Refusal per pydantic error, keyed by the knob (not the nested path)."""
+def _knob_errors(exc: KnobErrors) -> list[Refusal]:
+    """One Refusal per refused value, keyed by the knob (not the nested path)."""
     out = []
-    for err in exc.errors(include_url=False):
+    for err in exc.errors():
         loc = [str(p) for p in err["loc"] if p != "hyperparameters"]
-        # Union errors carry the member type in the path (zero_stage.literal['auto']).
         key = loc[0] if loc else "input"
-        key = "micro_batch_size" if key == "batch_size" else key
         value = err.get("input")
         shown = f" (got {value!r})" if not isinstance(value, dict) else ""
-        msg = err["msg"]
-        if key == "zero_stage":
-            msg = 'expected "auto", 0, 2 or 3'
-        out.append(Refusal(key, f"{msg}{shown}"))
-    # A union member failing twice reports the same key twice; keep the first.
-    kept: dict[str, Refusal] = {}
-    for e in out:
-        kept.setdefault(e.key, e)
-    return list(kept.values())
+        out.append(Refusal(key, f"{err['msg']}{shown}"))
+    return out
 
 
 def _parse(fields: Mapping[str, Any]) -> tuple[JobConfig | None, list[Refusal]]:
@@ -128,8 +126,8 @@ def _parse(fields: Mapping[str, Any]) -> tuple[JobConfig | None, list[Refusal]]:
     nested = _split_fields(cleaned, errors)
     try:
         job = JobConfig.model_validate(nested)
-    except ValidationError as exc:
-        errors.extend(_pydantic_errors(exc))
+    except KnobErrors as exc:
+        errors.extend(_knob_errors(exc))
         return None, errors
     return job, errors
 
@@ -145,8 +143,7 @@ def _rules_on_the_rest(
 
     failed = {e.key for e in errors} | set(unknown)
     failed |= {m for k in fields if k not in ALL_KEYS and (m := _closest(k)) is not None}
-    if "batch_size" in failed:
-        failed.add("micro_batch_size")
+    failed |= {name for alias, name in ALIASES.items() if alias in failed}
     rest = {k: v for k, v in fields.items() if k in ALL_KEYS and k not in failed}
     job, again = _parse(rest)
     return validate_parsed(job, failed) if job is not None and not again else []
@@ -222,10 +219,11 @@ def load_job_config(
     fields.update({k: v for k, v in options.items() if v is not None})
     overrides, set_errors = parse_sets(sets)
     errors.extend(set_errors)
-    if "batch_size" in overrides:
-        fields.pop("micro_batch_size", None)
-    if "micro_batch_size" in overrides:
-        fields.pop("batch_size", None)
+    for alias, name in ALIASES.items():  # a --set of either spelling replaces the file's
+        if alias in overrides:
+            fields.pop(name, None)
+        if name in overrides:
+            fields.pop(alias, None)
     fields.update(overrides)
     job, parse_errors = _parse(fields)
     errors += parse_errors

@@ -185,6 +185,11 @@ def cost_line(cost: dict[str, Any]) -> str:
         if cost.get("pending"):
             return "cost: counting the dataset's tokens..."
         return f"cost: not estimated ({cost.get('reason')})"
+    if cost.get("cpu_partition"):  # a Slurm CPU partition: CPU processes, no GPU price
+        return (
+            f"cost: {_duration(cost['wall_time_s'])} on {cost['gpu_count']} CPU rank(s) of "
+            f"partition {cost['cpu_partition']}; no GPU-hour price"
+        )
     head = (
         f"cost: {_duration(cost['wall_time_s'])} on {cost['gpu_count']} x {cost['gpu']} = "
         f"{gpu_hours_text(cost['gpu_hours'])} GPU-hours"

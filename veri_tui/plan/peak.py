@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from jobfolder.knobs import CHECKPOINTING
 from veri_tui.plan.activation_peak import ActivationTerms, activation_terms
 from veri_tui.plan.activations import Layout, loss_chunk_bytes, sequence_length
 from veri_tui.plan.gpus import GPU, RESERVE_BYTES
@@ -91,10 +92,7 @@ def estimate_peak(
     # fp32 trained weights (fp32 masters; LoRA's fp32 adapters in either precision) compute
     # under autocast at stage 0 (trainer/parallelize.py); FSDP2 gathers bf16 copies.
     autocast = (est.precision == "fp32" or lora > 0) and stage == 0
-    by_mode = {
-        m: _terms(info, m, tokens, lora, autocast) if known else None
-        for m in ("none", "selective", "full")
-    }
+    by_mode = {m: _terms(info, m, tokens, lora, autocast) if known else None for m in CHECKPOINTING}
     terms = by_mode[activation_checkpointing]
     transient = 0 if est.cpu_offload else in_flight_bytes(
         info, zero_stage=stage, precision=est.precision, lora_rank=lora

@@ -77,9 +77,12 @@ def _layout(job: JobConfig) -> list[str]:
     hp = job.hyperparameters
     gbps = network_gbps(job)
     how = "set" if hp.internode_bandwidth_gbps else f"{hp.network} default"
+    if hp.network_measured and hp.internode_bandwidth_gbps:
+        how = f"measured {hp.network_measured}"
     per_node = job.gpu_count // job.nodes or "? (detected at the preflight)"
+    names = f" ({', '.join(job.hosts)})" if job.hosts else ""
     return [
-        f"nodes: {job.nodes} x {per_node} GPUs ({', '.join(job.hosts or [])})"
+        f"nodes: {job.nodes} x {per_node} GPUs{names}"
         f"; NVLink within a node, {gbps:g} Gb/s per node across ({how})"
     ]
 

@@ -16,7 +16,7 @@ from typing import Any
 
 from pydantic_core import from_json
 
-import veri_tui
+from veri_tui.bundled import bundled_model
 from veri_tui.errors import Refusal, VeriError
 from veri_tui.plan.headers import TensorInfo, parse_header, read_header
 from veri_tui.plan.model_info import ModelInfo, build_model_info
@@ -29,8 +29,8 @@ MAX_JSON_BYTES = 50_000_000
 
 
 def bundled_tiny_model() -> Path:
-    """The tiny model shipped in the repository (used when no model is given)."""
-    return Path(veri_tui.__file__).resolve().parents[1] / "assets" / "tiny-model"
+    """The tiny model shipped as package data (used when no model is given)."""
+    return bundled_model()
 
 
 def _read_json(path: Path, what: str) -> dict[str, Any]:

@@ -192,6 +192,10 @@ RULE_INPUTS: dict[str, frozenset[str]] = {
 }
 
 
+# Refusals that a larger layout (more GPUs per node) could lift.
+EXACT_COUNT_KEYS = frozenset({"gpu_count", "data_parallel_size", "global_batch_size"})
+
+
 def validate_parsed(job: JobConfig, failed: set[str]) -> list[Refusal]:
     """The refusals of `job` (built from the keys that parsed) that hold whatever values the
     `failed` keys turn out to have: reported beside the parse errors, so that every refusal
@@ -204,7 +208,16 @@ def validate_parsed(job: JobConfig, failed: set[str]) -> list[Refusal]:
 
 
 def validate(job: JobConfig) -> list[Refusal]:
-    """Every submit refusal for this job (empty list: accepted)."""
+    """Every submit refusal for this job (empty list: accepted).
+
+    A multi-node job without a gpu_count has its layout detected at the preflight (nodes x
+    GPUs per node): before that it is checked as its smallest layout, one GPU per node
+    (`--host n0 --host n1 --set zero_stage=3` is not "one GPU"), leaving the rules that
+    need the exact count to the plan made with the layout.
+    """
+    if job.nodes > 1 and "gpu_count" not in job.model_fields_set:
+        smallest = validate(job.model_copy(update={"gpu_count": job.nodes}))
+        return [e for e in smallest if e.key not in EXACT_COUNT_KEYS]
     errs = _method_errors(job)
     try:
         get_gpu(job.gpu)

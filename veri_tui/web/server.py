@@ -9,7 +9,10 @@ from the internet. This subclass changes what a public server would need:
   carries the token (`/ws/<token>`), since a notebook's IFrame may not get the cookie;
 - the page is veri-tui's own template: relative URLs only (so it also works under a
   jupyter-server-proxy prefix), the bundled Roboto Mono instead of Google's font CSS;
-- it binds the socket itself (port 0 picks a free one) and prints the URL once.
+- it binds the socket itself (port 0 picks a free one) and prints the URL once;
+- it keeps the open websockets and their apps (veri_tui.web.apps), so a stop closes every
+  tab's websocket (going away) and ends every app within a bound, instead of aiohttp
+  waiting out its handlers' shutdown timeout; apps also die with a killed server.
 
 App processes inherit this process's environment less the token, and its working directory
 and VERI_HOME: the job folders stay the one state every tab and the terminal app share.
@@ -28,21 +31,25 @@ from typing import Any
 
 import aiohttp_jinja2
 import jinja2
-from aiohttp import web
-from textual_serve.server import Server
+from aiohttp import WSCloseCode, web
+from textual_serve.server import Server, to_int
 
+from veri_tui.web.apps import VeriAppService
 from veri_tui.web.auth import TOKEN_ENV, token_middleware, tunnel_line
 
 TEMPLATES = Path(__file__).parent / "templates"
-APP_COMMAND = f"{shlex.quote(sys.executable)} -m veri_tui"
+APP_ARGV = [sys.executable, "-m", "veri_tui"]
+HANDLERS_TIMEOUT_S = 5.0  # what aiohttp waits for handlers after the apps were told to quit
 
 
 class VeriServer(Server):
     """textual-serve's Server with the token on every route and veri-tui's own page."""
 
-    def __init__(self, host: str, port: int, token: str, command: str = APP_COMMAND) -> None:
-        super().__init__(command, host=host, port=port, title="veri-tui")
+    def __init__(self, host: str, port: int, token: str, argv: list[str] | None = None) -> None:
+        self.argv = list(argv or APP_ARGV)
+        super().__init__(shlex.join(self.argv), host=host, port=port, title="veri-tui")
         self.token = token
+        self.open: dict[web.WebSocketResponse, VeriAppService] = {}
 
     async def _make_app(self) -> web.Application:
         app = web.Application(middlewares=[token_middleware(self.token)])
@@ -55,7 +62,43 @@ class VeriServer(Server):
                 web.static("/static", self.statics_path, name="static"),
             ]
         )
+        app.on_shutdown.append(self.close_all)
         return app
+
+    async def handle_websocket(self, request: web.Request) -> web.WebSocketResponse:
+        """One tab: its own app process, relayed until either side closes."""
+        websocket = web.WebSocketResponse(heartbeat=15)
+        width = to_int(request.query.get("width", "80"), 80)
+        height = to_int(request.query.get("height", "24"), 24)
+        await websocket.prepare(request)
+        service = VeriAppService(
+            self.argv,
+            write_bytes=websocket.send_bytes,
+            write_str=websocket.send_str,
+            close=websocket.close,
+            download_manager=self.download_manager,
+            debug=self.debug,
+        )
+        self.open[websocket] = service
+        try:
+            await service.start(width, height)
+            await self._process_messages(websocket, service)
+        except (asyncio.CancelledError, ConnectionError):
+            pass
+        finally:
+            self.open.pop(websocket, None)
+            await service.end()
+            await websocket.close()
+        return websocket
+
+    async def close_all(self, app: web.Application | None = None) -> None:
+        """On stop: close every tab's websocket and end its app, all at once."""
+        pairs = list(self.open.items())
+        await asyncio.gather(
+            *(ws.close(code=WSCloseCode.GOING_AWAY, message=b"server stopping") for ws, _ in pairs),
+            *(service.end() for _, service in pairs),
+            return_exceptions=True,
+        )
 
     @aiohttp_jinja2.template("app_index.html")
     async def handle_index(self, request: web.Request) -> dict[str, Any]:
@@ -68,7 +111,9 @@ class VeriServer(Server):
 
     async def start(self) -> web.AppRunner:
         """Bind and start serving; `self.port` becomes the bound port (port 0: a free one)."""
-        runner = web.AppRunner(await self._make_app(), handle_signals=False)
+        runner = web.AppRunner(
+            await self._make_app(), handle_signals=False, shutdown_timeout=HANDLERS_TIMEOUT_S
+        )
         await runner.setup()
         site = web.TCPSite(runner, self.host, self.port)
         await site.start()
@@ -102,7 +147,9 @@ def serve(host: str, port: int, token: str, loopback: bool) -> int:
         try:
             await stop.wait()
         finally:
-            await runner.cleanup()  # closes the websockets: each app process is told to quit
+            # on_shutdown (close_all) closes every websocket and ends its app first; aiohttp
+            # itself closes no websocket and would wait its timeout for their handlers.
+            await runner.cleanup()
 
     asyncio.run(main())
     return 0

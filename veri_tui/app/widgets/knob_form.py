@@ -39,6 +39,23 @@ class KnobInput(Input):
 
     virtual_size = Reactive(Size(0, 0), layout=False)
 
+    async def _on_key(self, event: events.Key) -> None:
+        """Run this input's own editing keys (backspace, arrows, home, ...) here, in the
+        order the keys came. Input inserts printable keys in `_on_key` but leaves bound keys
+        to bubble up to the app, which runs the binding a few message queues later: a
+        digit typed right after a Backspace could land first (Textual #6605), and keys
+        bunch up over a websocket or an ssh tunnel. Priority bindings have run before
+        the key reached this widget, and the focused widget's bindings are the first the
+        app would try, so what runs is what the app would run, only sooner."""
+        if not event.is_printable:
+            for binding in self._bindings.key_to_bindings.get(event.key, ()):
+                if not binding.priority and await self.app.run_action(binding.action, self):
+                    self._restart_blink()
+                    event.stop()
+                    event.prevent_default()
+                    return
+        await super()._on_key(event)
+
     def watch_value(self) -> None:
         """Hand typed text to the form at once, not through Input.Changed: that message is
         handled after the next frame (which then shows only the typed digit), so the new

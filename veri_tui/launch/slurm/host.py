@@ -35,7 +35,7 @@ from veri_tui.errors import VeriError
 from veri_tui.launch.host import Host, HostFacts, Result, supervisor_argv
 from veri_tui.launch.records import LogLine, follow_lines
 from veri_tui.launch.slurm.options import SlurmOptions
-from veri_tui.launch.slurm.partition import Partition, layout, read_partition
+from veri_tui.launch.slurm.partition import Partition, layout, on_partition, read_partition
 from veri_tui.launch.slurm.script import SCRIPT, batch_script
 from veri_tui.launch.slurm.states import SlurmState, outcome, query
 
@@ -125,6 +125,8 @@ class SlurmHost:
         ranks = f"{per_node} x {gpu}" if part.gpus_per_node else f"{per_node} CPU ranks (gloo)"
         facts.notes.append(f"slurm: {nodes} node(s) x {ranks}")
         self._job_update = {"gpu_count": nodes * per_node, **({"gpu": gpu} if gpu else {})}
+        if nodes > 1:  # the allocation's nodes: the plan's network term, its probe's figure
+            self._job_update["node_count"] = nodes
         return facts
 
     def _login_facts(self, job: Any, dataset_bytes: int) -> HostFacts:
@@ -150,7 +152,8 @@ class SlurmHost:
 
             # Planned with the dataset it trains on, so the predicted price counts its tokens.
             self._job_update.setdefault("dataset", str(local_dataset(job)))
-        return self.login_host.plan(job.model_copy(update=self._job_update), facts)
+        laid_out, rec = self.login_host.plan(job.model_copy(update=self._job_update), facts)
+        return laid_out, on_partition(rec, self.partition)
 
     # -- the batch job ----------------------------------------------------------------------
 

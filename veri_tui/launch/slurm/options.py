@@ -86,12 +86,34 @@ def slurm_options(table: Mapping[str, Any] | None, given: Mapping[str, Any]) -> 
     return SlurmOptions(**{k: merged[k] for k in KEYS if merged.get(k) is not None})
 
 
-def options_for_resume(record: JobRecord, gpu_count: int | None) -> SlurmOptions:
+#: `veri-tui resume --nodes` of a job that is not a Slurm job.
+NOT_SLURM_NODES = (
+    "--nodes re-plans a Slurm job, whose nodes share its folder; this job's nodes are its "
+    "hosts (a multi-node SSH job resumes on its own layout)"
+)
+
+
+def resume_count(record: JobRecord, gpu_count: int | None, nodes: int | None) -> int | None:
+    """The rank count of a Slurm job resumed on ``nodes`` nodes: ``gpu_count`` when given,
+    else its ranks per node on every new node; None to keep its own."""
+    if gpu_count is not None or nodes is None:
+        return gpu_count
+    if nodes < 1:
+        raise VeriError(f"{nodes}: a job runs on at least 1 node", key="nodes")
+    spec = cast(dict[str, Any], record["spec"])
+    return nodes * int(spec.get("nproc_per_node") or spec.get("gpu_count") or 1)
+
+
+def options_for_resume(
+    record: JobRecord, gpu_count: int | None, nodes: int | None = None
+) -> SlurmOptions:
     """The options a Slurm job was launched with (its spec["slurm"]), for a re-planned
-    resume: a new ``gpu_count`` is spread over the same nodes."""
+    resume: a new ``gpu_count`` is spread over the same nodes, or over ``nodes``."""
     spec = cast(dict[str, Any], record["spec"])
     given = {k: v for k, v in (spec.get("slurm") or {}).items() if k in KEYS and v}
-    nodes = int(given.get("nodes") or 1)
+    if nodes is not None:
+        given["nodes"] = nodes
+    count = int(given.get("nodes") or 1)
     if gpu_count is not None:
-        given["gpus_per_node"] = max(1, gpu_count // nodes)  # an uneven count: refused
+        given["gpus_per_node"] = max(1, gpu_count // count)  # an uneven count: refused
     return SlurmOptions(**given)

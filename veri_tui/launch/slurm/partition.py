@@ -194,3 +194,24 @@ def layout(job: Any, part: Partition, opts: SlurmOptions) -> tuple[int, str | No
             )
         )
     return per, gpu, problems
+
+
+def on_partition(rec: Any, part: Partition | None) -> Any:
+    """The plan record as planned for ``part``: its first header line names the partition
+    read; on a CPU partition the cost has no GPU-hour price (the ranks are CPU processes,
+    not the catalog GPU the memory budget is planned for), and a warning says so."""
+    if rec is None or part is None:
+        return rec
+    header = [f"slurm: {part.summary()}", *rec.header_lines]
+    if part.gpus_per_node:
+        return rec._replace(header_lines=header)
+    gpu = (rec.gpu or {}).get("name") or "the default GPU"
+    ranks = int((rec.cost or {}).get("gpu_count") or rec.resolved_parallelism.get(
+        "data_parallel_size") or 1)  # fmt: skip
+    cost = {**rec.cost, "cpu_partition": part.name, "gpu_hours": None, "price": None,
+            "price_per_gpu_hour": None, "gpu_count": ranks}  # fmt: skip
+    warning = (
+        f"partition {part.name} has no GPUs: the job runs {ranks} CPU rank(s) (gloo); "
+        f"its memory is planned as for {gpu} and it has no GPU-hour price"
+    )
+    return rec._replace(header_lines=header, cost=cost, warnings=[*rec.warnings, warning])

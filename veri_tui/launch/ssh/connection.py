@@ -77,7 +77,7 @@ def _open_client(spec: HostSpec, sock, trust: str | None, timeout: float) -> par
     kh = known_hosts_path(spec.known_hosts)
     client = paramiko.SSHClient()
     load_known_hosts(client, kh)
-    client.set_missing_host_key_policy(TrustPolicy(kh, trust))
+    client.set_missing_host_key_policy(TrustPolicy(kh, trust, spec.alias))
     try:
         client.connect(
             spec.hostname,

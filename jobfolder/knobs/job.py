@@ -1,0 +1,40 @@
+"""The job's own fields: what runs where (contracts section 1); its knobs are in fields.py.
+
+They may be written among the hyperparameters too (the seed's "Set gpu_count above 1 on
+... job"): the planner reads both tables as one set of keys.
+"""
+
+# No `from __future__ import annotations`: the field types stay objects, so reading them
+# (schema.table) needs no typing.get_type_hints, which compiles every annotation string.
+from dataclasses import dataclass
+
+from jobfolder.knobs.fields import DEFAULT_GPU, METHODS
+from jobfolder.knobs.schema import knob
+
+
+# No __init__, __repr__ or __eq__ of its own (each costs an exec at import): the planner's
+# KnobModel and the trainer's TrainConfig make theirs.
+@dataclass(kw_only=True, init=False, repr=False, eq=False)
+class Job:
+    """A job: method + model + GPU type + gpu_count + dataset + output (+ its hosts)."""
+
+    # fmt: off
+    method: str = knob("sft_text", "sft_text or dpo", section="Job", choices=METHODS)
+    model: str | None = knob(
+        None, "local checkpoint directory or Hub id (default: bundled tiny model)")
+    gpu: str = knob(DEFAULT_GPU, "GPU type, e.g. L4-24GB, H100-80GB, custom-48GB",
+                    section="Job", label="GPU type", widget="select")
+    gpu_count: int = knob(1, "GPUs (training processes)", section="Job")
+    dataset: str | None = knob(None, "JSONL dataset file", section="Job", hint="JSONL file")
+    output: str | None = knob(None, "output directory for the final artifact")
+    hosts: list[str] | None = knob(
+        None, "SSH hosts, one node each, node 0 first (several: a multi-node job)")
+    rdzv_endpoint: str | None = knob(
+        None, "node 0's address[:port] as the other nodes reach it (default: the address "
+        "SSH used, port rdzv_port)")
+    rdzv_port: int | None = knob(
+        None, "node 0's rendezvous port (default: a free one there)", ge=1, le=65535)
+    node_count: int | None = knob(
+        None, "nodes of a job whose hosts a scheduler picks (a Slurm allocation's --nodes; "
+        "set by the launcher)", ge=1)
+    # fmt: on

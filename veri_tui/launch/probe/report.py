@@ -1,0 +1,192 @@
+"""The fleet probe's result: what it printed, what it refuses, and the cache a plan reads.
+
+A `ProbeReport` holds the nodes' names, the bandwidth record (trainer/probe.py) and each
+node's health facts (trainer/gpuhealth.py); it judges them (bandwidth.py, health.py) into
+lines and refusals. It is kept in `$VERI_HOME/cache/probe/<key>.json`, one file per host set
+(`hosts:n0,n1`, node order) or Slurm partition (`slurm:debug`), where `veri-tui plan` and
+the launch look it up, and in a launched job's job.json (`probe`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from jobfolder.layout import veri_home
+from veri_tui.errors import Refusal
+from veri_tui.launch.probe import bandwidth, health
+
+#: A cached probe older than this is not used by plans (seconds; a day).
+MAX_AGE_S = 24 * 3600
+EXCLUDE_HINT = "leave it out ({how}) or pass --allow-slow-nodes to go on at your own risk"
+
+
+def hosts_key(names: list[str]) -> str:
+    """The cache key of a set of SSH hosts, in node order."""
+    return "hosts:" + ",".join(names)
+
+
+def slurm_key(partition: str) -> str:
+    """The cache key of a Slurm partition's nodes."""
+    return f"slurm:{partition}"
+
+
+@dataclass
+class ProbeReport:
+    """One probe of N nodes."""
+
+    key: str
+    labels: list[str]
+    record: dict[str, Any]
+    health: list[dict[str, Any]]
+    measured_at: str = field(
+        default_factory=lambda: time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime())
+    )
+    #: How a node is left out, `{name}` its label.
+    exclude: str = "drop its --host"
+
+    def node_name(self, node: int, rank: int | None = None) -> str:
+        if rank is not None and self.record["nodes"] == 1:
+            return f"rank {rank} (local rank {rank}) on {self.labels[0]}"
+        return f"node {node} ({self.labels[node]})"
+
+    def slow(self) -> list[bandwidth.Slow]:
+        return bandwidth.slow_nodes(self.record)
+
+    def sick(self) -> list[tuple[int, list[str]]]:
+        """(node, problems) of every node whose GPUs are sick."""
+        out = []
+        for k, facts in enumerate(self.health):
+            bad, _notes = health.node_findings(facts)
+            if bad:
+                out.append((k, bad))
+        return out
+
+    def refusals(self) -> list[Refusal]:
+        """Each sick or slow node by name with the way out; nodes that disagree."""
+
+        def hint(k: int) -> str:
+            return EXCLUDE_HINT.format(how=self.exclude.format(name=self.labels[k]))
+
+        out = [Refusal("hosts", f"{self.node_name(k)} is sick: {'; '.join(bad)}; {hint(k)}")
+               for k, bad in self.sick()]  # fmt: skip
+        for s in self.slow():
+            out.append(Refusal("hosts", f"{self.node_name(s.node, s.rank)} is slow: {s.why}; "
+                               f"{hint(s.node)}"))  # fmt: skip
+        out += [Refusal("hosts", line) for line in health.agreement(self.labels, self.health)]
+        return out
+
+    @property
+    def internode_gbps(self) -> float | None:
+        return bandwidth.internode_gbps(self.record)
+
+    def network_line(self) -> str | None:
+        """`network: 1.13 Gb/s per node across the nodes (...)`; None on one node."""
+        gbps = self.internode_gbps
+        if gbps is None:
+            return None
+        res = bandwidth.across(self.record) or {}
+        return (f"network: {gbps:.2f} Gb/s per node across the nodes (all_reduce busbw "
+                f"{res.get('busbw_gbs', 0):.3f} GB/s at {res.get('bytes', 0) >> 20} MiB): "
+                "plans on these nodes use it")  # fmt: skip
+
+    def lines(self) -> list[str]:
+        """What `veri-tui probe` prints: the bandwidth table, the figures, the health."""
+        out = bandwidth.table(self.record, self.labels)
+        network = self.network_line()
+        out += [network] if network else []
+        intra = bandwidth.intranode_busbw(self.record)
+        if intra is not None:
+            out.append(f"within a node: all_reduce busbw {intra:.3f} GB/s")
+        out += health.summary(self.labels, self.health)
+        return out
+
+    def note(self) -> str:
+        """How a plan names the figure's source: `by veri-tui probe, <when>`."""
+        return f"by veri-tui probe, {self.measured_at}"
+
+    def summary(self) -> dict[str, Any]:
+        """What a job's record keeps of the probe that cleared it (job.json `probe`)."""
+        full = self.to_dict()
+        return {k: full[k] for k in ("key", "measured_at", "internode_gbps",
+                                     "intranode_busbw_gbs", "slow", "sick")} | {
+            "lines": self.lines()}  # fmt: skip
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "key": self.key, "labels": self.labels, "measured_at": self.measured_at,
+            "internode_gbps": self.internode_gbps,
+            "intranode_busbw_gbs": bandwidth.intranode_busbw(self.record),
+            "slow": [self.node_name(s.node, s.rank) + ": " + s.why for s in self.slow()],
+            "sick": [f"{self.node_name(k)}: {'; '.join(b)}" for k, b in self.sick()],
+            "bandwidth": self.record, "health": self.health,
+        }  # fmt: skip
+
+
+def cache_path(key: str) -> Path:
+    digest = hashlib.sha256(key.encode()).hexdigest()[:20]
+    return veri_home() / "cache" / "probe" / f"{digest}.json"
+
+
+def save(report: ProbeReport) -> Path:
+    """Write the report to its cache file (aside, then renamed into place)."""
+    path = cache_path(report.key)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(report.to_dict(), indent=2) + "\n")
+    os.replace(tmp, path)
+    return path
+
+
+def cached(key: str, max_age_s: float = MAX_AGE_S) -> dict[str, Any] | None:
+    """The cached probe of ``key`` when there is one younger than ``max_age_s``."""
+    path = cache_path(key)
+    try:
+        data = json.loads(path.read_text())
+        age = time.time() - path.stat().st_mtime
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict) or data.get("key") != key or age > max_age_s:
+        return None
+    return data
+
+
+def from_dict(data: dict[str, Any]) -> ProbeReport:
+    """A cached or recorded report, judged again by today's rules."""
+    return ProbeReport(data["key"], list(data["labels"]), data["bandwidth"],
+                       list(data["health"]), data["measured_at"])  # fmt: skip
+
+
+def with_network(job: Any, gbps: float | None, note: str) -> Any:
+    """``job`` planned with the measured network (Gb/s per node), unless the user set
+    internode_bandwidth_gbps (theirs wins) or there is no figure (one node)."""
+    hp = job.hyperparameters
+    if not gbps or "internode_bandwidth_gbps" in hp.model_fields_set:
+        return job
+    measured = hp.model_copy(update={"internode_bandwidth_gbps": round(gbps, 3),
+                                     "network_measured": note})  # fmt: skip
+    return job.model_copy(update={"hyperparameters": measured})
+
+
+def with_cached_network(job: Any, facts_spec: dict[str, Any] | None = None) -> Any:
+    """``job`` (a multi-node one) with the network its nodes' cached probe measured, when
+    there is one: its hosts' (in node order), or the Slurm partition's that node 0's facts
+    name (``facts_spec``: `HostFacts.spec`, a Slurm job's layout)."""
+    slurm = (facts_spec or {}).get("slurm")
+    if slurm:
+        nodes, key = int((facts_spec or {}).get("nnodes") or 1), slurm_key(slurm["partition"])
+    else:
+        nodes, key = job.nodes, hosts_key(list(job.hosts or []))
+    if nodes < 2:
+        return job
+    data = cached(key)
+    if data is None:
+        return job
+    return with_network(
+        job, data.get("internode_gbps"), f"by veri-tui probe, {data['measured_at']}"
+    )
