@@ -56,7 +56,9 @@ def so_far(record: dict[str, Any], nodes: Sequence[Any]) -> dict[str, Any] | Non
     spec = record.get("spec") or {}
     have = record.get("measured") or {}
     world = int(spec.get("gpu_count") or 1)
-    if have and int(have.get("ranks") or 0) >= world:
+    # A record without "ranks" was written by a release before per-rank gathering: its
+    # figures are the finished run's and are read as that release printed them.
+    if have and ("ranks" not in have or int(have["ranks"] or 0) >= world):
         return None
     by_rank: dict[int, dict[str, Any]] = {}
     for node in nodes:
@@ -160,12 +162,11 @@ def comparison(record: dict[str, Any]) -> list[tuple[str, str, str, str]]:
 
 
 def _how_far(record: dict[str, Any]) -> str:
-    """ "" for a finished run's figures, else how many steps they cover."""
+    """ "" for an ended run's figures (as earlier releases printed them), else how many steps
+    a running job's figures cover so far."""
     meas = record.get("measured") or {}
-    if meas.get("final", True):
+    if meas.get("final", True) or has_ended(record.get("status")):
         return ""
-    if has_ended(record.get("status")):
-        return f"over {meas.get('steps')} steps, before the run stopped, "
     return f"so far ({meas.get('steps')} steps) "
 
 
