@@ -111,7 +111,7 @@ class StochasticAdamW(torch.optim.Optimizer):
         return self._generators[device]
 
     @torch.no_grad()
-    def step(self, closure: Any = None) -> Any:  # noqa: D401 - torch's signature
+    def step(self, closure: Any = None) -> Any:
         """One AdamW step over every parameter that has a gradient."""
         loss = None
         if closure is not None:
@@ -178,8 +178,9 @@ def update_region(
         denom = v32.sqrt().div_(root2).add_(eps)
         w32.addcdiv_(m32, denom, value=-step_size)
         del denom
-        if not rounded:
-            w.copy_(w32), m_.copy_(m32), v_.copy_(v32)
+        if not rounded:  # fp32 (or another dtype): written back as computed
+            for out, value in ((w, w32), (m_, m32), (v_, v32)):
+                out.copy_(value)
             continue
         # The whole chunk's bits are drawn on every rank, so the rounding of an element
         # does not depend on which rank holds it; weight, m and v each get their own.
