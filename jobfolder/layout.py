@@ -15,6 +15,7 @@
       forensics/                        dump requests, each rank's answer rank-<r>.json, and
                                         NCCL's dumps on timeout (forensics.py; per attempt)
       measured/run-rank-<r>.json        each rank's measurements (jobstats.py)
+      canary/rank-<r>.json, decision.json  the canary's measurements, the gate (canary.py)
       checkpoints/step-<n>/             committed checkpoints (ckptindex.py)
       tokens/                           the token cache (trainer/tokencache.py)
       output/                           the artifact unless --output names another place
@@ -50,12 +51,15 @@ ATTEMPTS = "attempts"
 PROGRESS = "progress"
 FORENSICS = "forensics"  # dump requests and the ranks' answers (jobfolder/forensics.py)
 MEASURED = "measured"
+#: The canary's per-rank measurements and the gate's decision (canary.py).
+CANARY = "canary"
 CHECKPOINTS = "checkpoints"
 TOKENS = "tokens"
 OUTPUT = "output"
 PKG, DATA, MODEL = "pkg", "data", "model"
 #: What one attempt of torchrun leaves in the job folder; archived before the next.
-PER_ATTEMPT = (FAILURES, ELASTIC, TORCHRUN_LOG, EXIT_CODE, STOP_REQUEST, STOPPED, FORENSICS)
+PER_ATTEMPT = (FAILURES, ELASTIC, TORCHRUN_LOG, EXIT_CODE, STOP_REQUEST, STOPPED, FORENSICS,
+               CANARY)  # fmt: skip
 #: The folders a new job folder is made with (an SSH host's also gets PKG and DATA).
 MADE_WITH = (PIDS, FAILURES)
 

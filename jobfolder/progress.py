@@ -7,10 +7,11 @@ the rank runs). One mark costs a few microseconds (benchmarks/bench_trainer_over
 
 Phases, in the order a step passes through them: `data` (the batch and the global token
 count, an all-reduce), then `forward` and `backward` once per micro-batch, `optimizer`
-(clipping, the update, the loss all-reduce), then `checkpoint` on a checkpoint step;
-`rendezvous` while joining the process group and `load` after it (marked again as the data,
-the model and its sharding are each done) before the first step, `artifact` after the last,
-`done` once the artifact is written.
+(clipping, the update, the loss all-reduce), then `checkpoint` on a checkpoint step (and
+`gate` while a canary waits for its decision, jobfolder/canary.py); `rendezvous` while
+joining the process group and `load` after it (marked again as the data, the model and its
+sharding are each done) before the first step, `artifact` after the last, `done` once the
+artifact is written.
 
 Every rank marks the same phases in the same order, so `seq` (marks made so far) orders the
 ranks by progress: the supervisor's watchdog (jobfolder/watchdog.py) reads these files and,
@@ -35,11 +36,12 @@ PHASES = (
     "backward",
     "optimizer",
     "checkpoint",
+    "gate",
     "artifact",
     "done",
 )
 #: Phases that may legitimately take much longer than a step: the watchdog waits longer.
-SLOW_PHASES = ("rendezvous", "load", "checkpoint", "artifact")
+SLOW_PHASES = ("rendezvous", "load", "checkpoint", "gate", "artifact")
 #: Before the first step: the watchdog's load timeout applies (jobfolder/watchdog.py).
 LOAD_PHASES = ("rendezvous", "load")
 RECORD_BYTES = 64

@@ -67,6 +67,7 @@ class JobSpec(TypedDict, total=False):
     rdzv_endpoint: str  # addr:port node 0 listens on (node 0) or the others dial
     rdzv_local_addr: str  # the address node 0 is reached at (c10d orders nodes by it)
     hosts: list[str]  # every node's host, node 0 first
+    canary: dict[str, Any]  # `--canary K`: steps, max_cost, max_hours, headroom (canary.py)
 
 
 class Attempt(TypedDict, total=False):
@@ -122,6 +123,7 @@ class JobRecord(TypedDict, total=False):
     preflight: list[str]
     predicted: dict[str, Any]  # the plan's figures (veri_tui/launch/measured.py predicted_of)
     measured: dict[str, Any] | None  # the ranks' measurements (jobfolder/jobstats.py)
+    canary: dict[str, Any]  # the canary's terms, extrapolation and decision (canary.py)
     attempts: list[Attempt]
     credited_gpu_s: float
     resumed_at: str | None

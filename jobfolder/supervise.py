@@ -34,6 +34,7 @@ from typing import Any
 
 from jobfolder import attempts, ckptindex, failures, ncclabort, nextattempt
 from jobfolder.atomic import modify_job, write_text_atomic
+from jobfolder.canary import CanaryWatch
 from jobfolder.hostmem import MemoryWatch
 from jobfolder.jobstats import record_measured
 from jobfolder.layout import ELASTIC, EXIT_CODE, JobLayout
@@ -156,6 +157,7 @@ class Supervisor(SlurmSupervision):
         watch = HangWatch(self.job_dir, spec)  # jobfolder/watchdog.py: ends a job that hangs
         if self.slurm is not None:  # one folder for every node: this supervisor sees all ranks
             watch.ranks = list(range(watch.world))
+        canary = CanaryWatch(self.job_path, spec, watch.ranks)  # the gate of `--canary`
         with open(self.layout.torchrun_log, "ab") as log:
             child = subprocess.Popen(
                 self.command(spec),
@@ -171,6 +173,7 @@ class Supervisor(SlurmSupervision):
         while child.poll() is None and not self.cancel_requested and hung is None:
             memory.poll()
             hung = watch.poll()  # no rank advanced for hang_timeout_s: RANK_HUNG
+            canary.poll()
             if self.signals:
                 self.on_slurm_signal(self.signals.pop(0))
             time.sleep(0.2)
@@ -190,7 +193,8 @@ class Supervisor(SlurmSupervision):
         if self.stop is not None:
             return self.stopped(code, world)
         if code == 0:
-            return code, SUCCEEDED, None
+            # A no-go canary's ranks end at its gate, without an artifact: stopped, not done.
+            return code, CANCELLED if canary.stopped() else SUCCEEDED, None
         error = None
         if code < 0:
             # torchrun itself was killed: its ranks run on in their own sessions. They are the

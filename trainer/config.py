@@ -39,6 +39,8 @@ class TrainConfig(Hyperparameters):
     resume_from: Path | None = None
     plan_header: list[str] = field(default_factory=list)
     states_bytes_per_gpu: int | None = None
+    canary_steps: int = 0  # spec `canary.steps`: measured, then the gate (trainer/canary.py)
+    canary_gate_s: float = 600.0  # the longest wait for the gate's answer
     # What the plan resolved where the schema allows "auto" or "not set".
     zero_stage: int = field(default=0, kw_only=True)  # type: ignore[assignment]
     data_parallel_size: int = field(default=1, kw_only=True)  # type: ignore[assignment]
@@ -129,6 +131,13 @@ def from_spec(spec: dict[str, Any], job_dir: Path) -> TrainConfig:
     _checkpointing(cfg, hp)
     if method == "sft_text":
         cfg.max_length = cfg.max_seq_length  # the method's length, as the trainer reads it
+    canary = spec.get("canary") or {}
+    if canary:
+        steps = canary.get("steps", 3)
+        if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+            raise ConfigError("canary.steps: a whole number, 1 or more (launch --canary K)")
+        cfg.canary_steps = steps
+        cfg.canary_gate_s = float(canary.get("gate_s") or cfg.canary_gate_s)
     _check(cfg)
     return cfg
 

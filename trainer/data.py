@@ -128,6 +128,14 @@ def epoch_order(n: int, seed: int, epoch: int) -> list[int]:
     return torch.randperm(n, generator=g).tolist()
 
 
+def longest_first(order: list[int], lengths: list[int], count: int) -> list[int]:
+    """``order`` with its ``count`` longest rows moved to the front, longest first (ties in
+    their order), the rest as they were: the canary's first steps carry the worst case."""
+    longest = sorted(range(len(order)), key=lambda k: -lengths[order[k]])[:count]
+    chosen = set(longest)
+    return [order[k] for k in longest] + [r for k, r in enumerate(order) if k not in chosen]
+
+
 def global_batch(n: int, gbs: int, seed: int, step: int) -> list[int]:
     """Row indices of optimizer step `step` (0-based); the last partial batch is dropped."""
     per_epoch = n // gbs

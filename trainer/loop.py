@@ -21,6 +21,7 @@ from jobfolder.progress import NoProgress, Progress
 from trainer import checkpoint, data, losses
 from trainer.adamw import make_optimizer
 from trainer.artifact import save_artifact
+from trainer.canary import Canary
 from trainer.config import TrainConfig
 from trainer.dataprep import prepare_dataset
 from trainer.faults import FaultPlan
@@ -113,7 +114,8 @@ def train(cfg: TrainConfig, ctx: RankContext, log: RankLog) -> None:
     stepper = _Stepper(cfg, rt, model, ref, opt, tok.pad_token_id, rows, meter)
     stepper.stats = stats
     faults = FaultPlan(rt.rank)
-    stepper.progress = progress
+    canary = Canary(cfg, rt, ctx, stats, rows, total, start)  # `--canary K`: no-op without
+    stepper.progress, stepper.first_epoch = canary.progress(progress), canary.first_epoch
     stop = StopWatch(cfg.job_dir, rt.device)  # a Slurm job's stop requests (no-op elsewhere)
     saver = Saver(cfg, model, opt, sched, progress, faults, log)
     for step in range(start, total):
@@ -123,7 +125,9 @@ def train(cfg: TrainConfig, ctx: RankContext, log: RankLog) -> None:
         progress.mark("data", step + 1)
         faults.at_step(step + 1)
         t0 = time.perf_counter()
+        canary.begin(step, model, opt)
         loss, grad_norm, tokens, rewards = stepper.step(step)
+        canary.end(step, tokens, opt)
         stats.step_done(tokens, time.perf_counter() - t0)
         if step == start:
             log.info(stats.setup.line())  # this attempt's set-up, once its first step is done
@@ -135,7 +139,11 @@ def train(cfg: TrainConfig, ctx: RankContext, log: RankLog) -> None:
             metric["tokens_per_s"] = round(tokens / (time.perf_counter() - t0), 1)
             metric.update(window_peak(rt.device))  # a collective: every rank logs here
             log.metric({**metric, **rewards})
-        if cfg.checkpoint_steps and (step + 1) % cfg.checkpoint_steps == 0:
+        if canary.due(step + 1):  # saves step K itself, loads it back, waits for the gate
+            if not canary.gate(step + 1, saver, model, opt, log):
+                stats.write(final=False)
+                return
+        elif cfg.checkpoint_steps and (step + 1) % cfg.checkpoint_steps == 0:
             saver.save(step + 1)
     stats.write()  # the peak of training, before the artifact's gather
     progress.mark("artifact")
@@ -170,6 +178,7 @@ class _Stepper:
 
     stats: RunStats | None = None  # the run's always-on measurements (trainer/runstats.py)
     progress: Progress = NoProgress()  # train() sets the rank's (jobfolder/progress.py)
+    first_epoch: list[int] | None = None  # a canary's order of epoch 0 (trainer/canary.py)
 
     def __init__(
         self,
@@ -189,7 +198,10 @@ class _Stepper:
 
     def _micro_batches(self, step: int) -> list[list[Any]]:
         cfg, rt = self.cfg, self.rt
-        batch = data.global_batch(len(self.rows), cfg.global_batch_size, cfg.seed, step)
+        gbs = cfg.global_batch_size
+        batch = data.global_batch(len(self.rows), gbs, cfg.seed, step)
+        if self.first_epoch is not None and step < len(self.rows) // gbs:
+            batch = self.first_epoch[step * gbs : (step + 1) * gbs]
         slices = [
             data.rank_slice(batch, m, rt.rank, rt.world_size, cfg.micro_batch_size)
             for m in range(cfg.gradient_accumulation_steps)

@@ -85,6 +85,9 @@ def _launch_options(p: argparse.ArgumentParser) -> None:
         "--allow-slow-nodes", action="store_true",
         help="launch although the probe finds a node slow or sick (at your own risk)",
     )  # fmt: skip
+    from veri_tui.commands.common import canary_options
+
+    canary_options(p)
 
 
 def _jobs_options(p: argparse.ArgumentParser) -> None:

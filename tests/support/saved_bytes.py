@@ -6,12 +6,13 @@ Two instruments, both counting storages (tensors that share a storage count once
 - `saved_by_autograd`: the bytes autograd packs for backward during a forward, seen through
   `torch.autograd.graph.saved_tensors_hooks`, per decoder layer and for the rest (the root);
   parameters excluded. This is exactly what a model without checkpointing keeps.
-- `Census`: a TorchDispatchMode that registers every storage an op creates and notices when
-  it is freed (a weak reference), so it knows the bytes alive after each op. It sees what a
-  checkpointed model keeps outside autograd's packing (the checkpoint's inputs, a selective
-  policy's cached outputs), the recomputation in backward and the loss's buffers, and gives
-  the peak. Parameters, their gradients and the batch are left out: states are not
-  activations. Temporaries inside one kernel are not seen (they never reach Python).
+- `Census` (trainer/census.py, shared with the canary): a TorchDispatchMode that registers
+  every storage an op creates and notices when it is freed (a weak reference), so it knows
+  the bytes alive after each op. It sees what a checkpointed model keeps outside autograd's
+  packing (the checkpoint's inputs, a selective policy's cached outputs), the recomputation
+  in backward and the loss's buffers, and gives the peak. Parameters, their gradients and
+  the batch are left out: states are not activations. Temporaries inside one kernel are not
+  seen (they never reach Python).
 
 Shapes, not values, decide these bytes, so both also run under FakeTensorMode (no data).
 """
@@ -20,18 +21,13 @@ from __future__ import annotations
 
 import collections
 import contextlib
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
-from torch.multiprocessing.reductions import StorageWeakRef
-from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_leaves
 
-
-def _key(t: torch.Tensor) -> int:
-    return t.untyped_storage()._cdata
+from trainer.census import Census, _key
 
 
 def saved_by_autograd(
@@ -64,61 +60,6 @@ def saved_by_autograd(
         for h in handles:
             h.remove()
     return dict(out)
-
-
-class Census(TorchDispatchMode):
-    """Bytes alive, op by op, of the storages created while it is active.
-
-    `mark(name)` records the bytes alive at that moment; `peak` is the largest seen after any
-    op, `excluding` the storages named later (the parameters' gradients), see `result`."""
-
-    def __init__(self, exclude: Iterable[torch.Tensor] = ()) -> None:
-        super().__init__()
-        # storage key -> (weak reference, bytes, serial). A freed storage's key (its
-        # address) can come back for a new one, so the timeline names serials, not keys.
-        self.live: dict[int, tuple[StorageWeakRef, int, int]] = {}
-        self.excluded = {_key(t) for t in exclude}
-        self.timeline: list[tuple[int, ...]] = []  # the live serials after each op
-        self.sizes: list[int] = []  # bytes, by serial
-        self.marks: dict[str, int] = {}
-
-    def _sweep(self) -> None:
-        dead = [k for k, (ref, _, _) in self.live.items() if ref.expired()]
-        for k in dead:
-            del self.live[k]
-
-    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-        out = func(*args, **(kwargs or {}))
-        self._sweep()
-        for t in tree_leaves(out):
-            if isinstance(t, torch.Tensor):
-                key = _key(t)
-                if key not in self.live and key not in self.excluded:
-                    st = t.untyped_storage()
-                    self.live[key] = (StorageWeakRef(st), st.nbytes(), len(self.sizes))
-                    self.sizes.append(st.nbytes())
-        self.timeline.append(tuple(serial for _, _, serial in self.live.values()))
-        return out
-
-    def alive(self, without: set[int] = frozenset()) -> int:  # type: ignore[assignment]
-        """Bytes alive now, less the storages in `without`."""
-        self._sweep()
-        return sum(n for k, (_, n, _) in self.live.items() if k not in without)
-
-    def mark(self, name: str) -> None:
-        """Record the bytes alive now under `name`."""
-        self.marks[name] = self.alive()
-
-    def peak(self, without: Iterable[torch.Tensor | None] = ()) -> int:
-        """The most bytes alive after any op, less the storages of `without` (gradients:
-        known only once backward made them)."""
-        self._sweep()
-        keys = {_key(t) for t in without if t is not None}
-        drop = {serial for k, (_, _, serial) in self.live.items() if k in keys}
-        return max(
-            (sum(self.sizes[s] for s in serials if s not in drop) for serials in self.timeline),
-            default=0,
-        )
 
 
 @contextlib.contextmanager

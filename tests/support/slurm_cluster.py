@@ -143,7 +143,9 @@ class SlurmCluster:
             "AccountingStorageType=accounting_storage/none",
             "JobCompType=jobcomp/none",
             "GresTypes=gpu",
-            "KillWait=10",
+            # 30 s, not 10: under load (a parallel test run) the ranks of a requeued job took
+            # about 20 s to finish their step and checkpoint, past a 10 s KillWait.
+            "KillWait=30",
             "MinJobAge=3600",
             "InactiveLimit=0",
             "SlurmdTimeout=60",

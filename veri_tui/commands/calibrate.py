@@ -2,8 +2,10 @@
 
 Finished jobs are folded into $VERI_HOME/calibration.json when the launch side reads them
 (veri_tui/launch/calibrate.py); plans on the same GPU type and host then use the factors and
-say so (`throughput: ... (calibrated from 3 runs on H100-80GB)`). `--show` (the default)
-folds the local jobs first, then prints every entry; `--reset` forgets every factor.
+say so (`throughput: ... (calibrated from 3 runs on H100-80GB)`); a canary's run lists every
+term it measured against the plan's, and the overhead it measured replaces the plan's.
+`--show` (the default) folds the local jobs first, then prints every entry; `--reset`
+forgets every factor.
 A file that cannot be parsed is reported in one warning line, never a traceback.
 """
 
@@ -60,14 +62,24 @@ def show_lines(data: dict[str, Any], where: str) -> list[str]:
         return [f"no calibration yet ({where}): it fills as launched jobs complete"]
     out = [f"calibration: {where}"]
     for key, entry in sorted(entries.items()):
+        overhead = entry.get("overhead_bytes")
+        more = f", overhead {overhead / 1e9:.3g} GB (canaries)" if overhead is not None else ""
         out.append(
             f"{key}: efficiency {_factor(entry, 'efficiency')}, "
-            f"activations {_factor(entry, 'activation')}"
+            f"activations {_factor(entry, 'activation')}{more}"
         )
         for run in entry.get("runs") or []:
             eff, act = run.get("efficiency_ratio"), run.get("activation_ratio")
             out.append(
                 f"  {run.get('job_id')}: tokens/s x{eff if eff is not None else '-'}, "
-                f"activations x{act if act is not None else '-'}"
+                f"activations x{act if act is not None else '-'}" + _terms(run)
             )
     return out
+
+
+def _terms(run: dict[str, Any]) -> str:
+    """A canary run's measured/planned ratio of each term it measured beside the plan's."""
+    ratios = [f"{name} x{t['measured'] / t['planned']:.3g}"
+              for name, t in (run.get("terms") or {}).items()
+              if t.get("planned") and t.get("measured") is not None]  # fmt: skip
+    return f"; {', '.join(ratios)}" if ratios else ""

@@ -1,7 +1,8 @@
 """What `veri-tui plan` and `veri-tui launch` share: the job described by their options.
 
 Both commands take the same job options (cli._job_options); turning them into a JobConfig
-lives here once so the two can never read them differently.
+lives here once so the two can never read them differently. `launch`'s canary options are
+declared here too (cli.py stays the parser's shape).
 """
 
 from __future__ import annotations
@@ -66,3 +67,23 @@ def slurm_of(args: argparse.Namespace) -> Any:
                         key="slurm")  # fmt: skip
     given = {key: getattr(args, key, None) for key in SLURM_ARGS}
     return slurm_options(table, {"login": getattr(args, "slurm", None), **given})
+
+
+def canary_options(p: argparse.ArgumentParser) -> None:
+    """The canary and its gate (docs/canary.md)."""
+    g = p.add_argument_group("canary: K measured steps, then go or no-go (docs/canary.md)")
+    g.add_argument(
+        "--canary", nargs="?", const=3, type=int, metavar="K",
+        help="run K steps first (default 3; the longest samples first), save and load back a "
+        "checkpoint, print measured against planned and the extrapolated time and cost, "
+        "then go on or stop by the gate",
+    )  # fmt: skip
+    g.add_argument("--max-cost", type=float, metavar="USD",
+                   help="no-go when the extrapolated cost is above this")  # fmt: skip
+    g.add_argument("--max-hours", type=float, metavar="H",
+                   help="no-go when the extrapolated wall time is above this")  # fmt: skip
+    g.add_argument(
+        "--headroom", type=float, metavar="F",
+        help="no-go when a rank's device peak leaves less than this share of its memory "
+        "free (default 0.1)",
+    )  # fmt: skip

@@ -6,6 +6,10 @@ With --wait the rank-0 log is followed to the end and the exit status tells the 
 one JSON job record instead (the final one with --wait). Interrupting the wait
 leaves the job running: it is detached, and `veri-tui cancel` ends it. With --slurm it is
 submitted with sbatch (docs/slurm.md); --dry-run prints the batch script instead.
+
+With --canary [K] the log is followed until the canary's gate has decided (its table is in
+the log, docs/canary.md): go leaves the job running detached (exit 0; --wait follows it to
+the end), no-go waits for its ranks to end and exits 1 with the line naming what failed.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ def run(args: argparse.Namespace) -> int:
 
     job = job_from_args(args)
     host = hosts_of(args, job)
+    canary = canary_of(args)
     if args.dry_run:
         if not isinstance(host, jobs.SlurmOptions):
             raise VeriError("prints a Slurm batch script: add --slurm LOGIN", key="dry_run")
@@ -44,7 +49,10 @@ def run(args: argparse.Namespace) -> int:
         # would refuse a model only it holds.
         record = None
     probe = jobs.ProbeChoice(run=not args.no_probe, allow_slow=args.allow_slow_nodes)
-    job_id = jobs.launch(job, record, host=host, trust_host=args.trust_host, probe=probe)
+    job_id = jobs.launch(job, record, host=host, trust_host=args.trust_host, probe=probe,
+                         canary=canary)  # fmt: skip
+    if canary is not None:
+        return follow_canary(job_id, args.wait, args.json)
     if args.json:
         # One JSON object on stdout: the record now, or the final one with --wait.
         final = wait_quietly(job_id) if args.wait else jobs.get_job(job_id)
@@ -52,6 +60,45 @@ def run(args: argparse.Namespace) -> int:
         return 0 if not args.wait or final["status"] == SUCCEEDED else 1
     print(job_id, flush=True)
     return follow_to_end(job_id) if args.wait else 0
+
+
+def canary_of(args: argparse.Namespace) -> dict | None:
+    """The spec's `canary` from --canary K and its limits; None without --canary."""
+    limits = {"max_cost": args.max_cost, "max_hours": args.max_hours, "headroom": args.headroom}
+    return jobs.canary_spec(args.canary, **limits)
+
+
+def follow_canary(job_id: str, wait: bool, as_json: bool) -> int:
+    """Follow the log (printed unless ``as_json``) until the gate decided: go returns 0 (or
+    follows to the end with ``wait``), no-go returns 1 once the job has ended."""
+    if not as_json:
+        print(job_id, flush=True)
+    decision = None
+    try:
+        for line in jobs.follow_log(job_id):
+            if not as_json:
+                print(line.text, flush=True)
+            # The gate's own line ends its table (jobfolder/canarytable.py).
+            if decision is None and line.text.startswith(("canary: go", "canary: no-go")):
+                decision = (jobs.get_job(job_id).get("canary") or {}).get("decision")
+                if decision == "go" and not wait:
+                    break
+    except KeyboardInterrupt:
+        print(f"stopped following; job {job_id} keeps running (veri-tui cancel {job_id})",
+              file=sys.stderr)  # fmt: skip
+        return 130
+    final = jobs.get_job(job_id)
+    if as_json:
+        print(json.dumps(final))
+    if decision == "go" and not wait:
+        if not as_json:
+            print(f"job {job_id} goes on detached (veri-tui logs {job_id} -f)", file=sys.stderr)
+        return 0
+    if final["status"] == SUCCEEDED:
+        return 0
+    if not as_json:
+        print(outcome_line(job_id, final), file=sys.stderr)
+    return 1
 
 
 def follow_to_end(job_id: str, offset: int = 0) -> int:
@@ -81,6 +128,9 @@ def outcome_line(job_id: str, record: dict) -> str:
         parts.append(f"{error['code']} ({who})" if who else str(error["code"]))
     if error.get("summary"):
         parts.append(str(error["summary"]))
+    canary = record.get("canary") or {}
+    if canary.get("decision") == "no-go" and not error:
+        parts.append(str(canary.get("line")))
     return ": ".join(parts)
 
 

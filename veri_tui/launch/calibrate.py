@@ -7,7 +7,10 @@ states (minus the stage-3 layers in flight) over the model's activations (not fo
 cpu_offload run, whose GPU holds no states: its activations cannot be told from the layers in
 flight, so only its throughput folds). Each job is folded
 once: its id is kept in `folded`, which `veri-tui calibrate --reset` keeps too, so a reset
-does not fold old jobs back in. CPU runs go under the GPU type "cpu", which no GPU plan reads.
+does not fold old jobs back in. CPU runs go under the GPU type "cpu", which no GPU plan
+reads. A job's decided canary (job.json `canary`, docs/canary.md) folds once more, as
+`<id>:canary`: its steady tokens/s and activations, every term it measured beside the
+plan's, and the overhead, whose median the next plan takes instead of its 2 GiB.
 The update rule is veri_tui.plan.calibration's.
 
 Writes go through jobfolder.atomic's writer under a flock on `calibration.json.lock`
@@ -23,9 +26,11 @@ from typing import Any
 from jobfolder.atomic import job_lock, write_json_atomic
 from jobfolder.status import SUCCEEDED
 from veri_tui.plan.calibration import (
+    WINDOW,
     calibration_path,
     clip_ratio,
     entry_key,
+    median,
     read_calibration,
     updated_factor,
 )
@@ -67,6 +72,60 @@ def foldable(record: dict[str, Any]) -> bool:
     )
 
 
+def canary_run(record: dict[str, Any]) -> tuple[str, str, dict[str, Any]] | None:
+    """(GPU type, host, the run's calibration entry) of a decided canary (job.json
+    `canary`): its efficiency and activation ratios, every term beside the plan's, and the
+    overhead it measured; None when the job has no decided canary with measurements."""
+    block = record.get("canary") or {}
+    terms = {t.get("term"): t for t in block.get("terms") or [] if isinstance(t, dict)}
+    if block.get("decision") is None or not terms:
+        return None
+    pred = record.get("predicted") or {}
+    raw: dict[str, float] = {}
+    tps, model_tps = _pos((block.get("extrapolated") or {}).get("tokens_per_s")), _pos(
+        pred.get("tokens_per_s_model"))  # fmt: skip
+    if tps and model_tps:
+        raw["efficiency"] = tps / model_tps
+    act, model_act = _pos(terms.get("activations", {}).get("measured")), _pos(
+        pred.get("activations_model_bytes"))  # fmt: skip
+    if act and model_act:
+        raw["activation"] = act / model_act
+    run: dict[str, Any] = {"job_id": f"{record.get('job_id')}:canary", "source": "canary",
+                           "ended_at": block.get("decided_at")}  # fmt: skip
+    for factor, value in raw.items():
+        run[f"{factor}_raw"] = round(value, 4)
+        run[f"{factor}_ratio"] = round(clip_ratio(value), 4)
+    run["terms"] = {k: {"planned": t.get("planned"), "measured": t.get("measured")}
+                    for k, t in terms.items()}  # fmt: skip
+    overhead = terms.get("overhead", {}).get("measured")
+    if isinstance(overhead, int | float) and overhead >= 0:
+        run["overhead_bytes"] = int(overhead)
+    gpu = str(pred.get("gpu") or "?") if block.get("device") == "cuda" else "cpu"
+    return gpu, record.get("host") or "local", run
+
+
+def fold_canary(data: dict[str, Any], record: dict[str, Any]) -> bool:
+    """Fold a job's decided canary (once, as `<id>:canary`); False when folded or none."""
+    found = canary_run(record)
+    folded = data.setdefault("folded", [])
+    if found is None or found[2]["job_id"] in folded:
+        return False
+    gpu, host, run = found
+    folded.append(run["job_id"])
+    entry = data.setdefault("entries", {}).setdefault(
+        entry_key(gpu, host), {"gpu": gpu, "host": host, "runs": []}
+    )
+    entry["runs"].append(run)
+    for factor in ("efficiency", "activation"):
+        history = [r[f"{factor}_ratio"] for r in entry["runs"] if f"{factor}_ratio" in r]
+        if f"{factor}_ratio" in run:
+            entry[factor] = round(updated_factor(entry.get(factor), history), 4)
+    measured = [r["overhead_bytes"] for r in entry["runs"] if "overhead_bytes" in r]
+    if measured:
+        entry["overhead_bytes"] = int(median([float(v) for v in measured[-WINDOW:]]))
+    return True
+
+
 def fold_into(data: dict[str, Any], record: dict[str, Any]) -> bool:
     """Fold one job record into the calibration data (in place); False when it was folded
     before or is not a completed, measured run."""
@@ -97,11 +156,12 @@ def fold_into(data: dict[str, Any], record: dict[str, Any]) -> bool:
 def fold_jobs(records: Sequence[Mapping[str, Any]]) -> list[str]:
     """Fold every completed, measured job not folded yet; returns the ids folded now. A
     calibration file that cannot be parsed is left as it is (nothing is folded)."""
-    if not any(foldable(r) for r in records):
+    ids = [i for r in records for i in _fold_ids(r)]
+    if not ids:
         return []  # the common case costs no file access at all
     path = calibration_path()
     seen, why = read_calibration(path)  # without the lock: most reads find them folded
-    if why is not None or all(r.get("job_id") in (seen.get("folded") or ()) for r in records):
+    if why is not None or all(i in (seen.get("folded") or ()) for i in ids):
         return []
     path.parent.mkdir(parents=True, exist_ok=True)
     with job_lock(path):
@@ -110,9 +170,16 @@ def fold_jobs(records: Sequence[Mapping[str, Any]]) -> list[str]:
             return []
         data.setdefault("version", VERSION)
         done = [r["job_id"] for r in records if fold_into(data, r)]
+        done += [f"{r['job_id']}:canary" for r in records if fold_canary(data, r)]
         if done:
             write_json_atomic(path, data)
     return done
+
+
+def _fold_ids(record: dict[str, Any]) -> list[str]:
+    """The ids a record would fold under: the job's (completed) and its canary's."""
+    ids = [str(record.get("job_id"))] if foldable(record) else []
+    return ids + ([f"{record.get('job_id')}:canary"] if canary_run(record) else [])
 
 
 def reset() -> bool:

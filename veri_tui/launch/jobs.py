@@ -14,7 +14,7 @@ contract in .ci/run); docs/architecture.md draws the seams.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from jobfolder.attempts import resume_refusal
 from jobfolder.layout import JOB_FILE
@@ -33,13 +33,15 @@ from veri_tui.launch.probe.fleet import ProbeChoice
 from veri_tui.launch.records import LogLine, follow_lines
 from veri_tui.launch.slurm.options import SlurmOptions, slurm_options
 from veri_tui.launch.slurm.states import pending_reason, slurm_state
+from veri_tui.launch.spec import canary_spec
 from veri_tui.launch.target import JobTarget, Node
 
 if TYPE_CHECKING:
     from veri_tui.plan import JobConfig, PlanRecord
 
 __all__ = [
-    "LogLine", "ProbeChoice", "Row", "cancel", "comparison_lines", "follow_log", "get_job",
+    "LogLine", "ProbeChoice", "Row", "cancel", "canary_spec", "comparison_lines", "follow_log",
+    "get_job",
     "host_aliases", "launch", "list_jobs", "local_jobs", "log_row", "metric_of", "pending_reason",
     "preflight", "read_log", "resume", "SlurmOptions", "slurm_options", "slurm_script",
     "slurm_state", "target_for", "trust_key", "watch", "watcher_of",
@@ -65,6 +67,7 @@ def launch(
     trust_host: str | None = None,
     wait: bool = False,
     probe: ProbeChoice | None = None,
+    canary: dict[str, Any] | None = None,
 ) -> str:
     """Validate, write the job folder(s) and start the job detached; returns the job id.
 
@@ -75,11 +78,12 @@ def launch(
     ``host`` a `SlurmOptions`: submitted with sbatch from its login node, planned for its
     partition; the registry entry and job.json keep the Slurm job id. A multi-node job's
     nodes are probed first (``probe``: skip it, or go on past a slow node; docs/probe.md).
+    ``canary``: the spec's `canary` (steps and the gate's limits, docs/canary.md).
     """
     from veri_tui.launch.launching import launch as run_launch
 
     return run_launch(job_config, plan_record, _names(host), trust_host, wait,
-                      probe=probe or ProbeChoice())  # fmt: skip
+                      probe=probe or ProbeChoice(), canary=canary)  # fmt: skip
 
 
 def slurm_script(job_config: JobConfig, options: SlurmOptions, trust_host: str | None = None

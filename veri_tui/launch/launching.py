@@ -184,6 +184,7 @@ def create(host: Host, job: Any, job_dir: str, record: JobRecord) -> int:
 def launch(
     job: Any, plan_record: Any, names: Sequence[HostName], trust: str | None, wait: bool,
     dry_run: bool = False, probe: ProbeChoice | None = None,
+    canary: dict[str, Any] | None = None,
 ) -> str:  # fmt: skip
     """Check, plan, create and start the job on these hosts (None: this machine); returns
     its id (``dry_run``: the batch script a Slurm host would submit, nothing created).
@@ -218,6 +219,8 @@ def launch(
         nodes = node_records(hosts, facts, job, plan, job_id, rdzv)
         for _dir, rec in nodes if measured is not None else ():
             cast("dict[str, Any]", rec)["probe"] = measured.summary()
+        for _dir, rec in nodes if canary else ():
+            rec["spec"]["canary"] = dict(canary)
         check_capacity(
             hosts, facts, plan, nodes[0][1]["spec"]["output_dir"] if job.output else None
         )

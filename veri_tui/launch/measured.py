@@ -99,11 +99,28 @@ def predicted_of(plan: dict[str, Any]) -> dict[str, Any]:
         "step_time_s": tp.get("step_time_s") if known_tp else None,
         # The whole job (the plan's cost): GPU-hours and price, None when not estimated.
         **{k: cost.get(k) for k in ("gpu_hours", "price", "price_per_gpu_hour")},
+        # The peak's parts (veri_tui/plan/peak.py): what a canary measures beside them.
+        "peak_parts": _peak_parts(act),
         "calibrated": {
             k: v["calibration"] for k, v in (("throughput", tp), ("activations", act))
             if v.get("calibration")
         },
     }  # fmt: skip
+
+
+def _peak_parts(act: dict[str, Any]) -> dict[str, Any] | None:
+    """The plan's peak by part, its allocated and device peaks, the optimizer step's
+    temporary and the loss's bytes; None for a plan without them."""
+    peak = act.get("peak") if act.get("known") else None
+    if not peak:
+        return None
+    return {
+        **peak["parts"],
+        "allocated_bytes": peak.get("allocated_bytes"),
+        "peak_bytes": peak.get("peak_bytes"),
+        "optimizer_step_bytes": peak.get("optimizer_step_bytes"),
+        "logits_and_loss_bytes": act.get("logits_and_loss_bytes"),
+    }
 
 
 def _bytes(n: float) -> str:

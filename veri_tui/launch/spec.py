@@ -179,3 +179,23 @@ def make_record(
         # What the plan expects of the run; the supervisor adds `measured` beside it.
         "predicted": predicted_of(plan),
     }
+
+
+def canary_spec(steps: int | None, **limits: float | None) -> dict[str, Any] | None:
+    """The spec's `canary` (docs/canary.md): ``steps`` and the limits given (max_cost,
+    max_hours, headroom); None without ``steps``. VeriError names the flag of a bad one."""
+    given = {k: v for k, v in limits.items() if v is not None}
+    if steps is None:
+        if given:
+            flags = ", ".join(f"--{k.replace('_', '-')}" for k in given)
+            verb = "judges" if len(given) == 1 else "judge"
+            raise VeriError(f"{flags} {verb} a canary: add --canary", key="canary")
+        return None
+    if steps < 1:
+        raise VeriError(f"--canary {steps}: K is a number of steps, 1 or more", key="canary")
+    for key in ("max_cost", "max_hours"):
+        if given.get(key) is not None and given[key] <= 0:
+            raise VeriError(f"--{key.replace('_', '-')} {given[key]:g}: must be above 0", key)
+    if not 0 <= given.get("headroom", 0) < 1:
+        raise VeriError(f"--headroom {given['headroom']:g}: a share, 0 to below 1", "headroom")
+    return {"steps": steps, **given}

@@ -3,7 +3,9 @@
 Completed runs are folded in by the launch side (veri_tui/launch/calibrate.py) into
 `$VERI_HOME/calibration.json`, one entry per (GPU type, host): an efficiency factor
 (measured tokens/s over the model's) and an activation factor (measured peak minus measured
-states, over the model's activations), each with the runs it came from. This module reads
+states, over the model's activations), each with the runs it came from; canaries
+(`launch --canary`) add their runs too, with every term they measured, and the overhead
+(device peak less allocated peak), whose median replaces the plan's 2 GiB. This module reads
 that file, holds the update rule, and applies an entry to a plan's estimates.
 
 The update rule keeps one odd run from swinging a factor far: every run's ratio is clipped
@@ -116,9 +118,11 @@ class Calibration(NamedTuple):
     efficiency_runs: int = 0
     activation: float | None = None
     activation_runs: int = 0
+    overhead_bytes: int | None = None  # measured by canaries: device peak less allocated
+    overhead_runs: int = 0
 
     def _meta(self, factor: str) -> dict[str, Any]:
-        runs = self.efficiency_runs if factor == "efficiency" else self.activation_runs
+        runs = getattr(self, f"{factor.removesuffix('_bytes')}_runs")
         return {factor: getattr(self, factor), "runs": runs, "gpu": self.gpu, "host": self.host}
 
     def throughput(self, tp: dict[str, Any]) -> dict[str, Any]:
@@ -159,6 +163,23 @@ class Calibration(NamedTuple):
         out["calibration"] = {**self._meta("activation"), "model_bytes": act["bytes_per_gpu"]}
         return out
 
+    def peak(self, peak: dict[str, Any]) -> dict[str, Any]:
+        """The step's peak by part (peak.py) with the overhead the canaries measured."""
+        if self.overhead_bytes is None:
+            return peak
+        out = {**peak, "parts": {**peak["parts"], "overhead": self.overhead_bytes}}
+        out["peak_bytes"] = peak["allocated_bytes"] + self.overhead_bytes
+        out["fits"] = out["peak_bytes"] <= peak["memory_bytes"]
+        out["calibration"] = self._meta("overhead_bytes")
+        return out
+
+
+def _overhead(entry: dict[str, Any], runs: list[dict[str, Any]]) -> tuple[int | None, int]:
+    value = entry.get("overhead_bytes")
+    ok = isinstance(value, int) and not isinstance(value, bool) and value >= 0
+    counted = sum(1 for r in runs if isinstance(r.get("overhead_bytes"), int))
+    return (value if ok else None), counted
+
 
 def calibration_for(gpu: str, host: str | None = None) -> tuple[Calibration, list[str]]:
     """The calibration of ``gpu`` on ``host`` (None: this machine), and the warnings of a
@@ -173,7 +194,10 @@ def calibration_for(gpu: str, host: str | None = None) -> tuple[Calibration, lis
         return identity, []
     runs = [r for r in entry.get("runs") or [] if isinstance(r, dict)]
     counts = {f: sum(1 for r in runs if _number(r.get(f"{f}_ratio")) is not None) for f in FACTORS}
+    overhead, overhead_runs = _overhead(entry, runs)
     return identity._replace(
+        overhead_bytes=overhead,
+        overhead_runs=overhead_runs,
         efficiency=_number(entry.get("efficiency")),
         efficiency_runs=counts["efficiency"],
         activation=_number(entry.get("activation")),

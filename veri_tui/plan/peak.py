@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from jobfolder.canary import KNOB_FOR_PART as CANARY_KNOBS
 from jobfolder.knobs import CHECKPOINTING
 from veri_tui.plan.activation_peak import ActivationTerms, activation_terms
 from veri_tui.plan.activations import Layout, loss_chunk_bytes, sequence_length
@@ -34,15 +35,9 @@ from veri_tui.plan.model_info import ModelInfo
 SR_CHUNK = 1 << 22
 SR_STEP_TEMP_BYTES = 24
 PARTS = ("states", "activations", "logits", "in_flight", "optimizer_step", "overhead")
-# The knob that moves each part most, named beside the largest part (the app, `memory:`).
-KNOB_FOR_PART = {
-    "states": "zero_stage, lora_rank or gpu_count",
-    "activations": "activation_checkpointing or micro_batch_size",
-    "logits": "micro_batch_size or max_seq_length",
-    "in_flight": "zero_stage 2 (no regathering) or lora_rank",
-    "optimizer_step": "lora_rank or gpu_count (zero_stage 3)",
-    "overhead": "nothing (fixed per GPU)",
-}
+# The knob that moves each part most, named beside the largest part (the app, `memory:`);
+# jobfolder's: the canary's gate names it too.
+KNOB_FOR_PART = CANARY_KNOBS
 
 
 def optimizer_step_bytes(est: MemoryEstimate) -> int:
@@ -160,6 +155,7 @@ def peak_parts(act: dict[str, Any], est: MemoryEstimate, gpu: GPU) -> dict[str, 
         "fits": allocated + RESERVE_BYTES <= gpu.memory_bytes,
         "largest": largest,
         "knob": KNOB_FOR_PART[largest],
+        "optimizer_step_bytes": step,  # AdamW's temporary, whichever moment is the peak
     }
 
 
@@ -197,6 +193,9 @@ def peak_line(peak: dict[str, Any]) -> str:
         f"{PART_LABELS[k]} {v / 1e9:.1f}" for k, v in peak["parts"].items() if v or k == "states"
     )
     fit = "" if peak["fits"] else " (over the GPU's memory)"
+    note = peak.get("calibration")
+    if note:  # the overhead measured by canaries (calibration.py)
+        fit += f" (overhead calibrated from {note['runs']} run{'s' * (note['runs'] != 1)})"
     return (
         f"memory: peak {peak['peak_bytes'] / 1e9:.1f} GB/GPU of {peak['memory_bytes'] / 1e9:.1f}"
         f" GB{fit} = {parts}; largest: {PART_LABELS[peak['largest']]} ({peak['knob']})"

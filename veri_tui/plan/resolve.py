@@ -213,7 +213,7 @@ def plan_job(
     activations = estimate_peak(info, gpu, est, activation_checkpointing=hp.checkpointing, **common)
     calibration, calibration_warnings = calibration_for(gpu.name, host)
     activations = calibration.activations(activations, info)
-    activations["peak"] = peak_parts(activations, est, gpu)
+    activations["peak"] = calibration.peak(peak_parts(activations, est, gpu))
     warnings += calibration_warnings
     tp_args = throughput_args(job, info, stage)
     throughput = calibration.throughput(estimate_throughput(info, gpu, **tp_args))

@@ -7,6 +7,8 @@ known_hosts). A changed key is never offered here: the SSH module refuses it out
 
 from __future__ import annotations
 
+from typing import Any
+
 from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -56,3 +58,35 @@ def host_key_of(exc: BaseException) -> tuple[str, str] | None:
     """(host, fingerprint) when `exc` is the SSH module's unknown-host-key refusal."""
     host, fp = getattr(exc, "host", None), getattr(exc, "fingerprint", None)
     return (str(host), str(fp)) if host and fp else None
+
+
+class TrustAsker:
+    """A screen's side of the trust dialog: the fingerprints accepted (`trusted` per host,
+    `accepted` the last one), passed on to the launcher as `trust_host`."""
+
+    trusted: dict[str, str]
+    accepted: str | None
+    host: str | None
+    app: Any
+
+    def _trust(self, hosts: list[str]) -> str | None:
+        """The fingerprint to pass on: the one accepted for this host; with several hosts,
+        the last one accepted (it is recorded in known_hosts before the preflight, so each
+        unknown host is asked about once, in turn)."""
+        if len(hosts) == 1:
+            return self.trusted.get(hosts[0])
+        if self.accepted is not None:
+            from veri_tui.launch import jobs
+
+            jobs.trust_key(hosts, self.accepted)  # recorded by the host whose key it is
+            self.accepted = None
+        return None
+
+    def _ask_trust(self, host: str, fingerprint: str, then: Any) -> None:
+        def answered(trust: bool | None) -> None:
+            if trust:
+                self.trusted[self.host or host] = fingerprint
+                self.accepted = fingerprint
+                then()
+
+        self.app.push_screen(HostKeyScreen(host, fingerprint), answered)

@@ -12,7 +12,9 @@ the preflight shows every node's rows (`node 1 (b): ...`) and the layout (`nodes
 GPUs (a, b)`), and Launch starts the multi-node job, all through the launch facade. That
 field is checked on Enter, not on every key (each check opens SSH sessions to every host).
 
-The trust dialog (host_key.py) asks once about an unknown host's key.
+Canary (^k) launches the same job with a canary and the limits of the canary line
+(widgets/canary_fields.py, docs/canary.md). The trust dialog (host_key.py) asks once
+about an unknown host's key.
 
 Preflight and launch run in thread workers: they read files, may open an SSH connection,
 and start processes. An unknown host key comes back as a message and opens the trust
@@ -33,7 +35,8 @@ from textual.worker import get_current_worker
 
 from veri_tui import plan as core
 from veri_tui.app.messages import HostsListed, Launched, PreflightDone
-from veri_tui.app.screens.host_key import HostKeyScreen, host_key_of
+from veri_tui.app.screens.host_key import TrustAsker, host_key_of
+from veri_tui.app.widgets.canary_fields import CanaryFields
 from veri_tui.app.widgets.slurm_fields import SlurmFields
 from veri_tui.errors import VeriError
 
@@ -42,11 +45,12 @@ DIRECT, SLURM = "direct", "slurm"
 SCHEDULERS = [("direct: torchrun on the target", DIRECT), ("Slurm: sbatch from the target", SLURM)]
 
 
-class LaunchScreen(Screen):
+class LaunchScreen(TrustAsker, Screen):
     """Confirm where and on what the planned job runs, then start it."""
 
     BINDINGS = [
         Binding("ctrl+l", "confirm", "Launch now"),
+        Binding("ctrl+k", "canary", "Canary first"),
         Binding("ctrl+r", "preflight", "Re-check"),
         Binding("escape", "app.pop_screen", "Back"),
     ]
@@ -80,10 +84,12 @@ class LaunchScreen(Screen):
             with Horizontal(classes="field-line"):
                 yield Label("output dir", classes="field-label")
                 yield Input(placeholder="empty: <job folder>/output", id="output")
+            yield CanaryFields(classes="field-line")
             yield Static("Preflight", classes="form-section", markup=False)
             yield Static("checking...", id="preflight", markup=False)
             with Horizontal(id="launch-actions"):
                 yield Button("Launch ^l", id="confirm", variant="primary", disabled=True)
+                yield Button("Canary ^k", id="canary", disabled=True)
                 yield Button("Back esc", id="back")
         yield Footer()
 
@@ -155,26 +161,15 @@ class LaunchScreen(Screen):
         if event.control.id != "more" and "slurm-field" not in event.control.classes:
             self.action_preflight()
             return
+        if "canary-field" in event.control.classes:
+            return  # judged by the gate, not by the preflight
         self.ready = False  # checked on Enter: each check asks every host or the cluster
-        self.query_one("#confirm", Button).disabled = True
+        self._enable(False)
         self.query_one("#preflight", Static).update("enter: check these settings")
 
     @on(Input.Submitted, "#more, .slurm-field")
     def _more_submitted(self) -> None:
         self.action_preflight()
-
-    def _trust(self, hosts: list[str]) -> str | None:
-        """The fingerprint to pass on: the one accepted for this host; with several hosts,
-        the last one accepted (it is recorded in known_hosts before the preflight, so each
-        unknown host is asked about once, in turn)."""
-        if len(hosts) == 1:
-            return self.trusted.get(hosts[0])
-        if self.accepted is not None:
-            from veri_tui.launch import jobs
-
-            jobs.trust_key(hosts, self.accepted)  # recorded by the host whose key it is
-            self.accepted = None
-        return None
 
     # -- preflight ---------------------------------------------------------------------
 
@@ -188,9 +183,14 @@ class LaunchScreen(Screen):
             return None
         return core.plan_job(job, self.info)
 
+    def _enable(self, ready: bool) -> None:
+        """Launch and Canary are pressable once the preflight passed."""
+        for button in ("#confirm", "#canary"):
+            self.query_one(button, Button).disabled = not ready
+
     def action_preflight(self) -> None:
         self.ready = False
-        self.query_one("#confirm", Button).disabled = True
+        self._enable(False)
         self.query_one("#preflight", Static).update("checking...")
         self.preflight(self.job_fields(), self.hosts, self.slurm_values())
 
@@ -238,30 +238,29 @@ class LaunchScreen(Screen):
         rows = [f"{'ok  ' if ok else 'FAIL'} {name}: {info}" for name, ok, info in message.checks]
         self.query_one("#preflight", Static).update("\n".join(rows))
         self.ready = bool(message.checks) and all(ok for _, ok, _ in message.checks)
-        self.query_one("#confirm", Button).disabled = not self.ready
-
-    def _ask_trust(self, host: str, fingerprint: str, then: Any) -> None:
-        def answered(trust: bool | None) -> None:
-            if trust:
-                self.trusted[self.host or host] = fingerprint
-                self.accepted = fingerprint
-                then()
-
-        self.app.push_screen(HostKeyScreen(host, fingerprint), answered)
+        self._enable(self.ready)
 
     # -- launch ------------------------------------------------------------------------
 
-    def action_confirm(self) -> None:
+    def action_confirm(self, canary: dict[str, Any] | None = None) -> None:
         if not self.ready:
             self.notify("preflight has not passed", severity="error")
             return
-        self.query_one("#confirm", Button).disabled = True
-        self.notify("launching...")
-        self.start(self.job_fields(), self.hosts, self.slurm_values())
+        self._enable(False)
+        self.notify("launching with a canary..." if canary else "launching...")
+        self.start(self.job_fields(), self.hosts, self.slurm_values(), canary)
+
+    def action_canary(self) -> None:
+        try:
+            canary = self.query_one(CanaryFields).canary()
+        except VeriError as exc:
+            self.notify(str(exc), severity="error", timeout=10)
+            return
+        self.action_confirm(canary)
 
     @work(thread=True, exclusive=True, group="launch")
-    def start(self, fields: dict[str, Any], hosts: list[str], slurm: dict[str, Any] | None
-              ) -> None:  # fmt: skip
+    def start(self, fields: dict[str, Any], hosts: list[str], slurm: dict[str, Any] | None,
+              canary: dict[str, Any] | None = None) -> None:  # fmt: skip
         """The launch facade's launch: here, on one host, one node on each host, or
         submitted to Slurm."""
         from veri_tui.launch import jobs
@@ -270,7 +269,7 @@ class LaunchScreen(Screen):
             job = core.job_from_fields(fields)
             trust = self._trust(hosts) if hosts else None
             where, record = self._where(job, hosts, slurm)
-            job_id = jobs.launch(job, record, host=where, trust_host=trust)
+            job_id = jobs.launch(job, record, host=where, trust_host=trust, canary=canary)
             self.post_message(Launched(job_id))
         except VeriError as exc:
             self.post_message(
@@ -283,7 +282,7 @@ class LaunchScreen(Screen):
             return
         if message.error or not message.job_id:
             self.notify(message.error or "launch failed", severity="error", timeout=10)
-            self.query_one("#confirm", Button).disabled = not self.ready
+            self._enable(self.ready)
             return
         self.app.pop_screen()
         self.app.open_monitor(message.job_id)  # type: ignore[attr-defined]
@@ -291,6 +290,10 @@ class LaunchScreen(Screen):
     @on(Button.Pressed, "#confirm")
     def _confirm_pressed(self) -> None:
         self.action_confirm()
+
+    @on(Button.Pressed, "#canary")
+    def _canary_pressed(self) -> None:
+        self.action_canary()
 
     @on(Button.Pressed, "#back")
     def _back_pressed(self) -> None:
