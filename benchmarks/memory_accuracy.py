@@ -62,6 +62,7 @@ def _as_ran(run: MemRun, info: Any, rec: dict[str, Any], loss: str | None = None
     the peak and allocated bytes."""
     from veri_tui.plan.activation_peak import activation_terms
     from veri_tui.plan.gpus import RESERVE_BYTES
+    from veri_tui.plan.memory import ADAPTER_BYTES_PER_PARAM, BYTES_PER_PARAM
 
     facts = [MEMORY_FACTS[k] for k in run.facts]
     act, est = rec["activations"], rec["resolved_parallelism"]["memory_estimate"]
@@ -71,9 +72,15 @@ def _as_ran(run: MemRun, info: Any, rec: dict[str, Any], loss: str | None = None
     states = 0 if offload else est["states_bytes_per_gpu"]
     # What the knobs shard (stages 2 and 3) is on this GPU over the data-parallel ranks.
     dp = est["data_parallel_size"] if est["zero_stage"] else 1
+    # The knobs' bytes per trainable parameter: the precision's, 16 for a LoRA adapter (fp32
+    # in either precision, veri_tui/plan/memory.py).
+    knobs = ADAPTER_BYTES_PER_PARAM if run.lora_rank else BYTES_PER_PARAM[run.precision]
+    # The run's own, when a fact states it: the last such fact, the most specific (a QLoRA
+    # row's fp16-with-master adapters over its LoRA fact's bf16 ones).
+    held = next((f.trainable_bytes for f in reversed(facts) if f.trainable_bytes), None)
+    if held is not None and not offload:
+        states += -(-(held - knobs) * est["trainable_parameter_count"] // dp)
     for f in facts:
-        if f.trainable_bytes is not None and not offload:  # the run's, not the knobs' bf16 8
-            states += -(-(f.trainable_bytes - 8) * est["trainable_parameter_count"] // dp)
         if f.quant_bytes_per_param is not None:
             nf4 = (8192 + 256 + 4) / 16384
             states += int((f.quant_bytes_per_param - nf4) * info.lora_target_parameters)

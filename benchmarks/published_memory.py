@@ -169,8 +169,9 @@ MEMORY_FACTS: dict[str, Fact] = {
         "LoRA rank 64 on every linear of the layers (c_attn, Qwen's fused q/k/v, as one), each "
         "adapter's dropout keeping a bool mask of its input; the adapters in the base's bf16 "
         "(the README's peft predates `autocast_adapter_dtype`, peft 0.12, which upcasts them to "
-        "fp32: at fp32 the rows plan 0.4-3.6% higher).",
+        "fp32): 8 bytes per adapter parameter where the knobs' fp32 adapters hold 16.",
         lora_dropout=True,
+        trainable_bytes=8,
     ),
     "hf-autocast-loss": Fact(
         AUTOCAST_OPS,
@@ -195,7 +196,7 @@ MEMORY_FACTS: dict[str, Fact] = {
         "The GPTQ int4 chat model (Qwen-*-Chat-Int4: 4-bit weights, an fp16 scale and a 4-bit "
         "zero per group of 128: 0.5195 byte per weight, 0.7% more than NF4's 0.5159) under "
         "DeepSpeed ZeRO-2 in fp16 on one GPU: the adapters in fp16 with an fp32 master and fp32 "
-        "moments (16 bytes per adapter parameter, as the knobs' fp32 LoRA), and two fp16 "
+        "moments (16 bytes per adapter parameter, as the knobs' fp32 adapters), and two fp16 "
         "gradient buckets of reduce_bucket_size (0.8 GB) beside them; fp16 throughout, no "
         "autocast.",
         trainable_bytes=16,
@@ -656,8 +657,10 @@ MEMORY_FACTS["swift-lora-defaults"] = Fact(
     "lora_dtype: 指定lora模块的dtype类型。支持'float16'、'bfloat16'、'float32'。"
     "默认为None，跟随原模型类型。",
     "ms-swift's LoRA defaults: each adapter's dropout keeps a bool mask of its input; the "
-    "adapters in the model's dtype (bf16 here), as the knobs' bf16 LoRA.",
+    "adapters in the model's dtype (bf16 here): 8 bytes per adapter parameter where the "
+    "knobs' fp32 adapters hold 16.",
     lora_dropout=True,
+    trainable_bytes=8,
 )
 MEMORY_FACTS["swift-fsdp2-offload"] = Fact(
     SWIFT_FSDP2_OFFLOAD_CFG,

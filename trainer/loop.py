@@ -18,6 +18,7 @@ import torch.distributed as dist
 from jobfolder.errors import ConfigError
 from jobfolder.progress import NoProgress, Progress
 from trainer import checkpoint, data, losses
+from trainer.adamw import make_optimizer
 from trainer.artifact import save_artifact
 from trainer.canary import Canary
 from trainer.config import TrainConfig
@@ -96,7 +97,7 @@ def train(cfg: TrainConfig, ctx: RankContext, log: RankLog) -> None:
         with stats.setup.phase("shard"):
             ref = wrap_reference(reference, cfg, rt)
     params = [p for p in model.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(params, lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
+    opt = make_optimizer(params, cfg.learning_rate, cfg.weight_decay, cfg.seed)
     sched = scheduler(opt, cfg.warmup_steps, total, cfg.lr_scheduler)
     start = _resume(cfg, model, opt, sched, log) if cfg.resume or cfg.resume_from else 0
     meter = StateMeter(ctx, step=min(2, total), device=rt.device)

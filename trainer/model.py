@@ -1,8 +1,9 @@
 """Load the model and tokenizer, apply LoRA and gradient checkpointing as planned.
 
-Dtypes follow contracts section 3: precision bf16 keeps bf16 parameters (so AdamW keeps
-bf16 states); fp32 keeps fp32 master parameters. Under LoRA the frozen base is always bf16
-and only the adapters take the precision's dtype.
+Dtypes follow contracts section 3: precision bf16 keeps bf16 parameters (and bf16 AdamW
+states, updated with stochastic rounding: trainer/adamw.py); fp32 keeps fp32 master
+parameters. Under LoRA the frozen base is always bf16 and the adapters are fp32 in either
+precision: they are tiny, and in bf16 an update below half a bf16 step of a weight is lost.
 """
 
 from __future__ import annotations
@@ -20,6 +21,9 @@ from trainer import checkpointing
 from trainer.config import TrainConfig
 from trainer.loading import cpu_stand_ins, defer, eager, params_on_meta
 
+# LoRA adapters train in fp32 in both precisions (4 weight + 4 grad + 8 AdamW bytes/param,
+# veri_tui/plan/memory.py ADAPTER_BYTES_PER_PARAM): peft's own default for a bf16 base.
+ADAPTER_DTYPE = torch.float32
 QLORA_NEEDS_CUDA = (
     "load_in_4bit: QLoRA needs a CUDA GPU (bitsandbytes NF4) and this host has none; "
     "launch on a GPU host (--host) or drop load_in_4bit"
@@ -219,12 +223,12 @@ def build_policy(cfg: TrainConfig, path: Path, device: torch.device | None = Non
         target_modules=targets,
         task_type="CAUSAL_LM",
     )
-    # autocast_adapter_dtype=False: we choose the adapter dtype (the precision's), not peft.
+    # autocast_adapter_dtype=False: we choose the adapter dtype (fp32: ADAPTER_DTYPE), not peft.
     with cpu_stand_ins(model, lambda name: name.rsplit(".", 1)[-1] in targets):
         model = get_peft_model(model, lora, autocast_adapter_dtype=False)
     for p in model.parameters():
         if p.requires_grad:
-            p.data = p.data.to(train_dtype)
+            p.data = p.data.to(ADAPTER_DTYPE)
     return defer(model, path)
 
 

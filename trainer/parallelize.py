@@ -6,7 +6,8 @@ zero_stage 0: DDP (gradients as bucket views, so no second gradient copy is held
 zero_stage 2: FSDP2 per decoder layer then the root, reshard_after_forward=False (the
 bf16 compute copy stays through backward, weights/grads/optimizer sharded).
 zero_stage 3: FSDP2 per decoder layer then the root, resharding after forward.
-precision fp32: fp32 sharded master params, bf16 all-gather/compute, fp32 reduce.
+precision fp32, and LoRA in either precision (fp32 adapters): fp32 sharded trained params,
+bf16 all-gather/compute, fp32 reduce.
 """
 
 from __future__ import annotations
@@ -171,7 +172,7 @@ def wrap_policy(model: nn.Module, cfg: TrainConfig, rt: Runtime) -> nn.Module:
     )
 
     kw: dict[str, Any] = {"mesh": rt.mesh, "reshard_after_forward": cfg.zero_stage == 3}
-    if cfg.precision == "fp32":
+    if fp32_trainable(cfg):
         kw["mp_policy"] = MixedPrecisionPolicy(
             param_dtype=torch.bfloat16, reduce_dtype=torch.float32
         )
@@ -226,8 +227,14 @@ def grad_sync(model: nn.Module, sync: bool) -> Iterator[None]:
     yield
 
 
+def fp32_trainable(cfg: TrainConfig) -> bool:
+    """Whether the trained parameters are fp32: precision fp32, or LoRA's adapters (fp32 in
+    either precision, trainer/model.py ADAPTER_DTYPE)."""
+    return cfg.precision == "fp32" or cfg.lora_rank > 0
+
+
 def autocast(cfg: TrainConfig, rt: Runtime) -> contextlib.AbstractContextManager:
-    """fp32 master weights at stage 0 compute in bf16 (FSDP2 casts via its policy)."""
-    if cfg.precision == "fp32" and cfg.zero_stage == 0:
+    """fp32 trained weights at stage 0 compute in bf16 (FSDP2 casts via its policy)."""
+    if fp32_trainable(cfg) and cfg.zero_stage == 0:
         return torch.autocast(rt.device.type, dtype=torch.bfloat16)
     return contextlib.nullcontext()

@@ -60,7 +60,8 @@ class Hyperparameters:
         None, "samples per optimizer step = mbs x grad_acc x gpu_count", ge=1,
         unit="samples", pin=True, multi_gpu=True, section=_PAR, hint="auto")
     precision: str = knob(
-        "bf16", '"bf16" (default) or "fp32" (fp32 master weights, bf16 compute)',
+        "bf16", '"bf16" (default: bf16 weights and moments, stochastically rounded AdamW) or '
+        '"fp32" (fp32 master weights, bf16 compute); LoRA adapters are fp32 in both',
         pin=True, section=_PAR, choices=("bf16", "fp32", "fp16", "fp8"))
     gradient_checkpointing: bool = knob(
         True, "recompute activations in backward (on: full, off: none)",

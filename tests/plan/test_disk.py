@@ -61,8 +61,9 @@ def test_lora_saves_only_the_adapter(infos) -> None:
     disk = est(info, lora_rank=16)
     adapter = info.adapter_parameters(16)
     tensors = 2 * info.lora_target_count
-    assert disk.checkpoint_bytes == 6 * adapter + 4 * tensors * ENTRY_BYTES + FIXED_BYTES
-    assert disk.artifact_bytes < 2 * adapter * 1.01
+    # fp32 adapters (either precision): weight, m and v at 4 bytes each; the artifact 4.
+    assert disk.checkpoint_bytes == 12 * adapter + 4 * tensors * ENTRY_BYTES + FIXED_BYTES
+    assert disk.artifact_bytes < 4 * adapter * 1.01
     assert disk.checkpoint_bytes < est(info).checkpoint_bytes / 50
 
 

@@ -48,8 +48,9 @@ def test_states_per_case(
     n, dp = info.parameter_count, 4
     b = {"bf16": 8, "fp32": 16}[precision]
     if rank:
+        # LoRA adapters are fp32 in either precision (trainer/model.py): 16 bytes/param.
         a = rank * info.lora_in_out_sum
-        sharded, compute, trainable = 2 * n + b * a, n + a, a
+        sharded, compute, trainable = 2 * n + 16 * a, n + a, a
     else:
         sharded, compute, trainable = b * n, n, n
     expected = {
@@ -89,7 +90,8 @@ def test_cpu_offload_moves_states_to_host(
     )
     off = estimate_states(info, precision=precision, zero_stage=3, dp=4, lora_rank=rank)
     b = {"bf16": 8, "fp32": 16}[precision]
-    whole = b * n if rank == 0 else 2 * n + b * info.adapter_parameters(rank)
+    # LoRA: the bf16 base and fp32 adapters (16 bytes each, in either precision).
+    whole = b * n if rank == 0 else 2 * n + 16 * info.adapter_parameters(rank)
     assert on.host_bytes_per_node == whole  # 4 ranks on one node hold all shards
     # The GPU holds what FSDP2 gathers: the root unit (embeddings, head, final norm: never
     # resharded after forward), two decoder layers, and one layer's unsharded bf16 gradient
@@ -99,7 +101,7 @@ def test_cpu_offload_moves_states_to_host(
     layer = (n - root) // layers
     assert root == info.largest_layer_parameters  # Llama-8B: the root is the largest unit
     grads = layer if rank == 0 else -(-info.adapter_parameters(rank) // layers)
-    per_grad = {"bf16": 2, "fp32": 2 + 4}[precision]
+    per_grad = {"bf16": 2, "fp32": 2 + 4}["fp32" if rank else precision]  # fp32 adapters
     assert on.states_bytes_per_gpu == 2 * root + 2 * 2 * layer + per_grad * grads
     # Even for LoRA (a 4-GPU shard of the bf16 base, 4.0 GB) the gathered root (2.1 GB) and
     # two layers (0.9 GB) are less.

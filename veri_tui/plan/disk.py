@@ -2,12 +2,13 @@
 
 A checkpoint (trainer/checkpoint.py) is DCP's shards of what trains: the weights and AdamW's
 two moments, at the precision's weight bytes (bf16: 2 + 2 + 2 = 6 bytes per parameter; fp32
-masters: 4 + 4 + 4 = 12); the DPO reference and a LoRA's frozen base are not saved. DCP
-stores a tied embedding under both names (measured: a tied Qwen3 checkpoint held the matrix
-twice), so a tied model's embedding counts twice. Gradients are not saved. DCP writes every
-tensor (a weight, its two moments, AdamW's step count) in its own framing and lists it in
-`.metadata`: about `ENTRY_BYTES` each (measured on the tiny model: 1.6 KB of framing plus
-0.3 KB of metadata), which matters only for small models.
+masters: 4 + 4 + 4 = 12; a LoRA adapter, fp32 in either precision, 12); the DPO reference
+and a LoRA's frozen base are not saved. DCP stores a tied embedding under both names
+(measured: a tied Qwen3 checkpoint held the matrix twice), so a tied model's embedding
+counts twice. Gradients are not saved. DCP writes every tensor (a weight, its two moments,
+AdamW's step count) in its own framing and lists it in `.metadata`: about `ENTRY_BYTES` each
+(measured on the tiny model: 1.6 KB of framing plus 0.3 KB of metadata), which matters only
+for small models.
 
 At most `keep_checkpoints` + 1 checkpoints exist at once: the kept ones plus the one being
 written, until the oldest is purged after the new one commits; fewer when the job writes
@@ -24,7 +25,7 @@ import os
 from typing import Any, NamedTuple
 
 from veri_tui.plan.knobs import JobConfig
-from veri_tui.plan.memory import WEIGHT_BYTES
+from veri_tui.plan.memory import trained_weight_bytes
 from veri_tui.plan.model_info import ModelInfo
 
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf", ".index.json")
@@ -100,7 +101,7 @@ def estimate_disk(
     max_steps: int | None,
 ) -> DiskEstimate:
     """Checkpoint and artifact bytes for this job (see the module docstring)."""
-    w = WEIGHT_BYTES[precision]
+    w = trained_weight_bytes(precision, lora_rank)  # LoRA adapters are fp32
     if lora_rank > 0:
         trainable = info.adapter_parameters(lora_rank)
         saved_twice = 0

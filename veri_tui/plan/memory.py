@@ -5,12 +5,15 @@ bytes/param: bf16 = 2 weights + 2 grads + 4 AdamW (m, v) = 8; fp32 master = 4 + 
   stage 2 (FSDP2, no reshard after forward): 2 x N (bf16 compute copy, whole)
                           + bytes/param x N / dp
   stage 3 (FSDP2):        bytes/param x N / dp
-LoRA: the frozen base costs 2 bytes/param, the adapters the precision's bytes/param; both are
-divided as above. DPO full fine-tune adds the reference model, 2 x N: whole on every GPU at
-stage 0; at stages 2 and 3 sharded per decoder layer like the policy and resharded after each
-layer's forward, so 2 x N / dp, its layers in flight being transient like the policy's
-(contracts s.3; the seed counts the reference "in full": ours holds less, and
-tests/trainer/test_state_bytes.py measures it).
+LoRA: the frozen base costs 2 bytes/param; the adapters are fp32 in either precision (the
+trainer keeps them so: tiny, and a bf16 adapter loses every update below half a bf16 step),
+so 4 weight + 4 grad + 8 AdamW = 16 bytes/param (ADAPTER_BYTES_PER_PARAM); both are divided
+as above. A bf16 full fine-tune stays at 8: bf16 weights and moments, the update
+stochastically rounded (trainer/adamw.py). DPO full fine-tune adds the reference model, 2 x
+N: whole on every GPU at stage 0; at stages 2 and 3 sharded per decoder layer like the
+policy and resharded after each layer's forward, so 2 x N / dp, its layers in flight being
+transient like the policy's (contracts s.3; the seed counts the reference "in full": ours
+holds less, and tests/trainer/test_state_bytes.py measures it).
 QLoRA (load_in_4bit, one GPU): the linears LoRA adapts are stored as bitsandbytes NF4 with
 double quantisation, 0.5 byte per weight + one uint8 absmax per block of 64 + one fp32 per
 256 blocks (NF4_NUM / NF4_DEN); everything else of the base stays bf16.
@@ -30,12 +33,20 @@ from veri_tui.plan.model_info import ModelInfo
 BYTES_PER_PARAM = {"bf16": 8, "fp32": 16}
 WEIGHT_BYTES = {"bf16": 2, "fp32": 4}
 FROZEN_BYTES = 2  # frozen base and DPO reference: bf16, no grads, no optimizer states
+ADAPTER_WEIGHT_BYTES = 4  # LoRA adapters: fp32 in both precisions (trainer/model.py)
+ADAPTER_BYTES_PER_PARAM = 16  # fp32 weight + fp32 grad + fp32 AdamW m and v
 COMPUTE_BYTES = 2  # gathered / compute copies are bf16 in every precision
 # FSDP2 keeps the layer being computed and the next one (prefetch) gathered at once.
 UNITS_IN_FLIGHT = 2
 # bitsandbytes NF4 with double quantisation (blocksize 64; the absmax as uint8, 256 blocks
 # per fp32 second-level scale): 0.5 + 1/64 + 4/16384 bytes per weight (docs/planning.md).
 NF4_NUM, NF4_DEN = 8192 + 256 + 4, 16384
+
+
+def trained_weight_bytes(precision: str, lora_rank: int) -> int:
+    """Bytes of one trained parameter (and of its gradient): the precision's, fp32 for a
+    LoRA adapter in either precision."""
+    return ADAPTER_WEIGHT_BYTES if lora_rank > 0 else WEIGHT_BYTES[precision]
 
 
 def _ceil_div(a: int, b: int) -> int:
@@ -79,7 +90,8 @@ def in_flight_bytes(info: ModelInfo, *, zero_stage: int, precision: str, lora_ra
     root = info.embedding_parameters + info.lm_head_parameters + info.hidden_size
     layer = (info.parameter_count - root) // layers
     grad = layer if not lora_rank else _ceil_div(info.adapter_parameters(lora_rank), layers)
-    grad_bytes = grad * (COMPUTE_BYTES + (4 if precision == "fp32" else 0))
+    fp32_reduce = precision == "fp32" or lora_rank > 0  # fp32 trained params reduce in fp32
+    grad_bytes = grad * (COMPUTE_BYTES + (4 if fp32_reduce else 0))
     if zero_stage == 2:
         return grad_bytes
     return COMPUTE_BYTES * (root + UNITS_IN_FLIGHT * layer) + grad_bytes
@@ -116,13 +128,14 @@ def estimate_states(
         a = info.adapter_parameters(lora_rank)
         trainable = a
         base = frozen_base_bytes(info, load_in_4bit and lora_rank > 0)
-        sharded_total = base + b * a
+        aw = ADAPTER_WEIGHT_BYTES
+        sharded_total = base + ADAPTER_BYTES_PER_PARAM * a
         compute_params = n + a
         parts = {
             "frozen_base": base,
-            "weights": w * a,
-            "gradients": w * a,
-            "optimizer": 2 * w * a,
+            "weights": aw * a,
+            "gradients": aw * a,
+            "optimizer": 2 * aw * a,
         }
     else:
         trainable = n

@@ -11,8 +11,10 @@ holds (docs/planning.md, Peak memory):
   and the one prefetched); a layer's gradient exists unsharded, in bf16 (and cast to fp32
   for an fp32 reduce), until its reduce-scatter. Stage 2 keeps every layer gathered, which
   the states already count (its compute copy); DDP's gradients are bucket views (states).
-- the optimizer step (AdamW's foreach path, the default on CUDA): one temporary the size of
-  the second moments (sqrt(v)) beside the states, when the activations are gone.
+- the optimizer step, beside the states when the activations are gone: torch's AdamW
+  (foreach, the default on CUDA) makes one fp32 temporary the size of the second moments
+  (sqrt(v)); the bf16 full fine-tune's AdamW (trainer/adamw.py) works in chunks of SR_CHUNK
+  elements, SR_STEP_TEMP_BYTES each (fp32 weight, gradient, m, v, denominator, random bits).
 - overhead: the CUDA context, cuBLAS and NCCL workspaces and the caching allocator's slack
   outside the tensors: the 2 GiB the budget already reserves for them (gpus.RESERVE_BYTES).
 """
@@ -26,9 +28,12 @@ from jobfolder.knobs import CHECKPOINTING
 from veri_tui.plan.activation_peak import ActivationTerms, activation_terms
 from veri_tui.plan.activations import Layout, loss_chunk_bytes, sequence_length
 from veri_tui.plan.gpus import GPU, RESERVE_BYTES
-from veri_tui.plan.memory import WEIGHT_BYTES, MemoryEstimate, in_flight_bytes
+from veri_tui.plan.memory import MemoryEstimate, in_flight_bytes, trained_weight_bytes
 from veri_tui.plan.model_info import ModelInfo
 
+# trainer/adamw.py's CHUNK and STEP_TEMP_BYTES (tests/trainer/test_adamw.py checks they agree).
+SR_CHUNK = 1 << 22
+SR_STEP_TEMP_BYTES = 24
 PARTS = ("states", "activations", "logits", "in_flight", "optimizer_step", "overhead")
 # The knob that moves each part most, named beside the largest part (the app, `memory:`);
 # jobfolder's: the canary's gate names it too.
@@ -36,12 +41,20 @@ KNOB_FOR_PART = CANARY_KNOBS
 
 
 def optimizer_step_bytes(est: MemoryEstimate) -> int:
-    """AdamW's sqrt(v) temporary: the trainable parameters' share on this GPU, in their
-    dtype (none on the GPU when the optimizer runs on the host)."""
+    """The optimizer step's temporary on this GPU (none when it runs on the host).
+
+    torch's AdamW (fp32 master weights, fp32 LoRA adapters; foreach on CUDA): one sqrt(v)
+    the size of the trainable share, fp32. The bf16 full fine-tune's stochastically rounded
+    AdamW (trainer/adamw.py) works chunk by chunk: SR_STEP_TEMP_BYTES per element of at most
+    SR_CHUNK elements of the share (its fp32 working copies and random bits).
+    """
     if est.cpu_offload:
         return 0
     div = 1 if est.zero_stage == 0 else est.data_parallel_size
-    return -(-WEIGHT_BYTES[est.precision] * est.trainable_parameter_count // div)
+    share = -(-est.trainable_parameter_count // div)
+    if est.precision == "bf16" and not est.lora_rank:
+        return SR_STEP_TEMP_BYTES * min(share, SR_CHUNK)
+    return trained_weight_bytes(est.precision, est.lora_rank) * share
 
 
 def _terms(info: ModelInfo, mode: str, tokens: int, lora: int, autocast: bool) -> ActivationTerms:
@@ -71,8 +84,9 @@ def estimate_peak(
     known = info.hidden_size > 0 and info.vocab_size > 0
     tokens = micro_batch_size * seq
     lora, stage = est.lora_rank, est.zero_stage
-    # fp32 master weights compute under autocast at stage 0; FSDP2 gathers bf16 copies.
-    autocast = est.precision == "fp32" and stage == 0
+    # fp32 trained weights (fp32 masters; LoRA's fp32 adapters in either precision) compute
+    # under autocast at stage 0 (trainer/parallelize.py); FSDP2 gathers bf16 copies.
+    autocast = (est.precision == "fp32" or lora > 0) and stage == 0
     by_mode = {m: _terms(info, m, tokens, lora, autocast) if known else None for m in CHECKPOINTING}
     terms = by_mode[activation_checkpointing]
     transient = 0 if est.cpu_offload else in_flight_bytes(

@@ -37,7 +37,7 @@ from typing import Any
 
 from veri_tui.plan.activations import sequence_length
 from veri_tui.plan.gpus import GPU
-from veri_tui.plan.memory import COMPUTE_BYTES, WEIGHT_BYTES
+from veri_tui.plan.memory import COMPUTE_BYTES, trained_weight_bytes
 from veri_tui.plan.model_info import ModelInfo
 
 # Share of the dense bf16 peak an eager PyTorch step's matmuls reach (the bundled trainer runs
@@ -167,7 +167,7 @@ def estimate_throughput(
     ga = gradient_accumulation_steps
     compute_s = ga * mb_s
     trainable = info.adapter_parameters(lora_rank) if lora else info.parameter_count
-    grad_bytes = WEIGHT_BYTES[precision] * trainable
+    grad_bytes = trained_weight_bytes(precision, lora_rank) * trainable
     raw_comm = exposed = 0.0
     net = (nodes, internode_gbps)
     units = layers + 1  # FSDP2 units: one per decoder layer, plus the root

@@ -1,0 +1,86 @@
+"""The bf16 AdamW on 2 real ranks (torchrun, gloo): DDP replicas stay bit-identical, and an
+FSDP2 shard gets the update the whole parameter gets.
+
+Run as a script under torchrun, each rank trains the same small bf16 model on its own
+batches for STEPS steps twice, under DDP and under FSDP2 (`fully_shard`, dim-0 shards of
+uneven size: 37 rows over 2 ranks), both with trainer/adamw.py's StochasticAdamW, and
+writes what it holds: under DDP its whole weights (which must equal the other rank's:
+rounding by a per-rank random stream would drift them apart), under FSDP2 its shards
+gathered whole. The reduced gradients are bit-equal in both (2 ranks: one addition), so
+the two layouts must end with bit-equal weights.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+STEPS = 4
+
+
+def _model() -> Any:
+    import torch
+
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(16, 37), torch.nn.Tanh(), torch.nn.Linear(37, 5))
+    return net.to(torch.bfloat16)
+
+
+def _train(net: Any, params: list[Any], rank: int) -> None:
+    import torch
+
+    from trainer.adamw import StochasticAdamW
+
+    opt = StochasticAdamW(params, lr=1e-3, weight_decay=0.1, seed=42)
+    g = torch.Generator().manual_seed(100 + rank)  # each rank its own batches
+    for _ in range(STEPS):
+        x = torch.randn(8, 16, generator=g).bfloat16()
+        net(x).float().square().mean().backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+
+def _ranks(out: Path) -> None:
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    ddp = DDP(_model())
+    _train(ddp, list(ddp.parameters()), rank)
+    whole = {n: p.detach().float().flatten().tolist() for n, p in ddp.module.named_parameters()}
+    net = _model()
+    fully_shard(net, mesh=init_device_mesh("cpu", (2,)))
+    _train(net, list(net.parameters()), rank)
+    sharded = {n: p.full_tensor().float().flatten().tolist() for n, p in net.named_parameters()}
+    (out / f"rank-{rank}.json").write_text(json.dumps({"ddp": whole, "fsdp": sharded}))
+    dist.destroy_process_group()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_ddp_replicas_agree_and_fsdp2_shards_update_as_the_whole(tmp_path: Path) -> None:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", __file__]
+    proc = subprocess.run(
+        [*cmd, str(tmp_path)], cwd=REPO, env=env, capture_output=True, text=True, timeout=280
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    r0, r1 = (json.loads((tmp_path / f"rank-{r}.json").read_text()) for r in (0, 1))
+    assert r0["ddp"] == r1["ddp"]  # bit-identical replicas
+    assert r0["fsdp"] == r1["fsdp"] == r0["ddp"]  # shards rounded as the whole parameters
+    init = {n: p.float().flatten().tolist() for n, p in _model().named_parameters()}
+    assert all(r0["ddp"][n] != init[n] for n in init)  # it trained
+
+
+if __name__ == "__main__":
+    _ranks(Path(sys.argv[1]))
