@@ -167,7 +167,10 @@ def test_two_ranks_through_sbatch_match_a_local_run(
     entry = json.loads((home / "remote" / f"{job_id}.json").read_text())
     assert entry["kind"] == "slurm" and str(entry["pid"]) == record["slurm_job_id"]
     assert record["spec"]["slurm"]["partition"] == "debug"
-    assert (job_dir / "log.txt").read_text().startswith("model: tiny-model (bundled)")
+    # The plan header as `plan --slurm` prints it: the partition read, then the model.
+    log = (job_dir / "log.txt").read_text().splitlines()
+    assert log[0].startswith("slurm: partition debug: "), log[:2]
+    assert log[1].startswith("model: tiny-model (bundled)"), log[:2]
     assert (job_dir / "sbatch.sh").read_text().startswith("#!/bin/bash\n")
     code, out, _ = cli(capsys, "jobs")
     assert code == 0 and f"{job_id}  succeeded  slurm:local" in out
