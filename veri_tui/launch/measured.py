@@ -114,8 +114,15 @@ def _peak_parts(act: dict[str, Any]) -> dict[str, Any] | None:
     peak = act.get("peak") if act.get("known") else None
     if not peak:
         return None
+    parts = dict(peak["parts"])
+    if not (parts.get("activations") or parts.get("logits") or parts.get("in_flight")):
+        # The optimizer step is the peak (peak.py zeroes the backward's parts there, as they
+        # are freed by then); a canary still measures the backward's, so it is set beside
+        # the plan's backward: its activations with logits, and its units in flight.
+        parts.update(activations=act.get("bytes_per_gpu") or 0, logits=0,
+                     in_flight=act.get("in_flight_bytes") or 0)  # fmt: skip
     return {
-        **peak["parts"],
+        **parts,
         "allocated_bytes": peak.get("allocated_bytes"),
         "peak_bytes": peak.get("peak_bytes"),
         "optimizer_step_bytes": peak.get("optimizer_step_bytes"),
