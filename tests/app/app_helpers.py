@@ -138,3 +138,25 @@ async def until(pilot, condition, what: str, polls: int = 400) -> None:
             return
         await pilot.pause(0.05)
     raise AssertionError(f"never saw: {what}")
+
+
+async def pilot_wait(pilot, cond, timeout: float, what: str) -> None:
+    """Poll ``cond`` every 0.2 s of the app's time until true; fail naming ``what``."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        await pilot.pause(0.2)
+
+
+async def type_into(pilot, selector: str, text: str) -> None:
+    """Replace the text of the screen's Input ``selector`` by typing ``text`` key by key."""
+    from textual.widgets import Input
+
+    inp = pilot.app.screen.query_one(selector, Input)
+    inp.focus()
+    inp.value = ""
+    await pilot.press(*text)
+    await pilot.pause()

@@ -5,34 +5,19 @@ reaches the monitor's log tail, and the gate's go lets the same job finish."""
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import pytest
 from app_helpers import editor_ready
-from textual.widgets import Button, Input, Log
+from app_helpers import pilot_wait as _wait
+from app_helpers import type_into as _type
+from textual.widgets import Button, Log
 
 from veri_tui.app import create_app
 from veri_tui.app.screens.launch import LaunchScreen
 from veri_tui.app.screens.monitor import MonitorScreen
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(200)]
-
-
-async def _wait(pilot, cond, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        await pilot.pause(0.2)
-
-
-async def _type(pilot, selector: str, text: str) -> None:
-    inp = pilot.app.screen.query_one(selector, Input)
-    inp.focus()
-    inp.value = ""
-    await pilot.press(*text)
-    await pilot.pause()
 
 
 async def test_canary_button_runs_the_gate_and_the_job_goes_on(veri_home: Path) -> None:

@@ -10,12 +10,13 @@ from __future__ import annotations
 import json
 import os
 import signal
-import time
 from pathlib import Path
 
 import pytest
 from app_helpers import editor_ready
-from textual.widgets import Button, DataTable, Input, ProgressBar, Select, Static
+from app_helpers import pilot_wait as _wait
+from app_helpers import type_into as _type
+from textual.widgets import Button, DataTable, ProgressBar, Select, Static
 
 from veri_tui.app import create_app
 from veri_tui.app.screens.jobs import JobsScreen
@@ -44,22 +45,6 @@ def _kill(pid_file: Path) -> None:
         os.kill(int(pid_file.read_text().strip()), signal.SIGKILL)
     except (ValueError, OSError):
         pass
-
-
-async def _wait(pilot, cond, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        await pilot.pause(0.2)
-
-
-async def _type(pilot, selector: str, text: str) -> None:
-    inp = pilot.app.screen.query_one(selector, Input)
-    inp.focus()
-    inp.value = ""
-    await pilot.press(*text)
-    await pilot.pause()
 
 
 def _plan_line(screen) -> str:
