@@ -12,6 +12,7 @@ import json
 import os
 import sys
 
+from jobfolder.canarytable import no_go_line
 from jobfolder.record import NOT_RECORDED, JobRecord, plan_line_of
 from jobfolder.status import has_ended, outcome_recorded
 from veri_tui.launch import jobs
@@ -40,7 +41,7 @@ def _row(rec: JobRecord) -> list[str]:
         str(spec.get("method", "-")),
         f"{spec.get('gpu_count', '?')}x {spec.get('gpu', '?')}",
         model,
-        error.get("code", ""),
+        error.get("code", "") or ("canary no-go" if no_go_line(rec) else ""),
     ]
 
 
@@ -72,6 +73,8 @@ def show_job(job_id: str, as_json: bool) -> int:
     print("  ".join(c for c in _row(rec) if c))
     if rec.get("error"):
         print(failure_line(rec))
+    elif no_go_line(rec):
+        print(no_go_line(rec))
     state = jobs.slurm_state(rec)
     if state is not None:
         why = f", reason {state[1]}" if state[1] else ""
