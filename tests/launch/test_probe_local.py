@@ -1,0 +1,96 @@
+"""The launch's probe on one machine with 2 GPUs or more: their health and the bandwidth among
+them before the job (veri_tui/launch/probe/fleet.py `needs_probe`, `fleet_probe`).
+
+The GPUs are the one thing mocked: the host's facts name two H100s (what torch.cuda would
+report) and the host's Python finds a fake nvidia-ml-py whose GPU 1 has a row remapping
+pending. The bandwidth run is real: torchrun with 2 CPU ranks (gloo) on this machine. The sick
+GPU is refused by name with the way out for one machine; --allow-slow-nodes goes on, and the
+verdict is cached for the launch after it.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from veri_tui.errors import VeriError
+from veri_tui.launch.local_host import LocalHost
+from veri_tui.launch.probe.fleet import ProbeChoice, fleet_probe, needs_probe
+from veri_tui.launch.probe.report import cached, hosts_key
+from veri_tui.plan import load_job_config
+
+# Two H100s; GPU 1's row remapping is pending. Every call is one pynvml names.
+FAKE_PYNVML = """
+def nvmlInit(): pass
+def nvmlShutdown(): pass
+def nvmlSystemGetDriverVersion(): return "550.54.15"
+def nvmlSystemGetCudaDriverVersion(): return 12040
+def nvmlDeviceGetCount(): return 2
+def nvmlDeviceGetHandleByIndex(i): return i
+def nvmlDeviceGetName(h): return b"NVIDIA H100 80GB HBM3"
+def nvmlDeviceGetTotalEccErrors(h, kind, counter): return 0
+def nvmlDeviceGetRemappedRows(h): return (0, 1, 1, 0) if h == 1 else (0, 0, 0, 0)
+def nvmlDeviceGetCurrPcieLinkWidth(h): return 16
+def nvmlDeviceGetMaxPcieLinkWidth(h): return 16
+"""
+H100 = {"name": "NVIDIA H100 80GB HBM3", "memory_bytes": 80 * 10**9}
+
+
+def host(kind: str) -> SimpleNamespace:
+    return SimpleNamespace(kind=kind)
+
+
+def test_which_launches_probe_first() -> None:
+    two, none = SimpleNamespace(gpus=[H100, H100]), SimpleNamespace(gpus=[])
+    job2, job1 = SimpleNamespace(gpu_count=2), SimpleNamespace(gpu_count=1)
+    assert needs_probe([host("ssh"), host("ssh")], [none, none], job2)  # several nodes
+    assert needs_probe([host("local")], [two], job2)  # 2 GPUs of this machine
+    assert needs_probe([host("ssh")], [two], job2)  # of one SSH host
+    assert not needs_probe([host("local")], [two], job1)  # one GPU: nothing among them
+    assert not needs_probe([host("local")], [none], job2)  # CPU ranks
+    assert not needs_probe([host("slurm")], [two], job2)  # nodes unknown before allocation
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+def test_a_sick_gpu_of_this_machine_refuses_the_launch_by_name(home: Path, tmp_path: Path) -> None:
+    (tmp_path / "fake").mkdir()
+    (tmp_path / "fake" / "pynvml.py").write_text(FAKE_PYNVML)
+    python = tmp_path / "python"  # this machine's Python, finding the fake NVML first
+    python.write_text(
+        f'#!/bin/bash\nexport PYTHONPATH="{tmp_path / "fake"}${{PYTHONPATH:+:$PYTHONPATH}}"\n'
+        f'exec {sys.executable} "$@"\n'
+    )
+    python.chmod(0o755)
+    job = load_job_config(None, gpu_count=2)
+    local = LocalHost()
+    local.python = str(python)
+    facts = local.probe(job, 0)
+    facts.gpus = [H100, H100]  # what torch.cuda would say on that machine
+    assert needs_probe([local], [facts], job)
+    start = time.monotonic()
+    with pytest.raises(VeriError) as refused:
+        fleet_probe([local], [facts], job, ProbeChoice())
+    print(f"one machine, 2 ranks: refused after {time.monotonic() - start:.1f} s")
+    messages = [e.message for e in refused.value.errors]
+    assert messages == [
+        "node 0 (this machine) is sick: GPU 1: a row remapping is pending (reset the GPU to "
+        "apply it); leave it out (list only the other GPUs in CUDA_VISIBLE_DEVICES, with a "
+        "lower --gpu-count) or pass --allow-slow-nodes to go on at your own risk"
+    ]
+    # Measured and cached: the launch after it (or --allow-slow-nodes) reads the same verdict.
+    data = cached(hosts_key(["local"]))
+    assert data is not None and data["bandwidth"]["ranks_per_node"] == 2
+    assert data["sick"] == [
+        "node 0 (this machine): GPU 1: a row remapping is pending (reset the GPU to apply it)"
+    ]
+    report = fleet_probe([local], [facts], job, ProbeChoice(allow_slow=True))
+    assert report is not None and report.measured_at == data["measured_at"]  # the cached one
+    lines = report.lines()
+    assert lines[-1].startswith("gpu health: this machine: SICK: 2 GPUs, driver 550.54.15")
+    assert any("all 2 ranks" in ln and "all_reduce" in ln for ln in lines), lines
+    assert any(ln.startswith("within a node: all_reduce busbw ") for ln in lines), lines
