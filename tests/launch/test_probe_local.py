@@ -16,6 +16,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from support.fakenvml import write_fake_pynvml
 
 from veri_tui.errors import VeriError
 from veri_tui.launch.local_host import LocalHost
@@ -23,20 +24,6 @@ from veri_tui.launch.probe.fleet import ProbeChoice, fleet_probe, needs_probe
 from veri_tui.launch.probe.report import cached, hosts_key
 from veri_tui.plan import load_job_config
 
-# Two H100s; GPU 1's row remapping is pending. Every call is one pynvml names.
-FAKE_PYNVML = """
-def nvmlInit(): pass
-def nvmlShutdown(): pass
-def nvmlSystemGetDriverVersion(): return "550.54.15"
-def nvmlSystemGetCudaDriverVersion(): return 12040
-def nvmlDeviceGetCount(): return 2
-def nvmlDeviceGetHandleByIndex(i): return i
-def nvmlDeviceGetName(h): return b"NVIDIA H100 80GB HBM3"
-def nvmlDeviceGetTotalEccErrors(h, kind, counter): return 0
-def nvmlDeviceGetRemappedRows(h): return (0, 1, 1, 0) if h == 1 else (0, 0, 0, 0)
-def nvmlDeviceGetCurrPcieLinkWidth(h): return 16
-def nvmlDeviceGetMaxPcieLinkWidth(h): return 16
-"""
 H100 = {"name": "NVIDIA H100 80GB HBM3", "memory_bytes": 80 * 10**9}
 
 
@@ -58,8 +45,7 @@ def test_which_launches_probe_first() -> None:
 @pytest.mark.slow
 @pytest.mark.timeout(400)
 def test_a_sick_gpu_of_this_machine_refuses_the_launch_by_name(home: Path, tmp_path: Path) -> None:
-    (tmp_path / "fake").mkdir()
-    (tmp_path / "fake" / "pynvml.py").write_text(FAKE_PYNVML)
+    write_fake_pynvml(tmp_path / "fake", count=2, pending=1)  # GPU 1's row remapping pending
     python = tmp_path / "python"  # this machine's Python, finding the fake NVML first
     python.write_text(
         f'#!/bin/bash\nexport PYTHONPATH="{tmp_path / "fake"}${{PYTHONPATH:+:$PYTHONPATH}}"\n'

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from multinode_helpers import two_node_env
 from ssh_helpers import cli
+from support.fakenvml import write_fake_pynvml
 
 from veri_tui.launch import jobs
 from veri_tui.plan import load_job_config
@@ -74,20 +75,7 @@ def test_probe_prints_bus_bandwidths_and_the_plan_uses_them(
 
 
 # What node 1 imports as nvidia-ml-py (its sshd sets VERI_FAKE_NVML): one H100 whose row
-# remapping is pending. The GPU is the one thing mocked; every call is what pynvml names.
-FAKE_PYNVML = """
-def nvmlInit(): pass
-def nvmlShutdown(): pass
-def nvmlSystemGetDriverVersion(): return "550.54.15"
-def nvmlSystemGetCudaDriverVersion(): return 12040
-def nvmlDeviceGetCount(): return 1
-def nvmlDeviceGetHandleByIndex(i): return i
-def nvmlDeviceGetName(h): return b"NVIDIA H100 80GB HBM3"
-def nvmlDeviceGetTotalEccErrors(h, kind, counter): return 0
-def nvmlDeviceGetRemappedRows(h): return (0, 1, 1, 0)
-def nvmlDeviceGetCurrPcieLinkWidth(h): return 16
-def nvmlDeviceGetMaxPcieLinkWidth(h): return 16
-"""
+# remapping is pending (tests/support/fakenvml.py).
 
 
 @pytest.fixture(scope="module")
@@ -99,9 +87,8 @@ def sick_sshd(tmp_path_factory):
 
 
 def _python_with_fake_nvml(folder: Path) -> str:
-    """A remote Python that finds FAKE_PYNVML first where VERI_FAKE_NVML is set."""
-    (folder / "fake").mkdir()
-    (folder / "fake" / "pynvml.py").write_text(FAKE_PYNVML)
+    """A remote Python that finds the fake pynvml first where VERI_FAKE_NVML is set."""
+    write_fake_pynvml(folder / "fake", count=1, pending=0)
     wrapper = folder / "python"
     path = f"{folder / 'fake'}${{PYTHONPATH:+:$PYTHONPATH}}"
     wrapper.write_text(

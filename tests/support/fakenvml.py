@@ -1,0 +1,38 @@
+"""A fake nvidia-ml-py (`pynvml`) for the probe's GPU health tests: the GPU is the one thing
+mocked, and every call is one pynvml names (trainer/gpuhealth.py makes them).
+
+`fake_pynvml(count, pending)` is the module's source: ``count`` H100s, driver 550.54.15,
+CUDA 12.4, and a row remapping pending on GPU ``pending`` (sick: trainer/gpuhealth.py reads
+it, veri_tui/launch/probe/health.py judges it).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+TEMPLATE = """
+def nvmlInit(): pass
+def nvmlShutdown(): pass
+def nvmlSystemGetDriverVersion(): return "550.54.15"
+def nvmlSystemGetCudaDriverVersion(): return 12040
+def nvmlDeviceGetCount(): return {count}
+def nvmlDeviceGetHandleByIndex(i): return i
+def nvmlDeviceGetName(h): return b"NVIDIA H100 80GB HBM3"
+def nvmlDeviceGetTotalEccErrors(h, kind, counter): return 0
+def nvmlDeviceGetRemappedRows(h): return (0, 1, 1, 0) if h == {pending} else (0, 0, 0, 0)
+def nvmlDeviceGetCurrPcieLinkWidth(h): return 16
+def nvmlDeviceGetMaxPcieLinkWidth(h): return 16
+"""
+
+
+def fake_pynvml(count: int, pending: int) -> str:
+    """The fake module's source (above)."""
+    return TEMPLATE.format(count=count, pending=pending)
+
+
+def write_fake_pynvml(folder: Path, count: int, pending: int) -> Path:
+    """`<folder>/pynvml.py`; put ``folder`` first on PYTHONPATH to import it."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "pynvml.py"
+    path.write_text(fake_pynvml(count, pending))
+    return path
