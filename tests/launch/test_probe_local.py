@@ -10,13 +10,12 @@ verdict is cached for the launch after it.
 
 from __future__ import annotations
 
-import sys
 import time
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from support.fakenvml import write_fake_pynvml
+from support.fakenvml import python_with_fake_nvml
 
 from veri_tui.errors import VeriError
 from veri_tui.launch.local_host import LocalHost
@@ -45,16 +44,10 @@ def test_which_launches_probe_first() -> None:
 @pytest.mark.slow
 @pytest.mark.timeout(400)
 def test_a_sick_gpu_of_this_machine_refuses_the_launch_by_name(home: Path, tmp_path: Path) -> None:
-    write_fake_pynvml(tmp_path / "fake", count=2, pending=1)  # GPU 1's row remapping pending
-    python = tmp_path / "python"  # this machine's Python, finding the fake NVML first
-    python.write_text(
-        f'#!/bin/bash\nexport PYTHONPATH="{tmp_path / "fake"}${{PYTHONPATH:+:$PYTHONPATH}}"\n'
-        f'exec {sys.executable} "$@"\n'
-    )
-    python.chmod(0o755)
+    python = python_with_fake_nvml(tmp_path, count=2, pending=1)  # GPU 1: remapping pending
     job = load_job_config(None, gpu_count=2)
     local = LocalHost()
-    local.python = str(python)
+    local.python = python
     facts = local.probe(job, 0)
     facts.gpus = [H100, H100]  # what torch.cuda would say on that machine
     assert needs_probe([local], [facts], job)

@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import json
 import re
-import sys
 import time
 from pathlib import Path
 
 import pytest
 from multinode_helpers import two_node_env
 from ssh_helpers import cli
-from support.fakenvml import write_fake_pynvml
+from support.fakenvml import python_with_fake_nvml
 
 from veri_tui.launch import jobs
 from veri_tui.plan import load_job_config
@@ -86,23 +85,9 @@ def sick_sshd(tmp_path_factory):
     yield from _serve(tmp_path_factory, "veri-test-sick", "SetEnv VERI_FAKE_NVML=1\n")
 
 
-def _python_with_fake_nvml(folder: Path) -> str:
-    """A remote Python that finds the fake pynvml first where VERI_FAKE_NVML is set."""
-    write_fake_pynvml(folder / "fake", count=1, pending=0)
-    wrapper = folder / "python"
-    path = f"{folder / 'fake'}${{PYTHONPATH:+:$PYTHONPATH}}"
-    wrapper.write_text(
-        "#!/bin/bash\n"
-        f'[ -n "$VERI_FAKE_NVML" ] && export PYTHONPATH="{path}"\n'
-        f'exec {sys.executable} "$@"\n'
-    )
-    wrapper.chmod(0o755)
-    return str(wrapper)
-
-
 def test_a_slow_or_sick_node_is_named_and_refused(sshd, sick_sshd, tmp_path) -> None:
     env = two_node_env(sshd, sick_sshd, tmp_path, probe=True)
-    env["VERI_REMOTE_PYTHON"] = _python_with_fake_nvml(tmp_path)
+    env["VERI_REMOTE_PYTHON"] = python_with_fake_nvml(tmp_path, 1, 0, when="VERI_FAKE_NVML")
     env["VERI_PROBE_DELAY"] = "1:0.1"  # node 1's rank sleeps 100 ms before each collective
     hosts = ["--host", sshd.alias, "--host", sick_sshd.alias]
     start = time.monotonic()
