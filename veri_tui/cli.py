@@ -79,7 +79,8 @@ def _launch_options(p: argparse.ArgumentParser) -> None:
     )  # fmt: skip
     p.add_argument(
         "--no-probe", action="store_true",
-        help="several hosts: skip the bandwidth and GPU health probe of the nodes (docs/probe.md)",
+        help="skip the bandwidth and GPU health probe of the nodes (several hosts) or of the "
+        "GPUs (2 or more of one machine) (docs/probe.md)",
     )  # fmt: skip
     p.add_argument(
         "--allow-slow-nodes", action="store_true",

@@ -31,7 +31,7 @@ from veri_tui.launch.host import Host, Row
 from veri_tui.launch.hostpool import HostName, open_hosts
 from veri_tui.launch.launching import own_checks, probe_all
 from veri_tui.launch.nodes import disk_of, node_label, probe_rendezvous, storage_row
-from veri_tui.launch.probe.fleet import ProbeChoice, fleet_probe
+from veri_tui.launch.probe.fleet import ProbeChoice, fleet_probe, needs_probe
 from veri_tui.launch.probe.report import with_network
 from veri_tui.launch.spec import local_dataset
 
@@ -87,6 +87,9 @@ def preflight(job: Any, plan_record: Any, names: Sequence[HostName], trust: str 
             rows, job = _node_rows(hosts, facts, job, problems)
         else:
             rows = [("host", True, line) for line in facts[0].summary()]
+            if not found and needs_probe(hosts, facts, job):  # 2 GPUs or more: their health
+                report = _collect(problems, lambda: fleet_probe(hosts, facts, job, ProbeChoice()))
+                rows += [("probe", True, report.lines()[-1])] if report is not None else []
         out_job = _collect(problems, lambda: head.output_for(job, facts[0]))
         job = out_job if out_job is not None else job
         known = all(pf.model_known for pf in facts) and not (many and own)
