@@ -22,7 +22,8 @@ from trainer.adamw import make_optimizer
 from trainer.artifact import save_artifact
 from trainer.canary import Canary
 from trainer.config import TrainConfig
-from trainer.dataprep import prepare_dataset
+from trainer.dataprep import EVAL_CACHE, prepare_dataset
+from trainer.evaluate import due, eval_loss, split_rows
 from trainer.faults import FaultPlan
 from trainer.forensics import start_responder
 from trainer.measure import StateMeter
@@ -65,7 +66,9 @@ def train(cfg: TrainConfig, ctx: RankContext, log: RankLog) -> None:
     stats = RunStats(ctx, rt.device, cfg.zero_stage, offload_active(cfg, rt))  # run-rank-<r>
     with stats.setup.phase("data"):
         tok = load_tokenizer(path)
-        rows = prepare_dataset(cfg, ctx, tok, path, log)  # <job_dir>/tokens/, mapped
+        rows, held = split_rows(cfg, prepare_dataset(cfg, ctx, tok, path, log))  # tokens/
+        if cfg.eval_sources:
+            held = prepare_dataset(cfg, ctx, tok, path, log, cfg.eval_sources, EVAL_CACHE)
     progress.mark("load")  # each part of the load restarts the watchdog's load timeout
     gbs = cfg.global_batch_size
     if len(rows) < gbs:
@@ -73,7 +76,11 @@ def train(cfg: TrainConfig, ctx: RankContext, log: RankLog) -> None:
     per_epoch = len(rows) // gbs
     total = cfg.max_steps or cfg.num_epochs * per_epoch
     backend = "nccl" if rt.device.type == "cuda" else "gloo"
-    log.info(f"data: {cfg.dataset} ({len(rows)} rows, {per_epoch} steps/epoch, {total} steps)")
+    names = ", ".join(s.label + (f" x{s.weight:g}" if s.weight != 1 else "") for s in cfg.sources)
+    log.info(f"data: {names} ({len(rows)} rows, {per_epoch} steps/epoch, {total} steps)")
+    if held:
+        every = f"every {cfg.eval_steps} steps and " if cfg.eval_steps else ""
+        log.info(f"eval: {len(held)} rows, eval_loss {every}at the end")
     log.info(f"device: {rt.device.type} x{rt.world_size} ({backend})")
     if cfg.cpu_offload and not offload_active(cfg, rt):
         log.info(
@@ -125,8 +132,17 @@ def train(cfg: TrainConfig, ctx: RankContext, log: RankLog) -> None:
             log.info(stats.setup.line())  # this attempt's set-up, once its first step is done
         lr = sched.get_last_lr()[0]
         sched.step()
-        if (step + 1) % cfg.logging_steps == 0 or step + 1 == total:
+        evaluated = None
+        if due(cfg, step + 1, total, bool(held)):
+            progress.mark("eval", step + 1)
+            evaluated = eval_loss(
+                model, held, cfg, rt.device, tok.pad_token_id, stepper.reference,
+                lambda: autocast(cfg, rt), lambda: progress.mark("eval"),
+            )  # fmt: skip
+        if (step + 1) % cfg.logging_steps == 0 or step + 1 == total or evaluated is not None:
             metric = {"step": step + 1, "total_steps": total, "loss": round(loss, 6), "lr": lr}
+            if evaluated is not None:
+                metric["eval_loss"] = round(evaluated, 6)
             metric["grad_norm"] = round(grad_norm, 6)
             metric["tokens_per_s"] = round(tokens / (time.perf_counter() - t0), 1)
             metric.update(window_peak(rt.device))  # a collective: every rank logs here

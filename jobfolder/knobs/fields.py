@@ -152,6 +152,14 @@ class Hyperparameters:
     max_restarts: int = knob(
         0, "restarts after a platform failure (rank lost, comm, hardware, hang), "
         "each from the newest verified checkpoint", ge=0)
+    # --- evaluation (issue 27; the trainer's trainer/evaluate.py, the planner's peak and
+    # cost): the rows are the job's eval_dataset (job.py), else eval_fraction of its data ---
+    eval_fraction: float = knob(
+        0.0, "share of the dataset's rows held out for eval_loss, 0 to 0.9 (seeded; "
+        "ignored when eval_dataset is set)", ge=0, le=0.9, section=_TRAIN, hint="0: none")
+    eval_steps: int | None = knob(
+        None, "eval_loss every N optimizer steps, and at the end (default: at the end "
+        "only, when there are eval rows)", ge=1, unit="steps", section=_TRAIN, hint="at end")
     # fmt: on
 
     @property

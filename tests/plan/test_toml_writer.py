@@ -115,6 +115,8 @@ KNOBS: dict[str, st.SearchStrategy[Any]] = {
     "hang_timeout_s": POS_FLOAT,
     "load_timeout_s": POS_FLOAT,
     "max_restarts": st.integers(0, 2**63 - 1),
+    "eval_fraction": st.floats(min_value=0, max_value=0.9),
+    "eval_steps": POS,
 }
 # Paths the reader keeps as written (absolute), or Hub ids (not a folder beside the file);
 # no NUL (no path holds one) and no lone surrogates (a UTF-8 file cannot).

@@ -206,7 +206,7 @@ class LocalHost:
             return []
         model, dataset, output, _ = paths
         shown = output if job.output else "<job folder>/output"
-        return [("model", True, model), ("dataset", True, dataset), ("output", True, shown)]
+        return [("model", True, model), ("dataset", True, str(dataset)), ("output", True, shown)]
 
     def capacity(self, facts: HostFacts, plan: Any, disk: Any, output: str | None, label: str
                  ) -> tuple[list[Row], list[Refusal]]:  # fmt: skip

@@ -32,6 +32,7 @@ def metric_of(line: str) -> dict[str, Any] | None:
 #: (key, label, format) after the step: a key that is missing or not a number is left out.
 _FIELDS: tuple[tuple[str, str, Callable[[float], str]], ...] = (
     ("loss", "loss", lambda v: f"{v:.4g}"),
+    ("eval_loss", "eval_loss", lambda v: f"{v:.4g}"),
     ("lr", "lr", lambda v: f"{v:.1e}"),
     ("grad_norm", "grad", lambda v: f"{v:.3g}"),
     ("rewards/margins", "margin", lambda v: f"{v:.3g}"),

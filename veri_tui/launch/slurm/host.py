@@ -148,10 +148,11 @@ class SlurmHost:
         """The login node's plan of the job laid out on the partition (``given`` is not used:
         it was made for another layout)."""
         if self.login_host.local:
-            from veri_tui.launch.spec import local_dataset
+            from veri_tui.launch.spec import with_data
 
             # Planned with the dataset it trains on, so the predicted price counts its tokens.
-            self._job_update.setdefault("dataset", str(local_dataset(job)))
+            for key in ("dataset", "eval_dataset"):
+                self._job_update.setdefault(key, getattr(with_data(job), key))
         laid_out, rec = self.login_host.plan(job.model_copy(update=self._job_update), facts)
         return laid_out, on_partition(rec, self.partition)
 
