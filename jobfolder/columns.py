@@ -27,7 +27,7 @@ def _sharegpt(turns: Any, where: str) -> list[dict[str, Any]]:
         raise DataError(f"{where}: `conversations` must be a non-empty list")
     out = []
     for i, turn in enumerate(turns):
-        role = SHAREGPT_ROLES.get(turn.get("from")) if isinstance(turn, dict) else None
+        role = SHAREGPT_ROLES.get(str(turn.get("from"))) if isinstance(turn, dict) else None
         if role is None:
             found = turn.get("from") if isinstance(turn, dict) else turn
             raise DataError(

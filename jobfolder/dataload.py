@@ -45,7 +45,7 @@ def kind_of(path: Path) -> str:
 
 def _import_datasets(src: Source) -> Any:
     try:
-        import datasets
+        import datasets  # type: ignore[import-untyped]  # (no py.typed in 5.x)
     except ImportError:
         raise DataError(
             f"{src.label}: reading it needs the `datasets` package (pip install datasets)"

@@ -20,6 +20,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from jobfolder.errors import DataError
+
 #: The row keys the trainer reads (trainer/data.py); a mapping renames a column to one.
 ROW_KEYS = ("text", "prompt", "completion", "messages", "chosen", "rejected")
 OPTIONS = ("config", "split", "weight")
@@ -155,15 +157,32 @@ def as_sources(dataset: list[Source] | str | os.PathLike[str]) -> list[Source]:
     return list(dataset)
 
 
+#: A folder source's limit: more entries than this is not a dataset folder (a typo'd `/`,
+#: `~` or `/tmp`, which the app's preflight would otherwise walk and hash on every key).
+MAX_FOLDER_ENTRIES = 20_000
+#: The file kinds a folder source must hold one of (`datasets` reads these; .arrow: save_to_disk).
+DATA_FILES = (".jsonl", ".json", ".ndjson", ".parquet", ".csv", ".tsv", ".txt", ".arrow")
+
+
 def files_of(path: Path) -> list[Path]:
     """The files a local source is read from: the file, or every file under the folder
-    (symlinks followed: a Hub snapshot's files point into its blobs), sorted."""
+    (symlinks followed: a Hub snapshot's files point into its blobs), sorted. DataError
+    for a folder that is not a dataset's: over MAX_FOLDER_ENTRIES entries (the walk stops
+    there, so a symlink loop ends too) or no data file (DATA_FILES) in it."""
     if path.is_file():
         return [path]
-    out = []
+    out: list[Path] = []
+    seen = 0
     for root, dirs, names in os.walk(path, followlinks=True):
         dirs[:] = sorted(d for d in dirs if not d.startswith("."))  # .cache, .git
+        seen += len(dirs) + len(names)
+        if seen > MAX_FOLDER_ENTRIES:
+            raise DataError(f"{path}: not a dataset folder (over {MAX_FOLDER_ENTRIES:,} files "
+                            "and folders); name the data file or its own folder")  # fmt: skip
         out += [Path(root) / n for n in sorted(names) if not n.startswith(".")]
+    if not any(f.suffix.lower() in DATA_FILES for f in out):
+        raise DataError(f"{path}: a folder with no data file ({' '.join(DATA_FILES)}); "
+                        "name a dataset file, a save_to_disk folder or a Hub id")  # fmt: skip
     return out
 
 

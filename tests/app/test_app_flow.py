@@ -60,6 +60,7 @@ async def _launch(pilot, *, max_steps: int, dataset: str | None = None) -> Monit
     await _wait(pilot, lambda: isinstance(app.screen, LaunchScreen), 10, "launch screen")
     if dataset:
         await _type(pilot, "#dataset", dataset)
+        await pilot.press("enter")  # the dataset is checked on Enter
     await _wait(pilot, lambda: app.screen.ready, 30, "preflight to pass")
     assert "ok   dataset" in str(app.screen.query_one("#preflight", Static).render())
     await pilot.press("ctrl+l")

@@ -159,6 +159,25 @@ def test_launch_refuses_a_bad_row_by_file_and_line_before_anything(
     assert key == "eval_dataset" and detail.startswith(f"{bad} line 5:")
 
 
+def test_a_folder_that_is_no_dataset_is_one_line_without_walking_it_all(
+    home: Path, tmp_path: Path, capsys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A typo'd `/` or `~` (the app checks what is typed) must not be walked and hashed.
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "a.md").write_text("no rows here")
+    assert main(["plan", "--dataset", str(tmp_path / "notes")]) == 2
+    [line] = capsys.readouterr().err.splitlines()
+    assert line.startswith(f"error: dataset: {tmp_path / 'notes'}: a folder with no data file")
+    monkeypatch.setattr("jobfolder.datasource.MAX_FOLDER_ENTRIES", 3)
+    (tmp_path / "many").mkdir()
+    for i in range(4):
+        write_jsonl(tmp_path / "many" / f"{i}.jsonl", ROWS[:1])
+    assert main(["launch", "--dataset", str(tmp_path / "many")]) == 2
+    [line] = capsys.readouterr().err.splitlines()
+    assert "not a dataset folder (over 3 files and folders)" in line
+    assert not (home / "jobs").exists()
+
+
 def test_the_eval_forward_is_in_the_planned_peak() -> None:
     from veri_tui.plan import plan
     from veri_tui.plan.activations import loss_chunk_bytes
@@ -170,4 +189,14 @@ def test_the_eval_forward_is_in_the_planned_peak() -> None:
     forward = 2 * vocab * tokens + loss_chunk_bytes(vocab, tokens)  # bf16 logits + one chunk
     assert act["eval_forward_bytes"] == forward
     assert peak["eval_bytes"] == peak["parts"]["states"] + act["in_flight_bytes"] + forward
-    assert peak["allocated_bytes"] >= peak["eval_bytes"] and peak["moment"] == "backward"
+    assert peak["allocated_bytes"] >= peak["eval_bytes"]  # the train step's peak is higher
+    # An eval forward above the step's (a long eval logits tensor) is the peak itself.
+    from veri_tui.plan.gpus import get_gpu
+    from veri_tui.plan.memory import MemoryEstimate
+    from veri_tui.plan.peak import peak_parts
+
+    est = MemoryEstimate(**rec["resolved_parallelism"]["memory_estimate"])
+    big = {**act, "eval_forward_bytes": 10 * peak["allocated_bytes"]}
+    top = peak_parts(big, est, get_gpu(rec["gpu"]["name"]), evaluating=True)
+    assert top["moment"] == "eval" and top["allocated_bytes"] == top["eval_bytes"]
+    assert not peak_parts(big, est, get_gpu(rec["gpu"]["name"]))["eval_bytes"]

@@ -30,7 +30,7 @@ from veri_tui.launch.diskcheck import Place, local_place
 from veri_tui.launch.host import HostFacts, Result, Row, capacity_rows, run_cancel, supervisor_argv
 from veri_tui.launch.memcheck import local_available
 from veri_tui.launch.records import LogLine, follow_lines
-from veri_tui.launch.spec import local_paths
+from veri_tui.launch.spec import JobData, local_paths
 
 # Supervisors this process started: polled so that a long-lived launcher (the app) reaps them.
 _children: list[subprocess.Popen[bytes]] = []
@@ -193,7 +193,7 @@ class LocalHost:
         return job  # a path here: checked with the job's other paths (job_paths)
 
     def job_paths(self, job: Any, plan: Any, job_dir: str, facts: HostFacts
-                  ) -> tuple[str, str, str, str | None]:  # fmt: skip
+                  ) -> tuple[str, JobData, str, str | None]:  # fmt: skip
         return local_paths(job, plan, Path(job_dir))
 
     def stage(self, job: Any, tmp: str) -> None:

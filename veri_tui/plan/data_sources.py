@@ -15,12 +15,11 @@ import re
 from pathlib import Path
 from typing import Any
 
-from jobfolder.datasource import Source, parse_source, sources_of
+from jobfolder.datasource import DATA_FILES, Source, files_of, parse_source, sources_of
 from jobfolder.errors import DataError
 from veri_tui.plan.sources import _offline, hub_cache_dir
 
 HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
-DATA_SUFFIXES = (".jsonl", ".json", ".ndjson", ".parquet", ".csv", ".tsv", ".txt")
 
 
 def cached_dataset(repo_id: str) -> Path | None:
@@ -36,7 +35,7 @@ def cached_dataset(repo_id: str) -> Path | None:
 
 def is_hub_id(text: str) -> bool:
     """`org/name` that is not a file name (no data file suffix)."""
-    return bool(HUB_ID.fullmatch(text)) and not text.lower().endswith(DATA_SUFFIXES)
+    return bool(HUB_ID.fullmatch(text)) and not text.lower().endswith(DATA_FILES)
 
 
 def _download(repo_id: str) -> Path:
@@ -56,6 +55,8 @@ def resolve(src: Source, download: bool = False) -> Source:
         return src
     path = Path(src.path).expanduser()
     if path.exists():
+        if path.is_dir():
+            files_of(path)  # DataError for a folder that holds no dataset (a typo'd `~`)
         return src.moved(path.resolve())
     if not is_hub_id(src.path):
         raise DataError(f"{src.path}: no such file or folder; pass a dataset file, a "
