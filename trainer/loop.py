@@ -50,6 +50,7 @@ from trainer.report import RankContext, RankLog
 from trainer.runstats import RunStats
 from trainer.schedule import scheduler
 from trainer.stopping import Saver, StopWatch, stop_here
+from trainer.tracking import Tracking, metric_line, run_config
 
 
 def train(cfg: TrainConfig, ctx: RankContext, log: RankLog) -> None:
@@ -117,6 +118,8 @@ def train(cfg: TrainConfig, ctx: RankContext, log: RankLog) -> None:
     stepper.progress, stepper.first_epoch = canary.progress(progress), canary.first_epoch
     stop = StopWatch(cfg.job_dir, rt.device)  # a Slurm job's stop requests (no-op elsewhere)
     saver = Saver(cfg, model, opt, sched, progress, faults, log)
+    tracking = Tracking(cfg.report_to, cfg.job_dir, run_config(cfg), log, rt.rank)
+    log.closers.append(tracking.close)  # RankLog.close: at the end, a stop or a failure
     for step in range(start, total):
         if stop.requested():  # every rank agrees, so all stop after the same step
             stop_here(cfg, rt.rank, step, start, stop, saver, log)
@@ -140,13 +143,10 @@ def train(cfg: TrainConfig, ctx: RankContext, log: RankLog) -> None:
                 lambda: autocast(cfg, rt), lambda: progress.mark("eval"),
             )  # fmt: skip
         if (step + 1) % cfg.logging_steps == 0 or step + 1 == total or evaluated is not None:
-            metric = {"step": step + 1, "total_steps": total, "loss": round(loss, 6), "lr": lr}
-            if evaluated is not None:
-                metric["eval_loss"] = round(evaluated, 6)
-            metric["grad_norm"] = round(grad_norm, 6)
+            metric = metric_line(step + 1, total, per_epoch, loss, lr, grad_norm, evaluated)
             metric["tokens_per_s"] = round(tokens / (time.perf_counter() - t0), 1)
             metric.update(window_peak(rt.device))  # a collective: every rank logs here
-            log.metric({**metric, **rewards})
+            tracking.write({**metric, **rewards})
         if canary.due(step + 1):  # saves step K itself, loads it back, waits for the gate
             if not canary.gate(step + 1, saver, model, opt, log):
                 stats.write(final=False)

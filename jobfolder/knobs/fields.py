@@ -28,6 +28,9 @@ CHECKPOINTING: tuple[str, ...] = get_args(Checkpointing)
 #: The learning-rate schedule after the linear warmup (trainer/schedule.py).
 LrScheduler = Literal["cosine", "linear", "constant"]
 LR_SCHEDULERS: tuple[str, ...] = get_args(LrScheduler)
+#: Where the metric lines also go, besides metrics.jsonl (trainer/tracking.py).
+Tracker = Literal["tensorboard", "trackio", "wandb", "mlflow"]
+TRACKERS: tuple[str, ...] = get_args(Tracker)
 
 #: The app's form sections, in the order the form shows them.
 SECTIONS = ("Job", "Parallelism", "LoRA and lengths", "Training", "Not available",
@@ -160,6 +163,12 @@ class Hyperparameters:
     eval_steps: int | None = knob(
         None, "eval_loss every N optimizer steps, and at the end (default: at the end "
         "only, when there are eval rows)", ge=1, unit="steps", section=_TRAIN, hint="at end")
+    # --- tracking (issue 27; trainer/tracking.py): rank 0 sends each metric line to these
+    # too, under Hugging Face Trainer's names; each is an optional extra (pyproject.toml) ---
+    report_to: Tracker | list[Tracker] | None = knob(
+        None, '"tensorboard", "trackio", "wandb" or "mlflow", or a list of them: trackers '
+        "each metric line also goes to (default: metrics.jsonl only)",
+        error='expected "tensorboard", "trackio", "wandb", "mlflow" or a list of them')
     # fmt: on
 
     @property

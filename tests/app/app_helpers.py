@@ -65,7 +65,7 @@ def write_job(
             "step": step,
             "total_steps": total,
             "loss": round(3.0 * 0.9**step + 0.5, 4),
-            "lr": 1e-4,
+            "lr": 1e-4,  # an older release's name: the monitor reads it as learning_rate
             "grad_norm": 1.0,
             "tokens_per_s": 1000.0,
             "peak_mem_bytes": 1000,

@@ -260,6 +260,15 @@ def check_disk(host: Host, facts: HostFacts, disk: Any, output: str | None) -> R
     return row(disk, job, out)
 
 
+def tracker_problems(job: Any) -> list[Refusal]:
+    """The job's `report_to` trackers this interpreter cannot import (found without
+    importing them), each one refusal: the job would fail at its start."""
+    from jobfolder.trackers import missing, missing_message
+
+    found = missing(job.hyperparameters.report_to)
+    return [Refusal("report_to", missing_message(name, "here")) for name in found]
+
+
 def capacity_rows(
     host: Host, facts: HostFacts, plan: Any, disk: Any, output: str | None, label: str,
     disk_first: bool = False,

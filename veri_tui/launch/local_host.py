@@ -27,7 +27,15 @@ from jobfolder.procs import pid_alive
 from jobfolder.record import JobRecord
 from veri_tui.errors import Refusal, VeriError
 from veri_tui.launch.diskcheck import Place, local_place
-from veri_tui.launch.host import HostFacts, Result, Row, capacity_rows, run_cancel, supervisor_argv
+from veri_tui.launch.host import (
+    HostFacts,
+    Result,
+    Row,
+    capacity_rows,
+    run_cancel,
+    supervisor_argv,
+    tracker_problems,
+)
 from veri_tui.launch.memcheck import local_available
 from veri_tui.launch.records import LogLine, follow_lines
 from veri_tui.launch.spec import JobData, local_paths
@@ -180,6 +188,7 @@ class LocalHost:
         found = HostFacts(self.where, self.python, facts, home, str(self.home), shown=False)
         problem = device_problem(int(job.gpu_count), bool(job.hyperparameters.load_in_4bit))
         found.problems += [problem] if problem is not None else []
+        found.problems += tracker_problems(job)
         return found
 
     def plan(self, job: Any, facts: HostFacts, given: Any = None) -> tuple[Any, Any]:

@@ -179,6 +179,7 @@ class SshHost:
             gpu_count=int(job.gpu_count),
             full_finetune=not job.hyperparameters.lora_rank,
             dataset_bytes=dataset_bytes,
+            report_to=job.hyperparameters.report_to,
         )
 
     def plan(self, job: Any, facts: HostFacts, given: Any = None) -> tuple[Any, Any]:
