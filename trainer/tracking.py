@@ -102,6 +102,9 @@ def _mlflow(folder: Path, run: str, config: dict[str, Any]) -> Sink:
     import mlflow
 
     if not os.environ.get("MLFLOW_TRACKING_URI"):
+        # A file store in the job folder: no server, no database package (mlflow-skinny has
+        # no SQLAlchemy). MLflow 3 keeps it in maintenance mode, refused unless allowed.
+        os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
         mlflow.set_tracking_uri((folder / "mlruns").resolve().as_uri())
     mlflow.set_experiment(os.environ.get("MLFLOW_EXPERIMENT_NAME", "veri-tui"))
     active = mlflow.start_run(run_name=run)
@@ -137,6 +140,10 @@ class Tracking:
                 if exc.name and exc.name.split(".")[0] == MODULES[name]:
                     raise ConfigError(f"report_to: {missing_message(name, 'here')}") from None
                 raise
+            except Exception as exc:  # noqa: BLE001 - not logged in, no server: one line
+                first = (str(exc).strip().splitlines() or [""])[0]
+                raise ConfigError(f"report_to: {name} could not start ({type(exc).__name__}: "
+                                  f"{first})") from None  # fmt: skip
             log.info(f"report_to: {name} ({job_dir / 'tracking'})")
 
     def write(self, metric: dict[str, Any]) -> None:
