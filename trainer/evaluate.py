@@ -21,6 +21,7 @@ import torch.distributed as dist
 from jobfolder.dataload import eval_split
 from trainer import losses
 from trainer.config import TrainConfig
+from trainer.parallelize import autocast
 
 
 class Rows(Sequence):
@@ -50,6 +51,28 @@ def due(cfg: TrainConfig, step: int, total: int, has_rows: bool) -> bool:
     if not has_rows:
         return False
     return step == total or bool(cfg.eval_steps and step % cfg.eval_steps == 0)
+
+
+def data_lines(cfg: TrainConfig, rows: int, held: int, per_epoch: int, total: int) -> list[str]:
+    """The log's lines about the data: its sources and steps, and the eval rows if any."""
+    names = ", ".join(s.label + (f" x{s.weight:g}" if s.weight != 1 else "") for s in cfg.sources)
+    out = [f"data: {names} ({rows} rows, {per_epoch} steps/epoch, {total} steps)"]
+    if held:
+        every = f"every {cfg.eval_steps} steps and " if cfg.eval_steps else ""
+        out.append(f"eval: {held} rows, eval_loss {every}at the end")
+    return out
+
+
+def eval_if_due(cfg: TrainConfig, rt: Any, step: int, total: int, model: torch.nn.Module,
+                held: Sequence[Any], pad_id: int, reference: Any, progress: Any
+                ) -> float | None:  # fmt: skip
+    """eval_loss after optimizer step `step` (1-based) when it is due (`due`), else None;
+    the watchdog sees the eval phase (`progress`)."""
+    if not due(cfg, step, total, bool(held)):
+        return None
+    progress.mark("eval", step)
+    return eval_loss(model, held, cfg, rt.device, pad_id, reference,
+                     lambda: autocast(cfg, rt), lambda: progress.mark("eval"))  # fmt: skip
 
 
 def eval_loss(

@@ -23,7 +23,7 @@ from trainer.artifact import save_artifact
 from trainer.canary import Canary
 from trainer.config import TrainConfig
 from trainer.dataprep import EVAL_CACHE, prepare_dataset
-from trainer.evaluate import due, eval_loss, split_rows
+from trainer.evaluate import data_lines, eval_if_due, split_rows
 from trainer.faults import FaultPlan
 from trainer.forensics import start_responder
 from trainer.measure import StateMeter
@@ -50,7 +50,7 @@ from trainer.report import RankContext, RankLog
 from trainer.runstats import RunStats
 from trainer.schedule import scheduler
 from trainer.stopping import Saver, StopWatch, stop_here
-from trainer.tracking import Tracking, metric_line, run_config
+from trainer.tracking import Tracking, metric_line
 
 
 def train(cfg: TrainConfig, ctx: RankContext, log: RankLog) -> None:
@@ -77,11 +77,8 @@ def train(cfg: TrainConfig, ctx: RankContext, log: RankLog) -> None:
     per_epoch = len(rows) // gbs
     total = cfg.max_steps or cfg.num_epochs * per_epoch
     backend = "nccl" if rt.device.type == "cuda" else "gloo"
-    names = ", ".join(s.label + (f" x{s.weight:g}" if s.weight != 1 else "") for s in cfg.sources)
-    log.info(f"data: {names} ({len(rows)} rows, {per_epoch} steps/epoch, {total} steps)")
-    if held:
-        every = f"every {cfg.eval_steps} steps and " if cfg.eval_steps else ""
-        log.info(f"eval: {len(held)} rows, eval_loss {every}at the end")
+    for line in data_lines(cfg, len(rows), len(held), per_epoch, total):
+        log.info(line)
     log.info(f"device: {rt.device.type} x{rt.world_size} ({backend})")
     if cfg.cpu_offload and not offload_active(cfg, rt):
         log.info(
@@ -118,8 +115,7 @@ def train(cfg: TrainConfig, ctx: RankContext, log: RankLog) -> None:
     stepper.progress, stepper.first_epoch = canary.progress(progress), canary.first_epoch
     stop = StopWatch(cfg.job_dir, rt.device)  # a Slurm job's stop requests (no-op elsewhere)
     saver = Saver(cfg, model, opt, sched, progress, faults, log)
-    tracking = Tracking(cfg.report_to, cfg.job_dir, run_config(cfg), log, rt.rank)
-    log.closers.append(tracking.close)  # RankLog.close: at the end, a stop or a failure
+    tracking = Tracking(cfg, log, rt.rank)  # closed by RankLog.close, whatever the end
     for step in range(start, total):
         if stop.requested():  # every rank agrees, so all stop after the same step
             stop_here(cfg, rt.rank, step, start, stop, saver, log)
@@ -135,13 +131,8 @@ def train(cfg: TrainConfig, ctx: RankContext, log: RankLog) -> None:
             log.info(stats.setup.line())  # this attempt's set-up, once its first step is done
         lr = sched.get_last_lr()[0]
         sched.step()
-        evaluated = None
-        if due(cfg, step + 1, total, bool(held)):
-            progress.mark("eval", step + 1)
-            evaluated = eval_loss(
-                model, held, cfg, rt.device, tok.pad_token_id, stepper.reference,
-                lambda: autocast(cfg, rt), lambda: progress.mark("eval"),
-            )  # fmt: skip
+        evaluated = eval_if_due(cfg, rt, step + 1, total, model, held, tok.pad_token_id,
+                                stepper.reference, progress)  # fmt: skip
         if (step + 1) % cfg.logging_steps == 0 or step + 1 == total or evaluated is not None:
             metric = metric_line(step + 1, total, per_epoch, loss, lr, grad_norm, evaluated)
             metric["tokens_per_s"] = round(tokens / (time.perf_counter() - t0), 1)

@@ -127,15 +127,16 @@ class Tracking:
     """Rank 0 writes each metric line to the log and metrics.jsonl and to its trackers;
     other ranks only take part in the collectives that made the line."""
 
-    def __init__(self, report_to: Any, job_dir: Path, config: dict[str, Any], log: RankLog,
-                 rank: int) -> None:  # fmt: skip
+    def __init__(self, cfg: Any, log: RankLog, rank: int) -> None:
         self.log = log
         self.sinks: dict[str, Sink] = {}
+        log.closers.append(self.close)  # at the end of the run, a stop or a failure
         if rank != 0:
             return
-        for name in trackers_of(report_to):
+        job_dir: Path = cfg.job_dir
+        for name in trackers_of(cfg.report_to):
             try:
-                self.sinks[name] = OPEN[name](job_dir / "tracking", job_dir.name, config)
+                self.sinks[name] = OPEN[name](job_dir / "tracking", job_dir.name, run_config(cfg))
             except ImportError as exc:
                 if exc.name and exc.name.split(".")[0] == MODULES[name]:
                     raise ConfigError(f"report_to: {missing_message(name, 'here')}") from None
