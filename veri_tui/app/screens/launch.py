@@ -81,7 +81,11 @@ class LaunchScreen(TrustAsker, Screen):
             yield SlurmFields(id="slurm-fields")
             with Horizontal(classes="field-line"):
                 yield Label("dataset", classes="field-label")
-                yield Input(placeholder="JSONL file (empty: bundled sample)", id="dataset")
+                yield Input(
+                    placeholder="file, save_to_disk folder or Hub id (empty: the editor's, "
+                    "else the bundled sample); enter checks it",
+                    id="dataset",
+                )
             with Horizontal(classes="field-line"):
                 yield Label("output dir", classes="field-label")
                 yield Input(placeholder="empty: <job folder>/output", id="output")
