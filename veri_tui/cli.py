@@ -31,7 +31,12 @@ def _job_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--method", help="sft_text or dpo")
     p.add_argument("--gpu", metavar="NAME", help="GPU type, e.g. L4-24GB, H100-80GB")
     p.add_argument("--gpu-count", type=int, metavar="N", help="GPUs (processes) to use")
-    p.add_argument("--dataset", help="JSONL dataset file")
+    p.add_argument(
+        "--dataset", action="append", metavar="SOURCE",
+        help="JSONL/JSON/parquet/CSV file, save_to_disk folder or Hub id (org/name), with "
+        "options PATH,config=C,split=S,weight=W,prompt=COLUMN; repeat to mix datasets",
+    )  # fmt: skip
+    p.add_argument("--eval-dataset", metavar="SOURCE", help="eval_loss rows (same forms)")
     p.add_argument("--output", help="output directory for the final artifact")
     _set_option(p, "override a hyperparameter (repeatable), e.g. --set lora_rank=16")
     p.add_argument(

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from math import exp, lgamma
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from jobfolder.errors import DataError
@@ -59,6 +58,12 @@ def truncated(count: TokenCount, max_len: int) -> tuple[int, dict[int, int]]:
     return tokens, padded
 
 
+def _held_out(rows: int, fraction: float) -> int:
+    from jobfolder.dataload import eval_split
+
+    return len(eval_split(rows, fraction, 0))  # its size does not depend on the seed
+
+
 def _unknown(reason: str, **extra: Any) -> dict[str, Any]:
     return {"known": False, **dict.fromkeys(COST_KEYS), **extra, "reason": reason}
 
@@ -68,11 +73,10 @@ def job_tokens(job: Any, model_path: str | None, count: bool = True) -> TokenCou
     full-length samples); None when it is not cached and `count` is False. DataError for
     a dataset that cannot be read or counted. The app calls it in a worker to fill the cache."""
     # Imported with a dataset only: a plan without one never pays for them.
+    from veri_tui.plan.data_sources import job_sources
     from veri_tui.plan.tokens import cached_count, count_tokens, tokenizer_path
 
-    dataset = Path(job.dataset).expanduser()
-    if not dataset.is_file():
-        raise DataError(f"{job.dataset}: dataset file not found")
+    dataset = job_sources(job)
     tok = tokenizer_path(model_path)
     if tok is None:
         if not model_path:
@@ -85,7 +89,7 @@ def job_tokens(job: Any, model_path: str | None, count: bool = True) -> TokenCou
     except ImportError:
         return "the tokenizers package is not installed (pip install tokenizers)"
     except OSError as exc:  # a file vanished or became unreadable between stat and read
-        raise DataError(f"{job.dataset}: cannot read ({exc.strerror})") from None
+        raise DataError(f"{exc.filename}: cannot read ({exc.strerror})") from None
 
 
 def estimate_cost(
@@ -118,16 +122,22 @@ def estimate_cost(
         if found is None:
             return _unknown("counting the dataset's tokens", pending=True, **price_info), warnings
         if isinstance(found, str):
+            from veri_tui.plan.data_sources import job_sources
             from veri_tui.plan.tokens import count_rows
 
-            rows = count_rows(Path(job.dataset).expanduser())
+            rows = count_rows(job_sources(job))
             note, tokens, length = found, None, float(max_len)
         else:
             rows = found.rows
             tokens, padded = truncated(found, max_len)
             length = expected_max(padded, micro_batch_size)
     except DataError as exc:
-        return _unknown(str(exc), **price_info), warnings
+        return _unknown(str(exc), data_error=True, **price_info), warnings
+    # eval_fraction's rows are held out of training (jobfolder/dataload.py eval_split).
+    held = _held_out(rows, hp.eval_fraction) if not job.eval_dataset else 0
+    if held and tokens is not None:
+        tokens = round(tokens * (rows - held) / rows)
+    rows -= held
     per_epoch = rows // global_batch_size
     if per_epoch == 0:
         why = f"global_batch_size {global_batch_size} is more than the dataset's {rows} rows"
@@ -146,6 +156,7 @@ def estimate_cost(
         "price": gpu_hours * usd if usd is not None else None,
         "source": source,
         "dataset_rows": rows,
+        "eval_rows": held or None,
         "steps_per_epoch": per_epoch,
         "sample_length": tp["sequence_length"],
         "step_time_s": tp["step_time_s"],
