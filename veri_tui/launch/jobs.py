@@ -129,6 +129,17 @@ def target_for(job_id: str) -> JobTarget:
     return target
 
 
+def local_folder(job_id: str) -> str | None:
+    """The job's folder when it is on this machine (a local job, or one whose folder was
+    copied into $VERI_HOME/jobs), else None; VeriError for an unknown id."""
+    target = target_for(job_id)
+    try:
+        node = target.nodes[0]
+        return node.job_dir if isinstance(node.host, LocalHost) else None
+    finally:
+        target.close()
+
+
 def list_jobs() -> list[JobRecord]:
     """Jobs on this machine, newest first, then those launched over SSH, each refreshed from
     its hosts (an ended one from its last record). A job whose host cannot be reached is
