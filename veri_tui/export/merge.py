@@ -1,11 +1,12 @@
 """A LoRA adapter merged into its base checkpoint, one tensor at a time.
 
-The base is read with trainer/weights.py (`os.preadv` into a tensor, no mmap: mapped pages
-would count in VmRSS) and the merged checkpoint written with its ShardWriter, which knows
-every file's header up front and appends tensor by tensor. Each base tensor is read, gets
-its adapter's delta if it has one, is written and freed, so host memory holds one tensor
-of the base, its fp32 copy and delta while merging, and the whole adapter (small), never
-a shard, let alone the model (benchmarks/bench_export.py measures VmHWM; docs/export.md).
+The base is read with trainer/weights.py (`os.preadv`, no mmap: mapped pages would count
+in VmRSS) and the merged checkpoint written with its ShardWriter, which knows every file's
+header up front and appends tensor by tensor. A tensor without an adapter is copied
+through in pieces of 64 MB at most (the embedding is never held whole); an adapted one is
+read, merged in fp32, written and freed. Host memory holds the adapter (small) and at most
+one adapted weight with its fp32 copy, never a shard, let alone the model
+(benchmarks/bench_export.py measures VmHWM; docs/export.md has the figures).
 The merged files keep the base's shard layout, names and dtypes.
 
 A LoRA linear computes W x + (alpha / r) B A x (peft's `scaling`; alpha / sqrt(r) with
@@ -23,7 +24,15 @@ from pathlib import Path
 
 import torch
 
-from trainer.weights import INDEX, SINGLE, Planned, ShardWriter, read_header, read_rows
+from trainer.weights import (
+    INDEX,
+    SINGLE,
+    Planned,
+    ShardWriter,
+    read_header,
+    read_pieces,
+    read_rows,
+)
 from veri_tui.errors import VeriError
 
 ADAPTER = "adapter_model.safetensors"
@@ -90,16 +99,16 @@ def merge_lora(base: Path, adapter_dir: Path, out: Path) -> dict[str, dict[str, 
     shards = [[Planned(n, e.dtype, e.shape) for n, e in h.items()] for h in headers]
     writer = ShardWriter(out, shards)
     writer.names = files  # the base's own file names (its index, if any, is written anew)
-    for header in headers:
-        for name in header:
-            weight = _tensor(header, name)
-            if name in deltas:
-                a, b = deltas[name]
-                merged = weight.float() + scaling * (b.float() @ a.float())
-                weight = merged.to(weight.dtype)
-                del merged
-            writer.write(name, weight)
-            del weight
+    for header, planned in zip(headers, shards, strict=True):
+        for t in planned:
+            if t.name not in deltas:  # copied through in pieces, never held whole
+                writer.write_bytes(t.name, read_pieces(header[t.name], t.nbytes))
+                continue
+            weight = _tensor(header, t.name)
+            a, b = deltas[t.name]
+            merged = weight.float().addmm_(b.float(), a.float(), alpha=scaling)
+            writer.write(t.name, merged.to(weight.dtype))
+            del weight, merged
     written = writer.finish()
     for name in MODEL_FILES:
         if (base / name).is_file():
