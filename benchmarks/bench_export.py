@@ -5,8 +5,8 @@
 Builds a random-weight bf16 Qwen3-0.6B-shaped model (596M parameters, ~1.2 GB, in shards
 of `--shard`; cached under /tmp; nothing downloaded) and a random LoRA adapter of `--rank`
 on every attention and MLP projection (B non-zero, so every adapted weight changes), then
-merges them in a fresh process (veri_tui/export/merge.py `merge_lora`, what export
---merge runs) and reads that process's VmHWM from /proc/self/status: after its imports
+merges them in a fresh process (trainer/merge.py `merge_lora`, what export --merge
+runs) and reads that process's VmHWM from /proc/self/status: after its imports
 and the adapter's load (the baseline), and after the merge. The growth is what the merge
 itself held at its peak; the claim (docs/export.md) is that it stays near the largest
 tensor's fp32 copies, far below one shard, and does not grow with the model. It also
@@ -57,7 +57,7 @@ def make_adapter(base: Path, folder: Path, rank: int) -> Path:
 def child(base: Path, adapter: Path, out: Path) -> None:
     """The merge in this (fresh) process; prints its VmHWM figures as one JSON line."""
     from trainer.measure import vm_status
-    from veri_tui.export.merge import adapter_deltas, merge_lora
+    from trainer.merge import adapter_deltas, merge_lora
 
     adapter_deltas(adapter)  # the adapter's load is in the baseline: its size is its own
     before = vm_status()["VmHWM"]

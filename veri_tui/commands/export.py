@@ -2,30 +2,35 @@
 model folder to serve or share (docs/export.md).
 
 A LoRA job exports its adapter, or with --merge the base with the adapter merged in
-(veri_tui/export/merge.py); a full fine-tune exports its checkpoint (--merge has nothing
-to do: one line says so). The artifact is checked against its manifest first; the export
-is written aside (`.<name>.tmp`) and renamed into place, with the smoke generation
-(smoke.json), the model card (README.md) and its own manifest, so a failed export leaves
-no half-written folder. A job that ran over SSH keeps its artifact on its host: the one
-line says how to bring its folder here.
+(trainer/merge.py); a full fine-tune exports its checkpoint (--merge has nothing to do:
+one line says so). The torch work (the merge, the smoke generation) runs as `python -m
+trainer.export` (trainer/export.py) with this interpreter: the launcher imports no torch.
+The artifact is checked against its manifest first; the export is written aside
+(`.<name>.tmp`) and renamed into place, with the smoke generation (smoke.json), the model
+card (README.md) and its own manifest, so a failed export leaves no half-written folder.
+A job that ran over SSH keeps its artifact on its host: one line says how to bring its
+folder here.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 from jobfolder import manifest
-from jobfolder.datasource import sources_of
 from jobfolder.layout import OUTPUT
 from veri_tui.errors import VeriError
 from veri_tui.launch import jobs
 
 #: Files of an adapter or model folder that the export writes anew (or leaves out).
 REWRITTEN = ("README.md", "manifest.json")
+ADAPTER_CONFIG = "adapter_config.json"
 
 
 def _artifact(rec: dict, job_dir: Path) -> Path:
@@ -59,17 +64,30 @@ def _remote_line(job_id: str, rec: dict) -> str:
             f"~/.veri/jobs/), then run `veri-tui export {job_id}` again")  # fmt: skip
 
 
-def _write(args: argparse.Namespace, rec: dict, job_dir: Path, tmp: Path) -> tuple[str, str]:
-    """Fill `tmp` with the export; (kind, what to smoke-test as tuned)."""
-    from veri_tui.export.merge import ADAPTER_CONFIG, merge_lora
+def _torch_side(*args: str) -> None:
+    """`python -m trainer.export ARGS` with this interpreter; its output printed here, a
+    refusal raised as VeriError (one line)."""
+    if importlib.util.find_spec("torch") is None:
+        raise VeriError("export needs torch and transformers here: pip install "
+                        "'veri-tui[train]'", key="export")  # fmt: skip
+    cmd = [sys.executable, "-m", "trainer.export", *args]
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    print(proc.stdout, end="")
+    if proc.returncode != 0:
+        lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+        last = lines[-1] if lines else f"exit status {proc.returncode}"
+        raise VeriError(last.removeprefix("error: export: "), key="export")
 
+
+def _write(args: argparse.Namespace, rec: dict, job_dir: Path, tmp: Path) -> tuple[str, str]:
+    """Fill `tmp` with the export; (kind, the base model's folder)."""
     spec = rec.get("spec") or {}
     artifact = _artifact(rec, job_dir)
     lora = (artifact / ADAPTER_CONFIG).is_file()
     if lora and args.merge:
         base = _base(spec, args.base)
         print(f"export: merging the LoRA adapter into {base}, one tensor at a time")
-        merge_lora(base, artifact, tmp)
+        _torch_side("merge", str(base), str(artifact), str(tmp))
         for f in artifact.iterdir():  # the tokenizer and chat template the job trained with
             if f.is_file() and not f.name.startswith("adapter_") and f.name not in REWRITTEN:
                 shutil.copyfile(f, tmp / f.name)
@@ -80,7 +98,10 @@ def _write(args: argparse.Namespace, rec: dict, job_dir: Path, tmp: Path) -> tup
     for f in artifact.iterdir():
         if f.is_file() and f.name not in REWRITTEN:
             shutil.copyfile(f, tmp / f.name)
-    return ("adapter" if lora else "full"), str(_base(spec, args.base) if lora else artifact)
+    if lora:
+        return "adapter", str(_base(spec, args.base))
+    base = Path(args.base or str(spec.get("model_path") or ""))
+    return "full", str(base)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -123,25 +144,15 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _smoke(rec: dict, kind: str, base: Path, tmp: Path) -> list[dict[str, str]]:
-    """Base beside tuned on a few of the job's prompts; printed and kept in smoke.json."""
-    from transformers import AutoTokenizer
-
-    from veri_tui.export.smoke import prompts, smoke
-
+    """Base beside tuned on a few of the job's prompts (trainer/smoke.py), kept in
+    smoke.json; skipped when the base is not here (a full fine-tune's own run)."""
     spec = rec.get("spec") or {}
-    try:
-        sources = sources_of(spec.get("datasets") or spec.get("dataset"))
-    except ValueError:
-        sources = []
-    texts = prompts(sources, AutoTokenizer.from_pretrained(tmp)) if sources else []
-    if kind == "full":
-        base = Path(str(spec.get("model_path") or ""))
-        if not (base / "config.json").is_file():
-            texts = []  # no base here to compare with
-    results = smoke(base, tmp, kind == "adapter", texts) if texts else []
-    for r in results:
-        print(f"smoke: {r['prompt']!r}\n  base:  {r['base']!r}\n  tuned: {r['tuned']!r}")
-    if not results:
-        print("smoke: skipped (the job's data or base model is not on this machine)")
-    (tmp / "smoke.json").write_text(json.dumps(results, indent=1) + "\n")
-    return results
+    datasets = spec.get("datasets") or spec.get("dataset")
+    if not (base / "config.json").is_file() or not datasets:
+        print("smoke: skipped (the job's base model or data is not on this machine)")
+        (tmp / "smoke.json").write_text("[]\n")
+        return []
+    extra = ["--adapter"] if kind == "adapter" else []
+    _torch_side("smoke", str(base), str(tmp), str(tmp / "smoke.json"), *extra,
+                "--datasets", json.dumps(datasets))  # fmt: skip
+    return list(json.loads((tmp / "smoke.json").read_text()))

@@ -1,7 +1,7 @@
-"""`veri-tui export JOB`: a finished job's artifact as a model to serve or share.
+"""`veri-tui export JOB`: what the launcher side writes beside the exported model.
 
-merge.py folds a LoRA adapter into the base checkpoint shard by shard; smoke.py generates
-from base and tuned on a few of the job's prompts; card.py writes the model card; hub.py
-pushes the folder through huggingface_hub. veri_tui/commands/export.py ties them together
-(docs/export.md).
+card.py writes the model card; hub.py pushes the folder through huggingface_hub. The torch
+work (trainer/merge.py folds a LoRA adapter into the base one tensor at a time,
+trainer/smoke.py generates from base and tuned) runs as `python -m trainer.export`;
+veri_tui/commands/export.py ties them together (docs/export.md).
 """

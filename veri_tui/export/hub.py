@@ -20,7 +20,11 @@ def check_push(repo: str) -> None:
     """VeriError (one line) when a push to `repo` cannot happen from here."""
     if repo.count("/") != 1 or not all(repo.split("/")):
         raise VeriError(f"{repo!r} is not a Hub repo id; use owner/name", key="push-to-hub")
-    from huggingface_hub import constants, get_token
+    try:
+        from huggingface_hub import constants, get_token
+    except ImportError:
+        raise VeriError("--push-to-hub needs huggingface_hub: pip install 'veri-tui[train]'",
+                        key="push-to-hub") from None  # fmt: skip
 
     # The constant is read once, at huggingface_hub's import: the variable may be newer.
     if constants.HF_HUB_OFFLINE or os.environ.get("HF_HUB_OFFLINE", "").upper() in _ON:

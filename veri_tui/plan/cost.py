@@ -140,12 +140,13 @@ def estimate_cost(
             from veri_tui.plan.tokens import count_rows
 
             rows = count_rows(job_sources(job))
-            note, tokens, length = found, None, float(max_len)
+            note, tokens, length, lengths = found, None, float(max_len), None
         else:
+            lengths = found.lengths
             rows = found.rows
             tokens, padded = truncated(found, max_len)
             if packing:  # a micro-batch pads to its longest packed row
-                padded = dict(Counter(_packed(found.lengths, max_len)))
+                padded = dict(Counter(_packed(lengths, max_len)))
             length = expected_max(padded, micro_batch_size)
     except DataError as exc:
         return _unknown(str(exc), data_error=True, **price_info), warnings
@@ -156,7 +157,7 @@ def estimate_cost(
     rows -= held
     samples = rows
     if packing:  # the trainer packs its training rows, and the global batch counts them
-        packed = _packed(found.lengths, max_len) if tokens is not None else [max_len] * rows
+        packed = _packed(lengths, max_len) if lengths is not None else [max_len] * rows
         rows = round(len(packed) * rows / (rows + held))  # the held-out share, pro rata
     per_epoch = rows // global_batch_size
     if per_epoch == 0:

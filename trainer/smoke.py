@@ -4,7 +4,8 @@ The prompts are the job's first rows, rendered as the trainer rendered them (tra
 data.py): a `messages` row up to its first assistant turn through the tokenizer's chat
 template with the generation prompt, a `prompt` row's prompt as is, a `text` row's first
 half. Both models decode greedily (do_sample off: the same text on every run), so the
-tuned column differs from the base one only by what training changed.
+tuned column differs from the base one only by what training changed. Run by `veri-tui
+export` as `python -m trainer.export smoke` (trainer/export.py).
 """
 
 from __future__ import annotations

@@ -6,7 +6,9 @@ header up front and appends tensor by tensor. A tensor without an adapter is cop
 through in pieces of 64 MB at most (the embedding is never held whole); an adapted one is
 read, merged in fp32, written and freed. Host memory holds the adapter (small) and at most
 one adapted weight with its fp32 copy, never a shard, let alone the model
-(benchmarks/bench_export.py measures VmHWM; docs/export.md has the figures).
+(benchmarks/bench_export.py measures VmHWM; docs/export.md has the figures). Run by
+`veri-tui export --merge` as `python -m trainer.export merge` (trainer/export.py): the
+launcher side imports no torch.
 The merged files keep the base's shard layout, names and dtypes.
 
 A LoRA linear computes W x + (alpha / r) B A x (peft's `scaling`; alpha / sqrt(r) with
@@ -33,13 +35,16 @@ from trainer.weights import (
     read_pieces,
     read_rows,
 )
-from veri_tui.errors import VeriError
 
 ADAPTER = "adapter_model.safetensors"
 ADAPTER_CONFIG = "adapter_config.json"
 #: The base model's non-weight files a checkpoint needs beside its shards.
 MODEL_FILES = ("config.json", "generation_config.json")
 PREFIX = "base_model.model."
+
+
+class MergeError(ValueError):
+    """An adapter or base that cannot be merged; the message is the user's one line."""
 
 
 def _tensor(entries: dict, name: str) -> torch.Tensor:
@@ -55,9 +60,9 @@ def adapter_deltas(adapter_dir: Path) -> tuple[dict[str, tuple[torch.Tensor, tor
         config = json.loads((adapter_dir / ADAPTER_CONFIG).read_text())
         entries = read_header(adapter_dir / ADAPTER)
     except (OSError, ValueError) as exc:
-        raise VeriError(f"{adapter_dir}: not a LoRA adapter ({exc})", key="export") from None
+        raise MergeError(f"{adapter_dir}: not a LoRA adapter ({exc})") from None
     if config.get("peft_type") != "LORA" or config.get("fan_in_fan_out"):
-        raise VeriError(f"{adapter_dir}: only plain LoRA adapters merge here", key="export")
+        raise MergeError(f"{adapter_dir}: only plain LoRA adapters merge here")
     r = int(config["r"])
     alpha = float(config.get("lora_alpha") or r)
     scaling = alpha / math.sqrt(r) if config.get("use_rslora") else alpha / r
@@ -65,13 +70,13 @@ def adapter_deltas(adapter_dir: Path) -> tuple[dict[str, tuple[torch.Tensor, tor
     for key in entries:
         stem, _, part = key.removeprefix(PREFIX).rpartition(".lora_")
         if not stem or part not in ("A.weight", "B.weight"):
-            raise VeriError(f"{adapter_dir}: adapter tensor {key} is not a LoRA A/B weight; "
-                            "it cannot be merged", key="export")  # fmt: skip
+            raise MergeError(f"{adapter_dir}: adapter tensor {key} is not a LoRA A/B weight; "
+                            "it cannot be merged")  # fmt: skip
         pairs.setdefault(f"{stem}.weight", {})[part[0]] = _tensor(entries, key)
     deltas = {}
     for name, ab in pairs.items():
         if set(ab) != {"A", "B"}:
-            raise VeriError(f"{adapter_dir}: {name} has lora_{''.join(ab)} only", key="export")
+            raise MergeError(f"{adapter_dir}: {name} has lora_{''.join(ab)} only")
         deltas[name] = (ab["A"], ab["B"])
     return deltas, scaling
 
@@ -83,8 +88,7 @@ def base_files(base: Path) -> list[str]:
         return sorted(set(json.loads(index.read_text())["weight_map"].values()))
     if (base / SINGLE).is_file():
         return [SINGLE]
-    raise VeriError(f"{base}: no model.safetensors or {INDEX}: cannot merge into it",
-                    key="export")  # fmt: skip
+    raise MergeError(f"{base}: no model.safetensors or {INDEX}: cannot merge into it")  # fmt: skip
 
 
 def merge_lora(base: Path, adapter_dir: Path, out: Path) -> dict[str, dict[str, int | str]]:
@@ -94,8 +98,8 @@ def merge_lora(base: Path, adapter_dir: Path, out: Path) -> dict[str, dict[str, 
     headers = [read_header(base / f) for f in files]
     unknown = sorted(set(deltas) - {n for h in headers for n in h})
     if unknown:
-        raise VeriError(f"{adapter_dir}: adapts {unknown[0]}, which {base} does not have "
-                        "(another base model?)", key="export")  # fmt: skip
+        raise MergeError(f"{adapter_dir}: adapts {unknown[0]}, which {base} does not have "
+                        "(another base model?)")  # fmt: skip
     shards = [[Planned(n, e.dtype, e.shape) for n, e in h.items()] for h in headers]
     writer = ShardWriter(out, shards)
     writer.names = files  # the base's own file names (its index, if any, is written anew)
