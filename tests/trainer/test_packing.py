@@ -18,7 +18,9 @@ import pytest
 import torch
 from trainer_jobs import DATASETS, TINY, metrics, run_many, write_job
 
+from jobfolder.errors import ConfigError
 from jobfolder.packing import pack, packed_lengths
+from trainer.config import from_spec
 from trainer.data import collate, encode_row, global_batch
 from trainer.losses import count_targets, forward_logits, token_logps
 from trainer.packing import Packed, join
@@ -91,6 +93,15 @@ def test_packed_rows_from_a_list_of_examples() -> None:
     )
     assert rows.lengths() == [len(rows[i].input_ids) for i in range(len(rows))]
     assert all(length <= CAP for length in rows.lengths())
+
+
+def test_the_trainer_refuses_packing_for_dpo(tmp_path: Path) -> None:
+    spec = {"method": "dpo", "model_path": str(TINY), "dataset": "d.jsonl",
+            "hyperparameters": {"packing": True}}  # fmt: skip
+    with pytest.raises(ConfigError, match="^packing: applies to sft_text, not dpo; drop packing$"):
+        from_spec(spec, tmp_path)
+    spec["method"] = "sft_text"
+    assert from_spec(spec, tmp_path).packing is True
 
 
 @pytest.fixture(scope="module")
