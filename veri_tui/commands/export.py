@@ -57,11 +57,11 @@ def _base(spec: dict, given: str | None) -> Path:
     return path
 
 
-def _remote_line(job_id: str, rec: dict) -> str:
-    host = rec.get("host") or "its host"
-    return (f"job {job_id} ran on {host}: its artifact is there. Copy its folder into "
-            f"$VERI_HOME/jobs/ (e.g. scp -r {host}:<VERI_HOME>/jobs/{job_id} "
-            f"~/.veri/jobs/), then run `veri-tui export {job_id}` again")  # fmt: skip
+def _remote_line(job_id: str, host: str, folder: str) -> str:
+    login = host.removeprefix("slurm:")  # a Slurm job's folder is on its login node's disks
+    return (f"job {job_id} ran on {host}: its artifact is in {folder} there. Copy that "
+            f"folder into $VERI_HOME/jobs/ here (e.g. scp -r {login}:{folder} ~/.veri/jobs/), "
+            f"then run `veri-tui export {job_id}` again")  # fmt: skip
 
 
 def _torch_side(*args: str) -> None:
@@ -113,11 +113,11 @@ def run(args: argparse.Namespace) -> int:
         from veri_tui.export.hub import check_push
 
         check_push(args.push_to_hub)  # before minutes of merging
-    rec = jobs.get_job(args.job)
-    folder = jobs.local_folder(args.job)
-    if folder is None:
-        raise VeriError(_remote_line(args.job, rec), key="export")
+    host, folder = jobs.job_location(args.job)
     job_dir = Path(folder)
+    if host is not None and not (job_dir / "job.json").is_file():  # not a shared folder
+        raise VeriError(_remote_line(args.job, host, folder), key="export")
+    rec = jobs.get_job(args.job)
     out = Path(args.output) if args.output else job_dir / "export"
     tmp = out.with_name(f".{out.name}.tmp")
     shutil.rmtree(tmp, ignore_errors=True)

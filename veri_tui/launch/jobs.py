@@ -129,13 +129,16 @@ def target_for(job_id: str) -> JobTarget:
     return target
 
 
-def local_folder(job_id: str) -> str | None:
-    """The job's folder when it is on this machine (a local job, or one whose folder was
-    copied into $VERI_HOME/jobs), else None; VeriError for an unknown id."""
+def job_location(job_id: str) -> tuple[str | None, str]:
+    """(host, folder) of the job's node 0 without connecting: host None for this machine
+    (a local job, or one whose folder was copied into $VERI_HOME/jobs), else the host as
+    job records name it (`slurm:<login>` for Slurm); VeriError for an unknown id."""
     target = target_for(job_id)
     try:
         node = target.nodes[0]
-        return node.job_dir if isinstance(node.host, LocalHost) else None
+        if isinstance(node.host, LocalHost) or target.entry is None:
+            return None, node.job_dir
+        return target.entry.label, node.job_dir
     finally:
         target.close()
 
