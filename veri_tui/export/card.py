@@ -12,6 +12,7 @@ generation beside the base's.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 from jobfolder.layout import METRICS, TOKENS
@@ -80,11 +81,14 @@ def model_card(rec: JobRecord, job_dir: Path, kind: str, base: str, smoke: list[
     library = "peft" if kind == "adapter" else "transformers"
     datasets = [d.get("path") for d in spec.get("datasets") or [] if isinstance(d, dict)]
     losses = last_losses(job_dir)
-    lines = ["---", f"library_name: {library}", f"base_model: {json.dumps(str(spec.get('model')))}",
-             "tags:", "- veri-tui", f"- {spec.get('method', 'sft_text')}", "---", "",
-             f"# {spec.get('method', 'sft_text')} of {spec.get('model')} (job {rec.get('job_id')})",
-             "", f"Exported by `veri-tui export` as a {kind} checkpoint"
-             + (f" (LoRA merged into {base})" if kind == "merged" else "") + ".", "",
+    model = str(spec.get("model"))
+    hub_id = re.fullmatch(r"[\w.-]+/[\w.-]+", model) and not Path(model).exists()
+    header = [f"base_model: {json.dumps(model)}"] if hub_id else []  # the Hub checks it
+    method = spec.get("method", "sft_text")
+    merged = f" (LoRA merged into {base})" if kind == "merged" else ""
+    lines = ["---", f"library_name: {library}", *header, "tags:", "- veri-tui", f"- {method}",
+             "---", "", f"# {method} of {model} (job {rec.get('job_id')})", "",
+             f"Exported by `veri-tui export` as a {kind} checkpoint{merged}.", "",
              "## Plan", "", "```", *spec.get("plan_header", []), "```", "",
              "| knob | value |", "|---|---|"]  # fmt: skip
     lines += [f"| {k} | {json.dumps(hp[k])} |" for k in KNOBS if k in hp]
