@@ -129,6 +129,9 @@ def test_a_packed_run_takes_the_unpacked_losses(runs: dict[int, Path]) -> None:
     with torch.no_grad():
         alone = _alone(model, [ex[i] for i in first], tok.pad_token_id)
     expected = sum(alone) / count_targets([ex[i] for i in first])
-    for z, job in runs.items():  # DDP and FSDP2; bf16 compute under fp32 master weights
-        assert metrics(job)[0]["loss"] == pytest.approx(expected, rel=2e-2), z
+    # DDP and FSDP2, bf16 compute under fp32 master weights: 4e-5 and 6e-5 off the fp32
+    # reference here. A packed row whose samples saw each other is ~1e-3 off (the unit
+    # test's control), so 2e-4 tells them apart.
+    for z, job in runs.items():
+        assert metrics(job)[0]["loss"] == pytest.approx(expected, rel=2e-4), z
         assert metrics(job)[0]["total_steps"] == 2
