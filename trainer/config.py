@@ -224,6 +224,8 @@ def _check(cfg: TrainConfig) -> None:
         not isinstance(modules, list) or not modules or not all(isinstance(m, str) for m in modules)
     ):
         raise ConfigError("lora_target_modules: a non-empty list of module names, or unset")
+    if cfg.packing and cfg.method != "sft_text":
+        raise ConfigError(f"packing: applies to sft_text, not {cfg.method}; drop packing")
     if not 0 <= cfg.lora_dropout < 1:
         raise ConfigError(f"lora_dropout: {cfg.lora_dropout} is not in [0, 1)")
     if cfg.lora_alpha is None and cfg.lora_rank:

@@ -36,6 +36,11 @@ class Rows(Sequence):
     def __getitem__(self, i: int) -> Any:  # type: ignore[override]
         return self.rows[self.indices[i]]
 
+    def lengths(self) -> list[int]:
+        """Each row's tokens, from the cache's offsets (trainer/packing.py reads them)."""
+        every = self.rows.lengths()  # type: ignore[attr-defined]
+        return [every[i] for i in self.indices]
+
 
 def split_rows(cfg: TrainConfig, rows: Sequence[Any]) -> tuple[Sequence[Any], Sequence[Any]]:
     """(training rows, held-out rows) by eval_fraction; all rows and none without it."""

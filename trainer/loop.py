@@ -34,6 +34,7 @@ from trainer.model import (
     load_tokenizer,
     resolve_model_dir,
 )
+from trainer.packing import packed_rows
 from trainer.parallelize import (
     Runtime,
     autocast,
@@ -70,10 +71,12 @@ def train(cfg: TrainConfig, ctx: RankContext, log: RankLog) -> None:
         rows, held = split_rows(cfg, prepare_dataset(cfg, ctx, tok, path, log))  # tokens/
         if cfg.eval_sources:
             held = prepare_dataset(cfg, ctx, tok, path, log, cfg.eval_sources, EVAL_CACHE)
+        rows = packed_rows(cfg, rows, log)  # with `packing`: trainer/packing.py
     progress.mark("load")  # each part of the load restarts the watchdog's load timeout
     gbs = cfg.global_batch_size
     if len(rows) < gbs:
-        raise ConfigError(f"global_batch_size: {gbs} is more than the dataset's {len(rows)} rows")
+        what = "packed rows" if cfg.packing else "rows"
+        raise ConfigError(f"global_batch_size: {gbs} is more than the dataset's {len(rows)} {what}")
     per_epoch = len(rows) // gbs
     total = cfg.max_steps or cfg.num_epochs * per_epoch
     backend = "nccl" if rt.device.type == "cuda" else "gloo"

@@ -120,6 +120,11 @@ class Hyperparameters:
     max_length: int = knob(
         1024, "tokens per prompt+response, each of chosen/rejected (dpo)", ge=8,
         unit="tokens", section=_LORA, methods=("dpo",))
+    # Not on the form (its snapshots stay as they are): veri.toml, --set.
+    packing: bool = knob(
+        False, "several samples in each row of max_seq_length tokens (sft_text); attention "
+        "and loss never cross a sample's boundary; global_batch_size then counts packed rows",
+        methods=("sft_text",))
     checkpoint_steps: int | None = knob(
         None, "save a resumable checkpoint every N optimizer steps", ge=1, unit="steps",
         section=_TRAIN, hint="off")

@@ -75,6 +75,11 @@ NOT_MEMORY = {
     # The eval forward holds less than a training step's backward (no gradients of the
     # logits): it is in the peak record (eval_bytes), below the peak, so the peak stays.
     "eval_fraction": (0.1, "an eval forward at the same micro-batch, below the step's peak"),
+    "packing": (
+        True,
+        "a row is planned at max_seq_length tokens already (the worst case), the length "
+        "packing fills; the steps and padded length follow the packed rows (the cost)",
+    ),
     "eval_steps": (5, "how often the eval forward runs, not what it holds"),
     "report_to": ("tensorboard", "rank 0 writes the metric lines to a tracker, on the host"),
     "gpu": (

@@ -86,6 +86,7 @@ KNOBS: dict[str, st.SearchStrategy[Any]] = {
     "lora_alpha": POS_FLOAT,
     "lora_target_modules": st.lists(TEXT, min_size=1, max_size=4),
     "lora_dropout": st.floats(min_value=0, max_value=1, exclude_max=True),
+    "packing": st.booleans(),
     "tensor_parallel_size": I64,
     "context_parallel_size": I64,
     "pipeline_parallel_size": I64,
