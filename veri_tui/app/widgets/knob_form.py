@@ -66,6 +66,23 @@ class KnobInput(Input):
                 return
 
 
+class FieldError(Static):
+    """A field's error row: spans the grid's two columns, so it wraps at the grid's width.
+
+    Textual's grid measures an `auto` row at one column's width even for a cell that spans
+    two (textual/layouts/grid.py): with the label column's 19 cells of left padding that
+    left 0 or 1 cell for the text, so `must be at least 1 (got -1)` took 26 rows and a
+    79-character parse error 79, pushing every later field off screen. The container passed
+    in is the grid's own size, the row's real width.
+    """
+
+    def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
+        """The text's height wrapped at the grid's width (less this row's padding)."""
+        return super().get_content_height(
+            container, viewport, max(1, container.width - self.styles.gutter.width)
+        )
+
+
 class KnobForm(VerticalScroll):
     """Every job field and knob; calls `on_change()` after an edit that changed `values()`."""
 
@@ -111,7 +128,7 @@ class KnobForm(VerticalScroll):
                 label.display = editor.display = not spec.methods or method in spec.methods
                 yield label
                 yield editor
-                yield Static("", classes="field-error", id=f"err-{spec.key}", markup=False)
+                yield FieldError("", classes="field-error", id=f"err-{spec.key}", markup=False)
         yield Static("", id="knob-help", markup=False)
 
     def _editor(self, spec: FieldSpec) -> Input | Select[str] | Switch:
