@@ -18,6 +18,7 @@ from veri_tui.app.widgets.charts import ThroughputChart
 from veri_tui.app.widgets.cost_view import CostView
 from veri_tui.app.widgets.memory_bar import MemoryBar
 from veri_tui.app.widgets.steady import show
+from veri_tui.plan.suggest import ways_out_title
 
 if TYPE_CHECKING:
     from veri_tui.plan import PlanRecord
@@ -80,7 +81,7 @@ class PlanView(VerticalScroll):
         sugg = record.suggestions if record else []
         text = Text()
         if sugg:
-            text.append("Nothing fits. Suggestions (ctrl+y applies 1):\n", style="bold")
+            text.append(f"{ways_out_title(sugg)} (ctrl+y applies 1):\n", style="bold")
             for i, s in enumerate(sugg[:9], start=1):
                 text.append(f" {i}. {s.text}\n")
         show(self.query_one("#suggestions", Static), text)
