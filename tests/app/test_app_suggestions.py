@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from app_helpers import editor_ready
+from app_helpers import editor_ready, type_into
 from support.synthetic import LLAMA_3_1_8B, write_checkpoint
 from textual.widgets import Select, Static
 
@@ -43,3 +43,20 @@ async def test_ctrl_y_applies_a_way_out_that_fits(veri_home: Path, tmp_path: Pat
         assert screen.record.states_bytes_per_gpu == first.states_bytes_per_gpu
         assert screen.query_one("#knob-lora_rank").value == "16"
         assert screen.query_one("#knob-load_in_4bit").value is True
+
+
+async def test_the_header_says_when_nothing_fits_this_gpu(veri_home: Path, tmp_path: Path) -> None:
+    model = tmp_path / "llama-3.1-8b"
+    write_checkpoint(model, LLAMA_3_1_8B, shards=4)
+    app = create_app(model=str(model))
+    async with app.run_test(size=(120, 40)) as pilot:
+        await editor_ready(pilot)
+        screen = app.screen
+        screen.query_one("#knob-gpu", Select).value = "custom"
+        await type_into(pilot, "#knob-gpu_custom", "2")
+        record = screen.record
+        assert record is not None and not any(s.fits for s in record.suggestions)
+        shown = _suggestions(screen).splitlines()
+        assert shown[0] == (
+            "Nothing fits on this GPU type, not even with one of these (ctrl+y applies 1):"
+        )

@@ -25,6 +25,15 @@ from textual.widgets import Input, Label, Select, Static, Switch
 from veri_tui.app.widgets.knob_fields import FIELDS, FieldSpec
 
 KEYS = frozenset(spec.key for spec in FIELDS)
+# The GPU select's last choice: any GPU by its memory, `custom-<N>GB` as `plan --gpu` takes
+# it; the N is typed in the row under the select, shown only while this choice is made.
+CUSTOM = "custom"
+
+
+def custom_gb(gpu: object) -> str | None:
+    """The N of a `custom-<N>GB` GPU name (None for a catalog name)."""
+    text = str(gpu or "")
+    return text.removeprefix("custom-").removesuffix("GB") if text.startswith("custom-") else None
 
 
 class KnobInput(Input):
@@ -128,8 +137,20 @@ class KnobForm(VerticalScroll):
                 label.display = editor.display = not spec.methods or method in spec.methods
                 yield label
                 yield editor
+                if spec.key == "gpu":
+                    yield from self._custom_gpu_row()
                 yield FieldError("", classes="field-error", id=f"err-{spec.key}", markup=False)
         yield Static("", id="knob-help", markup=False)
+
+    def _custom_gpu_row(self) -> ComposeResult:
+        """`GPU memory` under the GPU select, for the `custom` choice."""
+        gb = custom_gb(self._initial.get("gpu"))
+        label = Label("  memory (GB)", classes="field-label", id="label-gpu_custom")
+        editor = KnobInput(gb or "", placeholder="e.g. 48", id="knob-gpu_custom")
+        editor.tooltip = "the GPU's memory in decimal GB: custom-<N>GB, as `plan --gpu` takes"
+        label.display = editor.display = gb is not None
+        yield label
+        yield editor
 
     def _editor(self, spec: FieldSpec) -> Input | Select[str] | Switch:
         wid = f"knob-{spec.key}"
@@ -137,10 +158,12 @@ class KnobForm(VerticalScroll):
         if spec.kind == "switch":
             return Switch(value=bool(value), id=wid, tooltip=spec.help)
         if spec.kind == "select":
-            options = spec.options or tuple(self._gpu_names)
+            options = spec.options or (*self._gpu_names, CUSTOM)
+            if spec.key == "gpu" and custom_gb(value) is not None:
+                value = CUSTOM
             value = str(value) if value is not None and str(value) in options else options[0]
             return Select(
-                [(o, o) for o in options],
+                [(o if o != CUSTOM else "custom-<N>GB", o) for o in options],
                 value=value,
                 allow_blank=False,
                 id=wid,
@@ -162,6 +185,10 @@ class KnobForm(VerticalScroll):
                     out[spec.key] = widget.value
             elif isinstance(widget, Select):
                 value = widget.value
+                if value == CUSTOM and spec.key == "gpu":
+                    gb = self._part("knob", "gpu_custom")
+                    assert isinstance(gb, Input)
+                    value = f"custom-{gb.value.strip().removesuffix('GB')}GB"
                 if spec.key in ("method", "gpu") or value != spec.default:
                     out[spec.key] = value
             elif isinstance(widget, Input) and widget.value.strip():
@@ -179,7 +206,12 @@ class KnobForm(VerticalScroll):
                 if isinstance(widget, Switch):
                     widget.value = bool(value)
                 elif isinstance(widget, Select):
-                    widget.value = str(value)
+                    gb = custom_gb(value) if key == "gpu" else None
+                    if gb is not None:
+                        self._part("knob", "gpu_custom").value = gb  # type: ignore[attr-defined]
+                    widget.value = CUSTOM if gb is not None else str(value)
+                    if key == "gpu":
+                        self._show_custom(gb is not None)
                 elif isinstance(widget, Input):
                     widget.value = "" if value is None else str(value)
         self._quiet = False
@@ -218,6 +250,10 @@ class KnobForm(VerticalScroll):
         shown = {s.key for s in FIELDS if self._part("label", s.key).display}
         return [key for key in errors if key not in shown]
 
+    def _show_custom(self, visible: bool) -> None:
+        for prefix in ("label", "knob"):
+            self._part(prefix, "gpu_custom").display = visible
+
     def _show_for_method(self, method: str) -> None:
         for spec in FIELDS:
             if spec.methods:
@@ -232,6 +268,8 @@ class KnobForm(VerticalScroll):
         event.stop()
         if isinstance(event, Select.Changed) and event.select.id == "knob-method":
             self._show_for_method(str(event.value))
+        if isinstance(event, Select.Changed) and event.select.id == "knob-gpu":
+            self._show_custom(event.value == CUSTOM)
         self.notify_change()
 
     def on_descendant_focus(self, event: events.DescendantFocus) -> None:
