@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from app_helpers import editor_ready, type_into
+from app_helpers import editor_ready, settle, type_into
 from textual.widgets import Select, Static
 
 from veri_tui.app import create_app
@@ -16,12 +16,6 @@ def _line(screen) -> str:
     return str(screen.query_one("#throughput-line", Static).render())
 
 
-async def _settle(pilot) -> None:
-    await pilot.app.workers.wait_for_complete()
-    await pilot.pause()
-    await pilot.pause()
-
-
 async def test_the_plans_tokens_per_second_are_shown(veri_home: Path) -> None:
     app = create_app()
     async with app.run_test(size=(120, 40)) as pilot:
@@ -29,7 +23,7 @@ async def test_the_plans_tokens_per_second_are_shown(veri_home: Path) -> None:
         screen = app.screen
         screen.query_one("#knob-gpu", Select).value = "H100-80GB"
         await type_into(pilot, "#knob-gpu_count", "2")
-        await _settle(pilot)
+        await settle(pilot)
         tp = plan_job(job_from_fields({"gpu": "H100-80GB", "gpu_count": "2"})).throughput
         assert _line(screen) == (
             f"throughput: ~{tp['tokens_per_s']:,.0f} tokens/s, step {tp['step_time_s']:.2f} s, "
@@ -40,10 +34,10 @@ async def test_the_plans_tokens_per_second_are_shown(veri_home: Path) -> None:
         # A GPU without a known peak: said, not left blank.
         screen.query_one("#knob-gpu", Select).value = "custom"
         await type_into(pilot, "#knob-gpu_custom", "48")
-        await _settle(pilot)
+        await settle(pilot)
         assert _line(screen).startswith("throughput: not estimated (")
 
         # No valid plan: no line.
         await type_into(pilot, "#knob-gpu_count", "-1")
-        await _settle(pilot)
+        await settle(pilot)
         assert not screen.query_one("#throughput-line").display
