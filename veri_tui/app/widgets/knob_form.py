@@ -143,7 +143,7 @@ class KnobForm(VerticalScroll):
         yield Static("", id="knob-help", markup=False)
 
     def _custom_gpu_row(self) -> ComposeResult:
-        """`GPU memory` under the GPU select, for the `custom` choice."""
+        """`memory (GB)` under the GPU select, shown for its `custom` choice."""
         gb = custom_gb(self._initial.get("gpu"))
         label = Label("  memory (GB)", classes="field-label", id="label-gpu_custom")
         editor = KnobInput(gb or "", placeholder="e.g. 48", id="knob-gpu_custom")
@@ -207,8 +207,9 @@ class KnobForm(VerticalScroll):
                     widget.value = bool(value)
                 elif isinstance(widget, Select):
                     gb = custom_gb(value) if key == "gpu" else None
-                    if gb is not None:
-                        self._part("knob", "gpu_custom").value = gb  # type: ignore[attr-defined]
+                    memory = self._part("knob", "gpu_custom")
+                    if gb is not None and isinstance(memory, Input):
+                        memory.value = gb
                     widget.value = CUSTOM if gb is not None else str(value)
                     if key == "gpu":
                         self._show_custom(gb is not None)
