@@ -266,9 +266,15 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="veri-tui",
         description="Plan, launch and watch multi-GPU fine-tuning. "
-        "Without a command, opens the app on the bundled tiny model.",
+        "Without a command, opens the app on the bundled tiny model (or --model's).",
         formatter_class=_HelpFormatter,
     )
+    # Its own dest: the commands' --model (a job field) sets `model`, and a subparser's
+    # default would overwrite this one's value.
+    parser.add_argument(
+        "--model", dest="app_model", metavar="MODEL",
+        help="open the app on this model: a local checkpoint directory or Hub id",
+    )  # fmt: skip
     sub = parser.add_subparsers(dest="command")
     first = argv[0] if argv else None
     for name, (help_text, add_options) in COMMANDS.items():
@@ -294,7 +300,13 @@ def dispatch(args: argparse.Namespace) -> int:
         if args.command is None:
             from veri_tui.app import run_app
 
-            return run_app()
+            return run_app(model=args.app_model)
+        if getattr(args, "app_model", None):
+            raise VeriError(
+                f"before a command it opens the app; write `veri-tui {args.command} "
+                f"--model {args.app_model}`",
+                key="--model",
+            )
         if args.command == "plan":
             from veri_tui.commands import plan as cmd
         elif args.command == "launch":
