@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from jobfolder import probe_bandwidth as bandwidth
 from trainer.probe import bus_factor, delay_of
 from veri_tui.cli import main
-from veri_tui.launch.probe import bandwidth
 from veri_tui.launch.probe.report import (
     ProbeReport,
     cache_path,
