@@ -68,6 +68,10 @@ def _slurm_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--account", metavar="A", help="sbatch --account")
     g.add_argument("--time", metavar="T", help="time limit, sbatch --time (e.g. 30, 1:30:00)")
     g.add_argument("--qos", metavar="Q", help="sbatch --qos")
+    g.add_argument(
+        "--exclude", metavar="NODES",
+        help="sbatch --exclude: nodes the job must not get (e.g. one the probe refused)",
+    )  # fmt: skip
 
 
 def _launch_options(p: argparse.ArgumentParser) -> None:
