@@ -9,11 +9,15 @@ node's `VERI_HEALTH {json}` line of `trainer.gpuhealth`. Standard library only.
 
 from __future__ import annotations
 
+import hashlib
 import json
+from pathlib import Path
 from typing import Any
 
 from jobfolder import probe_bandwidth as bandwidth
 from jobfolder import probe_health as health
+from jobfolder.atomic import write_json_atomic
+from jobfolder.layout import veri_home
 
 HEALTH_MARK = "VERI_HEALTH "
 PROBE_MARK = "VERI_PROBE "
@@ -130,3 +134,17 @@ def summary(full: dict[str, Any], printed: list[str]) -> dict[str, Any]:
     """What a job's record keeps of a probe (job.json `probe`): ``full`` is `as_dict`."""
     keep = ("key", "measured_at", "internode_gbps", "intranode_busbw_gbs", "slow", "sick")
     return {k: full[k] for k in keep} | {"lines": printed}
+
+
+def cache_path(key: str) -> Path:
+    """`$VERI_HOME/cache/probe/<digest>.json`: where plans look up the probe of ``key``."""
+    digest = hashlib.sha256(key.encode()).hexdigest()[:20]
+    return veri_home() / "cache" / "probe" / f"{digest}.json"
+
+
+def save_cached(full: dict[str, Any]) -> Path:
+    """Write a report (`as_dict`) to its key's cache file, atomically."""
+    path = cache_path(str(full["key"]))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(path, full)
+    return path

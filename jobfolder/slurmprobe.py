@@ -6,7 +6,8 @@
 the same programs as `veri-tui probe --slurm`), with the job's ranks per node. What they
 measured is judged by the launcher's rules (probe_verdict.py) and kept in the job folder:
 `probe.json` (the whole report), job.json's `probe` (the figures and the printed lines, which
-`veri-tui jobs JOB` shows) and log.txt.
+`veri-tui jobs JOB` shows), log.txt, and the partition's probe cache in $VERI_HOME (where
+`veri-tui plan --slurm ... --partition P --nodes N` finds the measured network).
 
 A sick or slow node, or a probe that does not run, stops the job before training: job.json
 records it failed (HARDWARE_ERROR naming the node and `--exclude`, or COMM_ERROR) and the
@@ -134,6 +135,10 @@ def run(job_path: Path) -> int:
         return STOPPED_EXIT
     printed = verdict.lines(report["labels"], report["bandwidth"], report["health"])
     write_json_atomic(job_dir / PROBE_FILE, report)
+    try:  # the partition's figure for the next plan there (`plan --slurm ... --nodes N`)
+        verdict.save_cached(report)
+    except OSError:
+        pass  # a read-only $VERI_HOME on the node: the job's own record still has it
     lines = [*printed, *(f"probe: refused: {r}" for r in refused)]
     if refused and allow:
         lines.append("probe: going on at your own risk (--allow-slow-nodes)")

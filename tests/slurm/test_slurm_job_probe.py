@@ -56,7 +56,8 @@ def test_a_slow_node_stops_the_job_before_training(
     assert code == 0, err
     job_id = out.strip()
     record = wait_ended(job_id, 300)
-    print(f"slow node: job ended {time.monotonic() - started:.1f} s after the launch")
+    with capsys.disabled():
+        print(f"\nslow node: job ended {time.monotonic() - started:.1f} s after the launch")
     job_dir = slurm_job_dir(home, job_id)
     error = record["error"]
     assert (record["status"], error["code"], error["attribution"]) == (
@@ -72,6 +73,8 @@ def test_a_slow_node_stops_the_job_before_training(
     wait_for(lambda: slurm.jobs() == [], 30, "the Slurm job to end")
     assert processes_of(job_dir) == []
     code, shown, _ = cli(capsys, "jobs", job_id)
+    with capsys.disabled():
+        print(shown)
     assert "error: HARDWARE_ERROR (platform): job failed: the fleet probe stopped the job" in (
         shown) and f"  refused: {refused[0]}" in shown, shown  # fmt: skip
     assert "probe: refused: node 1 (127.0.0.2) is slow" in (job_dir / "log.txt").read_text()

@@ -25,6 +25,7 @@ from support.slurm_cluster import SlurmCluster
 
 from jobfolder.procs import read_pid
 from veri_tui.launch import jobs
+from veri_tui.launch.probe.report import cached
 from veri_tui.plan import load_job_config
 
 __all__ = ["home"]  # the fixture, imported for the tests below
@@ -273,7 +274,11 @@ def test_two_nodes_one_rank_each_match_a_local_run(slurm: SlurmCluster, home: Pa
     log = (job_dir / "log.txt").read_text()
     network = next(ln for ln in probe["lines"] if ln.startswith("network: "))
     assert log.index(network) < log.index('"step": 1')  # probed before the first step
+    # The partition's probe cache has it: the next plan for 2 nodes of debug uses it.
+    assert cached("slurm:debug")["internode_gbps"] == probe["internode_gbps"]
     code, out, _ = cli(capsys, "jobs", job_id)
+    with capsys.disabled():
+        print("\n" + out)
     assert re.search(r"^probe: measured \S+ \(the Slurm allocation, before training\):$", out,
                      re.M) and f"  {network}" in out, out  # fmt: skip
 

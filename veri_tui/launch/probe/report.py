@@ -10,9 +10,7 @@ the launch look it up, and in a launched job's job.json (`probe`).
 
 from __future__ import annotations
 
-import hashlib
 import json
-import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,7 +18,6 @@ from typing import Any
 
 from jobfolder import probe_bandwidth as bandwidth
 from jobfolder import probe_verdict as verdict
-from jobfolder.layout import veri_home
 from veri_tui.errors import Refusal
 
 #: A cached probe older than this is not used by plans (seconds; a day).
@@ -91,24 +88,14 @@ class ProbeReport:
         return verdict.as_dict(self.key, self.labels, self.record, self.health, self.measured_at)
 
 
-def cache_path(key: str) -> Path:
-    digest = hashlib.sha256(key.encode()).hexdigest()[:20]
-    return veri_home() / "cache" / "probe" / f"{digest}.json"
-
-
 def save(report: ProbeReport) -> Path:
     """Write the report to its cache file (aside, then renamed into place)."""
-    path = cache_path(report.key)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(report.to_dict(), indent=2) + "\n")
-    os.replace(tmp, path)
-    return path
+    return verdict.save_cached(report.to_dict())
 
 
 def cached(key: str, max_age_s: float = MAX_AGE_S) -> dict[str, Any] | None:
     """The cached probe of ``key`` when there is one younger than ``max_age_s``."""
-    path = cache_path(key)
+    path = verdict.cache_path(key)
     try:
         data = json.loads(path.read_text())
         age = time.time() - path.stat().st_mtime
