@@ -83,12 +83,14 @@ def _launch_options(p: argparse.ArgumentParser) -> None:
     )  # fmt: skip
     p.add_argument(
         "--no-probe", action="store_true",
-        help="skip the bandwidth and GPU health probe of the nodes (several hosts) or of the "
-        "GPUs (2 or more of one machine) (docs/probe.md)",
+        help="skip the bandwidth and GPU health probe of the nodes (several hosts; a Slurm "
+        "job's allocation, before training) or of the GPUs (2 or more of one machine) "
+        "(docs/probe.md)",
     )  # fmt: skip
     p.add_argument(
         "--allow-slow-nodes", action="store_true",
-        help="launch although the probe finds a node slow or sick (at your own risk)",
+        help="launch (a Slurm job: train) although the probe finds a node slow or sick "
+        "(at your own risk)",
     )  # fmt: skip
     from veri_tui.commands.common import canary_options
 
