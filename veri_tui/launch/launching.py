@@ -38,7 +38,7 @@ from veri_tui.launch.hostpool import HostName, all_or_raise, in_parallel, open_h
 from veri_tui.launch.nodes import agreement, disk_of, node_label, probe_rendezvous
 from veri_tui.launch.probe.fleet import ProbeChoice, fleet_probe, needs_probe
 from veri_tui.launch.probe.report import with_cached_network, with_network
-from veri_tui.launch.spec import check_job, local_dataset, make_record, new_job_id
+from veri_tui.launch.spec import check_job, data_bytes, make_record, new_job_id
 
 
 def own_checks(job: Any, hosts: Sequence[Host]) -> None:
@@ -204,7 +204,7 @@ def launch(
     hosts = open_hosts(names, trust)
     try:
         own_checks(job.model_copy(update={"hosts": list(names)}) if len(names) > 1 else job, hosts)
-        size = 0 if hosts[0].local else local_dataset(job).stat().st_size
+        size = 0 if hosts[0].local else data_bytes(job)
         facts, job, problems = probe_all(hosts, job, size)
         rdzv = None
         if len(hosts) > 1:

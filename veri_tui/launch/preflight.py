@@ -33,7 +33,7 @@ from veri_tui.launch.launching import own_checks, probe_all
 from veri_tui.launch.nodes import disk_of, node_label, probe_rendezvous, storage_row
 from veri_tui.launch.probe.fleet import ProbeChoice, fleet_probe, needs_probe
 from veri_tui.launch.probe.report import with_network
-from veri_tui.launch.spec import local_dataset
+from veri_tui.launch.spec import data_bytes
 
 
 def _collect(problems: list[Refusal], call: Any) -> Any:
@@ -80,7 +80,7 @@ def preflight(job: Any, plan_record: Any, names: Sequence[HostName], trust: str 
         head = hosts[0]
         checked = job.model_copy(update={"hosts": list(names)}) if many else job
         own = _collect(problems, lambda: own_checks(checked, hosts)) is None and problems
-        size = _collect(problems, lambda: 0 if head.local else local_dataset(job).stat().st_size)
+        size = _collect(problems, lambda: 0 if head.local else data_bytes(job))
         facts, job, found = probe_all(hosts, job, size or 0)
         problems += found
         if many:
