@@ -40,7 +40,7 @@ PROBE_FILE = "probe.json"
 PROBE_TIMEOUT_S = 600.0
 #: The step's exit status when it stops the job.
 STOPPED_EXIT = 3
-EXCLUDE = "launch it again with --exclude {name}, or exclude = \"{name}\" in [slurm]"
+EXCLUDE = 'launch it again with --exclude {name}, or exclude = "{name}" in [slurm]'
 
 
 def _free_port() -> int:
