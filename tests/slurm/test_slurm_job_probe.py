@@ -1,19 +1,26 @@
 """The Slurm batch job's probe of its allocation before training (jobfolder/slurmprobe.py), on
 the test cluster: `--dry-run` shows the step and `--exclude`; a node made slow on purpose
 (VERI_PROBE_DELAY, passed on by sbatch and srun) is named and the job stops before training
-with nothing left running. The healthy 2-node job that probes and then trains is
+with nothing left running; the step itself inside `salloc -N 2` with a fake nvidia-ml-py whose
+GPU on node 1 has a row remapping pending: the sick node stops a job, or is recorded and
+passed with --allow-slow-nodes' mode. The healthy 2-node job that probes and then trains is
 test_slurm_launch.py's `test_two_nodes_one_rank_each_match_a_local_run`.
 """
 
 from __future__ import annotations
 
+import json
+import os
 import re
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
 from launch.launch_helpers import wait_ended, wait_for
 from slurm_helpers import cli, home, processes_of, slurm_job_dir
+from support.fakenvml import write_fake_pynvml
 from support.slurm_cluster import SlurmCluster
 
 from veri_tui.launch import jobs
@@ -82,3 +89,55 @@ def test_a_slow_node_stops_the_job_before_training(
         shown) and f"  refused: {refused[0]}" in shown, shown  # fmt: skip
     assert "probe: refused: node 1 (127.0.0.2) is slow" in (job_dir / "log.txt").read_text()
     assert jobs.get_job(job_id)["status"] == "failed"  # the controller's end did not undo it
+
+
+# Node 1's GPU (the srun task's $SLURM_NODEID) has a row remapping pending; node 0's is well.
+SICK_ON_NODE_1 = """
+import os as _os
+def nvmlDeviceGetRemappedRows(h):
+    return (0, 1, 1, 0) if _os.environ.get("SLURM_NODEID") == "1" else (0, 0, 0, 0)
+"""
+
+
+def _job(folder: Path, mode: str) -> Path:
+    folder.mkdir(parents=True)
+    spec = {"nnodes": 2, "nproc_per_node": 1, "gpu_count": 2,
+            "slurm": {"partition": "debug", "nodes": 2, "probe": mode}}  # fmt: skip
+    path = folder / "job.json"
+    path.write_text(json.dumps({"job_id": folder.name, "status": "pending", "spec": spec}))
+    return path
+
+
+def test_a_sick_node_stops_the_step_or_is_recorded_with_allow(
+    slurm: SlurmCluster, tmp_path: Path
+) -> None:
+    fake = write_fake_pynvml(tmp_path / "fake", count=1, pending=-1)
+    fake.write_text(fake.read_text() + SICK_ON_NODE_1)
+    stop, allow = _job(tmp_path / "stop", "stop"), _job(tmp_path / "allow", "allow")
+    step = f"{sys.executable} -m jobfolder.slurmprobe --job"
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, **slurm.env, "VERI_HOME": str(tmp_path / "veri"),
+           "PYTHONPATH": f"{fake.parent}:{root}"}  # fmt: skip
+    started = time.monotonic()
+    out = subprocess.run(
+        ["salloc", "--nodes=2", "--partition=debug", "bash", "-c",
+         f"{step} {stop}; echo rc=$?; {step} {allow}; echo rc=$?"],
+        capture_output=True, text=True, env=env, timeout=500, check=False,
+        stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    print(out.stdout, out.stderr, f"salloc + 2 probes: {time.monotonic() - started:.1f} s")
+    assert re.findall(r"^rc=(\d+)$", out.stdout, re.M) == ["3", "0"], out.stdout + out.stderr
+    sick = ("node 1 (127.0.0.2) is sick: GPU 0: a row remapping is pending (reset the GPU to "
+            "apply it); leave it out (launch it again with --exclude 127.0.0.2")  # fmt: skip
+    stopped = json.loads(stop.read_text())
+    assert (stopped["status"], stopped["error"]["code"]) == ("failed", "HARDWARE_ERROR")
+    assert sick in stopped["error"]["message"]
+    assert [r[: len(sick)] for r in stopped["probe"]["refused"]] == [sick]
+    assert any(ln.startswith("gpu health: 127.0.0.2: SICK: 1 GPUs, driver 550.54.15")
+               for ln in stopped["probe"]["lines"])  # fmt: skip
+    went_on = json.loads(allow.read_text())
+    assert went_on["status"] == "pending" and went_on.get("error") is None
+    assert [r[: len(sick)] for r in went_on["probe"]["refused"]] == [sick]
+    log = (allow.parent / "log.txt").read_text()
+    assert "probe: going on at your own risk (--allow-slow-nodes)" in log
+    assert json.loads((allow.parent / "probe.json").read_text())["sick"]
