@@ -73,6 +73,10 @@ def _slurm_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--account", metavar="A", help="sbatch --account")
     g.add_argument("--time", metavar="T", help="time limit, sbatch --time (e.g. 30, 1:30:00)")
     g.add_argument("--qos", metavar="Q", help="sbatch --qos")
+    g.add_argument(
+        "--exclude", metavar="NODES",
+        help="sbatch --exclude: nodes the job must not get (e.g. one the probe refused)",
+    )  # fmt: skip
 
 
 def _launch_options(p: argparse.ArgumentParser) -> None:
@@ -84,12 +88,14 @@ def _launch_options(p: argparse.ArgumentParser) -> None:
     )  # fmt: skip
     p.add_argument(
         "--no-probe", action="store_true",
-        help="skip the bandwidth and GPU health probe of the nodes (several hosts) or of the "
-        "GPUs (2 or more of one machine) (docs/probe.md)",
+        help="skip the bandwidth and GPU health probe of the nodes (several hosts; a Slurm "
+        "job's allocation, before training) or of the GPUs (2 or more of one machine) "
+        "(docs/probe.md)",
     )  # fmt: skip
     p.add_argument(
         "--allow-slow-nodes", action="store_true",
-        help="launch although the probe finds a node slow or sick (at your own risk)",
+        help="launch (a Slurm job: train) although the probe finds a node slow or sick "
+        "(at your own risk)",
     )  # fmt: skip
     from veri_tui.commands.common import canary_options
 

@@ -55,7 +55,7 @@ def hosts_of(args: argparse.Namespace, job: Any) -> Any:
 
 
 #: The Slurm options of `plan` and `launch` (cli._slurm_options), as `[slurm]` keys.
-SLURM_ARGS = ("partition", "nodes", "gpus_per_node", "account", "time", "qos")
+SLURM_ARGS = ("partition", "nodes", "gpus_per_node", "account", "time", "qos", "exclude")
 
 
 def slurm_of(args: argparse.Namespace) -> Any:

@@ -32,10 +32,11 @@ def run(args: argparse.Namespace) -> int:
     job = job_from_args(args)
     host = hosts_of(args, job)
     canary = canary_of(args)
+    probe = jobs.ProbeChoice(run=not args.no_probe, allow_slow=args.allow_slow_nodes)
     if args.dry_run:
         if not isinstance(host, jobs.SlurmOptions):
             raise VeriError("prints a Slurm batch script: add --slurm LOGIN", key="dry_run")
-        print(jobs.slurm_script(job, host, args.trust_host), end="")
+        print(jobs.slurm_script(job, host, args.trust_host, probe), end="")
         return 0
     if host is None:
         check_job(job)  # every refusal at once, before the model is even read
@@ -48,7 +49,6 @@ def run(args: argparse.Namespace) -> int:
         # preflight (the host's GPUs, the model's headers read over SFTP). Planning here
         # would refuse a model only it holds.
         record = None
-    probe = jobs.ProbeChoice(run=not args.no_probe, allow_slow=args.allow_slow_nodes)
     job_id = jobs.launch(job, record, host=host, trust_host=args.trust_host, probe=probe,
                          canary=canary)  # fmt: skip
     if canary is not None:

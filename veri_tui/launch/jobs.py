@@ -86,13 +86,15 @@ def launch(
                       probe=probe or ProbeChoice(), canary=canary)  # fmt: skip
 
 
-def slurm_script(job_config: JobConfig, options: SlurmOptions, trust_host: str | None = None
-                 ) -> str:  # fmt: skip
+def slurm_script(job_config: JobConfig, options: SlurmOptions, trust_host: str | None = None,
+                 probe: ProbeChoice | None = None) -> str:  # fmt: skip
     """The batch script `launch` would submit for ``job_config`` with ``options`` (every
-    check of a launch made, every refusal raised); nothing is created or submitted."""
+    check of a launch made, every refusal raised; ``probe``: its probe step's mode);
+    nothing is created or submitted."""
     from veri_tui.launch.launching import launch as run_launch
 
-    return run_launch(job_config, None, [options], trust_host, wait=False, dry_run=True)
+    return run_launch(job_config, None, [options], trust_host, wait=False, dry_run=True,
+                      probe=probe)  # fmt: skip
 
 
 def preflight(

@@ -25,6 +25,7 @@ re-planned on its host).
 from __future__ import annotations
 
 import json
+import os
 import posixpath
 from collections.abc import Sequence
 from typing import Any, cast
@@ -181,6 +182,13 @@ def create(host: Host, job: Any, job_dir: str, record: JobRecord) -> int:
     return host.start_supervisor(job_dir)
 
 
+def slurm_probe_mode(spec: Any, choice: ProbeChoice) -> None:
+    """Set spec["slurm"]["probe"]: "off" (--no-probe, VERI_PROBE=0), "allow"
+    (--allow-slow-nodes: recorded, the job goes on) or "stop" (a slow or sick node ends it)."""
+    off = not choice.run or os.environ.get("VERI_PROBE") == "0"
+    spec["slurm"]["probe"] = "off" if off else "allow" if choice.allow_slow else "stop"
+
+
 def launch(
     job: Any, plan_record: Any, names: Sequence[HostName], trust: str | None, wait: bool,
     dry_run: bool = False, probe: ProbeChoice | None = None,
@@ -224,6 +232,8 @@ def launch(
             cast("dict[str, Any]", rec)["probe"] = measured.summary()
         for _dir, rec in nodes if canary else ():
             rec["spec"]["canary"] = dict(canary)
+        if hosts[0].kind == "slurm":  # the batch job probes its allocation (slurm/script.py)
+            slurm_probe_mode(nodes[0][1]["spec"], probe or ProbeChoice())
         check_capacity(
             hosts, facts, plan, nodes[0][1]["spec"]["output_dir"] if job.output else None
         )
