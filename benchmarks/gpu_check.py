@@ -61,6 +61,9 @@ def fill_paths(record: dict[str, Any], work: Path) -> dict[str, Any]:
     spec = dict(record["spec"])
     for key in ("model_path", "dataset", "output_dir"):
         spec[key] = spec[key].replace("@WORK@", str(work))
+    for key in ("datasets", "eval_datasets"):  # each source's own path (issue 27's sources)
+        if spec.get(key):
+            spec[key] = [{**s, "path": s["path"].replace("@WORK@", str(work))} for s in spec[key]]
     return {**record, "spec": spec}
 
 

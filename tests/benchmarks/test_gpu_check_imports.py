@@ -6,7 +6,9 @@ process, its model builds, the supervisor and the ranks import the trainer, jobf
 benchmarks/gpu_check{,_files,_jobs,_report}.py from the carried tree. Every import statement
 in those (function bodies included) must name the standard library, the image's packages,
 the carried code, or an optional package imported inside a function whose absence the
-caller handles (bitsandbytes: a carried wheel, QLoRA only; pynvml: else nvidia-smi).
+caller handles (bitsandbytes: a carried wheel, QLoRA only; pynvml: else nvidia-smi;
+datasets: only for a parquet, CSV, save_to_disk or Hub dataset, else one DataError line; the
+trackers: only when `report_to` names them, else one ConfigError line).
 `ABSENT` makes those four missing for real in a process (test_gpu_check.py's SIGTERM run
 starts the check itself under it).
 """
@@ -28,7 +30,7 @@ DEVICE_SIDE = [
 # transformers requires huggingface_hub and tokenizers: they come with it.
 IMAGE = {"torch", "transformers", "peft", "safetensors", "huggingface_hub", "tokenizers"}
 CARRIED = {"trainer", "jobfolder", "gpu_check_files", "gpu_check_jobs", "gpu_check_report"}
-OPTIONAL = {"bitsandbytes", "pynvml"}
+OPTIONAL = {"bitsandbytes", "pynvml", "datasets", "trackio", "wandb", "mlflow"}
 # Imported by gpu_check.py only to prepare (where veri-tui is installed): never on the GPU box
 # once DIR holds plan.json (the run's path, which the SIGTERM test takes under ABSENT).
 PREPARE_ONLY = {"gpu_check_features", "gpu_check_prepare"}
