@@ -46,7 +46,7 @@ def _row(rec: JobRecord) -> list[str]:
 
 def list_jobs(as_json: bool) -> int:
     """Print every job, newest first: a table, or one JSON list of job records."""
-    records = jobs.list_jobs()
+    records = jobs.list_jobs(settle=True)  # what it shows is kept (launch/settle.py)
     if as_json:
         print(json.dumps(records, indent=2))
         return 0
@@ -65,7 +65,8 @@ def show_job(job_id: str, as_json: bool) -> int:
     """One job: its row, plan line, and what it measured beside what its plan predicted."""
     from veri_tui.launch.measured import comparison_lines
 
-    rec = jobs.get_job(job_id)
+    with jobs.open(job_id) as job:
+        rec = job.poll()  # read, and what it shows kept (launch/settle.py)
     if as_json:
         print(json.dumps(rec, indent=2))
         return 0

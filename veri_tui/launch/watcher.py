@@ -27,7 +27,8 @@ from jobfolder.status import FAILED, has_ended
 from veri_tui.errors import VeriError
 from veri_tui.launch import registry
 from veri_tui.launch.jobindex import target_of_entry
-from veri_tui.launch.restart import retry, retry_due
+from veri_tui.launch.restart import retry
+from veri_tui.launch.retries import retry_due
 from veri_tui.launch.target import JobTarget
 
 POLL_S = 1.0

@@ -76,7 +76,7 @@ class JobsScreen(Screen):
         from veri_tui.launch import jobs
 
         try:
-            self.post_message(JobsListed(list(jobs.list_jobs())))
+            self.post_message(JobsListed(list(jobs.list_jobs(settle=True))))
         except Exception as exc:  # noqa: BLE001 - shown in the note line
             self.post_message(JobsListed(error=str(exc)))
 

@@ -2,12 +2,14 @@
 and the failure panel when the job failed. Cancel ends every rank; detach leaves it running;
 R resumes a failed or cancelled job (a new attempt in its folder) and follows it.
 
-A thread worker follows the job with the launch facade's watcher (`jobs.watch`, the
-`follow_log` that also hands over each polled job record): it picks the metric lines out and
-posts one `JobUpdate` per poll. The screen only renders what the updates carry: metric lines
-as readable rows in the log tail (the launch facade's `log_row`), loss (and the DPO
-reward margin) in the chart. When the job has ended with measurements, a table sets them
-beside what its plan predicted (the facade's `comparison_lines`).
+A thread worker follows the job through one handle held for its life (`jobs.open`: one
+connection per host) and its watcher (`JobHandle.watch`, the follow that also hands over
+each polled job record): it picks the metric lines out and posts one `JobUpdate` per poll.
+The screen only renders what the updates carry: metric lines as readable rows in the log
+tail (the launch facade's `log_row`), loss (and the DPO reward margin) in the chart. It
+stops following when the job's record is gone (`NotFoundError`), and retries otherwise.
+When the job has ended with measurements, a table sets them beside what its plan predicted
+(the facade's `comparison_lines`).
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from jobfolder.status import has_ended
 from veri_tui.app.messages import JobUpdate
 from veri_tui.app.widgets.charts import LossChart
 from veri_tui.app.widgets.failure_panel import FailurePanel
-from veri_tui.errors import VeriError
+from veri_tui.errors import NotFoundError, VeriError
 from veri_tui.launch.jobs import comparison_lines, log_row, metric_of, pending_reason
 
 POLL_S = 0.5
@@ -122,23 +124,30 @@ class MonitorScreen(Screen):
         def stop() -> bool:
             return worker.is_cancelled  # the screen was closed: end without waiting
 
-        while not worker.is_cancelled:
-            try:
-                for line in jobs.watch(self.job_id, offset, post, stop, POLL_S):
-                    lines.append(line.text)
-                    offset = self.log_offset = line.end  # a resume follows on from here
-            except VeriError as exc:
-                self.post_message(JobUpdate(self.job_id, None, error=str(exc)))
-                if any(e.key == "job" for e in exc.errors):
-                    return  # no such job: nothing will appear by polling
-            except OSError as exc:  # a dropped connection or a file mid-replace: retry
-                self.post_message(JobUpdate(self.job_id, None, error=str(exc)))
-            else:
-                if not worker.is_cancelled:
-                    post(last)  # the lines read after the poll that saw the job end
-                return
-            last = None  # the error replaced the status line: show the record again
-            time.sleep(1.0)  # then resume from the last complete line
+        try:
+            job = jobs.open(self.job_id)  # one target, one connection per host, for our life
+        except VeriError as exc:
+            self.post_message(JobUpdate(self.job_id, None, error=str(exc)))
+            return  # no such job: nothing will appear by polling
+        with job:
+            while not worker.is_cancelled:
+                try:
+                    for line in job.watch(offset, post, stop, POLL_S):
+                        lines.append(line.text)
+                        offset = self.log_offset = line.end  # a resume follows on from here
+                except NotFoundError as exc:  # its record is gone: polling shows nothing more
+                    self.post_message(JobUpdate(self.job_id, None, error=str(exc)))
+                    return
+                except VeriError as exc:  # a host out of reach (UnreachableError), ...: retry
+                    self.post_message(JobUpdate(self.job_id, None, error=str(exc)))
+                except OSError as exc:  # a dropped connection (the host reconnects): retry
+                    self.post_message(JobUpdate(self.job_id, None, error=str(exc)))
+                else:
+                    if not worker.is_cancelled:
+                        post(last)  # the lines read after the poll that saw the job end
+                    return
+                last = None  # the error replaced the status line: show the record again
+                time.sleep(1.0)  # then resume from the last complete line
 
     def on_job_update(self, update: JobUpdate) -> None:
         if update.error:

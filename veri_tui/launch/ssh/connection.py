@@ -14,7 +14,7 @@ from pathlib import Path
 
 import paramiko
 
-from veri_tui.errors import VeriError
+from veri_tui.errors import UnreachableError, VeriError
 from veri_tui.launch.host import Result
 from veri_tui.launch.ssh.hostkeys import (
     TrustPolicy,
@@ -27,11 +27,11 @@ from veri_tui.launch.ssh.hosts import HostSpec, resolve_host
 DEFAULT_TIMEOUT = 10.0
 
 
-class ConnectionLost(VeriError):
+class ConnectionLost(UnreachableError):
     """The connection dropped or stopped answering; callers may `reconnect()` and retry."""
 
     def __init__(self, host: str, what: str) -> None:
-        super().__init__(f"connection to {host} lost ({what}); retry when it is reachable", "host")
+        super().__init__(f"connection to {host} lost ({what}); retry when it is reachable")
 
 
 def exited(conn: Connection, chan: paramiko.Channel) -> bool:
@@ -60,15 +60,14 @@ def _connect_error(exc: BaseException, spec: HostSpec, kh: Path, timeout: float)
     # "No authentication methods available" is paramiko's way to say it found no key at all.
     if isinstance(exc, paramiko.AuthenticationException) or "authentication methods" in str(exc):
         tried = ", ".join(spec.identity_files) or "the agent and ~/.ssh/id_*"
-        return VeriError(
+        return UnreachableError(
             f"{where}: authentication failed ({exc}); tried {tried}. Add an IdentityFile "
-            "for this host in ~/.ssh/config or load the key into ssh-agent",
-            key="host",
+            "for this host in ~/.ssh/config or load the key into ssh-agent"
         )
     if isinstance(exc, TimeoutError):
-        return VeriError(f"{where}: timed out after {timeout:g} s; is it reachable?", "host")
+        return UnreachableError(f"{where}: timed out after {timeout:g} s; is it reachable?")
     if isinstance(exc, (OSError, EOFError, paramiko.SSHException)):
-        return VeriError(f"{where}: cannot connect ({exc or type(exc).__name__})", "host")
+        return UnreachableError(f"{where}: cannot connect ({exc or type(exc).__name__})")
     return exc
 
 
