@@ -24,7 +24,7 @@ from jobfolder.failures import job_error
 from jobfolder.layout import JobLayout
 from jobfolder.procs import pid_alive, read_pid
 from jobfolder.record import JobError, JobRecord, epoch_of, read_job
-from jobfolder.status import FAILED, has_ended
+from jobfolder.status import FAILED, FailureCode, has_ended
 
 #: A pending job whose supervisor never wrote its pid within this long is lost.
 START_TIMEOUT_S = 60.0
@@ -64,7 +64,7 @@ def lost_record(record: JobRecord, why: str) -> JobRecord:
     ``lost: true``, error RANK_LOST saying ``why``."""
     msg = f"job lost: {why} (machine restarted or process killed)"
     world = (record.get("spec") or {}).get("gpu_count")
-    error: JobError = job_error("RANK_LOST", msg, world, summary=msg)
+    error: JobError = job_error(FailureCode.RANK_LOST, msg, world, summary=msg)
     lost: JobRecord = {**record, "status": FAILED, "lost": True, "error": error}
     return lost
 

@@ -13,7 +13,7 @@ import os
 import sys
 
 from jobfolder.record import NOT_RECORDED, JobRecord, plan_line_of
-from jobfolder.status import has_ended, outcome_recorded
+from jobfolder.status import Attribution, FailureCode, has_ended, outcome_recorded
 from veri_tui.launch import jobs
 
 
@@ -94,7 +94,7 @@ def failure_line(rec: JobRecord) -> str:
     """`error: RANK_LOST (platform): rank 1/2 (node 1, local_rank 0) failed: ...; node 1 is
     n1`: the code, whose fault, which rank on which node failed and why (what --json holds)."""
     error = rec.get("error") or {}
-    who = error.get("attribution") or "pending"
+    who = error.get("attribution") or Attribution.PENDING
     text = str(error.get("summary") or error.get("message") or "").strip()
     rank, world, node = error.get("rank"), error.get("world_size"), error.get("node")
     if rank is not None and not text.startswith("rank "):
@@ -103,7 +103,7 @@ def failure_line(rec: JobRecord) -> str:
     hosts = [n.get("host") for n in rec.get("nodes") or []]
     if isinstance(node, int) and 0 <= node < len(hosts) and hosts[node]:
         text += f"; node {node} is {hosts[node]}"
-    return f"error: {error.get('code') or 'UNKNOWN'} ({who}): {text}"
+    return f"error: {error.get('code') or FailureCode.UNKNOWN} ({who}): {text}"
 
 
 def _seconds_between(start: str | None, end: str | None) -> float | None:

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 from jobfolder.atomic import job_lock
 from jobfolder.attempts import attempts_of, max_restarts
 from jobfolder.record import JobRecord, JobSpec, ResumeChoice
+from jobfolder.status import FailureCode
 from veri_tui.errors import VeriError
 from veri_tui.launch import registry
 from veri_tui.launch.checkpoints import NodeCheck, choose_step
@@ -155,7 +156,7 @@ def retry(target: JobTarget) -> JobRecord:
     if fresh is None or not retry_due(record, fresh):
         return record
     limit = max_restarts(record.get("spec") or {}, alone=False)
-    code = (record.get("error") or {}).get("code", "UNKNOWN")
+    code = (record.get("error") or {}).get("code", FailureCode.UNKNOWN)
     line = (f"retry: {code} (platform) ended the attempt; restart "
             f"{retries_done(record) + 1} of {limit} (max_restarts)")  # fmt: skip
     try:

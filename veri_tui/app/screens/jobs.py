@@ -16,11 +16,12 @@ from textual.binding import Binding
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static
 
+from jobfolder.status import Status
 from veri_tui.app.messages import JobsListed
 from veri_tui.launch.jobs import pending_reason
 
 #: The statuses a job can be resumed from (a lost job reads as failed).
-RESUMABLE = ("failed", "cancelled")
+RESUMABLE = (Status.FAILED, Status.CANCELLED)
 
 
 def job_row(rec: dict[str, Any]) -> tuple[str, ...]:
@@ -29,7 +30,7 @@ def job_row(rec: dict[str, Any]) -> tuple[str, ...]:
     rp = rec.get("resolved_parallelism") or spec.get("resolved_parallelism") or {}
     err = rec.get("error") or {}
     status = str(rec.get("status", "?"))
-    if status == "failed" and err.get("code"):
+    if status == Status.FAILED and err.get("code"):
         status = f"failed {err['code']}"
     waiting = pending_reason(rec)  # type: ignore[arg-type]  # a Slurm job in its queue
     if waiting:

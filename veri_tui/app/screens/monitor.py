@@ -27,7 +27,7 @@ from textual.worker import get_current_worker
 
 from jobfolder.record import NOT_RECORDED
 from jobfolder.record import plan_line_of as spec_plan_line
-from jobfolder.status import has_ended
+from jobfolder.status import Status, has_ended
 from veri_tui.app.messages import JobUpdate
 from veri_tui.app.widgets.charts import LossChart
 from veri_tui.app.widgets.failure_panel import FailurePanel
@@ -82,7 +82,7 @@ class MonitorScreen(Screen):
         self.job_id = job_id
         self.record: dict[str, Any] | None = None
         self.metrics: list[dict[str, Any]] = []
-        self.status = "pending"
+        self.status = str(Status.PENDING)
         self.log_offset = 0
 
     def compose(self) -> ComposeResult:
@@ -155,10 +155,10 @@ class MonitorScreen(Screen):
             return
         if update.record is not None:
             self.record = update.record
-            self.status = str(update.record.get("status", "pending"))
+            self.status = str(update.record.get("status", Status.PENDING))
             self.query_one("#mon-plan", Static).update(plan_line_of(update.record))
             self.query_one(FailurePanel).error = (
-                update.record.get("error") if self.status == "failed" else None
+                update.record.get("error") if self.status == Status.FAILED else None
             )
             self._show_measured(update.record)
         if update.lines:
@@ -207,7 +207,7 @@ class MonitorScreen(Screen):
             parts.append(f"{float(last['tokens_per_s']):,.0f} tok/s")
         parts.append(f"job {self.job_id} ({rec.get('host') or 'local'})")
         self.query_one("#mon-status", Static).update("  ".join(parts))
-        self.set_class(self.status == "failed", "-failed")
+        self.set_class(self.status == Status.FAILED, "-failed")
 
     def action_detach(self) -> None:
         """Leave the job running; the jobs screen can reattach later."""
@@ -220,7 +220,7 @@ class MonitorScreen(Screen):
         self.cancel_job()
 
     def action_resume_job(self) -> None:
-        if self.status not in ("failed", "cancelled"):
+        if self.status not in (Status.FAILED, Status.CANCELLED):
             self.notify(f"job {self.status}: only a failed or cancelled job resumes")
             return
         self.resume_job()
