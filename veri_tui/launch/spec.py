@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from jobfolder.record import JobRecord, JobSpec
+from jobfolder.record import FORMAT, JobRecord, JobSpec
 from jobfolder.status import PENDING
 from veri_tui.bundled import bundled_dataset
 from veri_tui.errors import Refusal, VeriError
@@ -168,6 +168,7 @@ def make_record(
     }
     return {
         "job_id": job_id,
+        "format": FORMAT,
         "status": PENDING,
         "created_at": time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime()),
         "started_at": None,

@@ -35,7 +35,7 @@ from typing import Any, cast
 
 from jobfolder.layout import JOB_FILE, LOG, SUPERVISOR_PID
 from jobfolder.procs import GRACE_S, pid_alive
-from jobfolder.record import JobRecord, JobSpec, ResumeChoice
+from jobfolder.record import JobRecord, JobSpec, ResumeChoice, format_problem
 from jobfolder.status import has_ended, outcome_recorded
 from veri_tui.errors import NotFoundError, VeriError
 from veri_tui.launch import registry
@@ -102,9 +102,13 @@ class JobTarget:
                                         ) from None  # fmt: skip
                 raise NotFoundError(f"{node.job_file} is gone from {node.host.name}") from None
             try:
-                return cast(JobRecord, json.loads(raw.decode("utf-8")))
+                record = cast(JobRecord, json.loads(raw.decode("utf-8")))
             except (UnicodeDecodeError, ValueError) as exc:
                 raise NotFoundError(f"{node.job_file}: unreadable ({exc})") from exc
+            newer = format_problem(record, node.job_file)
+            if newer is not None:
+                raise VeriError(newer, key="job")
+            return record
 
         return node.host.judge(node.job_dir, read(), self.supervisor_pid(node), read)
 
