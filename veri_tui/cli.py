@@ -270,21 +270,34 @@ def dispatch(args: argparse.Namespace) -> int:
             from veri_tui.app import run_app
 
             return run_app()
+        # Each command's module is imported only when it runs (`plan` stays light).
         if args.command == "plan":
-            from veri_tui.commands import plan as cmd
-        elif args.command == "launch":
-            from veri_tui.commands import launch as cmd
-        elif args.command == "calibrate":
-            from veri_tui.commands import calibrate as cmd
-        elif args.command == "resume":
-            from veri_tui.commands import resume as cmd
-        elif args.command == "serve":
-            from veri_tui.commands import serve as cmd
-        elif args.command == "probe":
-            from veri_tui.commands import probe as cmd
-        else:
-            from veri_tui.commands import jobs as cmd
-        return cmd.run(args)
+            from veri_tui.commands import plan
+
+            return plan.run(args)
+        if args.command == "launch":
+            from veri_tui.commands import launch
+
+            return launch.run(args)
+        if args.command == "calibrate":
+            from veri_tui.commands import calibrate
+
+            return calibrate.run(args)
+        if args.command == "resume":
+            from veri_tui.commands import resume
+
+            return resume.run(args)
+        if args.command == "serve":
+            from veri_tui.commands import serve
+
+            return serve.run(args)
+        if args.command == "probe":
+            from veri_tui.commands import probe
+
+            return probe.run(args)
+        from veri_tui.commands import jobs
+
+        return jobs.run(args)
     except VeriError as exc:
         for line in exc.lines():
             print(line, file=sys.stderr)

@@ -11,6 +11,7 @@ import argparse
 import json
 import os
 import sys
+from typing import Any, cast
 
 from jobfolder.record import NOT_RECORDED, JobRecord, plan_line_of
 from jobfolder.status import Attribution, FailureCode, has_ended, outcome_recorded
@@ -78,7 +79,8 @@ def show_job(job_id: str, as_json: bool) -> int:
         why = f", reason {state[1]}" if state[1] else ""
         print(f"slurm: job {rec.get('slurm_job_id')} {state[0]}{why}")
     print(plan_line_of(rec.get("spec"), NOT_RECORDED))
-    print("\n".join(comparison_lines(rec) or ["measured: not recorded for this job"]))
+    measured = comparison_lines(cast("dict[str, Any]", rec))
+    print("\n".join(measured or ["measured: not recorded for this job"]))
     print("\n".join(gpu_hours_lines(rec)))
     watcher = jobs.watcher_of(job_id)
     if watcher is not None:

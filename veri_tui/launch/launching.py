@@ -139,11 +139,11 @@ def node_records(
         record = host_record(host, pf, job, plan, job_id, job_dir)
         if rdzv is not None:
             addr, port, listen = rdzv
-            record["spec"].update(
-                nnodes=nodes, node_rank=k, nproc_per_node=job.gpu_count // nodes,
-                rdzv_id=job_id, rdzv_endpoint=f"{addr}:{listen if k == 0 else port}",
-                rdzv_local_addr=addr, hosts=[h.name for h in hosts],
-            )  # fmt: skip
+            record["spec"].update({
+                "nnodes": nodes, "node_rank": k, "nproc_per_node": job.gpu_count // nodes,
+                "rdzv_id": job_id, "rdzv_endpoint": f"{addr}:{listen if k == 0 else port}",
+                "rdzv_local_addr": addr, "hosts": [h.name for h in hosts],
+            })  # fmt: skip
         out.append((job_dir, record))
     return out
 
@@ -217,10 +217,11 @@ def launch(
         while hosts[0].exists(posixpath.join(facts[0].jobs_dir, job_id)):
             job_id = new_job_id()  # same second, same random suffix: draw again
         nodes = node_records(hosts, facts, job, plan, job_id, rdzv)
-        for _dir, rec in nodes if measured is not None else ():
-            cast("dict[str, Any]", rec)["probe"] = measured.summary()
-        for _dir, rec in nodes if canary else ():
-            rec["spec"]["canary"] = dict(canary)
+        for _dir, rec in nodes:
+            if measured is not None:
+                cast("dict[str, Any]", rec)["probe"] = measured.summary()
+            if canary:
+                rec["spec"]["canary"] = dict(canary)
         check_capacity(
             hosts, facts, plan, nodes[0][1]["spec"]["output_dir"] if job.output else None
         )

@@ -8,7 +8,7 @@ resume (it may re-plan and reach a host).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from textual import on, work
 from textual.app import ComposeResult
@@ -47,7 +47,7 @@ def job_row(rec: dict[str, Any]) -> tuple[str, ...]:
     )
 
 
-class JobsScreen(Screen):
+class JobsScreen(Screen[None]):
     """Every job veri-tui knows of, newest first."""
 
     BINDINGS = [
@@ -77,7 +77,8 @@ class JobsScreen(Screen):
         from veri_tui.launch import jobs
 
         try:
-            self.post_message(JobsListed(list(jobs.list_jobs(settle=True))))
+            listed = jobs.list_jobs(settle=True)
+            self.post_message(JobsListed(cast("list[dict[str, Any]]", listed)))
         except Exception as exc:  # noqa: BLE001 - shown in the note line
             self.post_message(JobsListed(error=str(exc)))
 

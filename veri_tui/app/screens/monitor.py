@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import time
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 from textual import work
 from textual.app import ComposeResult
@@ -25,7 +25,7 @@ from textual.screen import Screen
 from textual.widgets import Footer, Log, ProgressBar, Static
 from textual.worker import get_current_worker
 
-from jobfolder.record import NOT_RECORDED
+from jobfolder.record import NOT_RECORDED, JobRecord
 from jobfolder.record import plan_line_of as spec_plan_line
 from jobfolder.status import Status, has_ended
 from veri_tui.app.messages import JobUpdate
@@ -68,7 +68,7 @@ def points_of(metrics: list[dict[str, Any]], key: str) -> tuple[tuple[int, float
     )
 
 
-class MonitorScreen(Screen):
+class MonitorScreen(Screen[None]):
     """Watches one job until it ends (or the user detaches)."""
 
     BINDINGS = [
@@ -110,10 +110,11 @@ class MonitorScreen(Screen):
         from veri_tui.launch import jobs
 
         worker = get_current_worker()
-        offset, lines = self.log_offset, []
+        offset, lines = self.log_offset, list[str]()
         last: dict[str, Any] | None = None
 
-        def post(record: dict[str, Any] | None) -> None:
+        def post(polled: JobRecord | dict[str, Any] | None) -> None:
+            record = cast("dict[str, Any] | None", polled)
             nonlocal last
             if lines or record != last:
                 metrics = [m for m in map(metric_of, lines) if m is not None]

@@ -71,7 +71,8 @@ def _connect_error(exc: BaseException, spec: HostSpec, kh: Path, timeout: float)
     return exc
 
 
-def _open_client(spec: HostSpec, sock, trust: str | None, timeout: float) -> paramiko.SSHClient:
+def _open_client(spec: HostSpec, sock: paramiko.ProxyCommand | paramiko.Channel | None,
+                 trust: str | None, timeout: float) -> paramiko.SSHClient:  # fmt: skip
     """Authenticate one hop; paramiko's failures become one-line VeriErrors."""
     kh = known_hosts_path(spec.known_hosts)
     client = paramiko.SSHClient()
@@ -87,7 +88,8 @@ def _open_client(spec: HostSpec, sock, trust: str | None, timeout: float) -> par
             banner_timeout=timeout,
             auth_timeout=timeout,
             channel_timeout=timeout,
-            key_filename=list(spec.identity_files) or None,
+            # paramiko takes a list of files too (its docs); its stubs say one.
+            key_filename=list(spec.identity_files) or None,  # type: ignore[arg-type]
             look_for_keys=not spec.identity_files,
             allow_agent=not spec.identities_only,
         )
@@ -140,7 +142,9 @@ class Connection:
         ]
         try:
             first = hops[0] if hops else self.spec
-            sock = paramiko.ProxyCommand(first.proxy_command) if first.proxy_command else None
+            sock: paramiko.ProxyCommand | paramiko.Channel | None = (
+                paramiko.ProxyCommand(first.proxy_command) if first.proxy_command else None
+            )
             for spec in [*hops, self.spec]:
                 if self._clients:
                     sock = self._open_tunnel(spec)
@@ -196,7 +200,9 @@ class Connection:
             except (paramiko.SSHException, OSError, EOFError) as exc:
                 raise ConnectionLost(self.spec.alias, f"sftp: {exc}") from exc
             assert self._sftp is not None
-            self._sftp.get_channel().settimeout(max(self.timeout, 30.0))
+            channel = self._sftp.get_channel()
+            if channel is not None:
+                channel.settimeout(max(self.timeout, 30.0))
         return self._sftp
 
     def exec_channel(self, line: str) -> paramiko.Channel:
