@@ -139,8 +139,7 @@ class JobHandle:
             raise
         except Exception as exc:  # noqa: BLE001 - a host's I/O error: one error line
             raise VeriError(f"resume of {job_id} failed: {exc}", key="job") from exc
-        if not many:
-            settle(target, record)
+        settle(target, record)  # the registry's copy says pending again
         target.watch_if_needed()
         return self.wait() if wait else record
 
