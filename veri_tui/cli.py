@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import errno
+import importlib
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -271,33 +272,10 @@ def dispatch(args: argparse.Namespace) -> int:
 
             return run_app()
         # Each command's module is imported only when it runs (`plan` stays light).
-        if args.command == "plan":
-            from veri_tui.commands import plan
-
-            return plan.run(args)
-        if args.command == "launch":
-            from veri_tui.commands import launch
-
-            return launch.run(args)
-        if args.command == "calibrate":
-            from veri_tui.commands import calibrate
-
-            return calibrate.run(args)
-        if args.command == "resume":
-            from veri_tui.commands import resume
-
-            return resume.run(args)
-        if args.command == "serve":
-            from veri_tui.commands import serve
-
-            return serve.run(args)
-        if args.command == "probe":
-            from veri_tui.commands import probe
-
-            return probe.run(args)
-        from veri_tui.commands import jobs
-
-        return jobs.run(args)
+        name = "jobs" if args.command in ("logs", "cancel") else args.command  # jobs.py's
+        command = importlib.import_module(f"veri_tui.commands.{name}")
+        run: Callable[[argparse.Namespace], int] = command.run
+        return run(args)
     except VeriError as exc:
         for line in exc.lines():
             print(line, file=sys.stderr)
