@@ -26,7 +26,7 @@ from veri_tui.launch.target import JobTarget
 def _state(record: JobRecord) -> tuple[object, ...]:
     """What a change of the job is: its status, attempt, verdict and canary decision."""
     return (record.get("status"), len(record.get("attempts") or ()), record.get("lost"),
-            record.get("slurm_state"), (record.get("canary") or {}).get("decision"))  # fmt: skip
+            (record.get("canary") or {}).get("decision"))  # fmt: skip
 
 
 class JobHandle:
