@@ -26,13 +26,16 @@ from __future__ import annotations
 import posixpath
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from jobfolder.record import JobRecord
 from veri_tui.errors import Refusal, VeriError
 from veri_tui.launch import memcheck
 from veri_tui.launch.diskcheck import Place, refusals, row
 from veri_tui.launch.records import LogLine
+
+if TYPE_CHECKING:
+    from veri_tui.launch.spec import JobData
 
 #: A preflight row: (check, ok, detail); the one row type every preflight returns.
 Row = tuple[str, bool, str]
@@ -197,7 +200,7 @@ class Host(Protocol):
     def output_for(self, job: Any, facts: HostFacts) -> Any: ...
 
     def job_paths(self, job: Any, plan: Any, job_dir: str, facts: HostFacts
-                  ) -> tuple[str, str, str, str | None]: ...  # fmt: skip
+                  ) -> tuple[str, JobData, str, str | None]: ...  # fmt: skip
 
     def stage(self, job: Any, tmp: str) -> None: ...
 
@@ -255,6 +258,15 @@ def check_disk(host: Host, facts: HostFacts, disk: Any, output: str | None) -> R
     if problems:
         raise VeriError(problems)
     return row(disk, job, out)
+
+
+def tracker_problems(job: Any) -> list[Refusal]:
+    """The job's `report_to` trackers this interpreter cannot import (found without
+    importing them), each one refusal: the job would fail at its start."""
+    from jobfolder.trackers import missing, missing_message
+
+    found = missing(job.hyperparameters.report_to)
+    return [Refusal("report_to", missing_message(name, "here")) for name in found]
 
 
 def capacity_rows(

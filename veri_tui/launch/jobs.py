@@ -129,6 +129,20 @@ def target_for(job_id: str) -> JobTarget:
     return target
 
 
+def job_location(job_id: str) -> tuple[str | None, str]:
+    """(host, folder) of the job's node 0 without connecting: host None for this machine
+    (a local job, or one whose folder was copied into $VERI_HOME/jobs), else the host as
+    job records name it (`slurm:<login>` for Slurm); VeriError for an unknown id."""
+    target = target_for(job_id)
+    try:
+        node = target.nodes[0]
+        if isinstance(node.host, LocalHost) or target.entry is None:
+            return None, node.job_dir
+        return target.entry.label, node.job_dir
+    finally:
+        target.close()
+
+
 def open(job_id: str) -> JobHandle:  # noqa: A001 - `jobs.open`, as the facade's reader
     """The job held open for a reader's life, one connection per host:
     `with jobs.open(job_id) as job:` (handle.py). VeriError for an unknown id."""

@@ -27,10 +27,18 @@ from jobfolder.procs import pid_alive
 from jobfolder.record import JobRecord
 from veri_tui.errors import Refusal, VeriError
 from veri_tui.launch.diskcheck import Place, local_place
-from veri_tui.launch.host import HostFacts, Result, Row, capacity_rows, run_cancel, supervisor_argv
+from veri_tui.launch.host import (
+    HostFacts,
+    Result,
+    Row,
+    capacity_rows,
+    run_cancel,
+    supervisor_argv,
+    tracker_problems,
+)
 from veri_tui.launch.memcheck import local_available
 from veri_tui.launch.records import LogLine, follow_lines
-from veri_tui.launch.spec import local_paths
+from veri_tui.launch.spec import JobData, local_paths
 
 # Supervisors this process started: polled so that a long-lived launcher (the app) reaps them.
 _children: list[subprocess.Popen[bytes]] = []
@@ -180,6 +188,7 @@ class LocalHost:
         found = HostFacts(self.where, self.python, facts, home, str(self.home), shown=False)
         problem = device_problem(int(job.gpu_count), bool(job.hyperparameters.load_in_4bit))
         found.problems += [problem] if problem is not None else []
+        found.problems += tracker_problems(job)
         return found
 
     def plan(self, job: Any, facts: HostFacts, given: Any = None) -> tuple[Any, Any]:
@@ -193,7 +202,7 @@ class LocalHost:
         return job  # a path here: checked with the job's other paths (job_paths)
 
     def job_paths(self, job: Any, plan: Any, job_dir: str, facts: HostFacts
-                  ) -> tuple[str, str, str, str | None]:  # fmt: skip
+                  ) -> tuple[str, JobData, str, str | None]:  # fmt: skip
         return local_paths(job, plan, Path(job_dir))
 
     def stage(self, job: Any, tmp: str) -> None:
@@ -206,7 +215,7 @@ class LocalHost:
             return []
         model, dataset, output, _ = paths
         shown = output if job.output else "<job folder>/output"
-        return [("model", True, model), ("dataset", True, dataset), ("output", True, shown)]
+        return [("model", True, model), ("dataset", True, str(dataset)), ("output", True, shown)]
 
     def capacity(self, facts: HostFacts, plan: Any, disk: Any, output: str | None, label: str
                  ) -> tuple[list[Row], list[Refusal]]:  # fmt: skip
