@@ -32,7 +32,7 @@ from pathlib import Path
 from jobfolder import attempts, ckptindex
 from jobfolder.atomic import record_cancel, update_job
 from jobfolder.layout import JobLayout
-from jobfolder.lost import read_status
+from jobfolder.lost import close_job, read_status
 from jobfolder.procs import GRACE_S, end_processes, job_processes, pid_alive, read_pid
 from jobfolder.record import JobRecord
 from jobfolder.status import ENDED, has_ended, is_lost, outcome_recorded
@@ -119,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(cancel_job(job, args.grace, args.pid)))
     elif args.command == "close":
         error = json.loads(args.error) if args.error else None
-        print(json.dumps(attempts.close_job(job, args.status, error)))
+        print(json.dumps(close_job(job, args.status, error)))
     elif args.command == "set-slurm-id":
         print(json.dumps(update_job(job, slurm_job_id=args.slurm_job_id)))
     else:

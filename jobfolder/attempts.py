@@ -22,9 +22,9 @@ import shutil
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
-from jobfolder.atomic import job_lock, modify_job, write_json_atomic, write_text_atomic
+from jobfolder.atomic import modify_job, write_text_atomic
 from jobfolder.layout import (
     CANCEL_REQUEST,
     FAILURES,
@@ -43,10 +43,8 @@ from jobfolder.record import (
     ResumeChoice,
     epoch_of,
     now_iso,
-    read_job,
 )
 from jobfolder.status import (
-    CANCELLED,
     FAILED,
     PENDING,
     RETRY_CODES,
@@ -142,32 +140,6 @@ def close_attempt(
     if exit_code is not None:
         record["exit_code"] = exit_code
     record["credited_gpu_s"] = credited_gpu_s(attempts)
-
-
-def closed(record: JobRecord, status: str, error: JobError | None) -> JobRecord:
-    """A copy of the record with the outcome ``status`` recorded as the job's host would
-    record it (`close_job`): a cancel marks it `cancelled`, anything else closes the latest
-    attempt. An ended record comes back as it is: an outcome is never rewritten."""
-    view = cast(JobRecord, json.loads(json.dumps(record)))
-    if has_ended(view):
-        return view
-    if status == CANCELLED:
-        view.update({"status": CANCELLED, "ended_at": now_iso()})
-    else:
-        close_attempt(view, status, error, None)
-    return view
-
-
-def close_job(path: Path, status: str, error: JobError | None) -> JobRecord:
-    """Record an outcome the job's scheduler reported (a Slurm job that ended without its
-    supervisor writing one), under the job lock; an outcome already written stays."""
-    with job_lock(path):
-        record = read_job(path)
-        if has_ended(record):
-            return record  # nothing to record: the file stays as it is
-        record = closed(record, status, error)
-        write_json_atomic(path, record)
-    return record
 
 
 def credited_gpu_s(attempts: list[Attempt]) -> float:

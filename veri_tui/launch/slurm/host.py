@@ -26,10 +26,9 @@ from pathlib import Path
 from typing import Any, cast
 
 import jobfolder
-from jobfolder.attempts import closed
 from jobfolder.layout import CANCEL_REQUEST, JOB_FILE
+from jobfolder.lost import closed, lost_record
 from jobfolder.lost import judge as judge_pid
-from jobfolder.lost import lost_record
 from jobfolder.record import JobRecord
 from jobfolder.status import CANCELLED, PENDING, has_ended
 from veri_tui.errors import VeriError
