@@ -1,4 +1,5 @@
-"""`python -m jobfolder status|cancel|resume|checkpoints ...`: what a job's host is asked.
+"""`python -m jobfolder status|cancel|resume|close|set-slurm-id|checkpoints`: what a host is
+asked about a job.
 
 A cancel asks the supervisor first (SIGTERM: it ends torchrun and every rank and records
 `cancelled`); when it is gone, or does not finish in time, the job's processes are ended
@@ -11,6 +12,9 @@ JSON document on stdout; a refusal prints one `error: <key>: <message>` line and
     status JOB_JSON [--pid N]         the record, lost rule applied (N: the launcher's pid)
     cancel JOB_JSON [--grace S] [--pid N]      end every process, record cancelled
     resume JOB_JSON [--choice JSON]   new attempt (the replacement spec, or null, on stdin)
+    close JOB_JSON --status S [--error JSON]   record the outcome a scheduler reported
+                                      (nothing when one is recorded already)
+    set-slurm-id JOB_JSON ID          the Slurm job id sbatch answered (`slurm_job_id`)
     checkpoints list JOB_DIR...       {job_dir: [committed steps, newest first]}
     checkpoints verify STEP JOB_DIR...   {job_dir: "" or the first problem of step-STEP}
 """
@@ -26,12 +30,12 @@ import time
 from pathlib import Path
 
 from jobfolder import attempts, ckptindex
-from jobfolder.atomic import record_cancel
+from jobfolder.atomic import record_cancel, update_job
 from jobfolder.layout import JobLayout
-from jobfolder.lost import read_status
+from jobfolder.lost import close_job, read_status
 from jobfolder.procs import GRACE_S, end_processes, job_processes, pid_alive, read_pid
 from jobfolder.record import JobRecord
-from jobfolder.status import has_ended, is_lost, outcome_recorded
+from jobfolder.status import ENDED, has_ended, is_lost, outcome_recorded
 
 REFUSED = 3  # the exit status of a refusal (its one line is on stdout)
 
@@ -69,8 +73,13 @@ def _parser() -> argparse.ArgumentParser:
     status = sub.add_parser("status", help="the job record, the lost rule applied")
     cancel = sub.add_parser("cancel", help="end every process of the job")
     resume = sub.add_parser("resume", help="make the ended job pending for a new attempt")
-    for command in (status, cancel, resume):
+    close = sub.add_parser("close", help="record the outcome a scheduler reported")
+    slurm_id = sub.add_parser("set-slurm-id", help="the job's Slurm job id")
+    for command in (status, cancel, resume, close, slurm_id):
         command.add_argument("job", type=Path, help="the job's job.json")
+    close.add_argument("--status", required=True, choices=[str(s) for s in ENDED])
+    close.add_argument("--error", help="the job's error (JSON), or none")
+    slurm_id.add_argument("slurm_job_id", help="what sbatch --parsable answered")
     for command in (status, cancel):
         command.add_argument("--pid", type=int, help="the supervisor pid seen at its start")
     cancel.add_argument("--grace", type=float, default=GRACE_S, help="SIGTERM to SIGKILL, s")
@@ -108,6 +117,11 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(read_status(job, args.pid)))
     elif args.command == "cancel":
         print(json.dumps(cancel_job(job, args.grace, args.pid)))
+    elif args.command == "close":
+        error = json.loads(args.error) if args.error else None
+        print(json.dumps(close_job(job, args.status, error)))
+    elif args.command == "set-slurm-id":
+        print(json.dumps(update_job(job, slurm_job_id=args.slurm_job_id)))
     else:
         spec = json.loads(sys.stdin.read() or "null")
         choice = json.loads(args.choice) if args.choice else None

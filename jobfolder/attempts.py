@@ -51,6 +51,7 @@ from jobfolder.status import (
     RUNNING,
     SUCCEEDED,
     Attribution,
+    FailureCode,
     attribution_of,
     has_ended,
 )
@@ -275,7 +276,7 @@ def prepare_resume(
 def close_lost(
     record: JobRecord,
     job_dir: Path,
-    code: str = "RANK_LOST",
+    code: str = FailureCode.RANK_LOST,
     msg: str = "job lost: its supervisor is gone without recording an outcome",
 ) -> None:
     """Record the open attempt of a job whose supervisor died: failed, ``code``; it ended,

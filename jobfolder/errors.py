@@ -9,7 +9,7 @@ communication errors, ...). Here, not in trainer/, because the planning core rai
 
 from __future__ import annotations
 
-from jobfolder.status import ATTRIBUTION
+from jobfolder.status import ATTRIBUTION, FailureCode
 
 __all__ = ["ConfigError", "DataError", "ModelLoadError", "TrainerError"]
 
@@ -30,7 +30,7 @@ class DataError(TrainerError):
     found it knows it) lets ranks that checked different rows agree on the first bad one."""
 
     def __init__(self, message: str, line: int | None = None) -> None:
-        super().__init__("DATA_ERROR", message)
+        super().__init__(FailureCode.DATA_ERROR, message)
         self.line = line
 
 
@@ -38,11 +38,11 @@ class ModelLoadError(TrainerError):
     """The model directory is missing, incomplete or unreadable."""
 
     def __init__(self, message: str) -> None:
-        super().__init__("MODEL_LOAD_ERROR", message)
+        super().__init__(FailureCode.MODEL_LOAD_ERROR, message)
 
 
 class ConfigError(TrainerError):
     """The job spec asks for something this trainer cannot do."""
 
     def __init__(self, message: str) -> None:
-        super().__init__("CONFIG_ERROR", message)
+        super().__init__(FailureCode.CONFIG_ERROR, message)

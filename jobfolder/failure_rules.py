@@ -26,6 +26,7 @@ from collections.abc import Sequence
 from typing import NamedTuple
 
 from jobfolder.errors import ConfigError, DataError, ModelLoadError, TrainerError
+from jobfolder.status import FailureCode
 
 
 class Rule(NamedTuple):
@@ -75,22 +76,22 @@ RULES: tuple[Rule, ...] = (
     Rule(None, False, _own_names(TrainerError), ()),
     *(Rule(cls("").code, False, _own_names(cls), ()) for cls in _OWN_TYPES),
     Rule(
-        "CUDA_OOM",
+        FailureCode.CUDA_OOM,
         False,
         ("torch.OutOfMemoryError",),
         ("out of memory", "CUBLAS_STATUS_ALLOC_FAILED"),
     ),
     Rule(
-        "HARDWARE_ERROR",
+        FailureCode.HARDWARE_ERROR,
         False,
         (),
         ("xid", "ecc error", "fallen off the bus", "nvlink error", "hardware error"),
     ),
-    Rule("COMM_ERROR", True, (), PEER_PHRASES),
+    Rule(FailureCode.COMM_ERROR, True, (), PEER_PHRASES),
     # Any other c10d error (store, network, backend) is a communication failure too; the
     # peer phrases above come first so a message that names the cause is read before this.
     Rule(
-        "COMM_ERROR",
+        FailureCode.COMM_ERROR,
         True,
         tuple(
             f"torch.distributed.{n}"
@@ -110,7 +111,7 @@ def _compile(patterns: Sequence[str]) -> re.Pattern[str] | None:
 
 
 _COMPILED = tuple((rule, _compile(rule.patterns)) for rule in RULES)
-UNKNOWN = ("UNKNOWN", False)
+UNKNOWN = (FailureCode.UNKNOWN, False)
 
 
 def classify_exceptions(chain: Sequence[BaseException]) -> tuple[str, bool]:
@@ -122,13 +123,13 @@ def classify_exceptions(chain: Sequence[BaseException]) -> tuple[str, bool]:
                 continue
             if rule.code is not None:
                 return rule.code, rule.peer
-            code = getattr(exc, "code", "UNKNOWN")
+            code = getattr(exc, "code", FailureCode.UNKNOWN)
             # A TrainerError that wraps a peer's failure (a checkpoint save that failed
             # because a rank died) stays a peer failure.
             rest = [e for e in chain if not isinstance(e, TrainerError)]
             return code, bool(rest) and classify_exceptions(rest) == (code, True)
         if pattern is not None and pattern.search(text):
-            return rule.code or "UNKNOWN", rule.peer
+            return rule.code or FailureCode.UNKNOWN, rule.peer
     return UNKNOWN
 
 
@@ -139,7 +140,7 @@ def classify_text(type_name: str, message: str) -> tuple[str, bool]:
         if rule.code is not None and type_name in rule.types:
             return rule.code, rule.peer
         if pattern is not None and pattern.search(message):
-            return rule.code or "UNKNOWN", rule.peer
+            return rule.code or FailureCode.UNKNOWN, rule.peer
     return UNKNOWN
 
 

@@ -35,7 +35,7 @@ from jobfolder.hostmem import MemoryWatch
 from jobfolder.layout import ELASTIC, FAILURES, TORCHRUN_LOG
 from jobfolder.ncclabort import reclassify
 from jobfolder.record import JobError
-from jobfolder.status import ATTRIBUTION, attribution_of
+from jobfolder.status import ATTRIBUTION, FailureCode, attribution_of
 
 
 @dataclass
@@ -94,7 +94,7 @@ def trainer_records(job_dir: Path) -> list[Candidate]:
                 time_ns=int(rec.get("time_ns") or 0),
                 precise=True,
                 type=type_name,
-                code=code if code in ATTRIBUTION else "UNKNOWN",
+                code=code if code in ATTRIBUTION else FailureCode.UNKNOWN,
                 message=message,
                 peer=bool(rec.get("peer_failure", False)),
                 traceback=traceback,
@@ -173,9 +173,9 @@ def summary_records(torchrun_log: Path, nproc_per_node: int) -> list[Candidate]:
                 name = signal.Signals(sig).name
             except ValueError:
                 name = "unknown signal"
-            code, message = "RANK_LOST", f"killed by signal {sig} ({name}), pid {pid}"
+            code, message = FailureCode.RANK_LOST, f"killed by signal {sig} ({name}), pid {pid}"
         else:
-            code, message = "UNKNOWN", f"exited with code {exitcode}, pid {pid}"
+            code, message = FailureCode.UNKNOWN, f"exited with code {exitcode}, pid {pid}"
         out.append(
             Candidate(
                 rank=rank,
@@ -258,7 +258,9 @@ def analyze(
     first = first_failure(cands)
     if first is None:
         last = next((ln for _, _, out in logs if (ln := _last_line(out))), "no output")
-        return job_error("UNKNOWN", f"torchrun exited with code {exit_code}: {last}", world_size)
+        return job_error(
+            FailureCode.UNKNOWN, f"torchrun exited with code {exit_code}: {last}", world_size
+        )
     if first.signum == signal.SIGKILL and memory is not None:
         note = memory.kill_note(first.time_ns / 1e9)
         if note:

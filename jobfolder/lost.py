@@ -12,19 +12,28 @@ the folder (the supervisor's pid means something only there):
   or resumed (until then its supervisor may not have written its pid yet).
 
 A lost job is reported `failed`, `lost: true`, error `RANK_LOST` naming why (`lost_record`).
+
+A scheduler may know the outcome its supervisor never wrote (a Slurm job scancelled or out
+of time before its supervisor could record it): a reader shows it as `closed` would record
+it, and the one who keeps what a read saw records it with `close_job` (`python -m jobfolder
+close`, under the job lock; veri_tui/launch/settle.py).
 """
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import cast
 
+from jobfolder.atomic import job_lock, write_json_atomic
+from jobfolder.attempts import close_attempt
 from jobfolder.failures import job_error
 from jobfolder.layout import JobLayout
 from jobfolder.procs import pid_alive, read_pid
-from jobfolder.record import JobError, JobRecord, epoch_of, read_job
-from jobfolder.status import FAILED, has_ended
+from jobfolder.record import JobError, JobRecord, epoch_of, now_iso, read_job
+from jobfolder.status import CANCELLED, FAILED, FailureCode, has_ended
 
 #: A pending job whose supervisor never wrote its pid within this long is lost.
 START_TIMEOUT_S = 60.0
@@ -64,7 +73,7 @@ def lost_record(record: JobRecord, why: str) -> JobRecord:
     ``lost: true``, error RANK_LOST saying ``why``."""
     msg = f"job lost: {why} (machine restarted or process killed)"
     world = (record.get("spec") or {}).get("gpu_count")
-    error: JobError = job_error("RANK_LOST", msg, world, summary=msg)
+    error: JobError = job_error(FailureCode.RANK_LOST, msg, world, summary=msg)
     lost: JobRecord = {**record, "status": FAILED, "lost": True, "error": error}
     return lost
 
@@ -76,3 +85,29 @@ def read_status(job_path: Path, fallback_pid: int | None = None) -> JobRecord:
     sup = read_pid(JobLayout(job_path.parent).supervisor_pid)
     record = read_job(job_path)
     return judge(record, sup or fallback_pid, pid_alive, lambda: read_job(job_path))
+
+
+def closed(record: JobRecord, status: str, error: JobError | None) -> JobRecord:
+    """A copy of the record with the outcome ``status`` recorded as the job's host would
+    record it (`close_job`): a cancel marks it `cancelled`, anything else closes the latest
+    attempt. An ended record comes back as it is: an outcome is never rewritten."""
+    view = cast(JobRecord, json.loads(json.dumps(record)))
+    if has_ended(view):
+        return view
+    if status == CANCELLED:
+        view.update({"status": CANCELLED, "ended_at": now_iso()})
+    else:
+        close_attempt(view, status, error, None)
+    return view
+
+
+def close_job(path: Path, status: str, error: JobError | None) -> JobRecord:
+    """Record an outcome the job's scheduler reported (a Slurm job that ended without its
+    supervisor writing one), under the job lock; an outcome already written stays."""
+    with job_lock(path):
+        record = read_job(path)
+        if has_ended(record):
+            return record  # nothing to record: the file stays as it is
+        record = closed(record, status, error)
+        write_json_atomic(path, record)
+    return record

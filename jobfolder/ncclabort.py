@@ -28,6 +28,7 @@ from jobfolder.failure_rules import classify_text
 from jobfolder.forensics import Answers, nccl_dumps
 from jobfolder.hangreport import explain
 from jobfolder.record import JobError
+from jobfolder.status import FailureCode
 
 #: What NCCL's watchdog (ProcessGroupNCCL.cpp) logs before it aborts the process.
 _WATCHDOG = re.compile(
@@ -59,7 +60,7 @@ def reclassify(candidates: Sequence[Any], log_text: str) -> None:
             continue
         text = said[cand.rank]
         code, peer = classify_text("", text)
-        cand.code = code if code != "UNKNOWN" else "COMM_ERROR"
+        cand.code = code if code != FailureCode.UNKNOWN else FailureCode.COMM_ERROR
         cand.peer = peer
         cand.type = "DistBackendError"
         cand.message = f"{text} (ended by NCCL's watchdog: SIGABRT)"
@@ -69,7 +70,7 @@ def with_dumps(job_dir: Path, error: JobError, ranks: list[int]) -> JobError:
     """A COMM_ERROR with NCCL's own Flight Recorder dumps in the job folder: the collective
     and the ranks missing from it added to the summary and the traceback."""
     dumps = nccl_dumps(job_dir)
-    if error.get("code") != "COMM_ERROR" or not dumps:
+    if error.get("code") != FailureCode.COMM_ERROR or not dumps:
         return error
     silent = {r: "no NCCL dump (its watchdog did not time out)" for r in ranks if r not in dumps}
     found = explain(Answers(dumps, silent), ranks)

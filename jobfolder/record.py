@@ -26,6 +26,9 @@ from jobfolder.knobs.rules import pin_keys
 #: into hyperparameters they make `plan` decide the same again, and the trainer takes them
 #: from the plan the user saw.
 PIN_KEYS = pin_keys(Hyperparameters)
+#: job.json's layout version (`format`): 1 since it was written down (issue 28); a folder
+#: from before has none and reads as 0 (tests/launch/test_compat.py reads both).
+FORMAT = 1
 
 
 class JobError(TypedDict, total=False):
@@ -113,6 +116,7 @@ class JobRecord(TypedDict, total=False):
     exit_code are the latest attempt's."""
 
     job_id: str
+    format: int  # the layout version (FORMAT); absent: written before it had one
     status: str
     created_at: str
     started_at: str | None
@@ -173,6 +177,16 @@ def read_job(path: Path | str) -> JobRecord:
     if not isinstance(data, dict):
         raise ValueError(f"{path}: not a JSON object")
     return cast(JobRecord, data)
+
+
+def format_problem(record: Mapping[str, object], path: object) -> str | None:
+    """Why this reader cannot read a job record: one written in a newer layout (`format`
+    above FORMAT) by a newer veri-tui; None when it can (FORMAT, or older)."""
+    found = record.get("format") or 0
+    if isinstance(found, int) and found <= FORMAT:
+        return None
+    return (f"{path}: format {found!r}, written by a newer veri-tui (this one reads up to "
+            f"{FORMAT}); upgrade veri-tui to read it")  # fmt: skip
 
 
 # -- the plan line: the one reader of a plan header's `plan: ...` line ----------------------

@@ -28,7 +28,7 @@ from jobfolder.atomic import modify_job, write_text_atomic
 from jobfolder.layout import CANCEL_REQUEST, EXIT_CODE, JobLayout
 from jobfolder.record import JobError, JobRecord, now_iso, read_job
 from jobfolder.slurm import CANCEL, SlurmRun, node_log_dir, node_spec, slurm_job_keys
-from jobfolder.status import FAILED, PENDING, RUNNING, SUCCEEDED, has_ended
+from jobfolder.status import FAILED, PENDING, RUNNING, SUCCEEDED, FailureCode, has_ended
 from jobfolder.stopping import TIME_LIMIT, read_stopped, request_stop
 
 
@@ -49,7 +49,7 @@ def begin_allocation(job_path: Path, run: SlurmRun) -> bool:
                 f"attempt {opened[0].get('attempt')} ended without an outcome: Slurm ended "
                 f"its allocation and requeued job {run.job_id} (restart {run.restarts})"
             )
-            attempts.close_lost(record, job_dir, code="PREEMPTED", msg=msg)
+            attempts.close_lost(record, job_dir, code=FailureCode.PREEMPTED, msg=msg)
             record.update({"status": PENDING, "ended_at": None})
             lines.append(msg)
         limit = attempts.max_restarts(spec, alone=False)
@@ -60,7 +60,9 @@ def begin_allocation(job_path: Path, run: SlurmRun) -> bool:
                 f"{limit} allows; not started again (`veri-tui resume` continues from its "
                 "newest verified checkpoint)"
             )
-            err = failures.job_error("PREEMPTED", msg, int(spec.get("gpu_count") or 1), msg)
+            err = failures.job_error(
+                FailureCode.PREEMPTED, msg, int(spec.get("gpu_count") or 1), msg
+            )
             record.update({"status": FAILED, "error": err, "ended_at": now_iso()})
             lines.append(msg)
 
@@ -91,12 +93,12 @@ def stop_outcome(
             f"the time limit of Slurm job {run.job_id} is near ({signal_name}): {where}; "
             "`veri-tui resume` continues from the newest verified checkpoint"
         )
-        return FAILED, failures.job_error("TIME_LIMIT", msg, world)
+        return FAILED, failures.job_error(FailureCode.TIME_LIMIT, msg, world)
     msg = (
         f"Slurm job {run.job_id} was preempted ({signal_name}): {where}; the requeued job "
         "resumes from the newest verified checkpoint"
     )
-    return PENDING, failures.job_error("PREEMPTED", msg, world, f"job preempted: {msg}")
+    return PENDING, failures.job_error(FailureCode.PREEMPTED, msg, world, f"job preempted: {msg}")
 
 
 def record_requeued(job_path: Path, code: int, error: JobError) -> None:
@@ -175,7 +177,7 @@ class SlurmSupervision:
         if failed is None:
             return None
         message = f"{error.get('message')}; but it could not be requeued: {failed}"
-        return failures.job_error("PREEMPTED", message, error.get("world_size"))
+        return failures.job_error(FailureCode.PREEMPTED, message, error.get("world_size"))
 
 
 def slurm_task(

@@ -42,7 +42,7 @@ from jobfolder.procs import end_processes, job_processes, write_pid
 from jobfolder.record import JobError, JobRecord, plan_line_of, read_job
 from jobfolder.slurm import node_logs
 from jobfolder.slurmjob import SlurmSupervision, slurm_task
-from jobfolder.status import CANCELLED, FAILED, PENDING, RUNNING, SUCCEEDED
+from jobfolder.status import CANCELLED, FAILED, PENDING, RUNNING, SUCCEEDED, FailureCode
 from jobfolder.stopping import read_stopped
 from jobfolder.watchdog import HangWatch, end_job
 
@@ -205,7 +205,7 @@ class Supervisor(SlurmSupervision):
                 end_processes(self.job_path)
                 return self.cancelled(code)
             msg = f"torchrun was killed by signal {-code}; its ranks were left without their agent"
-            error = failures.job_error("RANK_LOST", msg, world)
+            error = failures.job_error(FailureCode.RANK_LOST, msg, world)
         nproc = int(spec.get("nproc_per_node") or world)
         found = failures.analyze(
             self.job_dir,
@@ -225,7 +225,7 @@ class Supervisor(SlurmSupervision):
     def fail_self(self, exc: Exception) -> None:
         """Record the supervisor's own crash as the job's failure, ending what it started."""
         error = failures.job_error(
-            "UNKNOWN", f"supervisor error: {type(exc).__name__}: {exc}", None
+            FailureCode.UNKNOWN, f"supervisor error: {type(exc).__name__}: {exc}", None
         )
         try:
             end_processes(self.job_path)
@@ -254,7 +254,7 @@ class Supervisor(SlurmSupervision):
             record.update({"status": RUNNING, "ended_at": None})
 
         modify_job(self.job_path, close)
-        code_text = (error or {}).get("code", "UNKNOWN")
+        code_text = (error or {}).get("code", FailureCode.UNKNOWN)
         failures.append_lines(
             self.layout.log,
             [f"retry: {code_text} (platform) ended the attempt; restart {retry} (max_restarts)"],

@@ -46,6 +46,7 @@ from jobfolder.layout import LOG, PROGRESS
 from jobfolder.procs import end_processes, rank_pid_path, read_pid
 from jobfolder.progress import LOAD_PHASES, SLOW_PHASES, Mark, read_progress
 from jobfolder.record import JobError, plan_line_of
+from jobfolder.status import FailureCode
 
 FLOOR_S = 300.0  # the shortest derived timeout: a slow first step, a busy disk or network
 STEP_FACTOR = 10.0  # x the slowest step seen or predicted
@@ -253,7 +254,7 @@ class HangWatch:
             if not found.headline and not loading:
                 what += "; none can be told from the others (a collective that never "
                 what += f"completed, {causes})"
-        err = job_error("RANK_HUNG", what, self.world, f"{who} failed: {what}")
+        err = job_error(FailureCode.RANK_HUNG, what, self.world, f"{who} failed: {what}")
         if len(behind) < len(self.ranks):
             first = behind[0]
             err.update(

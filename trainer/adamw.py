@@ -194,10 +194,15 @@ def update_region(
 
 
 def make_optimizer(
-    params: list[torch.nn.Parameter], lr: float, weight_decay: float, seed: int
+    params: list[torch.nn.Parameter],
+    lr: float,
+    weight_decay: float,
+    seed: int,
+    beta2: float = 0.999,
 ) -> torch.optim.Optimizer:
     """The run's AdamW: stochastically rounded when any trained parameter is bf16 (precision
     bf16, full fine-tune), else torch's (fp32 master weights, fp32 LoRA adapters)."""
+    betas = (0.9, beta2)
     if any(p.dtype == torch.bfloat16 for p in params):
-        return StochasticAdamW(params, lr=lr, weight_decay=weight_decay, seed=seed)
-    return torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
+        return StochasticAdamW(params, lr=lr, betas=betas, weight_decay=weight_decay, seed=seed)
+    return torch.optim.AdamW(params, lr=lr, betas=betas, weight_decay=weight_decay)

@@ -45,6 +45,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from jobfolder import ckptindex, manifest
 from jobfolder.atomic import fsync_dir
 from jobfolder.errors import TrainerError
+from jobfolder.status import FailureCode
 from jobfolder.stopping import SHARED_ENV
 from trainer.faults import FaultPlan
 from trainer.report import atomic_write, classify, describe
@@ -145,7 +146,7 @@ def _commit(
     wanted = [".metadata"] if ranks is None else [f"__{r}.metadata" for r in ranks]
     missing = [name for name in wanted if not (tmp / name).is_file()]
     if missing:
-        raise TrainerError("UNKNOWN", f"checkpoint {tmp}: DCP wrote no {missing[0]}")
+        raise TrainerError(FailureCode.UNKNOWN, f"checkpoint {tmp}: DCP wrote no {missing[0]}")
     atomic_write(tmp / "trainer_state.json", json.dumps(extra))
     more = {} if ranks is None else {"ranks": ranks}
     manifest.write(tmp, hashed, step=extra["step"], **more)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import errno
+import importlib
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -313,23 +314,11 @@ def dispatch(args: argparse.Namespace) -> int:
                 f"--model {args.app_model}`",
                 key="--model",
             )
-        if args.command == "plan":
-            from veri_tui.commands import plan as cmd
-        elif args.command == "launch":
-            from veri_tui.commands import launch as cmd
-        elif args.command == "calibrate":
-            from veri_tui.commands import calibrate as cmd
-        elif args.command == "resume":
-            from veri_tui.commands import resume as cmd
-        elif args.command == "serve":
-            from veri_tui.commands import serve as cmd
-        elif args.command == "probe":
-            from veri_tui.commands import probe as cmd
-        elif args.command == "export":
-            from veri_tui.commands import export as cmd
-        else:
-            from veri_tui.commands import jobs as cmd
-        return cmd.run(args)
+        # Each command's module is imported only when it runs (`plan` stays light).
+        name = "jobs" if args.command in ("logs", "cancel") else args.command  # jobs.py's
+        command = importlib.import_module(f"veri_tui.commands.{name}")
+        run: Callable[[argparse.Namespace], int] = command.run
+        return run(args)
     except VeriError as exc:
         for line in exc.lines():
             print(line, file=sys.stderr)

@@ -2,7 +2,10 @@
 
 Every refusal names the key (or file) it is about and the way out, so the CLI can print
 `error: <key>: <message>` per problem and exit 2 without a traceback, and the app can put
-each message beside its field.
+each message beside its field. What went wrong outside the user's input has a subclass a
+caller tells apart by type, never by key: `NotFoundError` (no such job, or its record gone
+or unreadable), `UnreachableError` (a host that cannot be reached or dropped), and the SSH
+side's `UnknownHostKeyError` (veri_tui/launch/ssh/hostkeys.py: a host key to trust first).
 """
 
 from __future__ import annotations
@@ -40,3 +43,17 @@ class VeriError(Exception):
     def lines(self) -> list[str]:
         """The CLI form: one `error: <key>: <message>` line per problem."""
         return [f"error: {e}" for e in self.errors]
+
+
+class NotFoundError(VeriError):
+    """No job by that id here, or its job record gone from (or unreadable on) its host."""
+
+    def __init__(self, message: str, key: str = "job") -> None:
+        super().__init__(message, key=key)
+
+
+class UnreachableError(VeriError):
+    """A host that cannot be reached: its name, the connection, authentication, a drop."""
+
+    def __init__(self, message: str, key: str = "host") -> None:
+        super().__init__(message, key=key)

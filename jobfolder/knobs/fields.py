@@ -112,6 +112,9 @@ class Hyperparameters:
         "after the warmup", choices=LR_SCHEDULERS)
     weight_decay: float = knob(0.0, "AdamW weight decay", ge=0)
     max_grad_norm: float = knob(1.0, "gradient clipping norm (0 = off)", ge=0)
+    adam_beta2: float = knob(
+        0.999, "AdamW's second-moment decay, in [0, 1) (e.g. 0.95 for steadier large-batch "
+        "or low-precision runs)", ge=0, lt=1)
     seed: int = knob(42, "seed for init, shuffling and dropout", section=_TRAIN)
     beta: float = knob(0.1, "DPO temperature (dpo only)", gt=0, section=_TRAIN, methods=("dpo",))
     max_seq_length: int = knob(

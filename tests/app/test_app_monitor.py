@@ -154,7 +154,7 @@ async def test_detach_stops_following_a_running_job(veri_home: Path, monkeypatch
     folder = write_job(veri_home, "20261129-230000-ffff", status="running", steps=1)
     (folder / "supervisor.pid").write_text(str(os.getpid()))
     ended = threading.Event()
-    real_watch = jobs.watch
+    real_watch = jobs.JobHandle.watch
 
     def watch(*args, **kwargs):
         try:
@@ -162,7 +162,7 @@ async def test_detach_stops_following_a_running_job(veri_home: Path, monkeypatch
         finally:
             ended.set()
 
-    monkeypatch.setattr(jobs, "watch", watch)
+    monkeypatch.setattr(jobs.JobHandle, "watch", watch)
     app = create_app()
     try:
         async with app.run_test(size=(120, 40)) as pilot:

@@ -1,6 +1,7 @@
 """The launch screen against a real sshd on 127.0.0.1: an unknown host key opens the trust
 dialog with the server's fingerprint; trusting it records the key and preflight passes. A
-model only the host has is planned there (not here) and the job runs there."""
+model only the host has is planned there (not here) and the job runs there. The monitor
+follows a job on the host over one SSH connection for its life."""
 
 from __future__ import annotations
 
@@ -9,24 +10,27 @@ import base64
 import getpass
 import hashlib
 import importlib.util
+import json
 import os
 import pwd
 import secrets
 import shutil
 import sys
+import threading
 import time
 from pathlib import Path
 
 import pytest
-from app_helpers import editor_ready
-from textual.widgets import Input, Select, Static
+from app_helpers import editor_ready, write_job
+from textual.widgets import Input, Log, Select, Static
 
 from jobfolder.status import has_ended
 from veri_tui.app import create_app
 from veri_tui.app.screens.host_key import HostKeyScreen
 from veri_tui.app.screens.launch import LaunchScreen
 from veri_tui.app.screens.monitor import MonitorScreen
-from veri_tui.launch import jobs
+from veri_tui.launch import jobs, registry
+from veri_tui.launch.registry import RegistryEntry
 from veri_tui.plan import read_model_info
 from veri_tui.plan.sources import bundled_tiny_model
 
@@ -155,3 +159,56 @@ async def test_a_model_only_the_host_has_is_planned_and_launched_there(
         assert any(count in line for line in final["spec"]["plan_header"])
     finally:
         shutil.rmtree(remote_home / name, ignore_errors=True)
+
+
+def _client_ports(server_port: int) -> set[int]:
+    """Local ports of this machine's open TCP connections to 127.0.0.1:server_port."""
+    remote = f"0100007F:{server_port:04X}"
+    rows = [ln.split() for ln in Path("/proc/net/tcp").read_text().splitlines()[1:]]
+    return {int(r[1].split(":")[1], 16) for r in rows if r[2] == remote and r[3] == "01"}
+
+
+async def test_the_monitor_holds_one_ssh_connection_for_its_life(
+    sshd, veri_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A running job on the host (this machine through sshd; its "supervisor" this test
+    # process): each 0.5 s poll reads job.json, asks `kill -0` and reads the log there. It
+    # once cost two SSH handshakes a poll, one never closed; now one connection throughout.
+    monkeypatch.setenv("VERI_SSH_CONFIG", str(sshd.ssh_config))
+    monkeypatch.delenv("SSH_AUTH_SOCK", raising=False)
+    monkeypatch.setenv("VERI_REMOTE_PYTHON", sys.executable)
+    job_id = "20261206-030000-5555"
+    folder = write_job(tmp_path / "remote-veri", job_id, status="running", steps=1)
+    (folder / "supervisor.pid").write_text(str(os.getpid()))
+    record = json.loads((folder / "job.json").read_text())
+    registry.save(RegistryEntry(job_id, sshd.alias, str(folder), os.getpid(), sys.executable,
+                                record))  # fmt: skip
+    seen: set[int] = set()
+    sampling = threading.Event()
+
+    def sample() -> None:
+        while not sampling.is_set():
+            seen.update(_client_ports(sshd.port))
+            time.sleep(0.02)
+
+    sampler = threading.Thread(target=sample)
+    app = create_app()
+    async with app.run_test(size=(100, 30)) as pilot:
+        await editor_ready(pilot)
+        sampler.start()
+        app.open_monitor(job_id)
+        await _wait(pilot, lambda: isinstance(app.screen, MonitorScreen), 10, "monitor")
+        monitor = app.screen
+        await pilot.pause()
+        log = monitor.query_one(Log)
+        await _wait(pilot, lambda: log.line_count == 5, 30, "the log")
+        await pilot.pause(3.0)  # six polls more
+        record["status"] = "succeeded"
+        (folder / "job.tmp").write_text(json.dumps(record))
+        os.replace(folder / "job.tmp", folder / "job.json")
+        await _wait(pilot, lambda: monitor.status == "succeeded", 30, "the end")
+        await app.workers.wait_for_complete()
+        sampling.set()
+        sampler.join()
+        assert len(seen) == 1, seen
+        assert _client_ports(sshd.port) == set()  # closed with the monitor's follow

@@ -20,8 +20,13 @@ from pathlib import Path
 import pytest
 from launch_helpers import cli, leftover_pids, wait_for
 
+from jobfolder.record import FORMAT, format_problem
+from veri_tui.launch.spec import make_record
+from veri_tui.plan import load_job_config, plan_job
+
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "compat"
 REPO = Path(__file__).resolve().parents[2]
+TINY = REPO / "assets" / "tiny-model"
 MADE = json.loads((FIXTURE / "made_by.json").read_text())
 JOBS = MADE["jobs"]
 
@@ -69,6 +74,28 @@ def test_the_old_folders_read_as_that_release_printed_them(home: Path) -> None:
     listed = {r["job_id"]: r for r in json.loads(out.stdout)}
     assert listed[JOBS["succeeded"]]["status"] == "succeeded"
     assert listed[JOBS["multinode"]]["status"] == "succeeded"  # its registry entry
+
+
+def test_today_s_folders_say_format_1_older_ones_read_as_0_a_newer_one_is_refused(
+    home: Path,
+) -> None:
+    install(home)
+    old = json.loads((home / "jobs" / JOBS["succeeded"] / "job.json").read_text())
+    assert "format" not in old and format_problem(old, "job.json") is None  # format 0
+    job = load_job_config(model=str(TINY))
+    made = make_record(job, plan_job(job), "20261206-040000-0002", model_path=str(TINY),
+                       dataset="d.jsonl", output_dir=str(home / "out"))  # fmt: skip
+    assert made["format"] == FORMAT == 1
+    folder = home / "jobs" / made["job_id"]
+    folder.mkdir()
+    (folder / "job.json").write_text(json.dumps(made))
+    assert cli("jobs", made["job_id"]).returncode == 0  # today's folder reads
+    (folder / "job.json").write_text(json.dumps({**made, "format": 2}))
+    out = cli("jobs", made["job_id"])
+    assert out.returncode == 2 and out.stderr.startswith(
+        f"error: job: {folder / 'job.json'}: format 2, written by a newer veri-tui"
+    )
+    assert cli("jobs", JOBS["succeeded"]).stdout == printed(f"jobs-{JOBS['succeeded']}.txt")
 
 
 def test_a_succeeded_old_job_is_not_resumed_and_its_cancel_changes_nothing(home: Path) -> None:

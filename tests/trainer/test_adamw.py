@@ -7,12 +7,16 @@ before, rounding to nearest) and shows the update lost there.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
 from trainer import adamw
 from trainer.adamw import StochasticAdamW, make_optimizer, stochastic_round_, update_region
-from veri_tui.plan import peak
+from trainer.config import from_spec
+from veri_tui.errors import VeriError
+from veri_tui.plan import load_job_config, peak
 
 ONE_ULP = 2.0**-7  # a bf16 step at 1.0 (8 bits of significand)
 
@@ -143,6 +147,18 @@ def test_the_run_picks_the_rounding_optimizer_for_bf16_weights_only() -> None:
     fp32 = [torch.nn.Parameter(torch.zeros(3))]
     assert isinstance(make_optimizer(bf16, 1e-4, 0.0, 42), StochasticAdamW)
     assert type(make_optimizer(fp32, 1e-4, 0.0, 42)) is torch.optim.AdamW
+
+
+def test_adam_beta2_reaches_both_optimizers(tmp_path: Path) -> None:
+    cfg = from_spec({"method": "sft_text", "model_path": "m", "dataset": "d.jsonl",
+                     "hyperparameters": {"adam_beta2": "0.95"}}, tmp_path)  # fmt: skip
+    assert cfg.adam_beta2 == 0.95
+    for dtype in (torch.bfloat16, torch.float32):
+        params = [torch.nn.Parameter(torch.zeros(3, dtype=dtype))]
+        opt = make_optimizer(params, 1e-4, 0.0, 42, cfg.adam_beta2)
+        assert opt.param_groups[0]["betas"] == (0.9, 0.95), dtype
+    with pytest.raises(VeriError, match="adam_beta2: Input should be less than 1"):
+        load_job_config(sets=["adam_beta2=1"])  # the planner checks the schema's bound
 
 
 def test_the_planner_counts_the_step_temporary_the_optimizer_makes() -> None:

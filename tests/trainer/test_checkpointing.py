@@ -15,6 +15,8 @@ from jobfolder.errors import ConfigError
 from trainer import checkpointing
 from trainer.config import from_spec
 from trainer.losses import token_logps
+from veri_tui.launch.spec import make_record
+from veri_tui.plan import load_job_config, plan_job
 
 TINY = Path(__file__).resolve().parents[2] / "assets" / "tiny-model"
 
@@ -84,3 +86,21 @@ def test_spec_resolves_the_mode(tmp_path: Path, hp: dict, mode: str) -> None:
 def test_spec_refuses_a_bad_mode(tmp_path: Path, hp: dict, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         _cfg(tmp_path, **hp)
+
+
+def test_set_none_turns_checkpointing_off_in_plan_job_json_and_model(tmp_path: Path) -> None:
+    # `--set activation_checkpointing=none` once fell back to full (read as null): follow it
+    # from the CLI's text through the plan and job.json to the rank's model.
+    job = load_job_config(model=str(TINY), sets=["activation_checkpointing=none"])
+    plan = plan_job(job)
+    assert plan.resolved_parallelism["activation_checkpointing"] == "none"
+    record = make_record(
+        job, plan, "j", model_path=str(TINY), dataset="d.jsonl", output_dir=str(tmp_path)
+    )
+    cfg = from_spec(dict(record["spec"]), tmp_path)
+    assert (cfg.activation_checkpointing, cfg.gradient_checkpointing) == ("none", False)
+    model = AutoModelForCausalLM.from_pretrained(TINY)
+    checkpointing.apply(model, cfg.activation_checkpointing)
+    assert not model.is_gradient_checkpointing
+    checkpointing.apply(model, "full")  # the same check sees a mode that is on
+    assert model.is_gradient_checkpointing

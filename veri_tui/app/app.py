@@ -101,7 +101,7 @@ class VeriApp(App[int]):
 
         self.push_screen(MonitorScreen(job_id))
 
-    def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
+    def get_system_commands(self, screen: Screen[object]) -> Iterable[SystemCommand]:
         """Command palette: the app's actions, plus the plan editor's when it is showing."""
         yield from super().get_system_commands(screen)
         yield SystemCommand("Jobs", "List local and remote jobs; reattach", self.action_jobs)

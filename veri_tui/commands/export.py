@@ -21,7 +21,9 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from jobfolder import manifest
 from jobfolder.layout import OUTPUT
@@ -33,7 +35,7 @@ REWRITTEN = ("README.md", "manifest.json")
 ADAPTER_CONFIG = "adapter_config.json"
 
 
-def _artifact(rec: dict, job_dir: Path) -> Path:
+def _artifact(rec: Mapping[str, Any], job_dir: Path) -> Path:
     """The job's artifact folder on this machine, checked against its manifest."""
     job_id = rec.get("job_id")
     if rec.get("status") != "succeeded":
@@ -48,7 +50,7 @@ def _artifact(rec: dict, job_dir: Path) -> Path:
     return folder
 
 
-def _base(spec: dict, given: str | None) -> Path:
+def _base(spec: Mapping[str, Any], given: str | None) -> Path:
     """The base model folder on this machine (--base, else the job's model_path)."""
     path = Path(given or str(spec.get("model_path") or ""))
     if not (path / "config.json").is_file():
@@ -79,7 +81,9 @@ def _torch_side(*args: str) -> None:
         raise VeriError(last.removeprefix("error: export: "), key="export")
 
 
-def _write(args: argparse.Namespace, rec: dict, job_dir: Path, tmp: Path) -> tuple[str, str]:
+def _write(
+    args: argparse.Namespace, rec: Mapping[str, Any], job_dir: Path, tmp: Path
+) -> tuple[str, str]:
     """Fill `tmp` with the export; (kind, the base model's folder)."""
     spec = rec.get("spec") or {}
     artifact = _artifact(rec, job_dir)
@@ -143,7 +147,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _smoke(rec: dict, kind: str, base: Path, tmp: Path) -> list[dict[str, str]]:
+def _smoke(rec: Mapping[str, Any], kind: str, base: Path, tmp: Path) -> list[dict[str, str]]:
     """Base beside tuned on a few of the job's prompts (trainer/smoke.py), kept in
     smoke.json; skipped when the base is not here (a full fine-tune's own run)."""
     spec = rec.get("spec") or {}

@@ -15,7 +15,7 @@ from typing import Any, cast
 
 from jobfolder.canarytable import no_go_line
 from jobfolder.record import NOT_RECORDED, JobRecord, plan_line_of
-from jobfolder.status import has_ended, outcome_recorded
+from jobfolder.status import Attribution, FailureCode, has_ended, outcome_recorded
 from veri_tui.errors import VeriError
 from veri_tui.launch import jobs
 
@@ -49,7 +49,7 @@ def _row(rec: JobRecord) -> list[str]:
 
 def list_jobs(as_json: bool) -> int:
     """Print every job, newest first: a table, or one JSON list of job records."""
-    records = jobs.list_jobs()
+    records = jobs.list_jobs(settle=True)  # what it shows is kept (launch/settle.py)
     if as_json:
         print(json.dumps(records, indent=2))
         return 0
@@ -68,7 +68,8 @@ def show_job(job_id: str, as_json: bool) -> int:
     """One job: its row, plan line, and what it measured beside what its plan predicted."""
     from veri_tui.launch.measured import comparison_lines
 
-    rec = jobs.get_job(job_id)
+    with jobs.open(job_id) as job:
+        rec = job.poll()  # read, and what it shows kept (launch/settle.py)
     if as_json:
         print(json.dumps(rec, indent=2))
         return 0
@@ -83,7 +84,8 @@ def show_job(job_id: str, as_json: bool) -> int:
         print(f"slurm: job {rec.get('slurm_job_id')} {state[0]}{why}")
     print(plan_line_of(rec.get("spec"), NOT_RECORDED))
     print("\n".join(probe_lines(rec)))
-    print("\n".join(comparison_lines(rec) or ["measured: not recorded for this job"]))
+    measured = comparison_lines(cast("dict[str, Any]", rec))
+    print("\n".join(measured or ["measured: not recorded for this job"]))
     evals = eval_line(job_id)
     if evals:
         print(evals)
@@ -114,7 +116,7 @@ def failure_line(rec: JobRecord) -> str:
     """`error: RANK_LOST (platform): rank 1/2 (node 1, local_rank 0) failed: ...; node 1 is
     n1`: the code, whose fault, which rank on which node failed and why (what --json holds)."""
     error = rec.get("error") or {}
-    who = error.get("attribution") or "pending"
+    who = error.get("attribution") or Attribution.PENDING
     text = str(error.get("summary") or error.get("message") or "").strip()
     rank, world, node = error.get("rank"), error.get("world_size"), error.get("node")
     if rank is not None and not text.startswith("rank "):
@@ -123,7 +125,7 @@ def failure_line(rec: JobRecord) -> str:
     hosts = [n.get("host") for n in rec.get("nodes") or []]
     if isinstance(node, int) and 0 <= node < len(hosts) and hosts[node]:
         text += f"; node {node} is {hosts[node]}"
-    return f"error: {error.get('code') or 'UNKNOWN'} ({who}): {text}"
+    return f"error: {error.get('code') or FailureCode.UNKNOWN} ({who}): {text}"
 
 
 def _seconds_between(start: str | None, end: str | None) -> float | None:

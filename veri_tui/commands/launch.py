@@ -17,7 +17,10 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Mapping
+from typing import Any
 
+from jobfolder.record import JobRecord
 from jobfolder.status import SUCCEEDED
 from veri_tui.commands.common import hosts_of, job_from_args
 from veri_tui.errors import VeriError
@@ -62,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
     return follow_to_end(job_id) if args.wait else 0
 
 
-def canary_of(args: argparse.Namespace) -> dict | None:
+def canary_of(args: argparse.Namespace) -> dict[str, Any] | None:
     """The spec's `canary` from --canary K and its limits; None without --canary."""
     limits = {"max_cost": args.max_cost, "max_hours": args.max_hours, "headroom": args.headroom}
     return jobs.canary_spec(args.canary, **limits)
@@ -118,7 +121,7 @@ def follow_to_end(job_id: str, offset: int = 0) -> int:
     return 1
 
 
-def outcome_line(job_id: str, record: dict, followed: bool = False) -> str:
+def outcome_line(job_id: str, record: Mapping[str, Any], followed: bool = False) -> str:
     """`job ID failed: CONFIG_ERROR (customer): rank 1/2 (...) failed: ...`: the code and
     attribution job.json gives, then its summary; `job ID cancelled` without an error.
     ``followed``: the log just printed ended with the summary of a one-line failure (a data
@@ -142,7 +145,7 @@ def outcome_line(job_id: str, record: dict, followed: bool = False) -> str:
     return ": ".join(parts)
 
 
-def wait_quietly(job_id: str, offset: int = 0) -> dict:
+def wait_quietly(job_id: str, offset: int = 0) -> JobRecord:
     """Follow the log without printing it until the job ends; its final record."""
     for _line in jobs.follow_log(job_id, offset):
         pass  # following is how any target (local or SSH) tells that the job has ended

@@ -43,7 +43,7 @@ def _pos(value: Any) -> float | None:
     return float(value) if ok else None
 
 
-def ratios_of(record: dict[str, Any]) -> dict[str, float]:
+def ratios_of(record: Mapping[str, Any]) -> dict[str, float]:
     """The run's raw (unclipped) efficiency and activation ratios, those it has figures for."""
     pred, meas = record.get("predicted") or {}, record.get("measured") or {}
     out = {}
@@ -61,7 +61,7 @@ def ratios_of(record: dict[str, Any]) -> dict[str, float]:
     return out
 
 
-def foldable(record: dict[str, Any]) -> bool:
+def foldable(record: Mapping[str, Any]) -> bool:
     """A run that completed and measured its steps (with a plan to compare against)."""
     meas = record.get("measured") or {}
     return (
@@ -72,7 +72,7 @@ def foldable(record: dict[str, Any]) -> bool:
     )
 
 
-def canary_run(record: dict[str, Any]) -> tuple[str, str, dict[str, Any]] | None:
+def canary_run(record: Mapping[str, Any]) -> tuple[str, str, dict[str, Any]] | None:
     """(GPU type, host, the run's calibration entry) of a decided canary (job.json
     `canary`): its efficiency and activation ratios, every term beside the plan's, and the
     overhead it measured; None when the job has no decided canary with measurements."""
@@ -104,7 +104,7 @@ def canary_run(record: dict[str, Any]) -> tuple[str, str, dict[str, Any]] | None
     return gpu, record.get("host") or "local", run
 
 
-def fold_canary(data: dict[str, Any], record: dict[str, Any]) -> bool:
+def fold_canary(data: dict[str, Any], record: Mapping[str, Any]) -> bool:
     """Fold a job's decided canary (once, as `<id>:canary`); False when folded or none."""
     found = canary_run(record)
     folded = data.setdefault("folded", [])
@@ -126,7 +126,7 @@ def fold_canary(data: dict[str, Any], record: dict[str, Any]) -> bool:
     return True
 
 
-def fold_into(data: dict[str, Any], record: dict[str, Any]) -> bool:
+def fold_into(data: dict[str, Any], record: Mapping[str, Any]) -> bool:
     """Fold one job record into the calibration data (in place); False when it was folded
     before or is not a completed, measured run."""
     job_id = record.get("job_id")
@@ -176,7 +176,7 @@ def fold_jobs(records: Sequence[Mapping[str, Any]]) -> list[str]:
     return done
 
 
-def _fold_ids(record: dict[str, Any]) -> list[str]:
+def _fold_ids(record: Mapping[str, Any]) -> list[str]:
     """The ids a record would fold under: the job's (completed) and its canary's."""
     ids = [str(record.get("job_id"))] if foldable(record) else []
     return ids + ([f"{record.get('job_id')}:canary"] if canary_run(record) else [])

@@ -15,14 +15,16 @@ import copy
 from jobfolder.failure_rules import is_peer_text
 from jobfolder.failures import job_error
 from jobfolder.record import Attempt, JobError, JobRecord, NodeState
-from jobfolder.status import CANCELLED, FAILED, RUNNING, SUCCEEDED, has_ended
+from jobfolder.status import CANCELLED, FAILED, RUNNING, SUCCEEDED, FailureCode, has_ended
 
 
 def lost_node(k: int, host: str, nproc: int, world: int, why: str) -> JobError:
     """The error of node ``k``'s ranks, lost with it."""
     ranks = f"{k * nproc}" if nproc == 1 else f"{k * nproc}-{(k + 1) * nproc - 1}"
     msg = f"node {k} ({host}) lost: {why}; its ranks ({ranks}) are gone"
-    error = job_error("RANK_LOST", msg, world, f"rank {ranks}/{world} (node {k}) lost: {why}")
+    error = job_error(
+        FailureCode.RANK_LOST, msg, world, f"rank {ranks}/{world} (node {k}) lost: {why}"
+    )
     error["node"] = k
     return error
 

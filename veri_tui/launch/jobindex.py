@@ -13,7 +13,7 @@ from pathlib import Path
 
 from jobfolder.layout import JOB_FILE
 from jobfolder.record import JobRecord
-from veri_tui.errors import VeriError
+from veri_tui.errors import NotFoundError
 from veri_tui.launch import registry
 from veri_tui.launch.host import Host
 from veri_tui.launch.local_host import LocalHost
@@ -25,7 +25,7 @@ def target_for_job(job_id: str, pool: dict[str, Host] | None = None) -> JobTarge
     for an id neither knows. ``pool``: hosts already open, shared (and added to)."""
     local = LocalHost()
     if not job_id or "/" in job_id or job_id.startswith("."):
-        raise VeriError(f"{job_id!r} is not a job id; `veri-tui jobs` lists them", key="job")
+        raise NotFoundError(f"{job_id!r} is not a job id; `veri-tui jobs` lists them")
     folder = Path(local.home) / "jobs" / job_id
     if (folder / JOB_FILE).is_file():
         return JobTarget(job_id, [Node(local, str(folder))], None)

@@ -16,13 +16,13 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
-from jobfolder.attempts import resume_refusal
 from jobfolder.layout import JOB_FILE
 from jobfolder.procs import pid_alive
-from jobfolder.record import JobRecord, JobSpec
-from jobfolder.status import has_ended, outcome_recorded
-from veri_tui.errors import VeriError
+from jobfolder.record import JobRecord
+from jobfolder.status import outcome_recorded
+from veri_tui.errors import NotFoundError, UnreachableError, VeriError
 from veri_tui.launch import registry
+from veri_tui.launch.handle import JobHandle
 from veri_tui.launch.host import Host, Row
 from veri_tui.launch.hostpool import HostName
 from veri_tui.launch.jobindex import target_for_job, target_of_entry
@@ -30,7 +30,7 @@ from veri_tui.launch.local_host import LocalHost
 from veri_tui.launch.measured import comparison_lines
 from veri_tui.launch.metrics import log_row, metric_of
 from veri_tui.launch.probe.fleet import ProbeChoice
-from veri_tui.launch.records import LogLine, follow_lines
+from veri_tui.launch.records import LogLine
 from veri_tui.launch.slurm.options import SlurmOptions, slurm_options
 from veri_tui.launch.slurm.states import pending_reason, slurm_state
 from veri_tui.launch.spec import canary_spec
@@ -40,11 +40,11 @@ if TYPE_CHECKING:
     from veri_tui.plan import JobConfig, PlanRecord
 
 __all__ = [
-    "LogLine", "ProbeChoice", "Row", "cancel", "canary_spec", "comparison_lines", "follow_log",
-    "get_job",
-    "host_aliases", "launch", "list_jobs", "local_jobs", "log_row", "metric_of", "pending_reason",
-    "preflight", "read_log", "resume", "SlurmOptions", "slurm_options", "slurm_script",
-    "slurm_state", "target_for", "trust_key", "watch", "watcher_of",
+    "JobHandle", "LogLine", "ProbeChoice", "Row", "cancel", "canary_spec", "comparison_lines",
+    "follow_log", "get_job", "host_aliases", "launch", "list_jobs", "local_jobs", "log_row",
+    "metric_of", "open", "pending_reason", "preflight", "read_log", "resume", "SlurmOptions",
+    "slurm_options", "slurm_script", "slurm_state", "target_for", "trust_key", "watch",
+    "watcher_of",
 ]  # fmt: skip
 
 #: Where a job runs: this machine (None), an SSH host, several (a multi-node job), or Slurm.
@@ -124,10 +124,10 @@ def plan_on(job: JobConfig, host: Where, trust_host: str | None = None
 
 def target_for(job_id: str) -> JobTarget:
     """The job's target: this machine's folder, else the registry's entry; VeriError for
-    an id neither knows."""
+    an id neither knows. The caller closes it (`open` does)."""
     target = target_for_job(job_id)
     if target is None:
-        raise VeriError(f"no job {job_id}; `veri-tui jobs` lists them", key="job")
+        raise NotFoundError(f"no job {job_id}; `veri-tui jobs` lists them")
     return target
 
 
@@ -145,70 +145,68 @@ def job_location(job_id: str) -> tuple[str | None, str]:
         target.close()
 
 
-def list_jobs() -> list[JobRecord]:
-    """Jobs on this machine, newest first, then those launched over SSH, each refreshed from
-    its hosts (an ended one from its last record). A job whose host cannot be reached is
-    listed from the last record seen, with `stale: true`."""
-    jobs = local_jobs()
+def open(job_id: str) -> JobHandle:  # noqa: A001 - `jobs.open`, as the facade's reader
+    """The job held open for a reader's life, one connection per host:
+    `with jobs.open(job_id) as job:` (handle.py). VeriError for an unknown id."""
+    return JobHandle(target_for(job_id))
+
+
+def list_jobs(settle: bool = False) -> list[JobRecord]:
+    """Jobs on this machine, newest first, then those launched over SSH, each read from its
+    hosts (an ended one from its last record). A job whose host cannot be reached is listed
+    from the last record seen, with `stale: true`. Writes nothing, unless ``settle``: then
+    each job read is kept as a poll keeps it (`veri-tui jobs`, the app's list; settle.py)."""
+    jobs: list[JobRecord] = []
     pool: dict[str, Host] = {}
+    targets = _local_targets() + [target_of_entry(e, pool) for e in registry.all_jobs()]
     down: set[str] = set()
-    for entry in registry.all_jobs():
-        cached: JobRecord = {**entry.record, "host": entry.label}
-        if outcome_recorded(cached):
+    for target in targets:
+        entry = target.entry
+        cached: JobRecord = {**entry.record, "host": entry.label} if entry else {}
+        if entry is not None and outcome_recorded(cached):
             jobs.append(cached)
             continue
-        target = target_of_entry(entry, pool)
         try:
-            if {n.host.name for n in target.nodes} & down:
-                raise VeriError("unreachable", key="host")
-            jobs.append(target.get_job())
+            if entry is not None and {n.host.name for n in target.nodes} & down:
+                raise UnreachableError("unreachable")
+            jobs.append(JobHandle(target).poll() if settle else target.get_job())
         except VeriError:
+            if entry is None:
+                continue  # a foreign or damaged folder must not hide the other jobs
             if len(target.nodes) == 1:
                 down.add(entry.host)  # unreachable: do not wait on it for every job
             cached["stale"] = True
             jobs.append(cached)
     for host in pool.values():
         host.close()
-    _calibrate(jobs)
     return jobs
 
 
-def local_jobs() -> list[JobRecord]:
-    """The jobs on this machine, newest first (ids sort by creation time)."""
+def _local_targets() -> list[JobTarget]:
+    """This machine's jobs, newest first (ids sort by creation time)."""
     local = LocalHost()
     folder = local.home / "jobs"
+    found = sorted(folder.iterdir(), reverse=True) if folder.is_dir() else []
+    return [JobTarget(d.name, [Node(local, str(d))], None) for d in found
+            if not d.name.startswith(".") and (d / JOB_FILE).is_file()]  # fmt: skip
+
+
+def local_jobs() -> list[JobRecord]:
+    """The jobs on this machine, newest first; writes nothing."""
     out: list[JobRecord] = []
-    for job_dir in sorted(folder.iterdir(), reverse=True) if folder.is_dir() else []:
-        if job_dir.name.startswith(".") or not (job_dir / JOB_FILE).is_file():
-            continue
+    for target in _local_targets():
         try:
-            out.append(JobTarget(job_dir.name, [Node(local, str(job_dir))], None).get_job())
+            out.append(target.get_job())
         except VeriError:
             continue  # a foreign or damaged folder must not hide the other jobs
     return out
 
 
 def get_job(job_id: str) -> JobRecord:
-    """The job's record (job.json, with a lost supervisor reported as failed). A job that
-    completed with measurements is folded into the calibration here, once."""
-    target = target_for(job_id)
-    try:
-        record = target.get_job()
-    finally:
-        target.close()
-    _calibrate([record])
-    return record
-
-
-def _calibrate(records: list[JobRecord]) -> None:
-    """Fold completed, measured jobs into $VERI_HOME/calibration.json (launch/calibrate.py);
-    a calibration file that cannot be written never keeps a job from being read."""
-    from veri_tui.launch.calibrate import fold_jobs
-
-    try:
-        fold_jobs(records)
-    except OSError:
-        pass
+    """The job's record (job.json, with a lost supervisor reported as failed); writes
+    nothing (`open(job_id).poll()` keeps what it shows)."""
+    with open(job_id) as job:
+        return job.get_job()
 
 
 def watcher_of(job_id: str) -> int | None:
@@ -220,13 +218,25 @@ def watcher_of(job_id: str) -> int | None:
 
 def read_log(job_id: str, offset: int = 0) -> bytes:
     """The rank-0 log from byte ``offset`` to its current end."""
-    return target_for(job_id).read_log(job_id, offset)
+    with open(job_id) as job:
+        return job.read_log(offset)
 
 
 def follow_log(job_id: str, offset: int = 0) -> Iterator[LogLine]:
     """Complete rank-0 log lines from ``offset`` until the job ends (``LogLine.end`` is the
-    offset to resume from)."""
-    return target_for(job_id).follow_log(job_id, offset)
+    offset to resume from); the job's end is kept (settle.py) once it is drained."""
+    job = open(job_id)
+    try:
+        lines = job.follow_log(offset)
+    except BaseException:
+        job.close()
+        raise
+
+    def gen() -> Iterator[LogLine]:
+        with job:
+            yield from lines
+
+    return gen()
 
 
 def watch(
@@ -236,24 +246,16 @@ def watch(
     stop: Callable[[], bool] | None = None,
     poll_s: float = 0.5,
 ) -> Iterator[LogLine]:
-    """`follow_log` for a watcher that also shows the job record: polls it every ``poll_s``
-    and hands each one to ``on_record`` before the log read that follows it (so lines and
-    record arrive in step, and the job's end is seen with every line written before it).
+    """`JobHandle.watch` on a handle held for the watch's life (one connection per host):
+    log lines with the record polled every ``poll_s`` and handed to ``on_record``; ends once
+    the job has ended and its log is drained, or as soon as ``stop()`` is true."""
+    job = open(job_id)
 
-    Ends once the job has ended and its log is drained, or as soon as ``stop()`` is true (a
-    closed screen must not keep its thread until the job ends). Reads the log by offset
-    through `read_log`, on any host.
-    """
+    def gen() -> Iterator[LogLine]:
+        with job:
+            yield from job.watch(offset, on_record, stop, poll_s)
 
-    def done() -> bool:
-        if stop is not None and stop():
-            return True
-        record = get_job(job_id)
-        if on_record is not None:
-            on_record(record)
-        return has_ended(record)
-
-    return follow_lines(lambda off: read_log(job_id, off), done, offset, poll_s)
+    return gen()
 
 
 def resume(job_id: str, gpu_count: int | None = None, sets: Sequence[str] = (),
@@ -268,41 +270,15 @@ def resume(job_id: str, gpu_count: int | None = None, sets: Sequence[str] = (),
     of them, on its own layout and plan (veri_tui.launch.restart). VeriError (nothing is
     changed): a job that runs or succeeded, a bad gpu_count or node count, a refused plan.
     """
-    from veri_tui.launch.launching import replan
-    from veri_tui.launch.restart import layout_refusal
-
-    target = target_for(job_id)
-    many = len(target.nodes) > 1
-    record = target.get_job()
-    if nodes is not None and target.nodes[0].host.kind != "slurm":
-        from veri_tui.launch.slurm.options import NOT_SLURM_NODES
-
-        raise VeriError(NOT_SLURM_NODES, key="nodes")
-    if many:
-        layout = layout_refusal(record, gpu_count, sets)
-        if layout is not None:
-            raise layout
-    refused = resume_refusal(record, supervisor_alive=not has_ended(record))
-    if refused is not None:
-        raise VeriError(refused.message, key=refused.key)
-    spec: JobSpec | None = None
-    if not many:
-        spec = replan(target.nodes[0].host, record, gpu_count, sets, nodes)
-    try:
-        target.stop_watcher()
-        record = target.resume(job_id, spec)
-    except VeriError:
-        raise
-    except Exception as exc:  # noqa: BLE001 - a host's I/O error: one error line, no traceback
-        raise VeriError(f"resume of {job_id} failed: {exc}", key="job") from exc
-    target.watch_if_needed()
-    return target.wait(job_id) if wait else record
+    with open(job_id) as job:
+        return job.resume(gpu_count, sets, wait, nodes)
 
 
 def cancel(job_id: str) -> JobRecord:
     """End every rank of the job; returns the final record (status cancelled unless it had
     already ended)."""
-    return target_for(job_id).cancel(job_id)
+    with open(job_id) as job:
+        return job.cancel()
 
 
 def host_aliases() -> list[str]:

@@ -140,11 +140,11 @@ def node_records(
         record = host_record(host, pf, job, plan, job_id, job_dir)
         if rdzv is not None:
             addr, port, listen = rdzv
-            record["spec"].update(
-                nnodes=nodes, node_rank=k, nproc_per_node=job.gpu_count // nodes,
-                rdzv_id=job_id, rdzv_endpoint=f"{addr}:{listen if k == 0 else port}",
-                rdzv_local_addr=addr, hosts=[h.name for h in hosts],
-            )  # fmt: skip
+            record["spec"].update({
+                "nnodes": nodes, "node_rank": k, "nproc_per_node": job.gpu_count // nodes,
+                "rdzv_id": job_id, "rdzv_endpoint": f"{addr}:{listen if k == 0 else port}",
+                "rdzv_local_addr": addr, "hosts": [h.name for h in hosts],
+            })  # fmt: skip
         out.append((job_dir, record))
     return out
 
@@ -228,10 +228,11 @@ def launch(
         while hosts[0].exists(posixpath.join(facts[0].jobs_dir, job_id)):
             job_id = new_job_id()  # same second, same random suffix: draw again
         nodes = node_records(hosts, facts, job, plan, job_id, rdzv)
-        for _dir, rec in nodes if measured is not None else ():
-            cast("dict[str, Any]", rec)["probe"] = measured.summary()
-        for _dir, rec in nodes if canary else ():
-            rec["spec"]["canary"] = dict(canary)
+        for _dir, rec in nodes:
+            if measured is not None:
+                cast("dict[str, Any]", rec)["probe"] = measured.summary()
+            if canary:
+                rec["spec"]["canary"] = dict(canary)
         if hosts[0].kind == "slurm":  # the batch job probes its allocation (slurm/script.py)
             slurm_probe_mode(nodes[0][1]["spec"], probe or ProbeChoice())
         check_capacity(

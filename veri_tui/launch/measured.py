@@ -174,14 +174,14 @@ def comparison(record: dict[str, Any]) -> list[tuple[str, str, str, str]]:
     """(what, predicted, measured, measured/predicted) rows; "-" where a side is missing."""
     pred = record.get("predicted") or {}
     meas = record.get("measured") or {}
-    rows = []
+    rows: list[tuple[str, str, str, str]] = []
     cuda = meas.get("device") == "cuda" and meas.get("alloc_retries") is not None  # devmem.py
     extra = [r for r in CUDA_ROWS if cuda and meas.get(r[2]) is not None]
     for label, pkey, mkey, fmt in (*ROWS, *extra):
         p, m = _num(pred.get(pkey)), _num(meas.get(mkey))
         ratio = f"{m / p:.3g}x" if p and m is not None else "-"
         shown = [fmt(v) if v is not None else "-" for v in (p, m)]
-        rows.append((label, *shown, ratio))
+        rows.append((label, shown[0], shown[1], ratio))
     return rows
 
 

@@ -125,12 +125,12 @@ def probe_rendezvous(
             return "" if res.exit_status == 0 else (res.text.strip() or res.error_line())
 
         problems = []
-        for k, (host, why) in enumerate(zip(others, in_parallel(dial, others), strict=True), 1):
-            if isinstance(why, Exception) or why:
+        for k, (host, said) in enumerate(zip(others, in_parallel(dial, others), strict=True), 1):
+            if isinstance(said, Exception) or said:  # a host out of reach, or what it said
                 problems.append(Refusal(
                     "rdzv_endpoint",
                     f"node {k} ({host.name}) cannot reach node 0's rendezvous at {addr}:{reach} "
-                    f"({why}); open that port on node 0 ({head.name}) to the other nodes, or "
+                    f"({said}); open that port on node 0 ({head.name}) to the other nodes, or "
                     "set rdzv_endpoint to an address they reach",
                 ))  # fmt: skip
         return addr, reach, port, problems

@@ -11,10 +11,10 @@
 
 Retries: no node's supervisor restarts a multi-node job by itself (it cannot know the other
 nodes' checkpoints; jobfolder.attempts.max_restarts). The job's watcher does (watcher.py):
-once the gathered record failed for the platform with restarts left (`retry_due`), it
-resumes every node as above, the attempt marked `retry`. One change at a time: a lock on the
-registry entry here, and node 0 refuses a second resume of the same attempt
-(`after_attempt`, under its job lock).
+once the gathered record failed for the platform with restarts left (`retry_due`, in
+retries.py), it resumes every node as above, the attempt marked `retry`. One change at a
+time: a lock on the registry entry here, and node 0 refuses a second resume of the same
+attempt (`after_attempt`, under its job lock).
 """
 
 from __future__ import annotations
@@ -24,14 +24,17 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from jobfolder.atomic import job_lock
-from jobfolder.attempts import attempts_of, max_restarts, retryable
+from jobfolder.attempts import attempts_of, max_restarts
 from jobfolder.record import JobRecord, JobSpec, ResumeChoice
-from jobfolder.status import FAILED
+from jobfolder.status import FailureCode
 from veri_tui.errors import VeriError
 from veri_tui.launch import registry
 from veri_tui.launch.checkpoints import NodeCheck, choose_step
 from veri_tui.launch.hostpool import in_parallel
 from veri_tui.launch.nodes import probe_rendezvous, shared_storage, split_endpoint
+from veri_tui.launch.retries import retries_done, retry_due
+
+__all__ = ["layout_refusal", "resume_nodes", "retry", "retry_due"]
 
 if TYPE_CHECKING:
     from veri_tui.launch.host import Host
@@ -144,27 +147,6 @@ def _or_cancel(target: JobTarget, results: Sequence[object]) -> None:
         raise broken[0]
 
 
-def retries_done(record: JobRecord) -> int:
-    """Retries since the job's last start (launch or resume): the trailing `retry` attempts."""
-    done = 0
-    for attempt in reversed(attempts_of(record)):
-        if not attempt.get("retry"):
-            break
-        done += 1
-    return done
-
-
-def retry_due(record: JobRecord, entry: registry.RegistryEntry) -> bool:
-    """The gathered record failed for the platform (RANK_LOST, COMM_ERROR, HARDWARE_ERROR,
-    RANK_HUNG), every node has ended, and `max_restarts` leaves a restart; not again after
-    a retry of this attempt was refused."""
-    if record.get("status") != FAILED or not retryable(record.get("error")):
-        return False
-    if entry.retry_refused and entry.retry_refused == str(len(attempts_of(record))):
-        return False
-    return retries_done(record) < max_restarts(record.get("spec") or {}, alone=False)
-
-
 def retry(target: JobTarget) -> JobRecord:
     """Restart every node after a platform failure, if still due (the caller, the job's
     watcher, read it so); the record after. A retry that cannot start is said once in the
@@ -174,7 +156,7 @@ def retry(target: JobTarget) -> JobRecord:
     if fresh is None or not retry_due(record, fresh):
         return record
     limit = max_restarts(record.get("spec") or {}, alone=False)
-    code = (record.get("error") or {}).get("code", "UNKNOWN")
+    code = (record.get("error") or {}).get("code", FailureCode.UNKNOWN)
     line = (f"retry: {code} (platform) ended the attempt; restart "
             f"{retries_done(record) + 1} of {limit} (max_restarts)")  # fmt: skip
     try:

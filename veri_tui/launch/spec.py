@@ -18,7 +18,7 @@ from typing import Any
 
 from jobfolder.datasource import Source, files_of
 from jobfolder.errors import DataError
-from jobfolder.record import JobRecord, JobSpec
+from jobfolder.record import FORMAT, JobRecord, JobSpec
 from jobfolder.status import PENDING
 from veri_tui.bundled import bundled_dataset
 from veri_tui.errors import Refusal, VeriError
@@ -270,6 +270,7 @@ def make_record(
     spec.update(dataset.spec())  # type: ignore[typeddict-item]
     return {
         "job_id": job_id,
+        "format": FORMAT,
         "status": PENDING,
         "created_at": time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime()),
         "started_at": None,

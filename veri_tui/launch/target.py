@@ -5,15 +5,16 @@ pid seen at its start): one node for a job on this machine or on one SSH host, N
 multi-node job. Every operation is the same code for any host (host.py):
 
 - `get_job`: each node's job.json read on its host, judged by the one lost rule
-  (jobfolder.lost); several nodes' records gathered into the job's (gather.py). A read has
-  no side effect on the job: it never signals, starts or restarts anything (it refreshes the
-  registry's copy of the record, shown when a host cannot be reached);
+  (jobfolder.lost); several nodes' records gathered into the job's (gather.py). A read
+  writes nothing, anywhere: no signal, no start, no file;
+  What a reader observed is kept by `settle.settle` (one write per change it saw);
 - `read_log`, `follow_log`: rank 0's log, on node 0 (a multi-node job's follow goes on
   across the attempts its watcher starts);
 - `cancel`: `python -m jobfolder cancel` on every node's host, at once, after the job's
   watcher is stopped;
-- `resume`: `python -m jobfolder resume` on the host, then its supervisor started again;
-  a multi-node job resumes on every node from one step (restart.py).
+- `resume`: `python -m jobfolder resume` on the host, then its supervisor started again
+  (a multi-node job resumes on every node from one step: restart.py, which the facade
+  calls).
 
 jobindex.py finds a job's target: a folder under $VERI_HOME/jobs is this machine's, an entry
 of the registry (registry.py) one launched over SSH.
@@ -34,15 +35,16 @@ from typing import Any, cast
 
 from jobfolder.layout import JOB_FILE, LOG, SUPERVISOR_PID
 from jobfolder.procs import GRACE_S, pid_alive
-from jobfolder.record import JobRecord, JobSpec, ResumeChoice
+from jobfolder.record import JobRecord, JobSpec, ResumeChoice, format_problem
 from jobfolder.status import has_ended, outcome_recorded
-from veri_tui.errors import VeriError
+from veri_tui.errors import NotFoundError, VeriError
 from veri_tui.launch import registry
 from veri_tui.launch.gather import gather
 from veri_tui.launch.host import Host, jobfolder_argv
 from veri_tui.launch.hostpool import in_parallel
 from veri_tui.launch.measured import so_far
 from veri_tui.launch.records import LogLine, wait_until_ended
+from veri_tui.launch.retries import retry_due
 
 #: The most of the log one read returns (a follow reads on from where it stopped).
 MAX_LOG_READ = 64 * 2**20
@@ -96,14 +98,17 @@ class JobTarget:
                 raw = node.host.read_bytes(node.job_file, 16 * 2**20)
             except FileNotFoundError:
                 if node.host.label is None:
-                    raise VeriError(f"no job {self.job_id}; `veri-tui jobs` lists them",
-                                    key="job") from None  # fmt: skip
-                raise VeriError(f"{node.job_file} is gone from {node.host.name}",
-                                key="job") from None  # fmt: skip
+                    raise NotFoundError(f"no job {self.job_id}; `veri-tui jobs` lists them"
+                                        ) from None  # fmt: skip
+                raise NotFoundError(f"{node.job_file} is gone from {node.host.name}") from None
             try:
-                return cast(JobRecord, json.loads(raw.decode("utf-8")))
+                record = cast(JobRecord, json.loads(raw.decode("utf-8")))
             except (UnicodeDecodeError, ValueError) as exc:
-                raise VeriError(f"{node.job_file}: unreadable ({exc})", key="job") from exc
+                raise NotFoundError(f"{node.job_file}: unreadable ({exc})") from exc
+            newer = format_problem(record, node.job_file)
+            if newer is not None:
+                raise VeriError(newer, key="job")
+            return record
 
         return node.host.judge(node.job_dir, read(), self.supervisor_pid(node), read)
 
@@ -122,19 +127,20 @@ class JobTarget:
         measured = so_far(record, self.nodes)
         if measured is not None:
             record["measured"] = measured
-        self._remember(record)
         return record
 
-    def _remember(self, record: JobRecord) -> None:
+    def remember(self, record: JobRecord) -> None:
         """Keep the record last read in the registry entry (pids another process wrote
-        meanwhile, a retry's, stay as written)."""
+        meanwhile, a retry's, stay as written); no write when it holds that record. The
+        caller holds the entry's lock (settle.py)."""
         if self.entry is None:
             return
         saved = registry.load(self.job_id)
         entry = saved if saved is not None else self.entry
-        entry.record = record
         self.entry.record = record
-        registry.save(entry)
+        if entry.record != record:
+            entry.record = record
+            registry.save(entry)
 
     def list_jobs(self) -> list[JobRecord]:
         return [self.get_job()]
@@ -182,8 +188,6 @@ class JobTarget:
             return False
         if self.entry is None or len(self.nodes) == 1:
             return True
-        from veri_tui.launch.restart import retry_due
-
         fresh = registry.load(self.job_id) or self.entry
         watching = fresh.watcher is not None and pid_alive(fresh.watcher)
         return not (watching and retry_due(record, fresh))
@@ -260,17 +264,11 @@ class JobTarget:
         return node.pid
 
     def resume(self, job_id: str | None = None, spec: JobSpec | None = None) -> JobRecord:
-        """A new attempt of the ended job in its folder(s), from the newest verified
-        checkpoint (the supervisor chooses it; a multi-node job's is chosen over every
-        node); ``spec`` replaces the job's spec (a re-plan, one node only)."""
-        if len(self.nodes) > 1:
-            from veri_tui.launch.restart import resume_nodes
-
-            return resume_nodes(self)
+        """A new attempt of the ended one-node job in its folder, from the newest verified
+        checkpoint (the supervisor chooses it); ``spec`` replaces the job's spec (a
+        re-plan). A multi-node job resumes through restart.resume_nodes."""
         record = self.prepare(0, spec)
         self.start(0)
-        if self.entry is not None:
-            self._remember(record)
         return record
 
     def append_log(self, line: str) -> None:

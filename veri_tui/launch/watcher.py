@@ -2,7 +2,7 @@
 
 No node's supervisor can see the other nodes, so a process on the launching machine does
 what the job needs across them, and nothing else does it (a read of the job changes
-nothing):
+nothing; its polls keep what they saw, as any follower's do: settle.py):
 - once a node has failed, it ends the others (their supervisors record `cancelled`;
   torch's own peer errors usually end them first);
 - once the job failed for the platform with `max_restarts` left, it restarts every node
@@ -26,8 +26,10 @@ from types import FrameType
 from jobfolder.status import FAILED, has_ended
 from veri_tui.errors import VeriError
 from veri_tui.launch import registry
+from veri_tui.launch.handle import JobHandle
 from veri_tui.launch.jobindex import target_of_entry
-from veri_tui.launch.restart import retry, retry_due
+from veri_tui.launch.restart import retry
+from veri_tui.launch.retries import retry_due
 from veri_tui.launch.target import JobTarget
 
 POLL_S = 1.0
@@ -40,6 +42,7 @@ class Watcher:
 
     def __init__(self, target: JobTarget) -> None:
         self.target = target
+        self.job = JobHandle(target)  # its polls keep the registry's copy (settle.py)
         self.stopping = False
 
     def _stop(self, signum: int, frame: FrameType | None) -> None:
@@ -58,7 +61,7 @@ class Watcher:
 
     def step(self) -> bool:
         """One look at the job; True while there is more to watch."""
-        record = self.target.get_job()
+        record = self.job.poll()
         nodes = record.get("nodes") or []
         if record.get("status") != FAILED and any(n["status"] == FAILED for n in nodes):
             self.end_the_others()

@@ -28,6 +28,7 @@ from collections.abc import Awaitable, Callable
 from urllib.parse import urlsplit
 
 from aiohttp import web
+from aiohttp.typedefs import Middleware
 
 from veri_tui.errors import VeriError
 
@@ -141,7 +142,7 @@ def websocket_allowed(request: web.Request, token: str) -> bool:
     )
 
 
-def token_middleware(token: str) -> Callable[[web.Request, Handler], Awaitable]:
+def token_middleware(token: str) -> Middleware:
     """aiohttp middleware: 403 for any request without the token; the page sets the cookie."""
     cookie = cookie_name(token)
 

@@ -8,7 +8,7 @@ resume (it may re-plan and reach a host).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from textual import on, work
 from textual.app import ComposeResult
@@ -17,11 +17,12 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static
 
 from jobfolder.canarytable import no_go_line
+from jobfolder.status import Status
 from veri_tui.app.messages import JobsListed
 from veri_tui.launch.jobs import pending_reason
 
 #: The statuses a job can be resumed from (a lost job reads as failed).
-RESUMABLE = ("failed", "cancelled")
+RESUMABLE = (Status.FAILED, Status.CANCELLED)
 
 
 def job_row(rec: dict[str, Any]) -> tuple[str, ...]:
@@ -30,7 +31,7 @@ def job_row(rec: dict[str, Any]) -> tuple[str, ...]:
     rp = rec.get("resolved_parallelism") or spec.get("resolved_parallelism") or {}
     err = rec.get("error") or {}
     status = str(rec.get("status", "?"))
-    if status == "failed" and err.get("code"):
+    if status == Status.FAILED and err.get("code"):
         status = f"failed {err['code']}"
     elif no_go_line(rec):  # stopped at its canary's gate (docs/canary.md)
         status = f"{status} (canary no-go)"
@@ -49,7 +50,7 @@ def job_row(rec: dict[str, Any]) -> tuple[str, ...]:
     )
 
 
-class JobsScreen(Screen):
+class JobsScreen(Screen[None]):
     """Every job veri-tui knows of, newest first."""
 
     BINDINGS = [
@@ -79,7 +80,8 @@ class JobsScreen(Screen):
         from veri_tui.launch import jobs
 
         try:
-            self.post_message(JobsListed(list(jobs.list_jobs())))
+            listed = jobs.list_jobs(settle=True)
+            self.post_message(JobsListed(cast("list[dict[str, Any]]", listed)))
         except Exception as exc:  # noqa: BLE001 - shown in the note line
             self.post_message(JobsListed(error=str(exc)))
 

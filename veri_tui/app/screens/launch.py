@@ -42,7 +42,7 @@ OUT_HINT = "empty: <job folder>/output"
 SCHEDULERS = [("direct: torchrun on the target", DIRECT), ("Slurm: sbatch from the target", SLURM)]
 
 
-class LaunchScreen(TrustAsker, Screen):
+class LaunchScreen(TrustAsker, Screen[None]):
     """Confirm where and on what the planned job runs, then start it."""
 
     BINDINGS = [
@@ -131,8 +131,8 @@ class LaunchScreen(TrustAsker, Screen):
             out.update({"gpu": gpu} if gpu else {})
         return out
 
-    @property
-    def host(self) -> str | None:
+    @property  # TrustAsker's `host` attribute, read here from the target selector
+    def host(self) -> str | None:  # type: ignore[override]
         value = self.query_one("#target", Select).value
         return None if value in (LOCAL, Select.BLANK) else str(value)
 
@@ -285,7 +285,7 @@ class LaunchScreen(TrustAsker, Screen):
             self._enable(self.ready)
             return
         self.app.pop_screen()
-        self.app.open_monitor(message.job_id)  # type: ignore[attr-defined]
+        self.app.open_monitor(message.job_id)
 
     @on(Button.Pressed, "#confirm")
     def _confirm_pressed(self) -> None:

@@ -152,7 +152,7 @@ class ModelPickerScreen(ModalScreen[str | None]):
 
         try:
             info = read_model_info(model)
-            self.post_message(ModelInfoRead(model, describe(info)))
+            self.post_message(ModelInfoRead(model, info))
         except VeriError as exc:
             self.post_message(ModelInfoRead(model, error=str(exc)))
         except OSError as exc:
@@ -163,7 +163,7 @@ class ModelPickerScreen(ModalScreen[str | None]):
         if message.model != self._highlighted:
             return
         details = self.query_one("#model-details", Static)
-        details.update(message.error or str(message.info))
+        details.update(message.error or (describe(message.info) if message.info else ""))
         details.set_class(bool(message.error), "-error")
         if self._choose_when_read and not message.error:
             self.dismiss(message.model)

@@ -2,19 +2,21 @@
 and the failure panel when the job failed. Cancel ends every rank; detach leaves it running;
 R resumes a failed or cancelled job (a new attempt in its folder) and follows it.
 
-A thread worker follows the job with the launch facade's watcher (`jobs.watch`, the
-`follow_log` that also hands over each polled job record): it picks the metric lines out and
-posts one `JobUpdate` per poll. The screen only renders what the updates carry: metric lines
-as readable rows in the log tail (the launch facade's `log_row`), loss (and the DPO
-reward margin) in the chart. When the job has ended with measurements, a table sets them
-beside what its plan predicted (the facade's `comparison_lines`).
+A thread worker follows the job through one handle held for its life (`jobs.open`: one
+connection per host) and its watcher (`JobHandle.watch`, the follow that also hands over
+each polled job record): it picks the metric lines out and posts one `JobUpdate` per poll.
+The screen only renders what the updates carry: metric lines as readable rows in the log
+tail (the launch facade's `log_row`), loss (and the DPO reward margin) in the chart. It
+stops following when the job's record is gone (`NotFoundError`), and retries otherwise.
+When the job has ended with measurements, a table sets them beside what its plan predicted
+(the facade's `comparison_lines`).
 """
 
 from __future__ import annotations
 
 import time
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 from textual import work
 from textual.app import ComposeResult
@@ -23,13 +25,13 @@ from textual.screen import Screen
 from textual.widgets import Footer, Log, ProgressBar, Static
 from textual.worker import get_current_worker
 
-from jobfolder.record import NOT_RECORDED
+from jobfolder.record import NOT_RECORDED, JobRecord
 from jobfolder.record import plan_line_of as spec_plan_line
-from jobfolder.status import has_ended
+from jobfolder.status import Status, has_ended
 from veri_tui.app.messages import JobUpdate
 from veri_tui.app.widgets.charts import LossChart
 from veri_tui.app.widgets.failure_panel import FailurePanel
-from veri_tui.errors import VeriError
+from veri_tui.errors import NotFoundError, VeriError
 from veri_tui.launch.jobs import comparison_lines, log_row, metric_of, pending_reason
 
 POLL_S = 0.5
@@ -66,7 +68,7 @@ def points_of(metrics: list[dict[str, Any]], key: str) -> tuple[tuple[int, float
     )
 
 
-class MonitorScreen(Screen):
+class MonitorScreen(Screen[None]):
     """Watches one job until it ends (or the user detaches)."""
 
     BINDINGS = [
@@ -80,7 +82,7 @@ class MonitorScreen(Screen):
         self.job_id = job_id
         self.record: dict[str, Any] | None = None
         self.metrics: list[dict[str, Any]] = []
-        self.status = "pending"
+        self.status = str(Status.PENDING)
         self.log_offset = 0
 
     def compose(self) -> ComposeResult:
@@ -108,10 +110,11 @@ class MonitorScreen(Screen):
         from veri_tui.launch import jobs
 
         worker = get_current_worker()
-        offset, lines = self.log_offset, []
+        offset, lines = self.log_offset, list[str]()
         last: dict[str, Any] | None = None
 
-        def post(record: dict[str, Any] | None) -> None:
+        def post(polled: JobRecord | dict[str, Any] | None) -> None:
+            record = cast("dict[str, Any] | None", polled)
             nonlocal last
             if lines or record != last:
                 metrics = [m for m in map(metric_of, lines) if m is not None]
@@ -122,23 +125,30 @@ class MonitorScreen(Screen):
         def stop() -> bool:
             return worker.is_cancelled  # the screen was closed: end without waiting
 
-        while not worker.is_cancelled:
-            try:
-                for line in jobs.watch(self.job_id, offset, post, stop, POLL_S):
-                    lines.append(line.text)
-                    offset = self.log_offset = line.end  # a resume follows on from here
-            except VeriError as exc:
-                self.post_message(JobUpdate(self.job_id, None, error=str(exc)))
-                if any(e.key == "job" for e in exc.errors):
-                    return  # no such job: nothing will appear by polling
-            except OSError as exc:  # a dropped connection or a file mid-replace: retry
-                self.post_message(JobUpdate(self.job_id, None, error=str(exc)))
-            else:
-                if not worker.is_cancelled:
-                    post(last)  # the lines read after the poll that saw the job end
-                return
-            last = None  # the error replaced the status line: show the record again
-            time.sleep(1.0)  # then resume from the last complete line
+        try:
+            job = jobs.open(self.job_id)  # one target, one connection per host, for our life
+        except VeriError as exc:
+            self.post_message(JobUpdate(self.job_id, None, error=str(exc)))
+            return  # no such job: nothing will appear by polling
+        with job:
+            while not worker.is_cancelled:
+                try:
+                    for line in job.watch(offset, post, stop, POLL_S):
+                        lines.append(line.text)
+                        offset = self.log_offset = line.end  # a resume follows on from here
+                except NotFoundError as exc:  # its record is gone: polling shows nothing more
+                    self.post_message(JobUpdate(self.job_id, None, error=str(exc)))
+                    return
+                except VeriError as exc:  # a host out of reach (UnreachableError), ...: retry
+                    self.post_message(JobUpdate(self.job_id, None, error=str(exc)))
+                except OSError as exc:  # a dropped connection (the host reconnects): retry
+                    self.post_message(JobUpdate(self.job_id, None, error=str(exc)))
+                else:
+                    if not worker.is_cancelled:
+                        post(last)  # the lines read after the poll that saw the job end
+                    return
+                last = None  # the error replaced the status line: show the record again
+                time.sleep(1.0)  # then resume from the last complete line
 
     def on_job_update(self, update: JobUpdate) -> None:
         if update.error:
@@ -146,10 +156,10 @@ class MonitorScreen(Screen):
             return
         if update.record is not None:
             self.record = update.record
-            self.status = str(update.record.get("status", "pending"))
+            self.status = str(update.record.get("status", Status.PENDING))
             self.query_one("#mon-plan", Static).update(plan_line_of(update.record))
             self.query_one(FailurePanel).error = (
-                update.record.get("error") if self.status == "failed" else None
+                update.record.get("error") if self.status == Status.FAILED else None
             )
             self._show_measured(update.record)
         if update.lines:
@@ -199,7 +209,7 @@ class MonitorScreen(Screen):
             parts.append(f"{float(last['tokens_per_s']):,.0f} tok/s")
         parts.append(f"job {self.job_id} ({rec.get('host') or 'local'})")
         self.query_one("#mon-status", Static).update("  ".join(parts))
-        self.set_class(self.status == "failed", "-failed")
+        self.set_class(self.status == Status.FAILED, "-failed")
 
     def action_detach(self) -> None:
         """Leave the job running; the jobs screen can reattach later."""
@@ -212,7 +222,7 @@ class MonitorScreen(Screen):
         self.cancel_job()
 
     def action_resume_job(self) -> None:
-        if self.status not in ("failed", "cancelled"):
+        if self.status not in (Status.FAILED, Status.CANCELLED):
             self.notify(f"job {self.status}: only a failed or cancelled job resumes")
             return
         self.resume_job()

@@ -29,7 +29,7 @@ from veri_tui.errors import Refusal, VeriError
 SWEEP_GPU_COUNTS = (1, 2, 4, 8)
 
 
-class PlanEditorScreen(Screen):
+class PlanEditorScreen(Screen[None]):
     """Home screen: pick a model, edit knobs, see the plan; launch from here."""
 
     BINDINGS = [
@@ -94,7 +94,7 @@ class PlanEditorScreen(Screen):
         if message.error:
             self.info = None
             line.update(f"model {self.model_label}: {message.error}")
-        else:
+        elif message.info is not None:
             self.info = message.info
             line.update(f"model {self.model_label}: {message.info.parameter_count:,} parameters")
         self.recompute()
@@ -136,18 +136,19 @@ class PlanEditorScreen(Screen):
         elif self.model_error is not None:
             show(plan_line, "plan: none here (the model cannot be read on this machine); "
                  "a launch host that has it plans it (ctrl+l)")  # fmt: skip
-        elif self.info is None:
+        elif self.info is None or self.job is None:  # (no job: its errors were shown above)
             show(plan_line, "plan: waiting for the model's parameter counts")
         else:
+            job = self.job
             # Only a cached token count here: counting runs in a worker, then re-plans.
-            self.record = rec = core.plan_job(self.job, self.info, count_tokens=False)
+            self.record = rec = core.plan_job(job, self.info, count_tokens=False)
             if rec.cost.get("pending"):
-                self.count_later(self.job)
+                self.count_later(job)
             show(plan_line, rec.plan_line)
             # A valid job always sweeps: gpu_counts it cannot run at come back as skipped
             # rows (e.g. a pinned gbs that does not split over 8 GPUs), which the chart names.
-            sweep = core.throughput_sweep(self.job, self.info, SWEEP_GPU_COUNTS)
-            current = (self.job.gpu_count, rec.resolved_parallelism["zero_stage"])
+            sweep = core.throughput_sweep(job, self.info, SWEEP_GPU_COUNTS)
+            current = (job.gpu_count, rec.resolved_parallelism["zero_stage"])
         plan_line.set_class(bool(self.errors), "-refused")
         view.show_record(self.record, sweep, current)
         self.query_one("#launch", Button).disabled = not self.can_launch

@@ -32,7 +32,7 @@ from veri_tui.app.messages import FirstPlanRead
 HELPER_WAIT_S = 1.5
 
 
-class StartScreen(Screen):
+class StartScreen(Screen[None]):
     """Says what is loading, shows the helper's plan line, then swaps in the plan editor."""
 
     def __init__(

@@ -75,7 +75,9 @@ class ChartWidget(Widget):
         self.app.call_from_thread(self.refresh)
 
 
-def throughput_points(sweep: Sequence[dict[str, Any]], stage: int) -> tuple[list, list, list]:
+def throughput_points(
+    sweep: Sequence[dict[str, Any]], stage: int
+) -> tuple[list[int], list[float], list[float]]:
     """(gpu_counts, tokens/s, scaling efficiency) of one zero_stage from a throughput sweep."""
     # Rows of a GPU without a known peak carry `known: False` and no numbers: skip them.
     mine = (r for r in sweep if r.get("known", True) and r.get("zero_stage") == stage)

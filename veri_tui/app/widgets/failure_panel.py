@@ -14,12 +14,13 @@ from textual.reactive import reactive
 from textual.widget import Widget
 
 from jobfolder.failures import ONE_LINE_CODES, TRACEBACK_FILE
+from jobfolder.status import Attribution, FailureCode
 
 # Platform failures are credited back: say so, the user should not debug those.
 _ATTRIBUTION_NOTE = {
-    "customer": "the job's input or settings: fix and relaunch",
-    "platform": "the machine or network: not your job's fault, credited back",
-    "pending": "not classified yet",
+    Attribution.CUSTOMER: "the job's input or settings: fix and relaunch",
+    Attribution.PLATFORM: "the machine or network: not your job's fault, credited back",
+    Attribution.PENDING: "not classified yet",
 }
 
 
@@ -34,8 +35,8 @@ class FailurePanel(Widget):
 
     def render(self) -> Text:
         err = self.error or {}
-        code = err.get("code") or "UNKNOWN"
-        attribution = err.get("attribution") or "pending"
+        code = err.get("code") or FailureCode.UNKNOWN
+        attribution = err.get("attribution") or Attribution.PENDING
         out = Text()
         out.append("FAILED ", style="bold red")
         out.append(f"code {code}", style="bold")

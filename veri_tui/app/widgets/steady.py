@@ -9,15 +9,23 @@ current width with the height it has and ask for a layout only when they differ.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, cast
+
 from rich.text import Text
 from textual.visual import visualize
 from textual.widget import Widget
 from textual.widgets import Static
 
+if TYPE_CHECKING:
+    from textual.css.styles import RulesMap
+
 
 def content_height(widget: Widget, content: object, width: int) -> int:
     """Lines `content` takes in `widget` at `width` cells (as Textual's auto height counts)."""
-    return visualize(widget, content, markup=False).get_height(widget.styles, width)
+    # A widget's styles answer every rule lookup get_height makes (Textual passes them too;
+    # its annotation names the TypedDict they are read through).
+    styles = cast("RulesMap", widget.styles)
+    return visualize(widget, content, markup=False).get_height(styles, width)
 
 
 def show(static: Static, content: str | Text) -> None:

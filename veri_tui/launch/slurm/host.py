@@ -27,12 +27,19 @@ from typing import Any, cast
 
 import jobfolder
 from jobfolder.layout import CANCEL_REQUEST, JOB_FILE
+from jobfolder.lost import closed, lost_record
 from jobfolder.lost import judge as judge_pid
-from jobfolder.lost import lost_record
 from jobfolder.record import JobRecord
-from jobfolder.status import PENDING, has_ended
+from jobfolder.status import CANCELLED, PENDING, has_ended
 from veri_tui.errors import VeriError
-from veri_tui.launch.host import Host, HostFacts, Result, supervisor_argv, tracker_problems
+from veri_tui.launch.host import (
+    Host,
+    HostFacts,
+    Result,
+    jobfolder_argv,
+    supervisor_argv,
+    tracker_problems,
+)
 from veri_tui.launch.records import LogLine, follow_lines
 from veri_tui.launch.slurm.options import SlurmOptions
 from veri_tui.launch.slurm.partition import Partition, layout, on_partition, read_partition
@@ -44,20 +51,6 @@ from veri_tui.launch.slurm.states import SlurmState, outcome, query
 SOURCE_ROOT = str(Path(jobfolder.__file__).resolve().parents[1])
 #: How long a scancel'd job may take to leave the queue (Slurm's KillWait, then cleanup).
 LEAVE_S = 60.0
-
-# Run on the login node with the job's jobfolder package: job.json changed under its lock.
-_SET_ID = (
-    "import sys; from jobfolder.atomic import update_job; "
-    "update_job(sys.argv[1], slurm_job_id=sys.argv[2])"
-)
-_CLOSE = (
-    "import json, sys; from jobfolder.atomic import modify_job, record_cancel; "
-    "from jobfolder.attempts import close_attempt; from jobfolder.status import has_ended\n"
-    "status, error = json.loads(sys.argv[2])\n"
-    "if status == 'cancelled': record_cancel(sys.argv[1])\n"
-    "else: modify_job(sys.argv[1], lambda r: None if has_ended(r) else "
-    "close_attempt(r, status, error, None))"
-)
 
 
 class SlurmHost:
@@ -183,15 +176,17 @@ class SlurmHost:
                 key="slurm",
             ) from None
         try:
-            self._jobfolder(job_dir, _SET_ID, str(job_id))
+            self._jobfolder(job_dir, "set-slurm-id", str(job_id))
         except BaseException:
             self.slurm(["scancel", str(job_id)])  # no half-started job stays queued
             raise
         return job_id
 
-    def _jobfolder(self, job_dir: str, code: str, *args: str) -> None:
-        argv = [*self.pythonpath(job_dir), self.login_host.python, "-c", code]
-        res = self.login_host.run([*argv, posixpath.join(job_dir, JOB_FILE), *args], timeout=60)
+    def _jobfolder(self, job_dir: str, command: str, *args: str) -> None:
+        """`python -m jobfolder COMMAND JOB_JSON ARGS` on the login node: job.json changed
+        under its lock by the job's own package."""
+        job = posixpath.join(job_dir, JOB_FILE)
+        res = self.login_host.run(jobfolder_argv(self, job_dir, command, job, *args), timeout=60)
         if res.exit_status != 0:
             raise VeriError(f"job.json on {self.login_host.where}: {res.error_line()}", key="job")
 
@@ -203,9 +198,10 @@ class SlurmHost:
         self, job_dir: str, record: JobRecord, pid: int | None, reread: Callable[[], JobRecord]
     ) -> JobRecord:
         """The record as the controller explains it: queued or running (with the Slurm state
-        and reason), else the outcome its end state means, recorded in job.json (the
-        controller forgets an ended job after MinJobAge; without accounting nothing else
-        would remember why it ended), else lost."""
+        and reason), else the outcome its end state means, else lost. A read writes
+        nothing: the reader's `settle()` records that outcome in job.json (the controller
+        forgets an ended job after MinJobAge; without accounting nothing else would
+        remember why it ended)."""
         if has_ended(record):
             return record
         if pid is None:  # not submitted yet (or its submission failed): the lost rule's
@@ -227,12 +223,9 @@ class SlurmHost:
                 ),
                 state,
             )
-        try:
-            self._jobfolder(job_dir, _CLOSE, json.dumps(mapped))
-            again = reread()
-        except (VeriError, OSError):
-            again = {**again, "status": mapped[0], "error": mapped[1]}
-        return with_state(again, state)
+        # A read writes nothing: the outcome is shown now and recorded by the reader's
+        # settle() (target.py: `python -m jobfolder close`, under the job lock).
+        return with_state(closed(again, *mapped), state)
 
     def cancel_job(self, job_dir: str, pid: int | None, grace: float) -> None:
         """Mark the cancel, signal the batch job (its supervisor ends the ranks and records
@@ -252,7 +245,7 @@ class SlurmHost:
                     f"Slurm job {pid} did not end within {LEAVE_S:.0f} s of scancel; see squeue",
                     key="job",
                 )
-        self._jobfolder(job_dir, _CLOSE, json.dumps(["cancelled", None]))
+        self._jobfolder(job_dir, "close", "--status", CANCELLED)
 
     def _left(self, job_id: int, timeout: float) -> bool:
         deadline = time.monotonic() + timeout

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from jobfolder.failures import job_error
 from jobfolder.record import JobError, JobRecord
-from jobfolder.status import CANCELLED, FAILED, PENDING, RUNNING, Status
+from jobfolder.status import CANCELLED, FAILED, PENDING, RUNNING, FailureCode, Status
 from veri_tui.errors import VeriError
 from veri_tui.launch.slurm.partition import Run, fields
 
@@ -33,16 +33,19 @@ ACTIVE = frozenset({"RUNNING", "CONFIGURING", "COMPLETING", "STAGE_OUT", "SIGNAL
 
 # An ended state -> (code, why) of the failure it is; CANCELLED and the lost ones apart.
 _FAILURES = {
-    "TIMEOUT": ("TIME_LIMIT", "the job's time limit ran out (Slurm TIMEOUT)"),
-    "DEADLINE": ("TIME_LIMIT", "the job's deadline passed (Slurm DEADLINE)"),
+    "TIMEOUT": (FailureCode.TIME_LIMIT, "the job's time limit ran out (Slurm TIMEOUT)"),
+    "DEADLINE": (FailureCode.TIME_LIMIT, "the job's deadline passed (Slurm DEADLINE)"),
     "OUT_OF_MEMORY": (
-        "HOST_OOM",
+        FailureCode.HOST_OOM,
         "a node ran out of the memory the job was given (Slurm OUT_OF_MEMORY)",
     ),
     # The job side's code (platform; Slurm requeues it, the supervisor does not retry it).
-    "PREEMPTED": ("PREEMPTED", "Slurm preempted the job (PREEMPTED)"),
-    "NODE_FAIL": ("HARDWARE_ERROR", "a node of the allocation failed (Slurm NODE_FAIL)"),
-    "BOOT_FAIL": ("HARDWARE_ERROR", "a node of the allocation failed to boot (Slurm BOOT_FAIL)"),
+    "PREEMPTED": (FailureCode.PREEMPTED, "Slurm preempted the job (PREEMPTED)"),
+    "NODE_FAIL": (FailureCode.HARDWARE_ERROR, "a node of the allocation failed (Slurm NODE_FAIL)"),
+    "BOOT_FAIL": (
+        FailureCode.HARDWARE_ERROR,
+        "a node of the allocation failed to boot (Slurm BOOT_FAIL)",
+    ),
 }
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import paramiko
 
-from veri_tui.errors import VeriError
+from veri_tui.errors import UnreachableError, VeriError
 from veri_tui.launch.host import Result
 from veri_tui.launch.ssh.hostkeys import (
     TrustPolicy,
@@ -27,11 +27,11 @@ from veri_tui.launch.ssh.hosts import HostSpec, resolve_host
 DEFAULT_TIMEOUT = 10.0
 
 
-class ConnectionLost(VeriError):
+class ConnectionLost(UnreachableError):
     """The connection dropped or stopped answering; callers may `reconnect()` and retry."""
 
     def __init__(self, host: str, what: str) -> None:
-        super().__init__(f"connection to {host} lost ({what}); retry when it is reachable", "host")
+        super().__init__(f"connection to {host} lost ({what}); retry when it is reachable")
 
 
 def exited(conn: Connection, chan: paramiko.Channel) -> bool:
@@ -60,19 +60,19 @@ def _connect_error(exc: BaseException, spec: HostSpec, kh: Path, timeout: float)
     # "No authentication methods available" is paramiko's way to say it found no key at all.
     if isinstance(exc, paramiko.AuthenticationException) or "authentication methods" in str(exc):
         tried = ", ".join(spec.identity_files) or "the agent and ~/.ssh/id_*"
-        return VeriError(
+        return UnreachableError(
             f"{where}: authentication failed ({exc}); tried {tried}. Add an IdentityFile "
-            "for this host in ~/.ssh/config or load the key into ssh-agent",
-            key="host",
+            "for this host in ~/.ssh/config or load the key into ssh-agent"
         )
     if isinstance(exc, TimeoutError):
-        return VeriError(f"{where}: timed out after {timeout:g} s; is it reachable?", "host")
+        return UnreachableError(f"{where}: timed out after {timeout:g} s; is it reachable?")
     if isinstance(exc, (OSError, EOFError, paramiko.SSHException)):
-        return VeriError(f"{where}: cannot connect ({exc or type(exc).__name__})", "host")
+        return UnreachableError(f"{where}: cannot connect ({exc or type(exc).__name__})")
     return exc
 
 
-def _open_client(spec: HostSpec, sock, trust: str | None, timeout: float) -> paramiko.SSHClient:
+def _open_client(spec: HostSpec, sock: paramiko.ProxyCommand | paramiko.Channel | None,
+                 trust: str | None, timeout: float) -> paramiko.SSHClient:  # fmt: skip
     """Authenticate one hop; paramiko's failures become one-line VeriErrors."""
     kh = known_hosts_path(spec.known_hosts)
     client = paramiko.SSHClient()
@@ -88,7 +88,8 @@ def _open_client(spec: HostSpec, sock, trust: str | None, timeout: float) -> par
             banner_timeout=timeout,
             auth_timeout=timeout,
             channel_timeout=timeout,
-            key_filename=list(spec.identity_files) or None,
+            # paramiko takes a list of files too (its docs); its stubs say one.
+            key_filename=list(spec.identity_files) or None,  # type: ignore[arg-type]
             look_for_keys=not spec.identity_files,
             allow_agent=not spec.identities_only,
         )
@@ -141,7 +142,9 @@ class Connection:
         ]
         try:
             first = hops[0] if hops else self.spec
-            sock = paramiko.ProxyCommand(first.proxy_command) if first.proxy_command else None
+            sock: paramiko.ProxyCommand | paramiko.Channel | None = (
+                paramiko.ProxyCommand(first.proxy_command) if first.proxy_command else None
+            )
             for spec in [*hops, self.spec]:
                 if self._clients:
                     sock = self._open_tunnel(spec)
@@ -197,7 +200,9 @@ class Connection:
             except (paramiko.SSHException, OSError, EOFError) as exc:
                 raise ConnectionLost(self.spec.alias, f"sftp: {exc}") from exc
             assert self._sftp is not None
-            self._sftp.get_channel().settimeout(max(self.timeout, 30.0))
+            channel = self._sftp.get_channel()
+            if channel is not None:
+                channel.settimeout(max(self.timeout, 30.0))
         return self._sftp
 
     def exec_channel(self, line: str) -> paramiko.Channel:

@@ -233,9 +233,9 @@ class SshHost:
             from veri_tui.plan.sources import bundled_tiny_model
 
             files.makedirs(sftp, posixpath.join(tmp, "model"))
-            for src in sorted(bundled_tiny_model().iterdir()):
-                if src.is_file():
-                    files.upload_file(sftp, src, posixpath.join(tmp, "model", src.name))
+            for part in sorted(bundled_tiny_model().iterdir()):
+                if part.is_file():
+                    files.upload_file(sftp, part, posixpath.join(tmp, "model", part.name))
 
     def path_rows(self, job: Any, paths: tuple[str, str, str, str | None] | None, label: str
                   ) -> list[Row]:  # fmt: skip

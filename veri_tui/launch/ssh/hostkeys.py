@@ -109,7 +109,9 @@ class TrustPolicy(paramiko.MissingHostKeyPolicy):
         self.trusted = trusted_set(trusted)
         self.alias = alias
 
-    def missing_host_key(self, client: paramiko.SSHClient, hostname: str, key) -> None:
+    def missing_host_key(
+        self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey
+    ) -> None:
         got = key.fingerprint  # OpenSSH's `SHA256:...` form (paramiko 3.2+)
         if got not in self.trusted:
             given = ", ".join(sorted(self.trusted)) or None

@@ -98,7 +98,8 @@ def _probe(conn: Connection, python: str, veri_home: str) -> dict[str, Any]:
             key="host",
         )
     try:
-        return json.loads(res.stdout.decode("utf-8").strip().splitlines()[-1])
+        facts: dict[str, Any] = json.loads(res.stdout.decode("utf-8").strip().splitlines()[-1])
+        return facts
     except (ValueError, IndexError):
         raise VeriError(
             f"{python} on {host} failed the preflight probe: {res.error_line()}", key="host"

@@ -1,0 +1,58 @@
+"""docs/architecture.md's package arrows are the code's: the list between its `arrows`
+marks equals the import graph import-linter checks (grimp, function-level imports included,
+TYPE_CHECKING ones left out as the contracts leave them), and the layers the doc names are
+the layers contract's in pyproject.toml."""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from pathlib import Path
+
+import grimp
+
+ROOT = Path(__file__).resolve().parents[1]
+DOC = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+
+
+def _package(module: str) -> str:
+    """A module's package as the doc draws it: `veri_tui.<sub>`, else the top package."""
+    parts = module.split(".")
+    return ".".join(parts[:2]) if parts[0] == "veri_tui" else parts[0]
+
+
+def _code_arrows() -> dict[str, set[str]]:
+    graph = grimp.build_graph(
+        "veri_tui", "jobfolder", "trainer", exclude_type_checking_imports=True
+    )
+    arrows: dict[str, set[str]] = {}
+    for module in graph.modules - {"veri_tui"}:  # its __init__ imports nothing (checked below)
+        arrows.setdefault(_package(module), set())
+        for imported in graph.find_modules_directly_imported_by(module):
+            if _package(imported) != _package(module):
+                arrows[_package(module)].add(_package(imported))
+    assert graph.find_modules_directly_imported_by("veri_tui") == set()
+    return arrows
+
+
+def _doc_arrows() -> dict[str, set[str]]:
+    block = DOC.split("<!-- arrows -->")[1].split("<!-- /arrows -->")[0]
+    arrows: dict[str, set[str]] = {}
+    for line in block.strip().strip("`").strip().splitlines():
+        source, _, targets = line.partition("->")
+        arrows[source.strip()] = {t.strip() for t in targets.split(",") if t.strip()}
+    return arrows
+
+
+def test_the_doc_s_arrows_are_the_import_graph() -> None:
+    assert _doc_arrows() == _code_arrows()
+
+
+def test_the_doc_s_layers_are_the_layers_contract() -> None:
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    contracts = config["tool"]["importlinter"]["contracts"]
+    (layers,) = [c["layers"] for c in contracts if c["type"] == "layers"]
+    text = re.search(r"The layers, top to bottom .*?included\): (.*?)\. Within", DOC, re.S)
+    assert text is not None
+    named = [part.strip().strip("`") for part in re.sub(r"\s+", " ", text[1]).split(";")]
+    assert named == layers
