@@ -83,7 +83,8 @@ def show_job(job_id: str, as_json: bool) -> int:
         why = f", reason {state[1]}" if state[1] else ""
         print(f"slurm: job {rec.get('slurm_job_id')} {state[0]}{why}")
     print(plan_line_of(rec.get("spec"), NOT_RECORDED))
-    print("\n".join(probe_lines(rec)))
+    if probe := probe_lines(rec):
+        print("\n".join(probe))
     measured = comparison_lines(cast("dict[str, Any]", rec))
     print("\n".join(measured or ["measured: not recorded for this job"]))
     evals = eval_line(job_id)
