@@ -20,7 +20,6 @@ import sys
 
 from jobfolder.status import SUCCEEDED
 from veri_tui.commands.common import hosts_of, job_from_args
-from veri_tui.errors import VeriError
 from veri_tui.launch import jobs
 from veri_tui.launch.spec import check_job, local_dataset
 
@@ -33,9 +32,7 @@ def run(args: argparse.Namespace) -> int:
     host = hosts_of(args, job)
     canary = canary_of(args)
     if args.dry_run:
-        if not isinstance(host, jobs.SlurmOptions):
-            raise VeriError("prints a Slurm batch script: add --slurm LOGIN", key="dry_run")
-        print(jobs.slurm_script(job, host, args.trust_host), end="")
+        print(jobs.dry_run(job, host, args.trust_host), end="")
         return 0
     if host is None:
         check_job(job)  # every refusal at once, before the model is even read

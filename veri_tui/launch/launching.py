@@ -16,7 +16,8 @@
 
 A Slurm job (slurm/host.py) is one host, its login node: its partition decides the layout
 in step 2 (the host's `spec` keys), its supervisor is the batch job submitted in step 5;
-`dry_run` stops before step 5 with the batch script that would be submitted.
+`dry_run` stops before step 5 with what its backend (backends/) would submit: the batch
+script.
 
 `plan_on` is step 2-3 alone: the plan `launch` would make (`veri-tui plan --host`, a resume
 re-planned on its host).
@@ -32,8 +33,9 @@ from typing import Any, cast
 from jobfolder.layout import MADE_WITH, node_folder_name
 from jobfolder.record import JobRecord, JobSpec
 from veri_tui.errors import Refusal, VeriError
+from veri_tui.launch.backends import open_hosts
 from veri_tui.launch.host import Host, HostFacts, check_disk, check_memory
-from veri_tui.launch.hostpool import HostName, all_or_raise, in_parallel, open_hosts
+from veri_tui.launch.hostpool import HostName, all_or_raise, in_parallel
 from veri_tui.launch.nodes import agreement, disk_of, node_label, probe_rendezvous
 from veri_tui.launch.probe.fleet import ProbeChoice, fleet_probe
 from veri_tui.launch.probe.report import with_cached_network, with_network
@@ -93,16 +95,11 @@ def replan(host: Host, record: JobRecord, gpu_count: int | None, sets: Sequence[
     else planned again on its open host, its problems refused. A Slurm job keeps its layout
     keys (the host's `spec`) and is laid out again from its record (options_for_resume),
     on ``nodes`` nodes when given."""
+    from veri_tui.launch.backends import backend_of
     from veri_tui.launch.replan import resume_spec
 
     keys: dict[str, Any] = {}
-    relaid = False
-    if host.kind == "slurm":
-        from veri_tui.launch.slurm.options import options_for_resume, resume_count
-
-        gpu_count = resume_count(record, gpu_count, nodes)
-        host.options = options_for_resume(record, gpu_count, nodes)  # type: ignore[attr-defined]
-        relaid = nodes is not None and nodes != int(record["spec"].get("nnodes") or 1)
+    gpu_count, relaid = backend_of(host.kind).relayout(host, record, gpu_count, nodes)
 
     def plan_for(job: Any) -> tuple[Any, Any]:
         facts = host.probe(job, 0)
@@ -225,10 +222,9 @@ def launch(
             hosts, facts, plan, nodes[0][1]["spec"]["output_dir"] if job.output else None
         )
         if dry_run:
-            script = getattr(hosts[0], "batch_script", None)
-            if script is None:
-                raise VeriError("prints a Slurm batch script: add --slurm LOGIN", key="dry_run")
-            return str(script(*nodes[0]))
+            from veri_tui.launch.backends import backend_of
+
+            return backend_of(hosts[0].kind).script(hosts[0], *nodes[0])
         for host, pf in zip(hosts, facts, strict=True):
             host.makedirs(pf.jobs_dir)
         started = in_parallel(lambda k: create(hosts[k], job, *nodes[k]),

@@ -1,8 +1,10 @@
 """A Slurm login node as a `Host` (veri_tui/launch/host.py): a job's supervisor is a batch job.
 
-`SlurmHost` wraps the login node's own host (`LocalHost` for `--slurm local`, `SshHost` for
-an alias or user@host[:port]) and keeps its commands, files, staging and paths: the job
-folder sits on the filesystem the login node and the compute nodes share. What differs:
+`SlurmHost` owns the login node's own host (`LocalHost` for `--slurm local`, `SshHost` for
+an alias or user@host[:port]) and keeps its commands, files, staging and paths, each named
+in login.py (`LoginNode`): the job folder sits on the filesystem the login node and the
+compute nodes share. The `slurm` backend (veri_tui/launch/backends/slurm.py) opens it. What
+differs:
 
 - `probe`: the partition's facts (partition.py) decide the layout (nodes x ranks per node)
   and GPU; job folders go under `<veri home>/slurm/jobs` (a Slurm job is listed by its
@@ -34,6 +36,7 @@ from jobfolder.status import PENDING, has_ended
 from veri_tui.errors import VeriError
 from veri_tui.launch.host import Host, HostFacts, Result, supervisor_argv
 from veri_tui.launch.records import LogLine, follow_lines
+from veri_tui.launch.slurm.login import LoginNode
 from veri_tui.launch.slurm.options import SlurmOptions
 from veri_tui.launch.slurm.partition import Partition, layout, on_partition, read_partition
 from veri_tui.launch.slurm.script import SCRIPT, batch_script
@@ -60,24 +63,21 @@ _CLOSE = (
 )
 
 
-class SlurmHost:
+class SlurmHost(LoginNode):
     """A login node, submitting batch jobs. ``options`` None: a host reopened for a job
-    already submitted (reading, cancelling or resuming it needs none)."""
+    already submitted (reading, cancelling or resuming it needs none). Its commands, files
+    and paths are the login node's (login.py), every member named there."""
 
     kind = "slurm"
 
     def __init__(self, login_host: Host, options: SlurmOptions | None = None) -> None:
-        self.login_host = login_host
+        super().__init__(login_host)
         self.options = options
         self.name = login_host.name  # what the registry keeps: `local`, or the SSH host
         self.label: str | None = f"slurm:{login_host.name}"
         self.where = f"the Slurm cluster of {login_host.where}"
         self.partition: Partition | None = None
         self._job_update: dict[str, Any] = {}
-
-    def __getattr__(self, attr: str) -> Any:
-        # Everything not Slurm's own is the login node's: commands, files, paths, staging.
-        return getattr(self.login_host, attr)
 
     def slurm(self, argv: Sequence[str]) -> Result:
         """A Slurm client command on the login node; VeriError when it is not installed."""
@@ -95,9 +95,6 @@ class SlurmHost:
         if self.login_host.local:
             return ["env", f"PYTHONPATH={SOURCE_ROOT}"]
         return self.login_host.pythonpath(job_dir)
-
-    def close(self) -> None:
-        self.login_host.close()
 
     # -- before the launch ----------------------------------------------------------------
 
