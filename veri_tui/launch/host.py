@@ -26,13 +26,18 @@ from __future__ import annotations
 import posixpath
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from jobfolder.record import JobRecord
 from veri_tui.errors import Refusal, VeriError
 from veri_tui.launch import memcheck
 from veri_tui.launch.diskcheck import Place, refusals, row
 from veri_tui.launch.records import LogLine
+
+if TYPE_CHECKING:
+    from veri_tui.plan import JobConfig, PlanRecord
+    from veri_tui.plan.disk import DiskEstimate
+    from veri_tui.plan.model_info import ModelInfo
 
 #: A preflight row: (check, ok, detail); the one row type every preflight returns.
 Row = tuple[str, bool, str]
@@ -67,7 +72,7 @@ class HostFacts:
     veri_home: str
     gpus: list[dict[str, Any]] = field(default_factory=list)
     model_path: str | None = None
-    model_info: Any = None
+    model_info: ModelInfo | None = None
     model_bytes: int = 0
     problems: list[Refusal] = field(default_factory=list)
     #: Whether the model's counts are known (read on the host, or read here when planned).
@@ -190,21 +195,24 @@ class Host(Protocol):
 
     def places(self, paths: Sequence[str]) -> list[Place]: ...
 
-    def probe(self, job: Any, dataset_bytes: int) -> HostFacts: ...
+    def probe(self, job: JobConfig, dataset_bytes: int) -> HostFacts: ...
 
-    def plan(self, job: Any, facts: HostFacts, given: Any = None) -> tuple[Any, Any]: ...
+    def plan(
+        self, job: JobConfig, facts: HostFacts, given: PlanRecord | None = None
+    ) -> tuple[JobConfig, PlanRecord]: ...
 
-    def output_for(self, job: Any, facts: HostFacts) -> Any: ...
+    def output_for(self, job: JobConfig, facts: HostFacts) -> JobConfig: ...
 
-    def job_paths(self, job: Any, plan: Any, job_dir: str, facts: HostFacts
+    def job_paths(self, job: JobConfig, plan: PlanRecord, job_dir: str, facts: HostFacts
                   ) -> tuple[str, str, str, str | None]: ...  # fmt: skip
 
-    def stage(self, job: Any, tmp: str) -> None: ...
+    def stage(self, job: JobConfig, tmp: str) -> None: ...
 
-    def path_rows(self, job: Any, paths: tuple[str, str, str, str | None] | None, label: str
+    def path_rows(self, job: JobConfig, paths: tuple[str, str, str, str | None] | None, label: str
                   ) -> list[Row]: ...  # fmt: skip
 
-    def capacity(self, facts: HostFacts, plan: Any, disk: Any, output: str | None, label: str
+    def capacity(self, facts: HostFacts, plan: PlanRecord, disk: DiskEstimate,
+                 output: str | None, label: str
                  ) -> tuple[list[Row], list[Refusal]]: ...  # fmt: skip
 
     def tail_rows(self) -> list[Row]: ...
@@ -241,13 +249,13 @@ def run_cancel(host: Host, job_dir: str, pid: int | None, grace: float) -> None:
 # -- the plan against a host: its memory and disk ------------------------------------------
 
 
-def check_memory(facts: HostFacts, plan: Any) -> Row:
+def check_memory(facts: HostFacts, plan: PlanRecord) -> Row:
     """Refuse (VeriError, `host_memory`) a plan whose host memory per node exceeds the host's
     MemAvailable, as its probe read it (veri_tui.launch.memcheck); else its row."""
     return memcheck.check(plan, facts.facts.get("mem_available_bytes"), facts.host)
 
 
-def check_disk(host: Host, facts: HostFacts, disk: Any, output: str | None) -> Row:
+def check_disk(host: Host, facts: HostFacts, disk: DiskEstimate, output: str | None) -> Row:
     """Refuse (VeriError) a job whose host cannot hold what it writes (the plan's `disk`,
     veri_tui.launch.diskcheck) in its jobs folder and output dir; else its row."""
     job, out = host.places([facts.jobs_dir, output or facts.jobs_dir])
@@ -258,7 +266,8 @@ def check_disk(host: Host, facts: HostFacts, disk: Any, output: str | None) -> R
 
 
 def capacity_rows(
-    host: Host, facts: HostFacts, plan: Any, disk: Any, output: str | None, label: str,
+    host: Host, facts: HostFacts, plan: PlanRecord, disk: DiskEstimate, output: str | None,
+    label: str,
     disk_first: bool = False,
 ) -> tuple[list[Row], list[Refusal]]:  # fmt: skip
     """The host-memory and disk rows of one node (named `label <check>` when ``label``),

@@ -26,6 +26,8 @@ from veri_tui.errors import VeriError
 if TYPE_CHECKING:
     from jobfolder.record import JobRecord
     from veri_tui.launch.host import Host
+    from veri_tui.launch.hostpool import HostName
+    from veri_tui.plan import JobConfig
 
 
 @dataclass(frozen=True)
@@ -67,7 +69,12 @@ class Backend(Protocol):
     #: scheduler's job id, the supervisor's pid being a compute node's).
     handle_is_pid: bool
 
-    def where_from(self, values: Mapping[str, Any], table: Any, job: Any) -> Any:
+    def where_from(
+        self,
+        values: Mapping[str, object],
+        table: Mapping[str, object] | None,
+        job: JobConfig | None,
+    ) -> object:
         """Its destination from the options given (None: not given) and veri.toml's
         `[<name>]` ``table`` and job keys; None when the job is not for this backend.
         VeriError for a bad value."""
@@ -75,10 +82,10 @@ class Backend(Protocol):
     def owns(self, where: object) -> bool:
         """Whether ``where`` (a destination the facade was given) is this backend's."""
 
-    def host_names(self, where: Any, job: Any) -> list[Any]:
+    def host_names(self, where: object, job: JobConfig | None) -> list[HostName]:
         """The names `open_hosts` opens for ``where``, node 0 first."""
 
-    def open_hosts(self, names: Sequence[Any], trust: str | None) -> list[Host]:
+    def open_hosts(self, names: Sequence[HostName], trust: str | None) -> list[Host]:
         """The job's hosts, connected; VeriError (the first failure) when one cannot be."""
 
     def reopen(self, host: str, python: str) -> Host:
@@ -166,11 +173,15 @@ def add_cli_options(parser: argparse.ArgumentParser, grouped: bool) -> None:
             group.add_argument(opt.cli_flag, dest=opt.name, **kwargs)
 
 
-def where_from(values: Mapping[str, Any], tables: Mapping[str, Any], job: Any) -> Any:
+def where_from(
+    values: Mapping[str, object],
+    tables: Mapping[str, Mapping[str, object]],
+    job: JobConfig | None,
+) -> object:
     """Where a job goes from the options given (by option name) and veri.toml's backend
     ``tables`` (by backend name): the one backend's destination, None for this machine.
     VeriError for a bad value, or for two backends given at once."""
-    chosen: list[tuple[Backend, Any]] = []
+    chosen: list[tuple[Backend, object]] = []
     for backend in backends():
         given = {o.name: values.get(o.name) for o in backend.options}
         where = backend.where_from(given, tables.get(backend.name), job)
@@ -182,12 +193,12 @@ def where_from(values: Mapping[str, Any], tables: Mapping[str, Any], job: Any) -
     return chosen[0][1] if chosen else None
 
 
-def host_names(where: object, job: Any = None) -> list[Any]:
+def host_names(where: object, job: JobConfig | None = None) -> list[HostName]:
     """The host names a destination opens (`open_hosts`), node 0 first."""
     return backend_for(where).host_names(where, job)
 
 
-def open_hosts(names: Sequence[Any], trust: str | None = None) -> list[Host]:
+def open_hosts(names: Sequence[HostName], trust: str | None = None) -> list[Host]:
     """The hosts of ``names`` (from `host_names`), opened by their backend."""
     where = names[0] if len(names) == 1 else list(names)
     return backend_for(where).open_hosts(names, trust)

@@ -8,7 +8,7 @@ one option is `--host` (repeatable), veri.toml's `hosts`; it keeps no `[direct]`
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, cast
 
 from veri_tui.errors import VeriError
 from veri_tui.launch.backends import Option
@@ -16,6 +16,8 @@ from veri_tui.launch.backends import Option
 if TYPE_CHECKING:
     from jobfolder.record import JobRecord
     from veri_tui.launch.host import Host
+    from veri_tui.launch.hostpool import HostName
+    from veri_tui.plan import JobConfig
 
 #: `veri-tui resume --nodes` of a job that is not a Slurm job.
 NOT_SLURM_NODES = (
@@ -40,8 +42,14 @@ class DirectBackend:
         ),
     )  # fmt: skip
 
-    def where_from(self, values: Mapping[str, Any], table: Any, job: Any) -> Any:
-        hosts = list(values.get("host") or (job.hosts if job is not None else None) or [])
+    def where_from(
+        self,
+        values: Mapping[str, object],
+        table: Mapping[str, object] | None,
+        job: JobConfig | None,
+    ) -> object:
+        given = cast("list[str] | None", values.get("host"))
+        hosts = list(given or (job.hosts if job is not None else None) or [])
         if not hosts:
             return None
         return hosts[0] if len(hosts) == 1 else hosts
@@ -49,13 +57,14 @@ class DirectBackend:
     def owns(self, where: object) -> bool:
         return where is None or isinstance(where, str | list | tuple)
 
-    def host_names(self, where: Any, job: Any) -> list[Any]:
+    def host_names(self, where: object, job: JobConfig | None) -> list[HostName]:
         if isinstance(where, str):
             return [where]
-        hosts = list(where or (job.hosts if job is not None else None) or [])
+        named = cast("Sequence[str] | None", where)
+        hosts: list[HostName] = list(named or (job.hosts if job is not None else None) or [])
         return hosts if hosts else [None]
 
-    def open_hosts(self, names: Sequence[Any], trust: str | None) -> list[Host]:
+    def open_hosts(self, names: Sequence[HostName], trust: str | None) -> list[Host]:
         """This machine for every None; else every SSH host connected in parallel (the ones
         already open are closed when one cannot be)."""
         if all(n is None for n in names):

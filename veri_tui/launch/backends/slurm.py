@@ -11,13 +11,15 @@ job id, so a registry entry (kind `slurm`) is kept also when the login node is t
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, cast
 
 from veri_tui.launch.backends import Option
 
 if TYPE_CHECKING:
     from jobfolder.record import JobRecord
     from veri_tui.launch.host import Host
+    from veri_tui.launch.hostpool import HostName
+    from veri_tui.plan import JobConfig
 from veri_tui.launch.slurm.options import SlurmOptions, slurm_options
 
 
@@ -52,19 +54,25 @@ class SlurmBackend:
                hint="empty: the default"),
     )  # fmt: skip
 
-    def where_from(self, values: Mapping[str, Any], table: Any, job: Any) -> Any:
+    def where_from(
+        self,
+        values: Mapping[str, object],
+        table: Mapping[str, object] | None,
+        job: JobConfig | None,
+    ) -> object:
         return slurm_options(table, values)
 
     def owns(self, where: object) -> bool:
         return isinstance(where, SlurmOptions)
 
-    def host_names(self, where: Any, job: Any) -> list[Any]:
-        return [where]  # one host, its login node: the allocation's nodes are Slurm's
+    def host_names(self, where: object, job: JobConfig | None) -> list[HostName]:
+        # One host, its login node: the allocation's nodes are Slurm's.
+        return [cast(SlurmOptions, where)]
 
-    def open_hosts(self, names: Sequence[Any], trust: str | None) -> list[Host]:
+    def open_hosts(self, names: Sequence[HostName], trust: str | None) -> list[Host]:
         from veri_tui.launch.slurm.host import open_slurm
 
-        return [open_slurm(names[0], trust)]
+        return [open_slurm(cast(SlurmOptions, names[0]), trust)]
 
     def reopen(self, host: str, python: str) -> Host:
         from veri_tui.launch.slurm.host import SlurmHost, login_host

@@ -25,7 +25,7 @@ import posixpath
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import jobfolder
 from jobfolder.layout import CANCEL_REQUEST, JOB_FILE
@@ -41,6 +41,9 @@ from veri_tui.launch.slurm.options import SlurmOptions
 from veri_tui.launch.slurm.partition import Partition, layout, on_partition, read_partition
 from veri_tui.launch.slurm.script import SCRIPT, batch_script
 from veri_tui.launch.slurm.states import SlurmState, outcome, query
+
+if TYPE_CHECKING:
+    from veri_tui.plan import JobConfig, PlanRecord
 
 #: The source folder holding the jobfolder and trainer packages (`--slurm local`: the batch
 #: job imports them from here, whatever PYTHONPATH sbatch's environment carries).
@@ -98,7 +101,7 @@ class SlurmHost(LoginNode):
 
     # -- before the launch ----------------------------------------------------------------
 
-    def probe(self, job: Any, dataset_bytes: int) -> HostFacts:
+    def probe(self, job: JobConfig, dataset_bytes: int) -> HostFacts:
         """The login node's facts (Python, torch, the model, free space) and the partition's:
         the job's layout, its GPU, a node's memory. A partition the controller does not have
         raises VeriError `partition` here, before anything is uploaded or submitted."""
@@ -126,7 +129,7 @@ class SlurmHost(LoginNode):
             self._job_update["node_count"] = nodes
         return facts
 
-    def _login_facts(self, job: Any, dataset_bytes: int) -> HostFacts:
+    def _login_facts(self, job: JobConfig, dataset_bytes: int) -> HostFacts:
         if self.login_host.local:
             from jobfolder.layout import veri_home
 
@@ -141,7 +144,9 @@ class SlurmHost(LoginNode):
             conn, model=job.model, gpu_count=0, full_finetune=full, dataset_bytes=dataset_bytes
         )
 
-    def plan(self, job: Any, facts: HostFacts, given: Any = None) -> tuple[Any, Any]:
+    def plan(
+        self, job: JobConfig, facts: HostFacts, given: PlanRecord | None = None
+    ) -> tuple[JobConfig, PlanRecord]:
         """The login node's plan of the job laid out on the partition (``given`` is not used:
         it was made for another layout)."""
         if self.login_host.local:

@@ -12,11 +12,15 @@ at run time.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 from veri_tui.errors import Refusal
 from veri_tui.launch.diskcheck import Place
 from veri_tui.launch.host import Host, HostFacts, Result, Row, Stream
+
+if TYPE_CHECKING:
+    from veri_tui.plan import JobConfig, PlanRecord
+    from veri_tui.plan.disk import DiskEstimate
 
 
 class LoginNode:
@@ -81,21 +85,22 @@ class LoginNode:
 
     # -- the job's folder on the shared filesystem: as a direct job's on the login node -----
 
-    def output_for(self, job: Any, facts: HostFacts) -> Any:
+    def output_for(self, job: JobConfig, facts: HostFacts) -> JobConfig:
         return self.login_host.output_for(job, facts)
 
-    def job_paths(self, job: Any, plan: Any, job_dir: str, facts: HostFacts
+    def job_paths(self, job: JobConfig, plan: PlanRecord, job_dir: str, facts: HostFacts
                   ) -> tuple[str, str, str, str | None]:  # fmt: skip
         return self.login_host.job_paths(job, plan, job_dir, facts)
 
-    def stage(self, job: Any, tmp: str) -> None:
+    def stage(self, job: JobConfig, tmp: str) -> None:
         self.login_host.stage(job, tmp)
 
-    def path_rows(self, job: Any, paths: tuple[str, str, str, str | None] | None, label: str
+    def path_rows(self, job: JobConfig, paths: tuple[str, str, str, str | None] | None, label: str
                   ) -> list[Row]:  # fmt: skip
         return self.login_host.path_rows(job, paths, label)
 
-    def capacity(self, facts: HostFacts, plan: Any, disk: Any, output: str | None, label: str
+    def capacity(self, facts: HostFacts, plan: PlanRecord, disk: DiskEstimate,
+                 output: str | None, label: str
                  ) -> tuple[list[Row], list[Refusal]]:  # fmt: skip
         return self.login_host.capacity(facts, plan, disk, output, label)
 

@@ -14,7 +14,7 @@ import json
 import posixpath
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from jobfolder.layout import SUPERVISOR_LOG
 from jobfolder.lost import judge
@@ -29,6 +29,10 @@ from veri_tui.launch.ssh.connection import Connection, ConnectionLost, command_l
 from veri_tui.launch.ssh.preflight import DISK_SCRIPT, remote_python, run_preflight
 from veri_tui.launch.ssh.remote_model import expand_home
 from veri_tui.launch.ssh.tail import follow_remote
+
+if TYPE_CHECKING:
+    from veri_tui.plan import JobConfig, PlanRecord
+    from veri_tui.plan.disk import DiskEstimate
 
 #: The packages a job's host runs, copied into its folder's pkg/ (on PYTHONPATH there).
 UPLOADED = ("trainer", "jobfolder")
@@ -169,7 +173,7 @@ class SshHost:
 
     # -- the job's steps ---------------------------------------------------------------------
 
-    def probe(self, job: Any, dataset_bytes: int) -> HostFacts:
+    def probe(self, job: JobConfig, dataset_bytes: int) -> HostFacts:
         """The host's facts for ``job``: its model, its gpu_count, and whether the artifact is
         a whole model (a full fine-tune: the disk must hold it) or an adapter."""
         return run_preflight(
@@ -180,7 +184,9 @@ class SshHost:
             dataset_bytes=dataset_bytes,
         )
 
-    def plan(self, job: Any, facts: HostFacts, given: Any = None) -> tuple[Any, Any]:
+    def plan(
+        self, job: JobConfig, facts: HostFacts, given: PlanRecord | None = None
+    ) -> tuple[JobConfig, PlanRecord]:
         """The job as it will run on the host (its detected GPU with its real memory) and its
         plan, from the model's headers read there, calibrated by this host's runs; a plan made
         elsewhere (``given``) is not used."""
@@ -191,7 +197,7 @@ class SshHost:
         info = facts.model_info if facts.model_info is not None else read_model_info(None)
         return job, plan_job(job, info, host=facts.host)
 
-    def output_for(self, job: Any, facts: HostFacts) -> Any:
+    def output_for(self, job: JobConfig, facts: HostFacts) -> JobConfig:
         """The output dir is a path on the host: `~` expanded there, refused when not empty."""
         if not job.output:
             return job
@@ -204,7 +210,7 @@ class SshHost:
                             "choose another --output", key="output")  # fmt: skip
         return job.model_copy(update={"output": output})
 
-    def job_paths(self, job: Any, plan: Any, job_dir: str, facts: HostFacts
+    def job_paths(self, job: JobConfig, plan: PlanRecord, job_dir: str, facts: HostFacts
                   ) -> tuple[str, str, str, str | None]:  # fmt: skip
         """(model path, dataset, output dir, the model's name) in the host's job folder."""
         model = facts.model_path or posixpath.join(job_dir, "model")
@@ -212,7 +218,7 @@ class SshHost:
         output = job.output or posixpath.join(job_dir, "output")
         return model, dataset, output, job.model or "tiny-model (bundled)"
 
-    def stage(self, job: Any, tmp: str) -> None:
+    def stage(self, job: JobConfig, tmp: str) -> None:
         """Copy into the folder being built what the job needs on the host."""
         sftp = self.conn.sftp()
         for package in UPLOADED:  # the rank program, and the job folder's (its supervisor)
@@ -230,12 +236,13 @@ class SshHost:
                 if src.is_file():
                     files.upload_file(sftp, src, posixpath.join(tmp, "model", src.name))
 
-    def path_rows(self, job: Any, paths: tuple[str, str, str, str | None] | None, label: str
+    def path_rows(self, job: JobConfig, paths: tuple[str, str, str, str | None] | None, label: str
                   ) -> list[Row]:  # fmt: skip
         """The output dir on the host, when one was given (it was checked there)."""
         return [("output", True, f"{job.output} on {label}")] if job.output else []
 
-    def capacity(self, facts: HostFacts, plan: Any, disk: Any, output: str | None, label: str
+    def capacity(self, facts: HostFacts, plan: PlanRecord, disk: DiskEstimate,
+                 output: str | None, label: str
                  ) -> tuple[list[Row], list[Refusal]]:  # fmt: skip
         """Host memory, then disk, against this host."""
         return capacity_rows(self, facts, plan, disk, output, label)
