@@ -27,7 +27,8 @@ from jobfolder.procs import pid_alive
 from jobfolder.record import JobRecord
 from veri_tui.errors import Refusal, VeriError
 from veri_tui.launch.diskcheck import Place, local_place
-from veri_tui.launch.host import HostFacts, Result, Row, capacity_rows, run_cancel, supervisor_argv
+from veri_tui.launch.host import HostFacts, Row, capacity_rows, run_cancel, supervisor_argv
+from veri_tui.launch.machine import Result
 from veri_tui.launch.memcheck import local_available
 from veri_tui.launch.records import LogLine, follow_lines
 from veri_tui.launch.spec import local_paths

@@ -28,8 +28,9 @@ from typing import Any
 
 from veri_tui.errors import VeriError
 from veri_tui.launch.backends import open_hosts
-from veri_tui.launch.host import Host, HostFacts, Result
+from veri_tui.launch.host import Host, HostFacts
 from veri_tui.launch.hostpool import HostName, all_or_raise, in_parallel
+from veri_tui.launch.machine import Result
 from veri_tui.launch.nodes import probe_rendezvous
 from veri_tui.launch.probe.report import ProbeReport, cached, from_dict, hosts_key, save
 

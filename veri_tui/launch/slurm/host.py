@@ -34,7 +34,8 @@ from jobfolder.lost import lost_record
 from jobfolder.record import JobRecord
 from jobfolder.status import PENDING, has_ended
 from veri_tui.errors import VeriError
-from veri_tui.launch.host import Host, HostFacts, Result, supervisor_argv
+from veri_tui.launch.host import Host, HostFacts, supervisor_argv
+from veri_tui.launch.machine import Result
 from veri_tui.launch.records import LogLine, follow_lines
 from veri_tui.launch.slurm.login import LoginNode
 from veri_tui.launch.slurm.options import SlurmOptions

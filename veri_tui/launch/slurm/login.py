@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING
 
 from veri_tui.errors import Refusal
 from veri_tui.launch.diskcheck import Place
-from veri_tui.launch.host import Host, HostFacts, Result, Row, Stream
+from veri_tui.launch.host import Host, HostFacts, Row
+from veri_tui.launch.machine import Result, Stream
 
 if TYPE_CHECKING:
     from veri_tui.plan import JobConfig, PlanRecord

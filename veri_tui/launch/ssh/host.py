@@ -21,7 +21,8 @@ from jobfolder.lost import judge
 from jobfolder.record import JobRecord
 from veri_tui.errors import Refusal, VeriError
 from veri_tui.launch.diskcheck import Place
-from veri_tui.launch.host import HostFacts, Result, Row, capacity_rows, run_cancel, supervisor_argv
+from veri_tui.launch.host import HostFacts, Row, capacity_rows, run_cancel, supervisor_argv
+from veri_tui.launch.machine import Result
 from veri_tui.launch.records import LogLine
 from veri_tui.launch.spec import local_dataset
 from veri_tui.launch.ssh import files
