@@ -112,7 +112,8 @@ def test_follow_to_the_end_names_the_failing_rank(backend: Backend, failed: Fail
     assert record["status"] == "failed", record
     error = record["error"]
     assert error["summary"].startswith("rank 1/2 (") and " failed: " in error["summary"], error
-    assert (error["code"], error["attribution"]) == ("RANK_LOST", "platform"), error
+    assert "SIGKILL" in error["summary"], error
+    assert (error["rank"], error["code"], error["attribution"]) == (1, "RANK_LOST", "platform")
     _wait(lambda: not _processes(failed.dirs), 60, "every process of the failed job to end")
 
 
