@@ -17,12 +17,12 @@ from __future__ import annotations
 import json
 import os
 import signal
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from launch.launch_helpers import wait_for
 from support.backends import Backend
 
 from jobfolder.procs import job_processes, pid_alive, read_pid
@@ -50,14 +50,9 @@ def _launch(backend: Backend, max_steps: int) -> tuple[str, list[Path]]:
         target.close()
 
 
-def _wait(pred, timeout: float, what: str):  # noqa: ANN001, ANN202 - a test helper
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = pred()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+def _pid_of_rank(dirs: list[Path], rank: int) -> int | None:
+    """The pid of global rank ``rank``, from the pid file of whichever node runs it."""
+    return next((p for d in dirs if (p := read_pid(d / "pids" / f"rank-{rank}"))), None)
 
 
 def _processes(dirs: list[Path]) -> list[int]:
@@ -99,9 +94,8 @@ def failed(backend: Backend) -> Iterator[Failed]:
     """The job with rank 1 SIGKILLed once step-10 is committed (not yet followed)."""
     job_id, dirs = _launch(backend, STEPS)
     ckpt = dirs[0] / "checkpoints" / f"step-{CHECKPOINT}"
-    _wait(ckpt.is_dir, 240, f"{ckpt.name} committed")
-    rank1 = _wait(lambda: next((p for d in dirs if (p := read_pid(d / "pids" / "rank-1"))), None),
-                  30, "rank 1's pid file")  # fmt: skip
+    wait_for(ckpt.is_dir, 240, f"{ckpt.name} committed")
+    rank1 = wait_for(lambda: _pid_of_rank(dirs, 1), 30, "rank 1's pid file")
     os.kill(rank1, signal.SIGKILL)
     yield Failed(job_id, dirs)
 
@@ -114,11 +108,11 @@ def test_follow_to_the_end_names_the_failing_rank(backend: Backend, failed: Fail
     assert error["summary"].startswith("rank 1/2 (") and " failed: " in error["summary"], error
     assert "SIGKILL" in error["summary"], error
     assert (error["rank"], error["code"], error["attribution"]) == (1, "RANK_LOST", "platform")
-    _wait(lambda: not _processes(failed.dirs), 60, "every process of the failed job to end")
+    wait_for(lambda: not _processes(failed.dirs), 60, "every process of the failed job to end")
 
 
 def test_resume_continues_from_the_checkpoint(backend: Backend, failed: Failed) -> None:
-    _wait(lambda: has_ended(jobs.get_job(failed.job_id)), 120, "the failed attempt to end")
+    wait_for(lambda: has_ended(jobs.get_job(failed.job_id)), 120, "the failed attempt to end")
     offset = len(jobs.read_log(failed.job_id))
     resumed = jobs.resume(failed.job_id)
     assert resumed["status"] in ("pending", "running"), resumed
@@ -131,15 +125,15 @@ def test_resume_continues_from_the_checkpoint(backend: Backend, failed: Failed) 
     assert any(f"from step-{step}" in ln for ln in lines), lines[:20]
     metrics = (failed.dirs[0] / "metrics.jsonl").read_text().splitlines()
     assert [json.loads(m)["step"] for m in metrics] == list(range(1, STEPS + 1))
-    _wait(lambda: not _processes(failed.dirs), 60, "every process of the resumed job to end")
+    wait_for(lambda: not _processes(failed.dirs), 60, "every process of the resumed job to end")
 
 
 def test_cancel_leaves_no_process(backend: Backend) -> None:
     job_id, dirs = _launch(backend, 100_000)
-    _wait(lambda: b'{"step"' in jobs.read_log(job_id), 240, "rank 0's first step")
+    wait_for(lambda: b'{"step"' in jobs.read_log(job_id), 240, "rank 0's first step")
     record = jobs.cancel(job_id)
     assert record["status"] == "cancelled", record
     assert jobs.get_job(job_id)["status"] == "cancelled"
-    _wait(lambda: not _processes(dirs), 30, "every process of the cancelled job to end")
+    wait_for(lambda: not _processes(dirs), 30, "every process of the cancelled job to end")
     if backend.cluster is not None:
         assert backend.cluster.jobs() == []
