@@ -67,9 +67,14 @@ def _rests_on(rows: list[dict[str, Any]], judged: list[dict[str, Any]]) -> list[
         "(its foreach path), the reserved bytes beyond allocated (fragmentation; "
         "`expandable_segments`), and the device's figure beyond reserved (the overhead). "
         "The trainer records all of them per rank on CUDA (trainer/devmem.py: allocated, "
-        "reserved, allocator retries, NVML or nvidia-smi; docs/trainer.md), and "
-        "`benchmarks/gpu_check.sh` sets them beside the plan's terms; on CPU it measures "
-        "the states and the resident set only.",
+        "reserved, allocator retries, NVML or nvidia-smi; docs/trainer.md); a GPU canary "
+        "(`veri-tui launch --canary`, docs/canary.md) sets each beside the plan's term, "
+        "overhead included, and folds them into calibration; `benchmarks/gpu_check.sh` "
+        "sets them beside the plan's for its runs. On CPU only the states are measured as "
+        "CUDA would hold them; the canary's CPU census of activations, loss, units in "
+        "flight and the optimizer step counts CPU storages, and its overhead is the "
+        "process's resident set beyond the tensors, not a GPU's. None of these has run on a "
+        "GPU yet.",
     ]
 
 

@@ -22,6 +22,14 @@ LABELS = {
 }
 
 
+def no_go_line(record: Mapping[str, Any]) -> str:
+    """The gate's one line of a job its canary stopped (`canary: no-go: ...`), else "": a
+    no-go job is `cancelled` with no `error`, so this line is what says why (`veri-tui jobs`,
+    the app's job list)."""
+    gate = record.get("canary") or {}
+    return str(gate.get("line") or "") if gate.get("decision") == "no-go" else ""
+
+
 def money(value: float | None) -> str:
     """`$0.0123`: enough digits for a canary's small sums; `-` when unknown."""
     if value is None:

@@ -275,9 +275,23 @@ def analyze(
     return error
 
 
+#: Failures whose message already says what is wrong and where (a dataset's file and line):
+#: the log gets the summary alone, the traceback goes to TRACEBACK_FILE in the job folder.
+ONE_LINE_CODES = frozenset({"DATA_ERROR"})
+TRACEBACK_FILE = "traceback.txt"
+
+
 def append_report(log_path: Path, error: JobError, plan_line: str) -> None:
-    """Append the summary line, the plan line and the rank's traceback to the rank-0 log."""
+    """Append the summary line, the plan line and the rank's traceback to the rank-0 log;
+    for ONE_LINE_CODES the summary line only, the traceback written beside the log."""
     lines = [str(error.get("summary", ""))]
+    if error.get("code") in ONE_LINE_CODES:
+        if error.get("traceback"):
+            from jobfolder.atomic import write_text_atomic
+
+            write_text_atomic(log_path.parent / TRACEBACK_FILE, str(error["traceback"]))
+        append_lines(log_path, lines)
+        return
     if plan_line:
         lines.append(plan_line)
     if error.get("traceback"):

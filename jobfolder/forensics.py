@@ -4,7 +4,8 @@ The supervisor's side of the dump request (the rank's side: trainer/forensics.py
 writes a fresh request id to `forensics/request`, then waits (at most `DUMP_WAIT_S`) until
 every rank has answered with `forensics/rank-<r>.json` or cannot answer: a stopped process
 (state T: SIGSTOP, a debugger), one in uninterruptible sleep (D: a hung driver or file system),
-one that exited, or one that never wrote its pid. The answers and the reasons are analysed by
+one that exited, or one that never wrote its pid. A stopped rank's stack is then read from its
+process by jobfolder/stackdump.py. The answers and the reasons are analysed by
 jobfolder/flightrec.py into the failure report.
 
 `environment` gives the ranks the variables this needs: the Flight Recorder's ring buffer
@@ -27,9 +28,11 @@ from typing import Any, NamedTuple
 
 from jobfolder.layout import FORENSICS, JobLayout
 from jobfolder.procs import rank_pid_path, read_pid
+from jobfolder.stackdump import read_stopped
 
 DUMP_WAIT_S = 5.0  # a live rank answers in well under a second (it polls 4 times a second)
 FR_ENTRIES = 2000  # collectives kept per process: a few steps of FSDP2 on a deep model
+STOPPED = "is stopped (SIGSTOP or a debugger)"  # state T: its stack can be read (stackdump.py)
 NCCL_DUMP_PREFIX = "nccl-trace-rank-"  # NCCL appends the rank
 #: Set for the ranks unless already in the environment. TORCH_NCCL_ASYNC_ERROR_HANDLING=3: a
 #: NCCL error or timeout takes the process down (SIGABRT, with NCCL's text on stderr) without
@@ -71,10 +74,12 @@ def environment(env: Mapping[str, str], job_dir: Path) -> dict[str, str]:
 
 
 class Answers(NamedTuple):
-    """What each rank sent (its answer record), and for each silent rank why not."""
+    """What each rank sent (its answer record), for each silent rank why not, and the stacks
+    read from silent ranks' stopped processes (outermost frame first)."""
 
     dumps: dict[int, dict[str, Any]]
     silent: dict[int, str]
+    stacks: dict[int, list[list[Any]]] = {}  # noqa: RUF012 - never mutated; each collect makes its own
 
 
 def proc_state(pid: int | None) -> str | None:
@@ -96,8 +101,10 @@ def process_state(job_dir: Path, rank: int) -> str:
     state = proc_state(pid)
     if state is None:
         return f"exited (pid {pid})"
-    if state in ("T", "t"):
-        return f"its process (pid {pid}) is stopped (SIGSTOP or a debugger)"
+    if state == "T":
+        return f"its process (pid {pid}) {STOPPED}"
+    if state == "t":
+        return f"its process (pid {pid}) is stopped by a debugger"
     if state == "D":
         return f"its process (pid {pid}) is in uninterruptible sleep (a hung driver or disk)"
     if state in ("Z", "X"):
@@ -146,8 +153,13 @@ def collect(
         if all(silent.values()) or time.monotonic() >= deadline:
             break
         time.sleep(poll_s)
+    stacks = {}
+    for rank, why in silent.items():  # a stopped rank's stack, read from its process
+        if why.endswith(STOPPED) and (pid := read_pid(rank_pid_path(job_dir, rank))):
+            if stack := read_stopped(job_dir, rank, pid):
+                stacks[rank] = stack
     return Answers(
-        dumps, {r: why or f"no answer within {wait_s:.0f} s" for r, why in silent.items()}
+        dumps, {r: why or f"no answer within {wait_s:.0f} s" for r, why in silent.items()}, stacks
     )
 
 

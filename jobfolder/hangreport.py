@@ -56,6 +56,8 @@ def _placed(answers: Answers, rank: int) -> str:
         spot = where(answers.dumps[rank].get("stack") or [])
         return f"rank {rank} at {spot}" if spot else f"rank {rank}: its stack was not recorded"
     why = answers.silent.get(rank, "no answer")
+    if spot := where(answers.stacks.get(rank) or []):
+        return f"rank {rank} at {spot} ({why}: its stack read from the process)"
     return f"rank {rank}: its stack is not available ({why})"
 
 
@@ -121,6 +123,9 @@ def explain(
         out.lines.append(_rank_line(answers, rank, found))
         if rank in answers.dumps:
             out.lines.extend(_stack_lines(answers.dumps[rank].get("stack") or []))
+        elif rank in answers.stacks:
+            out.lines.append("    its stack, read from the stopped process:")
+            out.lines.extend(_stack_lines(answers.stacks[rank]))
     if out.blamed:
         out.headline += "; " + "; ".join(_placed(answers, r) for r in out.blamed)
     return out

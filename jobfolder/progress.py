@@ -35,13 +35,14 @@ PHASES = (
     "forward",
     "backward",
     "optimizer",
+    "eval",
     "checkpoint",
     "gate",
     "artifact",
     "done",
 )
 #: Phases that may legitimately take much longer than a step: the watchdog waits longer.
-SLOW_PHASES = ("rendezvous", "load", "checkpoint", "gate", "artifact")
+SLOW_PHASES = ("rendezvous", "load", "eval", "checkpoint", "gate", "artifact")
 #: Before the first step: the watchdog's load timeout applies (jobfolder/watchdog.py).
 LOAD_PHASES = ("rendezvous", "load")
 RECORD_BYTES = 64

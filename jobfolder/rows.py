@@ -94,3 +94,23 @@ def check_messages(msgs: Any, where: str) -> list[dict[str, Any]]:
     if not any(m["role"] == "assistant" for m in msgs):
         raise DataError(f"{where}: `messages` has no assistant turn to train on")
     return msgs
+
+
+def check_row(row: dict[str, Any], method: str, where: str) -> None:
+    """The checks a row passes before any tokenizer sees it (the launch preflight's): the
+    keys of its kind present, strings non-empty, messages well formed; DataError otherwise.
+    The trainer raises the same messages as it encodes (trainer/data.py)."""
+    if method == "dpo":
+        for key in ("prompt", "chosen", "rejected"):
+            text_field(row, key, where)
+    elif "messages" in row:
+        check_messages(row["messages"], where)
+    elif "prompt" in row or "completion" in row:
+        text_field(row, "prompt", where)
+        text_field(row, "completion", where)
+    elif "text" in row:
+        text_field(row, "text", where)
+    else:
+        raise DataError(
+            f"{where}: an sft_text row needs `text`, `messages` or `prompt`+`completion`"
+        )

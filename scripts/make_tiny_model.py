@@ -176,6 +176,21 @@ def portable_moe_config(folder: Path) -> None:
     path.write_text(json.dumps(dict(sorted(cfg.items())), indent=2) + "\n")
 
 
+def drop_writer_version(folder: Path) -> None:
+    """Leave out `transformers_version` (the writer's version, which no loader reads).
+
+    save_pretrained stamps the installed release into config.json and
+    generation_config.json, so every transformers release would change the bundled files'
+    bytes (and fail their byte-for-byte rebuild test) with nothing in the model changed.
+    The files are rewritten as transformers writes them (indent 2, keys sorted).
+    """
+    for name in ("config.json", "generation_config.json"):
+        path = folder / name
+        cfg = json.loads(path.read_text())
+        cfg.pop("transformers_version", None)
+        path.write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
+
+
 def portable_tokenizer_config(folder: Path) -> None:
     """Name a class every transformers release knows, and keep the chat template inline.
 
@@ -213,6 +228,7 @@ def main(argv: list[str] | None = None) -> None:
     model.save_pretrained(out, safe_serialization=True)
     tok.save_pretrained(out)
     portable_tokenizer_config(out)
+    drop_writer_version(out)
     n = sum(p.numel() for p in model.parameters())
     print(f"wrote {out} ({n} parameters, vocab {vocab}) and {len(sets)} datasets in {data_dir}")
     moe = build_moe_model(vocab, tok.eos_token_id)
@@ -221,6 +237,7 @@ def main(argv: list[str] | None = None) -> None:
     portable_moe_config(moe_out)
     tok.save_pretrained(moe_out)
     portable_tokenizer_config(moe_out)
+    drop_writer_version(moe_out)
     n = sum(p.numel() for p in moe.parameters())
     print(f"wrote {moe_out} ({n} parameters: 8 routed experts, 2 per token)")
 

@@ -40,6 +40,21 @@ def test_plan_command_is_light() -> None:
     assert _loaded(code) == []
 
 
+@pytest.mark.timeout(60)
+def test_a_jsonl_dataset_never_imports_datasets(tmp_path) -> None:
+    """JSON Lines are read by the standard library (jobfolder/dataload.py): `datasets`
+    (~1.4 s of imports) is loaded only for parquet, CSV and folders (issue 27)."""
+    code = (
+        "import contextlib, io, os\n"
+        f"os.environ['VERI_HOME'] = {str(tmp_path)!r}\n"
+        "from veri_tui.cli import main\n"
+        "from veri_tui.launch.spec import BUNDLED_DATASETS\n"
+        "with contextlib.redirect_stdout(io.StringIO()):\n"
+        "    assert main(['plan', '--dataset', str(BUNDLED_DATASETS['sft_text'])]) == 0\n"
+    )
+    assert _loaded(code, ("datasets", "pyarrow", "pandas", *HEAVY)) == []
+
+
 def test_core_and_plan_command_load_nothing_of_the_notebook_or_web_side() -> None:
     assert _loaded("import veri_tui.plan", WEB) == []
     code = (

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from jobfolder.datasource import Source, sources_of
 from jobfolder.errors import ConfigError
 from jobfolder.knobs import METHODS_TRAINED, Hyperparameters, table
 from jobfolder.knobs.fields import Checkpointing
@@ -46,6 +47,15 @@ class TrainConfig(Hyperparameters):
     data_parallel_size: int = field(default=1, kw_only=True)  # type: ignore[assignment]
     gradient_accumulation_steps: int = field(default=1, kw_only=True)  # type: ignore[assignment]
     activation_checkpointing: Checkpointing = field(default="full", kw_only=True)  # type: ignore[assignment]
+    # --- datasets (issue 27): job.json `spec.datasets` (the mixture, this machine's paths)
+    # and `spec.eval_datasets`, else `spec.dataset` alone (jobfolder/datasource.py); the
+    # eval knobs (eval_fraction, eval_steps) are the schema's ---
+    sources: list[Source] = field(default_factory=list, kw_only=True)
+    eval_sources: list[Source] = field(default_factory=list, kw_only=True)
+
+    def __post_init__(self) -> None:
+        if not self.sources:  # built from a bare dataset path (tests, benchmarks)
+            self.sources = [Source(str(self.dataset))]
 
     # Not a field of its own: the samples per optimizer step are mbs x grad_acc x dp. A
     # spec's global_batch_size is kept as asked, and `_check` refuses one that differs.
@@ -111,8 +121,15 @@ def from_spec(spec: dict[str, Any], job_dir: Path) -> TrainConfig:
     hp, _ = canonical(spec.get("hyperparameters") or {}, Hyperparameters)
     # The plan's knobs come from resolved_parallelism first: that is the plan the user saw.
     hp.update({k: v for k, v in (spec.get("resolved_parallelism") or {}).items() if k in PIN_KEYS})
+    try:
+        sources = sources_of(spec.get("datasets") or spec["dataset"])
+        eval_sources = sources_of(spec.get("eval_datasets"))
+    except ValueError as exc:
+        raise ConfigError(f"datasets: {exc}") from None
     cfg = TrainConfig(
         job_dir=Path(job_dir),
+        sources=sources,
+        eval_sources=eval_sources,
         method=method,
         model_path=str(model),
         dataset=Path(spec["dataset"]),
@@ -176,6 +193,10 @@ def _check(cfg: TrainConfig) -> None:
         )
     if cfg.cpu_offload and cfg.zero_stage == 0:
         raise ConfigError("cpu_offload: needs zero_stage 2 or 3 (offload shards FSDP2 states)")
+    if not 0 <= cfg.eval_fraction < 1:
+        raise ConfigError("eval_fraction: must be at least 0 and below 1")
+    if cfg.eval_steps is not None and cfg.eval_steps < 1:
+        raise ConfigError("eval_steps: must be 1 or more (or unset)")
     if cfg.max_restarts < 0:
         raise ConfigError("max_restarts: must be 0 (no retries) or more")
     for key in ("hang_timeout_s", "load_timeout_s"):
@@ -203,6 +224,8 @@ def _check(cfg: TrainConfig) -> None:
         not isinstance(modules, list) or not modules or not all(isinstance(m, str) for m in modules)
     ):
         raise ConfigError("lora_target_modules: a non-empty list of module names, or unset")
+    if cfg.packing and cfg.method != "sft_text":
+        raise ConfigError(f"packing: applies to sft_text, not {cfg.method}; drop packing")
     if not 0 <= cfg.lora_dropout < 1:
         raise ConfigError(f"lora_dropout: {cfg.lora_dropout} is not in [0, 1)")
     if cfg.lora_alpha is None and cfg.lora_rank:

@@ -26,10 +26,12 @@ IGNORE = -100
 
 @dataclass
 class Example:
-    """One tokenized sequence; labels are IGNORE where no loss is taken."""
+    """One tokenized sequence; labels are IGNORE where no loss is taken. `positions` only
+    for a packed row (trainer/packing.py): each sample's positions restart at 0."""
 
     input_ids: list[int]
     labels: list[int]
+    positions: list[int] | None = None
 
 
 def _ids(tok: Any, text: str, first: bool) -> list[int]:
@@ -150,14 +152,25 @@ def rank_slice(batch: list[int], micro: int, rank: int, dp: int, mbs: int) -> li
 
 
 def collate(examples: list[Example], pad_id: int) -> dict[str, torch.Tensor]:
-    """Right-pad to the longest sequence; padding carries no loss and no attention."""
+    """Right-pad to the longest sequence; padding carries no loss and no attention.
+
+    Packed rows get `position_ids` instead of an attention mask: positions restart at 0 at
+    every sample (and at the padding, a segment of its own), and transformers' masking
+    (masking_utils `find_packed_sequence_indices`) makes the causal mask block-diagonal
+    from them when no 2D mask is given, for sdpa, eager, flex and flash attention alike."""
     width = max(len(e.input_ids) for e in examples)
     ids = torch.full((len(examples), width), pad_id, dtype=torch.long)
     labels = torch.full((len(examples), width), IGNORE, dtype=torch.long)
     mask = torch.zeros((len(examples), width), dtype=torch.long)
+    packed = any(e.positions is not None for e in examples)
+    positions = torch.zeros((len(examples), width), dtype=torch.long)
     for i, e in enumerate(examples):
         n = len(e.input_ids)
         ids[i, :n] = torch.tensor(e.input_ids)
         labels[i, :n] = torch.tensor(e.labels)
         mask[i, :n] = 1
+        positions[i, :n] = torch.tensor(e.positions if e.positions is not None else range(n))
+        positions[i, n:] = torch.arange(width - n)
+    if packed:
+        return {"input_ids": ids, "labels": labels, "position_ids": positions}
     return {"input_ids": ids, "labels": labels, "attention_mask": mask}

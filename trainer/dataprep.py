@@ -32,8 +32,9 @@ import torch.distributed as dist
 
 from jobfolder import manifest
 from jobfolder.atomic import fsync_dir, write_json_atomic
+from jobfolder.dataload import mixed_rows
+from jobfolder.datasource import Source, as_sources, fingerprint
 from jobfolder.errors import DataError
-from jobfolder.rows import numbered_lines, parse_row
 from jobfolder.stopping import SHARED_ENV
 from trainer.config import TrainConfig
 from trainer.data import encode_row
@@ -41,6 +42,7 @@ from trainer.report import RankContext, RankLog
 from trainer.tokencache import FORMAT, META, CacheError, PartWriter, TokenCache
 
 CACHE, BUILDING = "tokens", "tokens.tmp"
+EVAL_CACHE = "eval-tokens"  # an eval_dataset's own cache, beside the training one
 NO_CACHE = "none yet"  # stale_reason's answer for a folder that never had a cache
 #: Files AutoTokenizer may read from a model folder; those present name the tokenizer.
 TOKENIZER_FILES = (
@@ -49,18 +51,22 @@ TOKENIZER_FILES = (
     "chat_template.jinja", "chat_template.json", "config.json",
 )  # fmt: skip
 #: The code that turns rows into tokens: a change to it makes every old cache stale.
-ENCODERS = ("trainer/data.py", "jobfolder/rows.py", "trainer/tokencache.py")
+ENCODERS = ("trainer/data.py", "jobfolder/rows.py", "trainer/tokencache.py",
+            "jobfolder/columns.py", "jobfolder/dataload.py")  # fmt: skip
+Sources = list[Source] | Path | str
 
 
-def cache_key(dataset: Path, method: str, max_len: int, model_dir: Path, tok: Any) -> dict:
+def cache_key(dataset: Sources, method: str, max_len: int, model_dir: Path, tok: Any) -> dict:
     """What a cache's tokens were made from; a cache whose key differs is rebuilt. The
-    dataset counts by its bytes (a touched or moved file with the same rows is the same)."""
+    datasets count by their bytes and options (jobfolder/datasource.py `fingerprint`: a
+    touched or moved file with the same rows is the same)."""
+    sources = as_sources(dataset)
     try:
-        data = manifest.entry(Path(dataset))
-    except FileNotFoundError:
-        raise DataError(f"{dataset}: dataset file not found") from None
+        data = fingerprint(sources)
+    except FileNotFoundError as exc:
+        raise DataError(f"{exc.filename}: dataset file not found") from None
     except OSError as exc:
-        raise DataError(f"{dataset}: cannot read the dataset ({exc})") from None
+        raise DataError(f"{exc.filename}: cannot read the dataset ({exc})") from None
     files = {n: manifest.sha256_file(f) for n in TOKENIZER_FILES if (f := model_dir / n).is_file()}
     root = Path(__file__).parents[1]  # beside trainer/: jobfolder/ (both are uploaded)
     code = hashlib.sha256(b"".join((root / n).read_bytes() for n in ENCODERS)).hexdigest()
@@ -100,23 +106,27 @@ def stale_reason(folder: Path, key: dict) -> str | None:
 
 
 def build_part(
-    dataset: Path, method: str, tok: Any, max_len: int, folder: Path, part: int, parts: int
+    dataset: Sources, method: str, tok: Any, max_len: int, folder: Path, part: int, parts: int
 ) -> dict:
-    """Check every line, encode rows part, part + parts, ... into part `part`'s files; what
-    the commit needs: {rows (the whole file's), part_rows, tokens, files}."""
+    """Read every row, encode rows part, part + parts, ... into part `part`'s files; what
+    the commit needs: {rows (the whole mixture's), part_rows, tokens, files}."""
+    sources = as_sources(dataset)
     writer, total = PartWriter(folder, part), 0
     try:
-        for no, line in numbered_lines(dataset):
-            if total % parts == part:
-                where = f"{dataset} line {no}"
-                try:
-                    writer.add_row(encode_row(tok, parse_row(line, where), where, method, max_len))
-                except DataError as exc:
-                    exc.line = no
-                    raise
+        rows = mixed_rows(sources)
+        while True:
+            try:
+                where, row = next(rows)
+                if total % parts == part:
+                    writer.add_row(encode_row(tok, row, where, method, max_len))
+            except StopIteration:
+                break
+            except DataError as exc:
+                exc.line = total + 1  # the mixture's row order: the ranks agree on the first
+                raise
             total += 1
         if total == 0:
-            raise DataError(f"{dataset}: the dataset has no rows")
+            raise DataError(f"{', '.join(s.label for s in sources)}: the dataset has no rows")
     except BaseException:
         writer.abandon()
         raise
@@ -165,11 +175,15 @@ def exchange(ctx: RankContext, work: Callable[[], Any]) -> list[tuple[int, int, 
 
 
 def prepare_dataset(
-    cfg: TrainConfig, ctx: RankContext, tok: Any, model_dir: Path, log: RankLog
-) -> TokenCache:
-    """The job's rows, mapped from `<job_dir>/tokens/`: reused when valid, else built by
-    this node's ranks; every rank calls it (collectives)."""
-    final, folder = cfg.job_dir / CACHE, cfg.job_dir / BUILDING
+    cfg: TrainConfig, ctx: RankContext, tok: Any, model_dir: Path, log: RankLog,
+    sources: list[Source] | None = None, name: str = CACHE,
+) -> TokenCache:  # fmt: skip
+    """The job's rows (`sources`, default the training mixture), mapped from `<job_dir>/
+    <name>/`: reused when valid, else built by this node's ranks; every rank calls it
+    (collectives)."""
+    sources = cfg.sources if sources is None else sources
+    final, folder = cfg.job_dir / name, cfg.job_dir / f"{name}.tmp"
+    what = "eval token cache" if name != CACHE else "token cache"
     t0 = time.perf_counter()
     if os.environ.get(SHARED_ENV) == "1":
         # Every node shares this folder (Slurm): one cache, built by all ranks as one node's.
@@ -178,7 +192,7 @@ def prepare_dataset(
     def decide() -> dict | None:
         if ctx.local_rank != 0:
             return None
-        key = cache_key(cfg.dataset, cfg.method, cfg.max_length, model_dir, tok)
+        key = cache_key(sources, cfg.method, cfg.max_length, model_dir, tok)
         reason = stale_reason(final, key)
         if reason is not None:  # start clean: a killed build may have left its folder
             shutil.rmtree(folder, ignore_errors=True)
@@ -194,7 +208,7 @@ def prepare_dataset(
         def work() -> dict | None:
             if not building:  # this node reuses its cache; another node builds
                 return None
-            args = (cfg.dataset, cfg.method, tok, cfg.max_length, folder, ctx.local_rank, parts)
+            args = (sources, cfg.method, tok, cfg.max_length, folder, ctx.local_rank, parts)
             return build_part(*args)
 
         try:
@@ -205,17 +219,15 @@ def prepare_dataset(
             raise
         if building and ctx.local_rank == 0:
             ours = [r for _, r in sorted((lo, r) for n, lo, r in built if n == ctx.node)]
-            st = cfg.dataset.stat()
-            commit(folder, final, mine["key"], ours, dataset=str(cfg.dataset),
-                   dataset_mtime_ns=st.st_mtime_ns)  # fmt: skip
+            commit(folder, final, mine["key"], ours, datasets=[s.to_dict() for s in sources])
         dist.barrier()  # committed on every node before any rank maps it
     cache = TokenCache(final)
     took = time.perf_counter() - t0
     if not building:
-        log.info(f"data: token cache reused ({final}, {len(cache)} rows, checked in {took:.2f} s)")
+        log.info(f"data: {what} reused ({final}, {len(cache)} rows, checked in {took:.2f} s)")
         return cache
     if mine["reason"] != NO_CACHE:
-        log.info(f"data: token cache not reused: {mine['reason']}")
+        log.info(f"data: {what} not reused: {mine['reason']}")
     ranks = f"{parts} rank" + "s" * (parts != 1)
     log.info(f"data: tokenized {len(cache)} rows into {final} ({took:.2f} s, {ranks})")
     return cache

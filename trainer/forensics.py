@@ -13,11 +13,13 @@ A thread rather than a signal handler: a Python signal handler runs only between
 the main thread, which a rank blocked in a collective never reaches, while this thread runs
 whenever the main thread waits with the GIL released (gloo and NCCL waits, the rendezvous,
 sleeps, I/O; checked on torch 2.13). A stopped process (SIGSTOP) cannot answer at all: the
-supervisor says so and reads the missing rank from its peers' dumps.
+supervisor reads the missing rank from its peers' dumps, and its stack from faulthandler, which
+this module registers on jobfolder/stackdump.py's signal (that module says how).
 """
 
 from __future__ import annotations
 
+import faulthandler
 import json
 import os
 import sys
@@ -30,6 +32,7 @@ from typing import Any
 from jobfolder.atomic import write_text_atomic
 from jobfolder.forensics import load_fr_pickle, read_request_id, request_path
 from jobfolder.layout import JobLayout
+from jobfolder.stackdump import STACK_SIGNAL, header, stack_path
 
 POLL_S = 0.25  # a request is answered within this, plus the dump itself (milliseconds)
 KEEP_PER_GROUP = 32  # completed collectives kept per process group in an answer
@@ -111,6 +114,7 @@ class DumpResponder:
 
     def start(self) -> DumpResponder:
         self.thread.start()
+        register_stack_dump(self.job_dir, self.rank)
         return self
 
     def _run(self) -> None:
@@ -123,6 +127,22 @@ class DumpResponder:
                     answer(self.job_dir, self.rank, request)
                 except Exception:  # noqa: BLE001 - the thread must outlive any one answer
                     pass  # (a full or vanished disk): the supervisor reports "no answer"
+
+
+def register_stack_dump(job_dir: Path, rank: int) -> None:
+    """Let the supervisor read this rank's stack while it is stopped: faulthandler writes
+    every thread's frames to `forensics/stack-<r>.txt` on STACK_SIGNAL (jobfolder/stackdump.py).
+    The file is written only after the handler is in place: the supervisor sends the signal
+    only to a rank whose file names its main thread (the signal's default would end it)."""
+    path = stack_path(job_dir, rank)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        out = path.open("w")  # kept open for the process's life: faulthandler writes to its fd
+        faulthandler.register(STACK_SIGNAL, file=out, all_threads=True, chain=False)
+        out.write(header(threading.main_thread().ident or 0))
+        out.flush()
+    except (OSError, RuntimeError, ValueError):
+        pass  # no stack for a stopped rank; the report then says it is not available
 
 
 def start_responder(job_dir: Path, rank: int) -> DumpResponder:

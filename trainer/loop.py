@@ -22,7 +22,8 @@ from trainer.adamw import make_optimizer
 from trainer.artifact import save_artifact
 from trainer.canary import Canary
 from trainer.config import TrainConfig
-from trainer.dataprep import prepare_dataset
+from trainer.dataprep import EVAL_CACHE, prepare_dataset
+from trainer.evaluate import data_lines, eval_if_due, split_rows
 from trainer.faults import FaultPlan
 from trainer.forensics import start_responder
 from trainer.measure import StateMeter
@@ -33,6 +34,7 @@ from trainer.model import (
     load_tokenizer,
     resolve_model_dir,
 )
+from trainer.packing import packed_rows
 from trainer.parallelize import (
     Runtime,
     autocast,
@@ -49,6 +51,7 @@ from trainer.report import RankContext, RankLog
 from trainer.runstats import RunStats
 from trainer.schedule import scheduler
 from trainer.stopping import Saver, StopWatch, stop_here
+from trainer.tracking import Tracking, metric_line
 
 
 def train(cfg: TrainConfig, ctx: RankContext, log: RankLog) -> None:
@@ -65,15 +68,20 @@ def train(cfg: TrainConfig, ctx: RankContext, log: RankLog) -> None:
     stats = RunStats(ctx, rt.device, cfg.zero_stage, offload_active(cfg, rt))  # run-rank-<r>
     with stats.setup.phase("data"):
         tok = load_tokenizer(path)
-        rows = prepare_dataset(cfg, ctx, tok, path, log)  # <job_dir>/tokens/, mapped
+        rows, held = split_rows(cfg, prepare_dataset(cfg, ctx, tok, path, log))  # tokens/
+        if cfg.eval_sources:
+            held = prepare_dataset(cfg, ctx, tok, path, log, cfg.eval_sources, EVAL_CACHE)
+        rows = packed_rows(cfg, rows, log)  # with `packing`: trainer/packing.py
     progress.mark("load")  # each part of the load restarts the watchdog's load timeout
     gbs = cfg.global_batch_size
     if len(rows) < gbs:
-        raise ConfigError(f"global_batch_size: {gbs} is more than the dataset's {len(rows)} rows")
+        what = "packed rows" if cfg.packing else "rows"
+        raise ConfigError(f"global_batch_size: {gbs} is more than the dataset's {len(rows)} {what}")
     per_epoch = len(rows) // gbs
     total = cfg.max_steps or cfg.num_epochs * per_epoch
     backend = "nccl" if rt.device.type == "cuda" else "gloo"
-    log.info(f"data: {cfg.dataset} ({len(rows)} rows, {per_epoch} steps/epoch, {total} steps)")
+    for line in data_lines(cfg, len(rows), len(held), per_epoch, total):
+        log.info(line)
     log.info(f"device: {rt.device.type} x{rt.world_size} ({backend})")
     if cfg.cpu_offload and not offload_active(cfg, rt):
         log.info(
@@ -110,6 +118,7 @@ def train(cfg: TrainConfig, ctx: RankContext, log: RankLog) -> None:
     stepper.progress, stepper.first_epoch = canary.progress(progress), canary.first_epoch
     stop = StopWatch(cfg.job_dir, rt.device)  # a Slurm job's stop requests (no-op elsewhere)
     saver = Saver(cfg, model, opt, sched, progress, faults, log)
+    tracking = Tracking(cfg, log, rt.rank)  # closed by RankLog.close, whatever the end
     for step in range(start, total):
         if stop.requested():  # every rank agrees, so all stop after the same step
             stop_here(cfg, rt.rank, step, start, stop, saver, log)
@@ -125,12 +134,13 @@ def train(cfg: TrainConfig, ctx: RankContext, log: RankLog) -> None:
             log.info(stats.setup.line())  # this attempt's set-up, once its first step is done
         lr = sched.get_last_lr()[0]
         sched.step()
-        if (step + 1) % cfg.logging_steps == 0 or step + 1 == total:
-            metric = {"step": step + 1, "total_steps": total, "loss": round(loss, 6), "lr": lr}
-            metric["grad_norm"] = round(grad_norm, 6)
+        evaluated = eval_if_due(cfg, rt, step + 1, total, model, held, tok.pad_token_id,
+                                stepper.reference, progress)  # fmt: skip
+        if (step + 1) % cfg.logging_steps == 0 or step + 1 == total or evaluated is not None:
+            metric = metric_line(step + 1, total, per_epoch, loss, lr, grad_norm, evaluated)
             metric["tokens_per_s"] = round(tokens / (time.perf_counter() - t0), 1)
             metric.update(window_peak(rt.device))  # a collective: every rank logs here
-            log.metric({**metric, **rewards})
+            tracking.write({**metric, **rewards})
         if canary.due(step + 1):  # saves step K itself, loads it back, waits for the gate
             if not canary.gate(step + 1, saver, model, opt, log):
                 stats.write(final=False)

@@ -98,19 +98,29 @@ def token_logps(logits: torch.Tensor, labels: torch.Tensor, chunk: int = 0) -> t
     return out.view(b, s)
 
 
+def forward_logits(model: nn.Module, b: dict[str, torch.Tensor]) -> torch.Tensor:
+    """The model's logits for a collated batch: padded rows with their attention mask, or
+    packed rows with their position ids (trainer/data.py `collate`). A packed forward runs
+    without a KV cache: transformers finds packed samples from the position ids only when
+    there is neither a 2D mask nor a cache, and would otherwise attend across samples."""
+    if "position_ids" in b:
+        out = model(input_ids=b["input_ids"], position_ids=b["position_ids"], use_cache=False)
+    else:
+        out = model(input_ids=b["input_ids"], attention_mask=b["attention_mask"])
+    return out.logits
+
+
 def sft_loss_sum(
     model: nn.Module, examples: list[Example], pad_id: int, device: torch.device
 ) -> torch.Tensor:
     """Summed cross-entropy of one micro-batch."""
     b = _to(collate(examples, pad_id), device)
-    logits = model(input_ids=b["input_ids"], attention_mask=b["attention_mask"]).logits
-    return -token_logps(logits, b["labels"]).sum()
+    return -token_logps(forward_logits(model, b), b["labels"]).sum()
 
 
 def sequence_logps(model: nn.Module, b: dict[str, torch.Tensor]) -> torch.Tensor:
     """Per-row sum of log-probabilities of the target tokens."""
-    logits = model(input_ids=b["input_ids"], attention_mask=b["attention_mask"]).logits
-    return token_logps(logits, b["labels"]).sum(-1)
+    return token_logps(forward_logits(model, b), b["labels"]).sum(-1)
 
 
 def dpo_loss_sum(

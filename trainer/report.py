@@ -12,6 +12,7 @@ import json
 import os
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
@@ -127,6 +128,8 @@ class RankLog:
         self.ctx = ctx
         self._log: TextIO | None = None
         self._metrics: TextIO | None = None
+        # Run first by close(): the trackers' (trainer/tracking.py), on success or failure.
+        self.closers: list[Callable[[], None]] = []
         if ctx.rank == 0:
             ctx.job_dir.mkdir(parents=True, exist_ok=True)
             layout = JobLayout(ctx.job_dir)
@@ -168,7 +171,9 @@ class RankLog:
         self._metrics = open(path, "a", encoding="utf-8")
 
     def close(self) -> None:
-        """Close the files (rank 0)."""
+        """Close the trackers, then the files (rank 0)."""
+        for close in self.closers:
+            close()
         for fh in (self._log, self._metrics):
             if fh is not None:
                 fh.close()

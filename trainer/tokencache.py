@@ -150,6 +150,13 @@ class TokenCache(Sequence):
             return self._sequence(part, j)
         return self._sequence(part, 2 * j), self._sequence(part, 2 * j + 1)
 
+    def lengths(self) -> list[int]:
+        """Every row's tokens (a dpo row's both sequences), from the offsets alone."""
+        per_part = [
+            self._offsets[k].diff().view(-1, self.per_row).sum(-1) for k in range(self.parts)
+        ]
+        return [int(per_part[i % self.parts][i // self.parts]) for i in range(self.rows)]
+
     def problems(self) -> list[str]:
         """What the layout's own rules find wrong (offsets that go back, masks other than 0
         and 1): the manifest's hashes catch damage, this catches a cache made wrongly."""

@@ -20,6 +20,7 @@ import json
 import math
 import os
 import struct
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -89,6 +90,20 @@ def checkpoint_entries(folder: Path) -> dict[str, Entry]:
     for name in files:
         entries.update(read_header(folder / name))
     return entries
+
+
+def read_pieces(entry: Entry, nbytes: int, piece: int = CHUNK_BYTES) -> Iterator[memoryview]:
+    """A tensor's `nbytes` raw bytes in pieces of at most `piece` bytes, through one reused
+    buffer: each piece is valid until the next is read."""
+    buf = memoryview(bytearray(min(piece, max(nbytes, 1))))
+    fd = os.open(entry.file, os.O_RDONLY)
+    try:
+        for start in range(0, nbytes, piece):
+            view = buf[: min(piece, nbytes - start)]
+            _preadv(fd, view, entry.offset + start, entry.file)
+            yield view
+    finally:
+        os.close(fd)
 
 
 def _preadv(fd: int, view: memoryview, offset: int, path: Path) -> None:
@@ -216,6 +231,22 @@ class ShardWriter:
             raise RuntimeError(f"artifact: got {name} where the plan has {want.name}")
         data = tensor.detach().to("cpu").contiguous().reshape(-1).view(torch.uint8)
         self._emit(memoryview(data.numpy()))
+        self._i += 1
+
+    def write_bytes(self, name: str, pieces: Iterable[bytes | memoryview]) -> None:
+        """The next planned tensor's data as raw bytes in pieces (a tensor copied through
+        unchanged, never held whole: veri_tui/export/merge.py)."""
+        if self._fh is None or self._i == len(self.shards[self._k]):
+            self._open_next()
+        want = self.shards[self._k][self._i]
+        if name != want.name:
+            raise RuntimeError(f"artifact: got {name} where the plan has {want.name}")
+        size = 0
+        for piece in pieces:
+            self._emit(piece)
+            size += len(piece)
+        if size != want.nbytes:
+            raise RuntimeError(f"artifact: {name} got {size} bytes, the plan has {want.nbytes}")
         self._i += 1
 
     def finish(self) -> dict[str, dict[str, int | str]]:

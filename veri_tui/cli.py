@@ -1,5 +1,5 @@
 """The `veri-tui` command line: the app by default; plan, launch, jobs, logs, cancel, resume,
-serve, probe.
+export, serve, probe.
 
 Parsing lives here; each subcommand's work lives in `veri_tui.commands.<name>`, imported
 lazily so that `veri-tui plan` never pays for Textual (and nothing here imports torch).
@@ -31,7 +31,12 @@ def _job_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--method", help="sft_text or dpo")
     p.add_argument("--gpu", metavar="NAME", help="GPU type, e.g. L4-24GB, H100-80GB")
     p.add_argument("--gpu-count", type=int, metavar="N", help="GPUs (processes) to use")
-    p.add_argument("--dataset", help="JSONL dataset file")
+    p.add_argument(
+        "--dataset", action="append", metavar="SOURCE",
+        help="JSONL/JSON/parquet/CSV file, save_to_disk folder or Hub id (org/name), with "
+        "options PATH,config=C,split=S,weight=W,prompt=COLUMN; repeat to mix datasets",
+    )  # fmt: skip
+    p.add_argument("--eval-dataset", metavar="SOURCE", help="eval_loss rows (same forms)")
     p.add_argument("--output", help="output directory for the final artifact")
     _set_option(p, "override a hyperparameter (repeatable), e.g. --set lora_rank=16")
     from veri_tui.launch.backends import add_cli_options
@@ -57,7 +62,8 @@ def _launch_options(p: argparse.ArgumentParser) -> None:
     )  # fmt: skip
     p.add_argument(
         "--no-probe", action="store_true",
-        help="several hosts: skip the bandwidth and GPU health probe of the nodes (docs/probe.md)",
+        help="skip the bandwidth and GPU health probe of the nodes (several hosts) or of the "
+        "GPUs (2 or more of one machine) (docs/probe.md)",
     )  # fmt: skip
     p.add_argument(
         "--allow-slow-nodes", action="store_true",
@@ -82,6 +88,20 @@ def _logs_options(p: argparse.ArgumentParser) -> None:
 
 def _cancel_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("job", help="job id")
+
+
+def _export_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("job", help="job id (a succeeded job whose folder is on this machine)")
+    p.add_argument(
+        "--merge", action="store_true",
+        help="LoRA: merge the adapter into the base, one tensor at a time, and write a full "
+        "Hugging Face checkpoint (a full fine-tune has nothing to merge)",
+    )  # fmt: skip
+    p.add_argument("--push-to-hub", metavar="REPO", help="upload the export to this Hub "
+                   "model repo (owner/name, private if new); needs a token")  # fmt: skip
+    p.add_argument("--output", metavar="DIR", help="where to write it (default: JOB_DIR/export)")
+    p.add_argument("--base", metavar="DIR", help="the base model's folder on this machine "
+                   "(default: the job's model_path)")  # fmt: skip
 
 
 def _calibrate_options(p: argparse.ArgumentParser) -> None:
@@ -174,6 +194,11 @@ COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None]]] = {
         "measure collective bus bandwidth and GPU health of the nodes; plans use the network",
         _probe_options,
     ),
+    "export": (
+        "a succeeded job's artifact as a model folder: adapter, or --merge into the base; "
+        "smoke generation, model card, --push-to-hub",
+        _export_options,
+    ),
     "serve": (
         "serve the app to a browser (each tab its own app; a token printed once)",
         _serve_options,
@@ -260,6 +285,8 @@ def dispatch(args: argparse.Namespace) -> int:
             from veri_tui.commands import serve as cmd
         elif args.command == "probe":
             from veri_tui.commands import probe as cmd
+        elif args.command == "export":
+            from veri_tui.commands import export as cmd
         else:
             from veri_tui.commands import jobs as cmd
         return cmd.run(args)

@@ -28,6 +28,9 @@ CHECKPOINTING: tuple[str, ...] = get_args(Checkpointing)
 #: The learning-rate schedule after the linear warmup (trainer/schedule.py).
 LrScheduler = Literal["cosine", "linear", "constant"]
 LR_SCHEDULERS: tuple[str, ...] = get_args(LrScheduler)
+#: Where the metric lines also go, besides metrics.jsonl (trainer/tracking.py).
+Tracker = Literal["tensorboard", "trackio", "wandb", "mlflow"]
+TRACKERS: tuple[str, ...] = get_args(Tracker)
 
 #: The app's form sections, in the order the form shows them.
 SECTIONS = ("Job", "Parallelism", "LoRA and lengths", "Training", "Not available",
@@ -117,6 +120,11 @@ class Hyperparameters:
     max_length: int = knob(
         1024, "tokens per prompt+response, each of chosen/rejected (dpo)", ge=8,
         unit="tokens", section=_LORA, methods=("dpo",))
+    # Not on the form (its snapshots stay as they are): veri.toml, --set.
+    packing: bool = knob(
+        False, "several samples in each row of max_seq_length tokens (sft_text); attention "
+        "and loss never cross a sample's boundary; global_batch_size then counts packed rows",
+        methods=("sft_text",))
     checkpoint_steps: int | None = knob(
         None, "save a resumable checkpoint every N optimizer steps", ge=1, unit="steps",
         section=_TRAIN, hint="off")
@@ -152,6 +160,20 @@ class Hyperparameters:
     max_restarts: int = knob(
         0, "restarts after a platform failure (rank lost, comm, hardware, hang), "
         "each from the newest verified checkpoint", ge=0)
+    # --- evaluation (issue 27; the trainer's trainer/evaluate.py, the planner's peak and
+    # cost): the rows are the job's eval_dataset (job.py), else eval_fraction of its data ---
+    eval_fraction: float = knob(
+        0.0, "share of the dataset's rows held out for eval_loss, 0 to 0.9 (seeded; "
+        "ignored when eval_dataset is set)", ge=0, le=0.9, section=_TRAIN, hint="0: none")
+    eval_steps: int | None = knob(
+        None, "eval_loss every N optimizer steps, and at the end (default: at the end "
+        "only, when there are eval rows)", ge=1, unit="steps", section=_TRAIN, hint="at end")
+    # --- tracking (issue 27; trainer/tracking.py): rank 0 sends each metric line to these
+    # too, under Hugging Face Trainer's names; each is an optional extra (pyproject.toml) ---
+    report_to: Tracker | list[Tracker] | None = knob(
+        None, '"tensorboard", "trackio", "wandb" or "mlflow", or a list of them: trackers '
+        "each metric line also goes to (default: metrics.jsonl only)",
+        error='expected "tensorboard", "trackio", "wandb", "mlflow" or a list of them')
     # fmt: on
 
     @property

@@ -7,6 +7,7 @@ They may be written among the hyperparameters too (the seed's "Set gpu_count abo
 # No `from __future__ import annotations`: the field types stay objects, so reading them
 # (schema.table) needs no typing.get_type_hints, which compiles every annotation string.
 from dataclasses import dataclass
+from typing import Any
 
 from jobfolder.knobs.fields import DEFAULT_GPU, METHODS
 from jobfolder.knobs.schema import knob
@@ -25,7 +26,16 @@ class Job:
     gpu: str = knob(DEFAULT_GPU, "GPU type, e.g. L4-24GB, H100-80GB, custom-48GB",
                     section="Job", label="GPU type", widget="select")
     gpu_count: int = knob(1, "GPUs (training processes)", section="Job")
-    dataset: str | None = knob(None, "JSONL dataset file", section="Job", hint="JSONL file")
+    # --- datasets (issue 27): a source is a path or Hub id with options (jobfolder/
+    # datasource.py: "PATH,config=C,split=S,weight=W,prompt=COLUMN", or a table); a list
+    # of sources is a mixture. The planner checks them (veri_tui/plan/knobs.py). ---
+    dataset: str | dict[str, Any] | list[str | dict[str, Any]] | None = knob(
+        None, "JSONL/JSON/parquet/CSV file, save_to_disk folder or Hub id (org/name), "
+        "options as PATH,config=C,split=S,weight=W,<key>=<column>; a list mixes",
+        section="Job", hint="file or org/name")
+    eval_dataset: str | dict[str, Any] | list[str | dict[str, Any]] | None = knob(
+        None, "the rows eval_loss is taken on, in dataset's forms (default: eval_fraction "
+        "of the dataset)")
     output: str | None = knob(None, "output directory for the final artifact")
     hosts: list[str] | None = knob(
         None, "SSH hosts, one node each, node 0 first (several: a multi-node job)")

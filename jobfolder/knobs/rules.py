@@ -102,6 +102,13 @@ def coerce(key: str, tp: Any, value: Any) -> Any:
         return value
     if typing.get_origin(tp) is Literal:
         raise ConfigError(f"{key}: {value!r} is not one of {', '.join(map(str, literals))}")
+    if isinstance(value, list) and literals:  # report_to: a list of the Literal's values
+        bad = [v for v in value if v not in literals or isinstance(v, bool)]
+        if bad:
+            raise ConfigError(f"{key}: {bad[0]!r} is not one of {', '.join(map(str, literals))}")
+        return list(value)
+    if literals and int not in members:  # Literal[...] | list[Literal[...]]: a bad name
+        raise ConfigError(f"{key}: {value!r} is not one of {', '.join(map(str, literals))}")
     base = int if literals else tp  # Literal["auto"] | int: the literal, else the number
     if base is bool:
         return _as_bool(key, value)

@@ -29,6 +29,7 @@ def write_job(
     steps: int = 20,
     total: int = 20,
     error: dict[str, Any] | None = None,
+    eval_steps: int = 0,
 ) -> Path:
     """A finished job folder as the launcher and trainer leave it, with fixed data."""
     folder = home / "jobs" / job_id
@@ -64,11 +65,13 @@ def write_job(
             "step": step,
             "total_steps": total,
             "loss": round(3.0 * 0.9**step + 0.5, 4),
-            "lr": 1e-4,
+            "lr": 1e-4,  # an older release's name: the monitor reads it as learning_rate
             "grad_norm": 1.0,
             "tokens_per_s": 1000.0,
             "peak_mem_bytes": 1000,
         }
+        if eval_steps and (step % eval_steps == 0 or step == total):
+            metric["eval_loss"] = round(3.2 * 0.92**step + 0.6, 4)
         lines.append(json.dumps(metric))
     if error:
         lines += [error["summary"], PLAN_LINE, error["traceback"]]

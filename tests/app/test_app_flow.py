@@ -60,6 +60,7 @@ async def _launch(pilot, *, max_steps: int, dataset: str | None = None) -> Monit
     await _wait(pilot, lambda: isinstance(app.screen, LaunchScreen), 10, "launch screen")
     if dataset:
         await _type(pilot, "#dataset", dataset)
+        await pilot.press("enter")  # the dataset is checked on Enter
     await _wait(pilot, lambda: app.screen.ready, 30, "preflight to pass")
     assert "ok   dataset" in str(app.screen.query_one("#preflight", Static).render())
     await pilot.press("ctrl+l")
@@ -98,22 +99,26 @@ async def test_whole_flow_plan_refuse_fix_launch_watch(veri_home: Path) -> None:
         assert not monitor.query_one(FailurePanel).display
 
 
-async def test_bad_data_row_shows_failure_panel(veri_home: Path, tmp_path: Path) -> None:
+async def test_bad_data_row_is_a_failing_preflight_row(veri_home: Path, tmp_path: Path) -> None:
+    # Refused before anything starts (issue 27): the launch screen's preflight names the
+    # file and line, launch stays disabled, no job folder is made. (A data error found only
+    # while tokenizing is one line in the failure panel: test_app_monitor.py.)
     rows = (REPO / "assets" / "data" / "sft.jsonl").read_text().splitlines()
     bad = tmp_path / "bad.jsonl"
     bad.write_text("\n".join(rows[:6] + ['{"text": "unterminated'] + rows[6:]) + "\n")
     app = create_app()
     async with app.run_test(size=(120, 40)) as pilot:
         await editor_ready(pilot)
-        monitor = await _launch(pilot, max_steps=3, dataset=str(bad))
-        await _wait(pilot, lambda: monitor.status == "failed", 90, "the job to fail")
-        await pilot.pause(0.5)
-        panel = monitor.query_one(FailurePanel)
-        assert panel.display
-        text = str(panel.render())
-        assert "code DATA_ERROR" in text and "attribution customer" in text
-        assert "bad.jsonl line 7" in text
-        assert "Traceback" in text
+        await _type(pilot, "#knob-gpu_count", "2")
+        await pilot.press("ctrl+l")
+        await _wait(pilot, lambda: isinstance(app.screen, LaunchScreen), 10, "launch screen")
+        await _type(pilot, "#dataset", str(bad))
+        await pilot.press("enter")
+        shown = lambda: str(app.screen.query_one("#preflight", Static).render())  # noqa: E731
+        await _wait(pilot, lambda: "FAIL dataset" in shown(), 30, "the dataset's row")
+        assert f"FAIL dataset: {bad} line 7: not valid JSON" in shown()
+        assert not app.screen.ready
+    assert not list(veri_home.glob("jobs/*"))
 
 
 async def test_quit_during_run_then_reattach_from_jobs(veri_home: Path) -> None:

@@ -64,7 +64,31 @@ async def test_monitor_failure_panel(veri_home: Path) -> None:
         text = str(panel.render())
         assert "code DATA_ERROR" in text and "attribution customer" in text
         assert "rank 1/2 (node 0, local_rank 1)" in text
-        assert "Traceback" in text
+        # A data error's summary names the file and line: the panel says it once and points
+        # to the traceback in the job folder instead of showing it (issue 27).
+        assert text.count("sft.jsonl line 7") == 1 and "Traceback" not in text
+        assert "traceback: traceback.txt in the job folder" in text
+        oom = {**DATA_ERROR, "code": "CUDA_OOM", "summary": "rank 1/2 (...) failed: OOM"}
+        panel.error = oom
+        assert "Traceback" in str(panel.render())  # other failures keep their traceback
+
+
+async def test_eval_loss_in_the_chart_and_in_jobs_job(veri_home: Path, capsys) -> None:
+    write_job(veri_home, "20261129-220000-eeee", steps=20, eval_steps=5)
+    app = create_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = await _monitor(pilot, "20261129-220000-eeee")
+        chart = screen.query_one(LossChart)
+        await until(pilot, lambda: len(chart.evals) == 4, "eval points")
+        assert [s for s, _ in chart.evals] == [5, 10, 15, 20]
+        await until(pilot, lambda: "loss vs step" in str(chart.render()), "the chart drawn")
+        drawn = str(chart.render())
+        assert "loss vs step (E: eval_loss)" in drawn and drawn.count("E") >= 2  # the markers
+    from veri_tui.cli import main
+
+    assert main(["jobs", "20261129-220000-eeee"]) == 0
+    out = capsys.readouterr().out
+    assert "eval_loss: 1.204 at step 20/20 (train loss 0.8647; 4 evals: " in out
 
 
 async def test_jobs_screen_reattaches(veri_home: Path) -> None:

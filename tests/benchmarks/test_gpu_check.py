@@ -21,6 +21,7 @@ import gpu_check_prepare
 import gpu_check_report
 import pytest
 from support.synthetic import write_checkpoint
+from test_gpu_check_imports import ABSENT
 
 from veri_tui.plan import peak, read_model_info
 from veri_tui.plan.throughput import flops_per_token
@@ -281,11 +282,15 @@ def test_overrunning_runs_are_ended_whole_and_the_next_still_runs(cpu_check: dic
 
 @pytest.mark.slow
 def test_sigterm_to_the_check_ends_the_running_job(cpu_check: dict) -> None:
-    """What the shell wrapper's outer `timeout` does: TERM mid-run leaves no rank behind."""
+    """What the shell wrapper's outer `timeout` does: TERM mid-run leaves no rank behind.
+    The check and its model build run as on the GPU image: without veri-tui, pydantic,
+    textual or paramiko (test_gpu_check_imports.ABSENT)."""
     root = cpu_check["root"]
     _prepare_cpu(root / "prep-term", steps=100_000, gc="on")
     work = root / "work-term"  # its own: the timeouts test leaves pid files in "work"
-    env = {**os.environ, "PYTHONPATH": str(SCRIPT.parents[1])}
+    (root / "absent").mkdir(exist_ok=True)
+    (root / "absent" / "sitecustomize.py").write_text(ABSENT)
+    env = {**os.environ, "PYTHONPATH": f"{root / 'absent'}{os.pathsep}{SCRIPT.parents[1]}"}
     cmd = [sys.executable, str(SCRIPT), str(root / "prep-term"), "--work", str(work)]
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     rank0 = work / "jobs" / "tiny-mbs1-gc" / "pids" / "rank-1"

@@ -86,3 +86,5 @@ def test_the_doc_says_what_the_judged_figure_rests_on(rows: list[dict]) -> None:
                      for k in sorted(kinds)) in text  # fmt: skip
     want = f"gives {alloc['within10']} of {alloc['n']} within +-10%, {alloc['within20']} within"
     assert want in text, "rerun python benchmarks/estimate_accuracy.py"
+    # ...and which terms only a GPU canary measures (the overhead among them).
+    assert "a GPU canary (`veri-tui launch --canary`, docs/canary.md) sets each" in text

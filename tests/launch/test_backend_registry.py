@@ -15,8 +15,10 @@ from veri_tui.errors import VeriError
 from veri_tui.launch import backends
 
 ROOT = Path(__file__).resolve().parents[2]
-#: A choice between backends outside the registry (the issue's grep, on the launch side).
-DISPATCH = re.compile(r"kind ==|kind !=|isinstance\(.*Slurm")
+#: A choice between backends outside the registry: the issue's grep (`kind ==`,
+#: `isinstance(.*Slurm`) on a host's, entry's or node's kind attribute (a local variable
+#: named kind, as export's artifact kind, is not a backend's).
+DISPATCH = re.compile(r"\.kind\s*[!=]=|isinstance\(.*Slurm")
 
 
 @pytest.mark.parametrize("command", ["plan", "launch"])

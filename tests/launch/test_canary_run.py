@@ -120,6 +120,24 @@ def test_no_go_stops_at_the_gate_with_a_clear_record_and_no_process(runs: dict) 
     assert (job_dir / "checkpoints" / "step-3" / "COMPLETE").is_file()
 
 
+def test_the_job_lists_say_why_a_no_go_job_stopped(
+    runs: dict, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A no-go job is `cancelled` with no error: `veri-tui jobs`, `veri-tui jobs ID` and the
+    app's job list name the gate instead (before, its row was a bare `cancelled`)."""
+    from veri_tui.app.screens.jobs import job_row
+    from veri_tui.cli import main
+
+    job_id = runs["no-go"].stdout.splitlines()[0]
+    record = json.loads((runs["home"] / "jobs" / job_id / "job.json").read_text())
+    assert main(["jobs"]) == 0
+    row = next(ln for ln in capsys.readouterr().out.splitlines() if ln.startswith(job_id))
+    assert row.split()[1] == "cancelled" and row.endswith("canary no-go")
+    assert main(["jobs", job_id]) == 0
+    assert record["canary"]["line"] in capsys.readouterr().out.splitlines()
+    assert job_row(record)[1] == "cancelled (canary no-go)"
+
+
 def test_the_canaries_calibrate_the_cpu_entry(runs: dict) -> None:
     from veri_tui.launch import jobs
     from veri_tui.plan.calibration import calibration_path

@@ -46,9 +46,15 @@ def failed_error(home: Path, out: subprocess.CompletedProcess[str]) -> dict:
     rec = json.loads((home / "jobs" / job_id / "job.json").read_text())
     assert rec["status"] == "failed"
     err = rec["error"]
-    # The last stderr line carries job.json's code and attribution, then its summary.
+    # The last stderr line carries job.json's code and attribution, then its summary (a
+    # data error's is the log's last line, not said again).
     last = out.stderr.splitlines()[-1]
-    assert last == f"job {job_id} failed: {err['code']} ({err['attribution']}): {err['summary']}"
+    head = f"job {job_id} failed: {err['code']} ({err['attribution']})"
+    assert last == head + (
+        f": {err['summary']}"
+        if err["code"] != "DATA_ERROR"
+        else " (the line above; traceback in the job folder's traceback.txt)"
+    )
     return err
 
 
@@ -101,17 +107,35 @@ def test_launch_wait_succeeds_and_logs_plan_then_metrics(home: Path) -> None:
     assert "already ended: succeeded" in cli("cancel", job_id).stdout
 
 
-def test_malformed_data_row_is_data_error_naming_the_rank(home: Path, tmp_path: Path) -> None:
+def test_malformed_data_row_is_refused_before_the_launch(home: Path, tmp_path: Path) -> None:
     rows = (ASSETS / "data" / "sft.jsonl").read_text().splitlines()
     bad = tmp_path / "bad.jsonl"
     bad.write_text("\n".join(rows[:6] + ['{"text": "unterminated'] + rows[6:]) + "\n")
     out = cli("launch", "--gpu-count", "2", "--dataset", str(bad), "--wait")
+    assert out.returncode == 2 and out.stdout == ""
+    [line] = out.stderr.splitlines()
+    assert line.startswith(f"error: dataset: {bad} line 7: not valid JSON")
+    assert not (home / "jobs").exists()  # nothing started (issue 27)
+
+
+def test_a_data_error_in_a_run_is_one_line_naming_file_and_line(home: Path, tmp_path: Path) -> None:
+    # A row that passes every check before tokenizing: its prompt alone fills max_seq_length.
+    rows = [{"prompt": "hi", "completion": " yes"}] * 4 + [
+        {"prompt": "long " * 40, "completion": "x"}
+    ]
+    data = tmp_path / "long.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    argv = ["--dataset", str(data), "--set", "max_seq_length=16", "--set", "max_steps=2"]
+    out = cli("launch", "--gpu-count", "2", *argv, "--wait")
     err = failed_error(home, out)
     assert (err["code"], err["attribution"]) == ("DATA_ERROR", "customer")
-    assert err["rank"] in (0, 1) and "line 7" in err["message"]
-    assert err["summary"].startswith(f"rank {err['rank']}/2 (node 0, local_rank {err['rank']})")
     rank = f"rank {err['rank']}/2 (node 0, local_rank {err['rank']}) failed: DataError: "
-    assert f" failed: DATA_ERROR (customer): {rank}" in out.stderr.splitlines()[-1]
+    what = f"{data} line 5: no tokens left to train on within max_seq_length=16"
+    # The log ends with one line saying it; the outcome line adds the code, not the text again.
+    assert out.stdout.splitlines()[-1] == rank + what
+    assert out.stdout.count(what) == 1 and "Traceback" not in out.stdout
+    [job_dir] = (home / "jobs").iterdir()
+    assert "Traceback (most recent call last)" in (job_dir / "traceback.txt").read_text()
 
 
 def test_missing_model_file_is_model_load_error(home: Path, tmp_path: Path) -> None:

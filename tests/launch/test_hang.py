@@ -260,17 +260,18 @@ def test_sigstopped_rank_1_fails_the_job_rank_hung(home: Path) -> None:
     rec = wait_ended(job_id, timeout=120)
     took = time.monotonic() - stopped
     print(f"RANK_HUNG recorded {took:.1f} s after the SIGSTOP (hang_timeout_s=15)")
+    print(rec["error"]["summary"])
     assert rec["status"] == "failed"
     err = rec["error"]
     assert (err["code"], err["attribution"], err["rank"]) == ("RANK_HUNG", "platform", 1)
     prefix = "rank 1/2 (node 0, local_rank 1) failed: stopped making progress at step "
     assert err["summary"].startswith(prefix), err["summary"]
     # The dumps asked for before the end: rank 0's names the collective rank 1 is missing
-    # from; rank 1 cannot answer, and the report says why its stack is not available.
+    # from; rank 1 cannot answer, and its stack is read from the stopped process.
     assert re.search(
-        r"; rank 1 is missing from \S+ #\d+ of the default group, which rank 0 entered; rank 1: "
-        rf"its stack is not available \(its process \(pid {pid}\) is stopped \(SIGSTOP or a "
-        r"debugger\)\)$",
+        r"; rank 1 is missing from \S+ #\d+ of the default group, which rank 0 entered; rank 1 "
+        rf"at trainer/\S+:\d+ in \S+ \(its process \(pid {pid}\) is stopped \(SIGSTOP or a "
+        r"debugger\): its stack read from the process\)$",
         err["summary"],
     ), err["summary"]
     stalled = int(err["summary"].split(" for ")[1].split(" s;")[0])
@@ -281,5 +282,7 @@ def test_sigstopped_rank_1_fails_the_job_rank_hung(home: Path) -> None:
     assert log[at + 1].startswith("plan: dp=2") and "rank 1: step" in "\n".join(log[at:])
     text = "\n".join(log[at:])
     assert "  rank 1: no answer: its process" in text and "  rank 0: entered it" in text
+    stack = text.split("    its stack, read from the stopped process:\n", 1)[1].splitlines()
+    assert re.match(r"      \S+\.py:\d+ in \S+$", stack[0]), text  # its innermost frames
     # Every process of the job ended (pid files and /proc), the supervisor included.
     wait_for(lambda: not leftover_pids(job_dir), 15, "no process of the job left")

@@ -49,7 +49,7 @@ def test_every_refusal_is_a_row(home: Path, tmp_path: Path) -> None:
     # refused by planning and by the launch checks, and shown once.
     assert failed == [
         ("zero_stage", "ZeRO-1 is not available"),
-        ("dataset", "/nope.jsonl: no such file"),
+        ("dataset", "/nope.jsonl: no such file or folder"),
         ("output", f"{out} already exists and is not empty"),
     ]
     assert [name for name, ok, _ in rows if ok] == ["torch"]

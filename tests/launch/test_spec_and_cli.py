@@ -51,11 +51,13 @@ def test_remote_record_is_the_local_layout_with_the_host_paths(tmp_path: Path) -
     job_dir = "/home/u/.veri/jobs/20261129-000001-aaaa"
     remote = host_record(SshHost("gpu-box"), pf, job, plan, "20261129-000001-aaaa", job_dir)
     assert remote.pop("preflight") == pf.summary()
-    paths = ("model", "model_path", "dataset", "output_dir")
+    paths = ("model", "model_path", "dataset", "datasets", "output_dir")
     assert {k: remote["spec"].pop(k) for k in paths} == {
         "model": "tiny-model (bundled)",
         "model_path": f"{job_dir}/model",
-        "dataset": f"{job_dir}/data/sft.jsonl",
+        # Source k of the mixture in data/<k>/ under its own name (issue 27)
+        "dataset": f"{job_dir}/data/0/sft.jsonl",
+        "datasets": [{"path": f"{job_dir}/data/0/sft.jsonl"}],
         "output_dir": f"{job_dir}/output",
     }
     assert remote.pop("host") == "gpu-box"
@@ -88,7 +90,10 @@ def test_launch_refuses_every_problem_at_once_and_starts_nothing(home, tmp_path,
     assert main([*argv, "--output", str(out)]) == 2
     err = capsys.readouterr().err.splitlines()
     assert [ln.split(":")[1].strip() for ln in err] == ["zero_stage", "dataset", "output"]
-    assert err[1] == "error: dataset: /nope.jsonl: no such file; pass an existing JSONL"
+    assert err[1] == (
+        "error: dataset: /nope.jsonl: no such file or folder; pass a dataset file, a "
+        "save_to_disk folder or a Hub id (org/name)"
+    )
     assert not (home / "jobs").exists()
 
 

@@ -25,8 +25,8 @@ COST_RE = re.compile(
 )
 
 
-def plan_json(capsys: pytest.CaptureFixture[str], *argv: str) -> dict:
-    assert main(["plan", *argv, "--json"]) == 0
+def plan_json(capsys: pytest.CaptureFixture[str], *argv: str, rc: int = 0) -> dict:
+    assert main(["plan", *argv, "--json"]) == rc
     return json.loads(capsys.readouterr().out)
 
 
@@ -144,11 +144,16 @@ def test_unknown_cost_says_why(tmp_path: Path, capsys) -> None:
         and "global_batch_size 8 is more than the dataset's 5 rows" in (cost["reason"])
     )
     assert cost["steps"] is None and cost["price"] is None
+    # A dataset launch would refuse: the plan is still printed, and `plan` exits 2 with one
+    # error line naming the file and line (issue 27).
     (tmp_path / "bad.jsonl").write_text('{"text": "a"}\nnot json\n')
-    cost = plan_json(capsys, "--dataset", str(tmp_path / "bad.jsonl"))["cost"]
+    cost = plan_json(capsys, "--dataset", str(tmp_path / "bad.jsonl"), rc=2)["cost"]
     assert cost["reason"].startswith(f"{tmp_path / 'bad.jsonl'} line 2: not valid JSON")
-    cost = plan_json(capsys, "--dataset", str(tmp_path / "none.jsonl"))["cost"]
-    assert cost["reason"] == f"{tmp_path / 'none.jsonl'}: dataset file not found"
+    assert main(["plan", "--dataset", str(tmp_path / "bad.jsonl")]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err == [f"error: dataset: {cost['reason']}"]
+    cost = plan_json(capsys, "--dataset", str(tmp_path / "none.jsonl"), rc=2)["cost"]
+    assert cost["reason"].startswith(f"{tmp_path / 'none.jsonl'}: no such file or folder")
 
 
 def test_padded_length_is_the_expected_longest_of_a_micro_batch(tmp_path: Path, capsys) -> None:

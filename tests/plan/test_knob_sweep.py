@@ -72,6 +72,16 @@ NOT_MEMORY = {
     "internode_bandwidth_gbps": (800.0, "the multi-node collectives' time"),
     "network_measured": ("by veri-tui probe", "where the network figure came from, a note"),
     "max_restarts": (3, "attempts after a platform failure"),
+    # The eval forward holds less than a training step's backward (no gradients of the
+    # logits): it is in the peak record (eval_bytes), below the peak, so the peak stays.
+    "eval_fraction": (0.1, "an eval forward at the same micro-batch, below the step's peak"),
+    "packing": (
+        True,
+        "a row is planned at max_seq_length tokens already (the worst case), the length "
+        "packing fills; the steps and padded length follow the packed rows (the cost)",
+    ),
+    "eval_steps": (5, "how often the eval forward runs, not what it holds"),
+    "report_to": ("tensorboard", "rank 0 writes the metric lines to a tracker, on the host"),
     "gpu": (
         "L4-24GB",
         "the job's bytes are the same on any GPU: the GPU is what they are set "

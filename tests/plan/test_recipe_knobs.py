@@ -1,18 +1,21 @@
 """The recipe knobs as the planner counts and refuses them: `lora_target_modules` narrows
 the adapter to those linears (the count read here from the bundled tiny model's safetensors
 header by hand), an unknown module is one refusal naming the model's, `lora_dropout` is in
-[0, 1) and `lr_scheduler` one of its values."""
+[0, 1), `lr_scheduler` one of its values; `packing` (sft_text only) plans the packed rows
+the trainer makes (steps, padded length)."""
 
 from __future__ import annotations
 
 import json
 import struct
+from pathlib import Path
 
 import pytest
 
 from veri_tui.cli import main
 from veri_tui.errors import VeriError
 from veri_tui.plan import plan
+from veri_tui.plan.cost import cost_line
 from veri_tui.plan.sources import bundled_tiny_model
 
 
@@ -91,3 +94,37 @@ def test_good_values_plan() -> None:
     rec = plan(lora_rank=8, lora_dropout=0.1, lr_scheduler="linear")
     assert rec.job["hyperparameters"]["lora_dropout"] == 0.1
     assert rec.job["hyperparameters"]["lr_scheduler"] == "linear"
+
+
+def test_packing_is_refused_for_dpo_in_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["plan", "--method", "dpo", "--set", "packing=true"])
+    out = capsys.readouterr()
+    assert code != 0
+    assert (out.out + out.err).strip().splitlines() == [
+        "error: packing: packing applies to sft_text, not dpo (a dpo pair is one forward of "
+        "its own); drop packing"
+    ]
+
+
+def test_packing_plans_the_trainers_packed_rows(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from transformers import AutoTokenizer
+
+    from jobfolder.packing import pack
+    from trainer.data import load_dataset
+
+    monkeypatch.setenv("VERI_HOME", str(tmp_path))
+    model = bundled_tiny_model()
+    data = model.parent / "data" / "sft.jsonl"
+    tok = AutoTokenizer.from_pretrained(model)
+    lengths = [len(e.input_ids) for e in load_dataset(data, "sft_text", tok, 96)]
+    rows = len(pack(lengths, 96))
+    knobs = {"gpu_count": 2, "micro_batch_size": 1, "max_seq_length": 96}
+    packed = plan(dataset=str(data), packing=True, **knobs).cost
+    plain = plan(dataset=str(data), **knobs).cost
+    assert (packed["dataset_rows"], packed["packed_from"], plain["dataset_rows"]) == (rows, 64, 64)
+    assert packed["steps"] == rows // 2 < plain["steps"] == 32
+    assert packed["dataset_tokens"] == plain["dataset_tokens"]  # the same tokens, fewer rows
+    assert packed["sample_length"] > plain["sample_length"]  # each row is fuller
+    assert f"packing: 64 samples in {rows} rows, {rows // 2} steps" in cost_line(packed)

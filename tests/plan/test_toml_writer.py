@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from jobfolder.knobs.fields import TRACKERS
 from veri_tui.plan import Hyperparameters, JobConfig, job_from_fields, job_to_toml, load_job_config
 
 
@@ -85,6 +86,7 @@ KNOBS: dict[str, st.SearchStrategy[Any]] = {
     "lora_alpha": POS_FLOAT,
     "lora_target_modules": st.lists(TEXT, min_size=1, max_size=4),
     "lora_dropout": st.floats(min_value=0, max_value=1, exclude_max=True),
+    "packing": st.booleans(),
     "tensor_parallel_size": I64,
     "context_parallel_size": I64,
     "pipeline_parallel_size": I64,
@@ -115,6 +117,11 @@ KNOBS: dict[str, st.SearchStrategy[Any]] = {
     "hang_timeout_s": POS_FLOAT,
     "load_timeout_s": POS_FLOAT,
     "max_restarts": st.integers(0, 2**63 - 1),
+    "eval_fraction": st.floats(min_value=0, max_value=0.9),
+    "eval_steps": POS,
+    "report_to": st.one_of(
+        st.sampled_from(TRACKERS), st.lists(st.sampled_from(TRACKERS), min_size=1, max_size=4)
+    ),
 }
 # Paths the reader keeps as written (absolute), or Hub ids (not a folder beside the file);
 # no NUL (no path holds one) and no lone surrogates (a UTF-8 file cannot).

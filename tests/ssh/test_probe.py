@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import json
 import re
-import sys
 import time
 from pathlib import Path
 
 import pytest
 from multinode_helpers import two_node_env
 from ssh_helpers import cli
+from support.fakenvml import python_with_fake_nvml
 
 from veri_tui.launch import jobs
 from veri_tui.plan import load_job_config
@@ -74,20 +74,7 @@ def test_probe_prints_bus_bandwidths_and_the_plan_uses_them(
 
 
 # What node 1 imports as nvidia-ml-py (its sshd sets VERI_FAKE_NVML): one H100 whose row
-# remapping is pending. The GPU is the one thing mocked; every call is what pynvml names.
-FAKE_PYNVML = """
-def nvmlInit(): pass
-def nvmlShutdown(): pass
-def nvmlSystemGetDriverVersion(): return "550.54.15"
-def nvmlSystemGetCudaDriverVersion(): return 12040
-def nvmlDeviceGetCount(): return 1
-def nvmlDeviceGetHandleByIndex(i): return i
-def nvmlDeviceGetName(h): return b"NVIDIA H100 80GB HBM3"
-def nvmlDeviceGetTotalEccErrors(h, kind, counter): return 0
-def nvmlDeviceGetRemappedRows(h): return (0, 1, 1, 0)
-def nvmlDeviceGetCurrPcieLinkWidth(h): return 16
-def nvmlDeviceGetMaxPcieLinkWidth(h): return 16
-"""
+# remapping is pending (tests/support/fakenvml.py).
 
 
 @pytest.fixture(scope="module")
@@ -98,24 +85,9 @@ def sick_sshd(tmp_path_factory):
     yield from _serve(tmp_path_factory, "veri-test-sick", "SetEnv VERI_FAKE_NVML=1\n")
 
 
-def _python_with_fake_nvml(folder: Path) -> str:
-    """A remote Python that finds FAKE_PYNVML first where VERI_FAKE_NVML is set."""
-    (folder / "fake").mkdir()
-    (folder / "fake" / "pynvml.py").write_text(FAKE_PYNVML)
-    wrapper = folder / "python"
-    path = f"{folder / 'fake'}${{PYTHONPATH:+:$PYTHONPATH}}"
-    wrapper.write_text(
-        "#!/bin/bash\n"
-        f'[ -n "$VERI_FAKE_NVML" ] && export PYTHONPATH="{path}"\n'
-        f'exec {sys.executable} "$@"\n'
-    )
-    wrapper.chmod(0o755)
-    return str(wrapper)
-
-
 def test_a_slow_or_sick_node_is_named_and_refused(sshd, sick_sshd, tmp_path) -> None:
     env = two_node_env(sshd, sick_sshd, tmp_path, probe=True)
-    env["VERI_REMOTE_PYTHON"] = _python_with_fake_nvml(tmp_path)
+    env["VERI_REMOTE_PYTHON"] = python_with_fake_nvml(tmp_path, 1, 0, when="VERI_FAKE_NVML")
     env["VERI_PROBE_DELAY"] = "1:0.1"  # node 1's rank sleeps 100 ms before each collective
     hosts = ["--host", sshd.alias, "--host", sick_sshd.alias]
     start = time.monotonic()

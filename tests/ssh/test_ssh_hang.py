@@ -57,9 +57,13 @@ def test_sigstopped_rank_over_ssh_is_rank_hung(ssh_env) -> None:
     assert err["summary"].startswith(
         "rank 1/2 (node 0, local_rank 1) failed: stopped making progress at step "
     )
-    # The remote supervisor asked the ranks for their dumps first (docs/jobs.md, Hang forensics).
-    assert ", which rank 0 entered; rank 1: its stack is not available (its process " in err[
-        "summary"
-    ] and err["summary"].endswith(" is stopped (SIGSTOP or a debugger))")
+    # The remote supervisor asked the ranks for their dumps first (docs/jobs.md, Hang forensics)
+    # and read the stopped rank's stack from its process.
+    print(err["summary"])
+    assert ", which rank 0 entered; rank 1 at trainer/" in err["summary"]
+    assert err["summary"].endswith(
+        f"(its process (pid {pid}) is stopped (SIGSTOP or a debugger): its stack read from "
+        "the process)"
+    )
     assert err["summary"] in (job_dir / "log.txt").read_text()
     wait_for(lambda: not leftover_pids(job_dir), 15, "no process of the job left")

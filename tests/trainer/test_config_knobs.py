@@ -31,7 +31,7 @@ def test_a_planned_job_reaches_the_trainer_whole(tmp_path: Path) -> None:
               "hang_timeout_s": "90", "keep_checkpoints": 4, "weight_decay": "0.01",
               "activation_checkpointing": "selective", "lora_rank": 4, "seed": 7,
               "lora_target_modules": ["v_proj", "q_proj"], "lora_dropout": "0.05",
-              "lr_scheduler": "linear"}  # fmt: skip
+              "lr_scheduler": "linear", "report_to": ["trackio", "tensorboard"]}  # fmt: skip
     job = job_from_fields(fields)
     record = plan_job(job)
     spec = {**SPEC, "hyperparameters": job.hyperparameters.model_dump(mode="json"),
@@ -48,6 +48,7 @@ def test_a_planned_job_reaches_the_trainer_whole(tmp_path: Path) -> None:
     assert cfg.max_length == job.hyperparameters.max_seq_length
     assert (cfg.lora_target_modules, cfg.lora_dropout, cfg.lr_scheduler) == (
         ["v_proj", "q_proj"], 0.05, "linear")  # fmt: skip
+    assert cfg.report_to == ["trackio", "tensorboard"]
 
 
 @pytest.mark.parametrize(
@@ -58,6 +59,9 @@ def test_a_planned_job_reaches_the_trainer_whole(tmp_path: Path) -> None:
         ({"resume": "maybe"}, "resume: expected true/false, got 'maybe'"),
         ({"activation_checkpointing": "some"},
          "activation_checkpointing: 'some' is not one of none, selective, full"),
+        ({"report_to": "tb"}, "report_to: 'tb' is not one of tensorboard, trackio, wandb, mlflow"),
+        ({"report_to": ["trackio", "x"]},
+         "report_to: 'x' is not one of tensorboard, trackio, wandb, mlflow"),
     ],
 )  # fmt: skip
 def test_a_bad_value_names_its_key(tmp_path: Path, hp: dict, message: str) -> None:

@@ -35,7 +35,9 @@ CHECKPOINTING = {
     "sft-prompt-z3-bf16-lora": {"activation_checkpointing": "selective"},
     "dpo-z2-bf16-full": {"activation_checkpointing": "selective"},
 }
-METRIC_KEYS = {"step", "total_steps", "loss", "lr", "grad_norm", "tokens_per_s", "peak_mem_bytes"}
+# Hugging Face Trainer's names (loss, learning_rate, grad_norm, epoch) and veri-tui's own
+METRIC_KEYS = {"step", "total_steps", "loss", "learning_rate", "grad_norm", "epoch",
+               "tokens_per_s", "peak_mem_bytes"}  # fmt: skip
 REWARD_KEYS = {"rewards/chosen", "rewards/rejected", "rewards/margins", "rewards/accuracies"}
 
 

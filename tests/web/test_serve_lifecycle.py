@@ -4,7 +4,7 @@ leaves no app behind.
 Each test has its own server (it is stopped or killed on purpose) and one `Tab`, a
 websocket client sending the page's Origin (tests/support/served.py). The SIGTERM bound
 (15 s) only guards against a hang: how fast it stops is measured by
-benchmarks/bench_serve.py and written in docs/reliability.md.
+benchmarks/bench_serve_stop.py and written in docs/reliability.md.
 """
 
 from __future__ import annotations

@@ -22,15 +22,19 @@ def job_from_args(args: argparse.Namespace) -> Any:
     """
     from veri_tui.plan import load_job_config
 
+    given = args.dataset or []  # one --dataset is a source, several are a mixture
+    sets = list(args.sets)
+    if getattr(args, "eval_dataset", None):
+        sets.insert(0, f"eval_dataset={args.eval_dataset}")
     return load_job_config(
         args.config,
         model=args.model,
         method=args.method,
         gpu=args.gpu,
         gpu_count=args.gpu_count,
-        dataset=args.dataset,
+        dataset=given[0] if len(given) == 1 else (given or None),
         output=args.output,
-        sets=args.sets,
+        sets=sets,
     )
 
 

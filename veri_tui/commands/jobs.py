@@ -12,8 +12,10 @@ import json
 import os
 import sys
 
+from jobfolder.canarytable import no_go_line
 from jobfolder.record import NOT_RECORDED, JobRecord, plan_line_of
 from jobfolder.status import has_ended, outcome_recorded
+from veri_tui.errors import VeriError
 from veri_tui.launch import jobs
 
 
@@ -40,7 +42,7 @@ def _row(rec: JobRecord) -> list[str]:
         str(spec.get("method", "-")),
         f"{spec.get('gpu_count', '?')}x {spec.get('gpu', '?')}",
         model,
-        error.get("code", ""),
+        error.get("code", "") or ("canary no-go" if no_go_line(rec) else ""),
     ]
 
 
@@ -72,12 +74,17 @@ def show_job(job_id: str, as_json: bool) -> int:
     print("  ".join(c for c in _row(rec) if c))
     if rec.get("error"):
         print(failure_line(rec))
+    elif no_go_line(rec):
+        print(no_go_line(rec))
     state = jobs.slurm_state(rec)
     if state is not None:
         why = f", reason {state[1]}" if state[1] else ""
         print(f"slurm: job {rec.get('slurm_job_id')} {state[0]}{why}")
     print(plan_line_of(rec.get("spec"), NOT_RECORDED))
     print("\n".join(comparison_lines(rec) or ["measured: not recorded for this job"]))
+    evals = eval_line(job_id)
+    if evals:
+        print(evals)
     print("\n".join(gpu_hours_lines(rec)))
     watcher = jobs.watcher_of(job_id)
     if watcher is not None:
@@ -178,3 +185,22 @@ def cancel(job_id: str) -> int:
     else:
         print(f"job {job_id} {final['status']}")
     return 0
+
+
+def eval_line(job_id: str) -> str | None:
+    """`eval_loss: 1.734 at step 6/6 (train loss 1.52; 3 evals: 2.41, 1.98, 1.73)` from
+    the job's metric lines; None when it logged no eval_loss (or its log cannot be read)."""
+    from veri_tui.launch.metrics import metric_of
+
+    try:
+        text = jobs.read_log(job_id).decode("utf-8", "replace")
+    except (OSError, VeriError):
+        return None
+    found = [m for ln in text.splitlines() if (m := metric_of(ln)) and "eval_loss" in m]
+    if not found:
+        return None
+    last = found[-1]
+    shown = ", ".join(f"{m['eval_loss']:.4g}" for m in found[-5:])
+    more = "..., " if len(found) > 5 else ""
+    return (f"eval_loss: {last['eval_loss']:.4g} at step {last['step']}/{last.get('total_steps')} "
+            f"(train loss {last['loss']:.4g}; {len(found)} evals: {more}{shown})")  # fmt: skip

@@ -21,7 +21,7 @@ import sys
 from jobfolder.status import SUCCEEDED
 from veri_tui.commands.common import hosts_of, job_from_args
 from veri_tui.launch import jobs
-from veri_tui.launch.spec import check_job, local_dataset
+from veri_tui.launch.spec import check_job, with_data
 
 
 def run(args: argparse.Namespace) -> int:
@@ -38,7 +38,7 @@ def run(args: argparse.Namespace) -> int:
         check_job(job)  # every refusal at once, before the model is even read
         # Planned with the dataset it will train on (the bundled one when none is given),
         # so job.json's predicted GPU-hours and price count its tokens.
-        record = plan_job(job.model_copy(update={"dataset": str(local_dataset(job))}))
+        record = plan_job(with_data(job))
     else:
         # The model and --output are paths on the host (a Slurm login node's too), which
         # this machine may not have: the SSH launch checks them there and plans after its
@@ -111,18 +111,26 @@ def follow_to_end(job_id: str, offset: int = 0) -> int:
     final = jobs.get_job(job_id)
     if final["status"] == SUCCEEDED:
         return 0
-    print(outcome_line(job_id, final), file=sys.stderr)
+    print(outcome_line(job_id, final, followed=True), file=sys.stderr)
     return 1
 
 
-def outcome_line(job_id: str, record: dict) -> str:
-    """`job ID failed: DATA_ERROR (customer): rank 1/2 (...) failed: ...`: the code and
-    attribution job.json gives, then its summary; `job ID cancelled` without an error."""
+def outcome_line(job_id: str, record: dict, followed: bool = False) -> str:
+    """`job ID failed: CONFIG_ERROR (customer): rank 1/2 (...) failed: ...`: the code and
+    attribution job.json gives, then its summary; `job ID cancelled` without an error.
+    ``followed``: the log just printed ended with the summary of a one-line failure (a data
+    error: its file and line), which is then not said again."""
+    from jobfolder.failures import ONE_LINE_CODES, TRACEBACK_FILE
+
     error = record.get("error") or {}
     parts = [f"job {job_id} {record['status']}"]
     if error.get("code"):
         who = error.get("attribution")
         parts.append(f"{error['code']} ({who})" if who else str(error["code"]))
+    if followed and error.get("code") in ONE_LINE_CODES:
+        return (
+            ": ".join(parts) + f" (the line above; traceback in the job folder's {TRACEBACK_FILE})"
+        )
     if error.get("summary"):
         parts.append(str(error["summary"]))
     canary = record.get("canary") or {}

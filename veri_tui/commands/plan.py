@@ -88,4 +88,9 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.write("\n")
     else:
         print("\n".join(rec.lines() + summary_lines(rec)))
+    if (rec.cost or {}).get("data_error"):
+        # A dataset launch would refuse (a bad row, a missing file): the plan is shown, and
+        # the exit says it cannot run (docs/planning.md, Cost).
+        print(f"error: dataset: {rec.cost['reason']}", file=sys.stderr)
+        return 2
     return 0

@@ -35,6 +35,7 @@ from veri_tui.launch.machine import Machine
 from veri_tui.launch.records import LogLine
 
 if TYPE_CHECKING:
+    from veri_tui.launch.spec import JobData
     from veri_tui.plan import JobConfig, PlanRecord
     from veri_tui.plan.disk import DiskEstimate
     from veri_tui.plan.model_info import ModelInfo
@@ -134,7 +135,7 @@ class Host(Machine, Protocol):
     def output_for(self, job: JobConfig, facts: HostFacts) -> JobConfig: ...
 
     def job_paths(self, job: JobConfig, plan: PlanRecord, job_dir: str, facts: HostFacts
-                  ) -> tuple[str, str, str, str | None]: ...  # fmt: skip
+                  ) -> tuple[str, JobData, str, str | None]: ...  # fmt: skip
 
     def stage(self, job: JobConfig, tmp: str) -> None: ...
 
@@ -191,6 +192,15 @@ def check_disk(host: Host, facts: HostFacts, disk: DiskEstimate, output: str | N
     if problems:
         raise VeriError(problems)
     return row(disk, job, out)
+
+
+def tracker_problems(job: Any) -> list[Refusal]:
+    """The job's `report_to` trackers this interpreter cannot import (found without
+    importing them), each one refusal: the job would fail at its start."""
+    from jobfolder.trackers import missing, missing_message
+
+    found = missing(job.hyperparameters.report_to)
+    return [Refusal("report_to", missing_message(name, "here")) for name in found]
 
 
 def capacity_rows(

@@ -137,6 +137,20 @@ def target_for(job_id: str) -> JobTarget:
     return target
 
 
+def job_location(job_id: str) -> tuple[str | None, str]:
+    """(host, folder) of the job's node 0 without connecting: host None for this machine
+    (a local job, or one whose folder was copied into $VERI_HOME/jobs), else the host as
+    job records name it (`slurm:<login>` for Slurm); VeriError for an unknown id."""
+    target = target_for(job_id)
+    try:
+        node = target.nodes[0]
+        if isinstance(node.host, LocalHost) or target.entry is None:
+            return None, node.job_dir
+        return target.entry.label, node.job_dir
+    finally:
+        target.close()
+
+
 def list_jobs() -> list[JobRecord]:
     """Jobs on this machine, newest first, then those launched over SSH, each refreshed from
     its hosts (an ended one from its last record). A job whose host cannot be reached is

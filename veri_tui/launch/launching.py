@@ -37,9 +37,9 @@ from veri_tui.launch.backends import open_hosts
 from veri_tui.launch.host import Host, HostFacts, check_disk, check_memory
 from veri_tui.launch.hostpool import HostName, all_or_raise, in_parallel
 from veri_tui.launch.nodes import agreement, disk_of, node_label, probe_rendezvous
-from veri_tui.launch.probe.fleet import ProbeChoice, fleet_probe
+from veri_tui.launch.probe.fleet import ProbeChoice, fleet_probe, needs_probe
 from veri_tui.launch.probe.report import with_cached_network, with_network
-from veri_tui.launch.spec import check_job, local_dataset, make_record, new_job_id
+from veri_tui.launch.spec import check_job, data_bytes, make_record, new_job_id
 
 
 def own_checks(job: Any, hosts: Sequence[Host]) -> None:
@@ -185,14 +185,15 @@ def launch(
 ) -> str:  # fmt: skip
     """Check, plan, create and start the job on these hosts (None: this machine); returns
     its id (``dry_run``: the batch script a Slurm host would submit, nothing created).
-    A multi-node job's nodes are probed first (``probe``: fleet_probe). Raises VeriError for
+    A multi-node job's nodes, or one machine's GPUs, are probed first (``probe``:
+    fleet_probe, when needs_probe). Raises VeriError for
     every refusal, before anything is created."""
     from veri_tui.launch.jobindex import register
 
     hosts = open_hosts(names, trust)
     try:
         own_checks(job.model_copy(update={"hosts": list(names)}) if len(names) > 1 else job, hosts)
-        size = 0 if hosts[0].local else local_dataset(job).stat().st_size
+        size = 0 if hosts[0].local else data_bytes(job)
         facts, job, problems = probe_all(hosts, job, size)
         rdzv = None
         if len(hosts) > 1:
@@ -202,11 +203,13 @@ def launch(
         if problems:
             raise VeriError(list(dict.fromkeys(problems)))
         measured = (
-            fleet_probe(hosts, facts, job, probe or ProbeChoice()) if len(hosts) > 1 else None
+            fleet_probe(hosts, facts, job, probe or ProbeChoice())
+            if needs_probe(hosts, facts, job)
+            else None
         )
         if measured is not None:
             job = with_network(job, measured.internode_gbps, measured.note())
-        else:  # skipped, or one host (a Slurm partition's probe)
+        else:  # skipped, one CPU host, or a Slurm partition (its cached probe)
             job = with_cached_network(job, facts[0].spec)
         job = hosts[0].output_for(job, facts[0])
         job, plan = hosts[0].plan(job, facts[0], plan_record)

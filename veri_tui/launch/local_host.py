@@ -27,11 +27,18 @@ from jobfolder.procs import pid_alive
 from jobfolder.record import JobRecord
 from veri_tui.errors import Refusal, VeriError
 from veri_tui.launch.diskcheck import Place, local_place
-from veri_tui.launch.host import HostFacts, Row, capacity_rows, run_cancel, supervisor_argv
+from veri_tui.launch.host import (
+    HostFacts,
+    Row,
+    capacity_rows,
+    run_cancel,
+    supervisor_argv,
+    tracker_problems,
+)
 from veri_tui.launch.machine import Result
 from veri_tui.launch.memcheck import local_available
 from veri_tui.launch.records import LogLine, follow_lines
-from veri_tui.launch.spec import local_paths
+from veri_tui.launch.spec import JobData, local_paths
 
 if TYPE_CHECKING:
     from veri_tui.plan import JobConfig, PlanRecord
@@ -185,6 +192,7 @@ class LocalHost:
         found = HostFacts(self.where, self.python, facts, home, str(self.home), shown=False)
         problem = device_problem(int(job.gpu_count), bool(job.hyperparameters.load_in_4bit))
         found.problems += [problem] if problem is not None else []
+        found.problems += tracker_problems(job)
         return found
 
     def plan(
@@ -200,7 +208,7 @@ class LocalHost:
         return job  # a path here: checked with the job's other paths (job_paths)
 
     def job_paths(self, job: JobConfig, plan: PlanRecord, job_dir: str, facts: HostFacts
-                  ) -> tuple[str, str, str, str | None]:  # fmt: skip
+                  ) -> tuple[str, JobData, str, str | None]:  # fmt: skip
         return local_paths(job, plan, Path(job_dir))
 
     def stage(self, job: JobConfig, tmp: str) -> None:
@@ -213,7 +221,7 @@ class LocalHost:
             return []
         model, dataset, output, _ = paths
         shown = output if job.output else "<job folder>/output"
-        return [("model", True, model), ("dataset", True, dataset), ("output", True, shown)]
+        return [("model", True, model), ("dataset", True, str(dataset)), ("output", True, shown)]
 
     def capacity(self, facts: HostFacts, plan: PlanRecord, disk: DiskEstimate,
                  output: str | None, label: str

@@ -1,8 +1,10 @@
 """Metric lines of the rank-0 log: pick them out, and show each as one readable row.
 
 The trainer writes one JSON object per logged optimizer step (docs/interfaces.md, "Metric
-line"): `{"step", "total_steps", "loss", "lr", "grad_norm", "tokens_per_s",
-"peak_mem_bytes"}`, plus TRL's `rewards/margins` and `rewards/accuracies` for DPO. Raw, such
+line"), with Hugging Face Trainer's names: `{"step", "total_steps", "loss", "learning_rate",
+"grad_norm", "epoch", "tokens_per_s", "peak_mem_bytes"}`, `eval_loss` on the steps the job
+evaluates, plus TRL's `rewards/margins` and `rewards/accuracies` for DPO; a job folder of an
+older release says `lr` (`metric_of` renames it: jobfolder/trackers.py). Raw, such
 a line is about 150 characters and is cut at the edge of a terminal; `metric_row` says the
 same in about 60 (`step 7/20  loss 2.314  lr 1.0e-04  grad 0.82  1,234 tok/s  mem 1.2 GB`).
 Pure functions, no I/O.
@@ -15,6 +17,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
+from jobfolder.trackers import hf_names
 from veri_tui.plan.memory import gb
 
 
@@ -26,13 +29,16 @@ def metric_of(line: str) -> dict[str, Any] | None:
         obj = json.loads(line)
     except ValueError:
         return None
-    return obj if isinstance(obj, dict) and "step" in obj and "loss" in obj else None
+    if not (isinstance(obj, dict) and "step" in obj and "loss" in obj):
+        return None
+    return hf_names(obj)  # an older release's `lr` as `learning_rate`
 
 
 #: (key, label, format) after the step: a key that is missing or not a number is left out.
 _FIELDS: tuple[tuple[str, str, Callable[[float], str]], ...] = (
     ("loss", "loss", lambda v: f"{v:.4g}"),
-    ("lr", "lr", lambda v: f"{v:.1e}"),
+    ("eval_loss", "eval_loss", lambda v: f"{v:.4g}"),
+    ("learning_rate", "lr", lambda v: f"{v:.1e}"),
     ("grad_norm", "grad", lambda v: f"{v:.3g}"),
     ("rewards/margins", "margin", lambda v: f"{v:.3g}"),
     ("rewards/accuracies", "acc", lambda v: f"{v:.2f}"),
@@ -49,6 +55,7 @@ def _number(value: Any) -> float | None:
 
 def metric_row(metric: dict[str, Any]) -> str:
     """One metric object as a row: `step 7/20  loss 2.314  lr 1.0e-04  grad 0.82  ...`."""
+    metric = hf_names(metric)
     total = metric.get("total_steps")
     parts = [f"step {metric.get('step')}" + (f"/{total}" if total is not None else "")]
     for key, label, fmt in _FIELDS:

@@ -32,9 +32,9 @@ from veri_tui.launch.host import Host, Row
 from veri_tui.launch.hostpool import HostName
 from veri_tui.launch.launching import own_checks, probe_all
 from veri_tui.launch.nodes import disk_of, node_label, probe_rendezvous, storage_row
-from veri_tui.launch.probe.fleet import ProbeChoice, fleet_probe
+from veri_tui.launch.probe.fleet import ProbeChoice, fleet_probe, needs_probe
 from veri_tui.launch.probe.report import with_network
-from veri_tui.launch.spec import local_dataset
+from veri_tui.launch.spec import data_bytes
 
 
 def _collect(problems: list[Refusal], call: Any) -> Any:
@@ -81,13 +81,16 @@ def preflight(job: Any, plan_record: Any, names: Sequence[HostName], trust: str 
         head = hosts[0]
         checked = job.model_copy(update={"hosts": list(names)}) if many else job
         own = _collect(problems, lambda: own_checks(checked, hosts)) is None and problems
-        size = _collect(problems, lambda: 0 if head.local else local_dataset(job).stat().st_size)
+        size = _collect(problems, lambda: 0 if head.local else data_bytes(job))
         facts, job, found = probe_all(hosts, job, size or 0)
         problems += found
         if many:
             rows, job = _node_rows(hosts, facts, job, problems)
         else:
             rows = [("host", True, line) for line in facts[0].summary()]
+            if not found and needs_probe(hosts, facts, job):  # 2 GPUs or more: their health
+                report = _collect(problems, lambda: fleet_probe(hosts, facts, job, ProbeChoice()))
+                rows += [("probe", True, report.lines()[-1])] if report is not None else []
         out_job = _collect(problems, lambda: head.output_for(job, facts[0]))
         job = out_job if out_job is not None else job
         known = all(pf.model_known for pf in facts) and not (many and own)

@@ -61,8 +61,10 @@ def resume_fields(spec: JobSpec, gpu_count: int | None, sets: dict[str, Any]) ->
         model=spec.get("model_path"),
         gpu=spec.get("gpu"),
         gpu_count=count,
-        dataset=spec.get("dataset"),
+        dataset=spec.get("datasets") or spec.get("dataset"),
     )
+    if spec.get("eval_datasets"):
+        fields["eval_dataset"] = spec["eval_datasets"]
     return fields
 
 
@@ -77,7 +79,7 @@ def resume_spec(
     `--set`), else the re-planned spec with the job's paths. ``plan_for(job)`` returns the
     (job, plan record) as the target plans it (here: `plan_job`; a host: its preflight).
     Raises VeriError for every refusal."""
-    from veri_tui.launch.spec import make_record
+    from veri_tui.launch.spec import JobData, make_record
     from veri_tui.plan import job_from_fields, validate
     from veri_tui.plan.config import parse_sets
 
@@ -99,7 +101,7 @@ def resume_spec(
         plan,
         record["job_id"],
         model_path=str(spec.get("model_path")),
-        dataset=str(spec.get("dataset")),
+        dataset=JobData.from_spec(spec),
         output_dir=str(spec.get("output_dir")),
         host=record.get("host"),
         model_name=spec.get("model"),

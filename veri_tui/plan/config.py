@@ -169,7 +169,7 @@ def load_job_config(
     method: str | None = None,
     gpu: str | None = None,
     gpu_count: int | None = None,
-    dataset: str | None = None,
+    dataset: str | list[str] | None = None,
     output: str | None = None,
     sets: Sequence[str] = (),
 ) -> JobConfig:
@@ -200,7 +200,12 @@ def load_job_config(
             if isinstance(data.get(key), dict):
                 fields.update(data.pop(key))
         fields.update(data)
-        for key in ("model", "dataset", "output"):
+        from veri_tui.plan.data_sources import rebase
+
+        for key in ("dataset", "eval_dataset"):  # each source's path beside the file
+            if key in fields:
+                fields[key] = rebase(fields[key], path.parent)
+        for key in ("model", "output"):
             value = fields.get(key)
             if not isinstance(value, str) or not value or Path(value).is_absolute():
                 continue

@@ -9,16 +9,22 @@ and rejected), each truncated at max_seq_length / max_length. wall time = steps 
 time; GPU-hours = wall time x gpu_count / 3600; price = GPU-hours x price per GPU-hour.
 Without a tokenizer (a model known from Hub metadata only, or no `tokenizers` package) the
 rows still give the steps and every sample is taken at full length (an upper bound).
+With `packing`, the rows are the packed rows the trainer makes from the same lengths
+(jobfolder/packing.py: best-fit decreasing), so steps = packed rows / global_batch_size and
+a micro-batch's length is the expected longest of its packed rows; with eval_fraction the
+held-out share of the packed rows is taken pro rata (the trainer packs what is left).
 """
 
 from __future__ import annotations
 
+import functools
+from collections import Counter
 from collections.abc import Callable
 from math import exp, lgamma
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from jobfolder.errors import DataError
+from jobfolder.packing import packed_lengths
 from veri_tui.plan.prices import price_per_gpu_hour
 
 if TYPE_CHECKING:
@@ -59,6 +65,18 @@ def truncated(count: TokenCount, max_len: int) -> tuple[int, dict[int, int]]:
     return tokens, padded
 
 
+@functools.lru_cache(maxsize=8)  # the app re-plans on every keystroke
+def _packed(lengths: tuple[tuple[int, ...], ...], max_len: int) -> list[int]:
+    """The tokens of each packed row the trainer makes (jobfolder/packing.py)."""
+    return packed_lengths(((n, rows) for n, rows in lengths), max_len)
+
+
+def _held_out(rows: int, fraction: float) -> int:
+    from jobfolder.dataload import eval_split
+
+    return len(eval_split(rows, fraction, 0))  # its size does not depend on the seed
+
+
 def _unknown(reason: str, **extra: Any) -> dict[str, Any]:
     return {"known": False, **dict.fromkeys(COST_KEYS), **extra, "reason": reason}
 
@@ -68,11 +86,10 @@ def job_tokens(job: Any, model_path: str | None, count: bool = True) -> TokenCou
     full-length samples); None when it is not cached and `count` is False. DataError for
     a dataset that cannot be read or counted. The app calls it in a worker to fill the cache."""
     # Imported with a dataset only: a plan without one never pays for them.
+    from veri_tui.plan.data_sources import job_sources
     from veri_tui.plan.tokens import cached_count, count_tokens, tokenizer_path
 
-    dataset = Path(job.dataset).expanduser()
-    if not dataset.is_file():
-        raise DataError(f"{job.dataset}: dataset file not found")
+    dataset = job_sources(job)
     tok = tokenizer_path(model_path)
     if tok is None:
         if not model_path:
@@ -85,7 +102,7 @@ def job_tokens(job: Any, model_path: str | None, count: bool = True) -> TokenCou
     except ImportError:
         return "the tokenizers package is not installed (pip install tokenizers)"
     except OSError as exc:  # a file vanished or became unreadable between stat and read
-        raise DataError(f"{job.dataset}: cannot read ({exc.strerror})") from None
+        raise DataError(f"{exc.filename}: cannot read ({exc.strerror})") from None
 
 
 def estimate_cost(
@@ -112,22 +129,36 @@ def estimate_cost(
     if not job.dataset:
         return _unknown("no dataset given", **price_info), warnings
     max_len = hp.max_length if job.method == "dpo" else hp.max_seq_length
+    packing = hp.packing and job.method == "sft_text"
     note = None
     try:
         found = job_tokens(job, model_path, count)
         if found is None:
             return _unknown("counting the dataset's tokens", pending=True, **price_info), warnings
         if isinstance(found, str):
+            from veri_tui.plan.data_sources import job_sources
             from veri_tui.plan.tokens import count_rows
 
-            rows = count_rows(Path(job.dataset).expanduser())
-            note, tokens, length = found, None, float(max_len)
+            rows = count_rows(job_sources(job))
+            note, tokens, length, lengths = found, None, float(max_len), None
         else:
+            lengths = found.lengths
             rows = found.rows
             tokens, padded = truncated(found, max_len)
+            if packing:  # a micro-batch pads to its longest packed row
+                padded = dict(Counter(_packed(lengths, max_len)))
             length = expected_max(padded, micro_batch_size)
     except DataError as exc:
-        return _unknown(str(exc), **price_info), warnings
+        return _unknown(str(exc), data_error=True, **price_info), warnings
+    # eval_fraction's rows are held out of training (jobfolder/dataload.py eval_split).
+    held = _held_out(rows, hp.eval_fraction) if not job.eval_dataset else 0
+    if held and tokens is not None:
+        tokens = round(tokens * (rows - held) / rows)
+    rows -= held
+    samples = rows
+    if packing:  # the trainer packs its training rows, and the global batch counts them
+        packed = _packed(lengths, max_len) if lengths is not None else [max_len] * rows
+        rows = round(len(packed) * rows / (rows + held))  # the held-out share, pro rata
     per_epoch = rows // global_batch_size
     if per_epoch == 0:
         why = f"global_batch_size {global_batch_size} is more than the dataset's {rows} rows"
@@ -146,6 +177,8 @@ def estimate_cost(
         "price": gpu_hours * usd if usd is not None else None,
         "source": source,
         "dataset_rows": rows,
+        "eval_rows": held or None,
+        "packed_from": samples if packing else None,
         "steps_per_epoch": per_epoch,
         "sample_length": tp["sequence_length"],
         "step_time_s": tp["step_time_s"],
@@ -198,4 +231,7 @@ def cost_line(cost: dict[str, Any]) -> str:
         head += f", price unknown ({cost['source']})"
     else:
         head += f", {money_text(cost['price'])} at ${cost['price_per_gpu_hour']:,.2f}/GPU-hour"
+    if cost.get("packed_from"):  # the steps follow the packed rows, not the samples
+        head += (f"; packing: {cost['packed_from']:,} samples in {cost['dataset_rows']:,} "
+                 f"rows, {cost['steps']:,} steps")  # fmt: skip
     return head + (f" ({cost['note']})" if cost.get("note") else "")

@@ -13,7 +13,7 @@ from typing import Any
 
 from jobfolder import knobs as schema
 from jobfolder.knobs import DEFAULT_GPU, METHODS, METHODS_OTHER, METHODS_TRAINED, table
-from veri_tui.plan.knobmodel import KnobModel
+from veri_tui.plan.knobmodel import KnobErrors, KnobModel
 
 __all__ = ["DEFAULT_GPU", "METHODS", "METHODS_OTHER", "METHODS_TRAINED"]
 
@@ -27,6 +27,19 @@ class JobConfig(KnobModel, schema.Job):
 
     hyperparameters: Hyperparameters
     nested = {"hyperparameters": Hyperparameters}
+
+    def __init__(self, **data: Any) -> None:
+        super().__init__(**data)
+        from jobfolder.datasource import sources_of
+
+        errors = []
+        for key in ("dataset", "eval_dataset"):  # their forms (jobfolder/datasource.py)
+            try:
+                sources_of(getattr(self, key))
+            except ValueError as exc:
+                errors.append({"loc": (key,), "msg": str(exc), "input": getattr(self, key)})
+        if errors:
+            raise KnobErrors(errors)
 
     @property
     def nodes(self) -> int:

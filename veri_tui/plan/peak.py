@@ -15,6 +15,10 @@ holds (docs/planning.md, Peak memory):
   (foreach, the default on CUDA) makes one fp32 temporary the size of the second moments
   (sqrt(v)); the bf16 full fine-tune's AdamW (trainer/adamw.py) works in chunks of SR_CHUNK
   elements, SR_STEP_TEMP_BYTES each (fp32 weight, gradient, m, v, denominator, random bits).
+- eval (with eval_fraction or an eval_dataset; trainer/evaluate.py): a forward without
+  gradients at the same micro-batch, holding the bf16 logits of its tokens and one fp32
+  loss chunk beside the states and the units in flight (a layer's own transient outputs are
+  freed as the next runs, and not counted); the peak when it is above the step's.
 - overhead: the CUDA context, cuBLAS and NCCL workspaces and the caching allocator's slack
   outside the tensors: the 2 GiB the budget already reserves for them (gpus.RESERVE_BYTES).
 """
@@ -122,6 +126,9 @@ def estimate_peak(
         "without_checkpointing_bytes": _peak_of(by_mode["none"]),
         "logits_and_loss_bytes": terms.logits if terms else 0,
         "loss_chunk_bytes": loss_chunk_bytes(info.vocab_size, tokens) if known else 0,
+        # The eval forward's logits (bf16) and one fp32 loss chunk (trainer/evaluate.py)
+        "eval_forward_bytes": 2 * info.vocab_size * tokens
+        + loss_chunk_bytes(info.vocab_size, tokens) if known else 0,
         "logits_at_peak_bytes": logits,
         "transient_gather_bytes": transient,
         "in_flight_bytes": in_flight,
@@ -133,18 +140,31 @@ def estimate_peak(
     }  # fmt: skip
 
 
-def peak_parts(act: dict[str, Any], est: MemoryEstimate, gpu: GPU) -> dict[str, Any]:
+def peak_parts(
+    act: dict[str, Any], est: MemoryEstimate, gpu: GPU, evaluating: bool = False
+) -> dict[str, Any]:
     """The step's peak per GPU by part, from the (calibrated) activation estimate: the
     backward's moment (states, activations, logits, units in flight) or, when larger, the
-    optimizer step's (states and AdamW's temporary); plus the fixed overhead."""
+    optimizer step's (states and AdamW's temporary) or, for a job that evaluates, the eval
+    forward's (states, its logits and loss chunk, units in flight); plus the overhead."""
     parts = dict.fromkeys(PARTS, 0)
     states = 0 if est.cpu_offload else est.states_bytes_per_gpu
     current, logits = act["bytes_per_gpu"], act["logits_at_peak_bytes"]
     parts.update(states=states, overhead=RESERVE_BYTES)
     parts.update(activations=current - logits, logits=logits, in_flight=act["in_flight_bytes"])
     step = optimizer_step_bytes(est)
+    moment = "backward"
     if step > current + act["in_flight_bytes"]:  # the activations are gone by the step
         parts.update(activations=0, logits=0, in_flight=0, optimizer_step=step)
+        moment = "optimizer step"
+    eval_bytes = None
+    if evaluating:
+        forward = act.get("eval_forward_bytes", 0)
+        eval_bytes = states + act["in_flight_bytes"] + forward
+        if eval_bytes > sum(parts.values()) - RESERVE_BYTES:
+            parts.update(activations=0, logits=forward, in_flight=act["in_flight_bytes"],
+                         optimizer_step=0)  # fmt: skip
+            moment = "eval"
     allocated = sum(parts.values()) - RESERVE_BYTES
     largest = max(PARTS[:-1], key=parts.__getitem__)
     return {
@@ -155,6 +175,8 @@ def peak_parts(act: dict[str, Any], est: MemoryEstimate, gpu: GPU) -> dict[str, 
         "fits": allocated + RESERVE_BYTES <= gpu.memory_bytes,
         "largest": largest,
         "knob": KNOB_FOR_PART[largest],
+        "moment": moment,  # backward, optimizer step or eval: when the peak is reached
+        "eval_bytes": eval_bytes,  # the eval forward's allocated bytes (None: no eval)
         "optimizer_step_bytes": step,  # AdamW's temporary, whichever moment is the peak
     }
 

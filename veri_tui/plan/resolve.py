@@ -223,7 +223,8 @@ def plan_job(
     activations = estimate_peak(info, gpu, est, activation_checkpointing=hp.checkpointing, **common)
     calibration, calibration_warnings = calibration_for(gpu.name, host)
     activations = calibration.activations(activations, info)
-    activations["peak"] = calibration.peak(peak_parts(activations, est, gpu))
+    evaluating = bool(job.eval_dataset) or hp.eval_fraction > 0
+    activations["peak"] = calibration.peak(peak_parts(activations, est, gpu, evaluating))
     warnings += calibration_warnings
     tp_args = throughput_args(job, info, stage)
     throughput = calibration.throughput(estimate_throughput(info, gpu, **tp_args))

@@ -23,14 +23,24 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from pydantic_core import from_json
 
+from jobfolder.datasource import Source, as_sources, fingerprint, stat_key
 from jobfolder.errors import DataError
 from jobfolder.layout import veri_home
-from jobfolder.rows import read_rows, text_field
+from jobfolder.rows import text_field
 
 if TYPE_CHECKING:
     from veri_tui.plan.chat import ChatTemplate
 
-CACHE_VERSION = 1
+
+Sources = list[Source] | str | Path
+
+
+def describe_sources(sources: list[Source]) -> str:
+    """The sources as one name (a message's subject)."""
+    return ", ".join(s.label for s in sources)
+
+
+CACHE_VERSION = 2  # 2: keyed by the sources' fingerprint (jobfolder/datasource.py)
 CHUNK = 8192  # texts per encode_batch call
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja")
 # In-process memo for re-plans on every keystroke: (file stats, method) -> the count, or the
@@ -50,12 +60,14 @@ class TokenCount(NamedTuple):
     cached: bool = False
 
 
-def count_rows(dataset: str | Path) -> int:
-    """The rows the trainer reads (no tokenizer needed), remembered by the file's stats."""
-    dataset = Path(dataset)
-    key = ("rows", _stat_key(dataset))
+def count_rows(sources: Sources) -> int:
+    """The rows the trainer reads (no tokenizer needed), remembered by the files' stats."""
+    from jobfolder.dataload import mixed_count
+
+    sources = as_sources(sources)
+    key = ("rows", stat_key(sources))
     if key not in _ROWS:
-        _ROWS[key] = len(read_rows(dataset, from_json))
+        _ROWS[key] = mixed_count(sources)
     return _ROWS[key]
 
 
@@ -77,12 +89,13 @@ def _stat_key(path: Path) -> tuple[Any, ...]:
     return (str(path), st.st_size, st.st_mtime_ns, st.st_ino)
 
 
-def _content_key(dataset: Path, model_dir: Path, method: str) -> str:
+def _content_key(sources: list[Source], model_dir: Path, method: str) -> str:
     import hashlib  # only with a dataset: OpenSSL's module costs a plain plan ~5 ms
 
     digest = hashlib.sha256(f"veri-tokens-v{CACHE_VERSION}:{method}\0".encode())
     # The contents, not the names: the same rows under another name are the same count.
-    for label, path in (("dataset", dataset), *((n, model_dir / n) for n in TOKENIZER_FILES)):
+    digest.update(fingerprint(sources).encode() + b"\0")
+    for label, path in ((n, model_dir / n) for n in TOKENIZER_FILES):
         digest.update(label.encode() + b"\0")
         if path.is_file():
             with open(path, "rb") as fh:
@@ -103,11 +116,12 @@ def _from_cache(path: Path, method: str) -> TokenCount | None:
         return None  # missing or unreadable: count again and write it anew
 
 
-def cached_count(dataset: str | Path, model_dir: str | Path, method: str) -> TokenCount | None:
+def cached_count(sources: Sources, model_dir: str | Path, method: str) -> TokenCount | None:
     """The count from the in-process memo or the disk cache; None when it must be counted.
     Never imports tokenizers (the cheap path a re-plan takes)."""
-    dataset, model_dir = Path(dataset), Path(model_dir)
-    memo_key = (_stat_key(dataset), _stat_key(model_dir / "tokenizer.json"), method)
+    sources = as_sources(sources)
+    dataset, model_dir = sources, Path(model_dir)
+    memo_key = (stat_key(sources), _stat_key(model_dir / "tokenizer.json"), method)
     if memo_key in _MEMO:
         found = _MEMO[memo_key]
         if isinstance(found, Exception):
@@ -119,15 +133,16 @@ def cached_count(dataset: str | Path, model_dir: str | Path, method: str) -> Tok
     return cached
 
 
-def count_tokens(dataset: str | Path, model_dir: str | Path, method: str) -> TokenCount:
+def count_tokens(sources: Sources, model_dir: str | Path, method: str) -> TokenCount:
     """Count (or fetch from the cache) the tokens of every row; DataError for a bad row
     or a tokenizer that cannot be used, ImportError without the tokenizers package."""
-    dataset, model_dir = Path(dataset), Path(model_dir)
+    sources = as_sources(sources)
+    dataset, model_dir = sources, Path(model_dir)
     found = cached_count(dataset, model_dir, method)
     if found is not None:
         return found
     key = _content_key(dataset, model_dir, method)
-    memo_key = (_stat_key(dataset), _stat_key(model_dir / "tokenizer.json"), method)
+    memo_key = (stat_key(sources), _stat_key(model_dir / "tokenizer.json"), method)
     try:
         count = _count(dataset, model_dir, method)
     except (DataError, ImportError) as exc:
@@ -138,7 +153,7 @@ def count_tokens(dataset: str | Path, model_dir: str | Path, method: str) -> Tok
         "version": CACHE_VERSION,
         "method": method,
         "rows": count.rows,
-        "dataset": str(dataset),
+        "dataset": [src.to_dict() for src in sources],
         "model": str(model_dir),
         "lengths": [list(entry) for entry in count.lengths],
     }
@@ -183,11 +198,12 @@ def _lengths(tok: Any, texts: list[str], special: bool) -> list[int]:
     return [unique[t] for t in texts]
 
 
-def _count(dataset: Path, model_dir: Path, method: str) -> TokenCount:
+def _count(sources: list[Source], model_dir: Path, method: str) -> TokenCount:
     from collections import Counter
 
     from tokenizers import Tokenizer  # only on a cache miss: ~15 ms to import
 
+    from jobfolder.dataload import mixed_rows
     from veri_tui.plan.chat import ChatTemplate, chat_segments
 
     try:
@@ -200,8 +216,7 @@ def _count(dataset: Path, model_dir: Path, method: str) -> TokenCount:
     rests: list[str] = []
     plan: list[tuple[Any, ...]] = []
     template: ChatTemplate | None = None
-    for no, row in read_rows(dataset, from_json):
-        where = f"{dataset} line {no}"
+    for where, row in mixed_rows(sources, from_json):
         if method == "dpo":
             texts = [text_field(row, key, where) for key in ("prompt", "chosen", "rejected")]
             plan.append(("dpo", len(firsts), len(rests)))
@@ -225,6 +240,8 @@ def _count(dataset: Path, model_dir: Path, method: str) -> TokenCount:
             raise DataError(
                 f"{where}: an sft_text row needs `text`, `messages` or `prompt`+`completion`"
             )
+    if not plan:
+        raise DataError(f"{describe_sources(sources)}: the dataset has no rows")
     first = _lengths(tok, firsts, special=True)
     rest = _lengths(tok, rests, special=False)
     hist: Counter[tuple[int, ...]] = Counter()

@@ -8,7 +8,8 @@ an equal JobConfig. Paths are written as given: the reader takes a relative data
 (and a model path starting with `.`) relative to the file's folder, so an absolute path is
 what survives a move of the file.
 
-tomllib only reads, and every value here is a flat scalar, so a small writer is enough.
+tomllib only reads, and every value here is a scalar, a list or an inline table (a
+dataset's), so a small writer is enough.
 """
 
 from __future__ import annotations
@@ -53,8 +54,10 @@ def toml_value(value: Any) -> str:
         if math.isinf(value):
             return "inf" if value > 0 else "-inf"
         return repr(value)  # shortest text that reads back to the same float
-    if isinstance(value, list):  # hosts = ["a", "b"]
+    if isinstance(value, list):  # hosts = ["a", "b"]; a mixture of datasets
         return "[" + ", ".join(toml_value(v) for v in value) + "]"
+    if isinstance(value, dict):  # a dataset's table: {path = "...", columns = {...}}
+        return "{" + ", ".join(f"{k} = {toml_value(v)}" for k, v in value.items()) + "}"
     return toml_string(str(value))
 
 

@@ -120,7 +120,8 @@ def _batch_errors(job: JobConfig) -> list[Refusal]:
 
 
 def _memory_knob_errors(job: JobConfig) -> list[Refusal]:
-    """activation_checkpointing against its alias; QLoRA needs adapters to train."""
+    """activation_checkpointing against its alias; QLoRA needs adapters to train; packing
+    is for sft_text."""
     hp, errs = job.hyperparameters, []
     mode = hp.activation_checkpointing
     if mode is not None and "gradient_checkpointing" in hp.model_fields_set:
@@ -133,6 +134,9 @@ def _memory_knob_errors(job: JobConfig) -> list[Refusal]:
     if hp.load_in_4bit and not hp.lora_rank:
         errs.append(Refusal("load_in_4bit", "QLoRA trains LoRA adapters over the 4-bit base: "
                             "set lora_rank (e.g. 16) or drop load_in_4bit"))  # fmt: skip
+    if hp.packing and job.method != "sft_text":
+        errs.append(Refusal("packing", f"packing applies to sft_text, not {job.method} (a dpo "
+                            "pair is one forward of its own); drop packing"))  # fmt: skip
     return errs
 
 
@@ -187,6 +191,7 @@ RULE_INPUTS: dict[str, frozenset[str]] = {
     "use_unsloth": frozenset({"gpu_count"}),
     "load_in_4bit": frozenset({"gpu_count", "lora_rank"}),
     "activation_checkpointing": frozenset({"gradient_checkpointing"}),
+    "packing": frozenset({"method"}),
     "use_liger": frozenset({"gpu_count"}),
     "gpu_count": frozenset({"hosts"}),
 }

@@ -16,6 +16,7 @@ from textual.binding import Binding
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static
 
+from jobfolder.canarytable import no_go_line
 from veri_tui.app.messages import JobsListed
 from veri_tui.launch.jobs import pending_reason
 
@@ -31,6 +32,8 @@ def job_row(rec: dict[str, Any]) -> tuple[str, ...]:
     status = str(rec.get("status", "?"))
     if status == "failed" and err.get("code"):
         status = f"failed {err['code']}"
+    elif no_go_line(rec):  # stopped at its canary's gate (docs/canary.md)
+        status = f"{status} (canary no-go)"
     waiting = pending_reason(rec)  # type: ignore[arg-type]  # a Slurm job in its queue
     if waiting:
         status = f"pending ({waiting})"

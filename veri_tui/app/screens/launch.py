@@ -10,7 +10,8 @@ waits while Slurm keeps it pending (docs/slurm.md).
 With more hosts the job runs on every host named, one node each, the target first (node 0):
 the preflight shows every node's rows (`node 1 (b): ...`) and the layout (`nodes: 2 x 1
 GPUs (a, b)`), and Launch starts the multi-node job, all through the launch facade. That
-field is checked on Enter, not on every key (each check opens SSH sessions to every host).
+field and the dataset are checked on Enter, not on every key (each check opens SSH sessions
+to every host, or reads the whole dataset).
 
 Canary (^k) launches the same job with a canary and the limits of the canary line
 (widgets/canary_fields.py, docs/canary.md). The trust dialog (host_key.py) asks once
@@ -80,7 +81,11 @@ class LaunchScreen(TrustAsker, Screen):
             yield SlurmFields(id="slurm-fields")
             with Horizontal(classes="field-line"):
                 yield Label("dataset", classes="field-label")
-                yield Input(placeholder="JSONL file (empty: bundled sample)", id="dataset")
+                yield Input(
+                    placeholder="file, save_to_disk folder or Hub id (empty: the editor's, "
+                    "else the bundled sample); enter checks it",
+                    id="dataset",
+                )
             with Horizontal(classes="field-line"):
                 yield Label("output dir", classes="field-label")
                 yield Input(placeholder="empty: <job folder>/output", id="output")
@@ -158,16 +163,19 @@ class LaunchScreen(TrustAsker, Screen):
         if event.control.id == "scheduler":
             self.query_one("#more-line").display = not self.slurm
             self.query_one(SlurmFields).display = self.slurm
-        if event.control.id != "more" and "slurm-field" not in event.control.classes:
+        on_enter = event.control.id in ("more", "dataset") or "slurm-field" in event.control.classes
+        if not on_enter:
             self.action_preflight()
             return
         if "canary-field" in event.control.classes:
             return  # judged by the gate, not by the preflight
-        self.ready = False  # checked on Enter: each check asks every host or the cluster
+        # Checked on Enter: each check asks every host or the cluster, or reads (and hashes)
+        # the dataset; a half-typed path (`/`, `/tmp`) is not worth walking.
+        self.ready = False
         self._enable(False)
         self.query_one("#preflight", Static).update("enter: check these settings")
 
-    @on(Input.Submitted, "#more, .slurm-field")
+    @on(Input.Submitted, "#more, #dataset, .slurm-field")
     def _more_submitted(self) -> None:
         self.action_preflight()
 

@@ -166,6 +166,7 @@ class MonitorScreen(Screen):
             chart = self.query_one(LossChart)
             chart.points = points_of(self.metrics, "loss")
             chart.margins = points_of(self.metrics, "rewards/margins")
+            chart.evals = points_of(self.metrics, "eval_loss")
         self._show_progress()
 
     def _show_measured(self, record: dict[str, Any]) -> None:

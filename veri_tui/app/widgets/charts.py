@@ -161,24 +161,26 @@ StepPoints = tuple[tuple[int, float], ...]
 
 class LossChart(ChartWidget):
     """Training loss against optimizer step, redrawn as metric lines arrive; for DPO (metric
-    lines with TRL's `rewards/margins`) the reward margin is drawn beside it."""
+    lines with TRL's `rewards/margins`) the reward margin is drawn beside it; eval_loss
+    (metric lines that carry it) is a second line in the loss chart, marked E."""
 
     points: reactive[StepPoints] = reactive(())
     margins: reactive[StepPoints] = reactive(())
+    evals: reactive[StepPoints] = reactive(())
 
     def render(self) -> Text:
         if not self.points:
             return Text("loss: no step reported yet", style="dim")
         if not self.plotext_ready():
             return Text("loss chart: drawing...", style="dim")
-        key = (self.points, self.margins, self.size)
+        key = (self.points, self.margins, self.evals, self.size)
         if key != self._cache_key:  # plotext builds take ~15 ms: only when something changed
             self._cache_key, self._cache = key, self._build()
         return self._cache
 
     def _build(self) -> Text:
         width, height = self.size.width, self.size.height
-        charts = [(self.points, "loss vs step")]
+        charts = [(self.points, "loss vs step" + (" (E: eval_loss)" if self.evals else ""))]
         if self.margins:
             charts.append((self.margins, "DPO reward margin vs step"))
         gap = 2
@@ -187,7 +189,10 @@ class LossChart(ChartWidget):
         for points, title in charts:
             xs = [p[0] for p in points]
             ys = [p[1] for p in points]
-            built.append(render_chart([("", xs, ys, None)], each, height, title, step_ticks(xs)))
+            series: list[Series] = [("", xs, ys, None)]
+            if points is self.points and self.evals:
+                series.append(("", [p[0] for p in self.evals], [p[1] for p in self.evals], "E"))
+            built.append(render_chart(series, each, height, title, step_ticks(xs)))
         return built[0] if len(built) == 1 else side_by_side(built[0], built[1], gap)
 
     _cache_key: object = None

@@ -26,6 +26,8 @@ def cost_text(cost: dict[str, Any] | None) -> Text:
     if cost.get("known"):
         tokens = cost.get("dataset_tokens")
         counted = f"{tokens:,} tokens in " if tokens is not None else ""
+        if cost.get("packed_from"):
+            counted += f"{cost['packed_from']:,} samples packed in "
         text.append(
             f"\n  {cost['steps']:,} steps x {cost['step_time_s']:.3g} s "
             f"({cost['steps_per_epoch']:,}/epoch; {counted}{cost['dataset_rows']:,} rows, "

@@ -13,6 +13,8 @@ from rich.text import Text
 from textual.reactive import reactive
 from textual.widget import Widget
 
+from jobfolder.failures import ONE_LINE_CODES, TRACEBACK_FILE
+
 # Platform failures are credited back: say so, the user should not debug those.
 _ATTRIBUTION_NOTE = {
     "customer": "the job's input or settings: fix and relaunch",
@@ -51,7 +53,9 @@ class FailurePanel(Widget):
         if err.get("message") and err.get("message") not in summary:
             out.append(f"{err['message']}\n")
         tb = (err.get("traceback") or "").rstrip().splitlines()
-        if tb:
+        if tb and code in ONE_LINE_CODES:  # the summary names the file and line: enough
+            out.append(f"traceback: {TRACEBACK_FILE} in the job folder", style="dim")
+        elif tb:
             out.append("traceback (last lines):\n", style="dim")
             out.append("\n".join(tb[-self.max_traceback_lines :]), style="dim")
         return out

@@ -63,6 +63,9 @@ class Backend(Protocol):
     group: str | None
     #: Its options, in the order shown.
     options: tuple[Option, ...]
+    #: Whether a launch on one of its hosts with 2 GPUs or more probes that host first
+    #: (probe/fleet.py; a Slurm partition's nodes are unknown before the allocation).
+    probes_one_host: bool
     #: How the CLI names its destination in a message (`--slurm`).
     given_as: str
     #: Whether a launch's pid handle is the supervisor's pid on a node (False: the

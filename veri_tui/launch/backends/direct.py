@@ -33,6 +33,7 @@ class DirectBackend:
     kinds: tuple[str, ...] = ("local", "ssh")
     group: str | None = None
     given_as: str = "--host (or veri.toml's hosts)"
+    probes_one_host: bool = True
     handle_is_pid: bool = True
     options: tuple[Option, ...] = (
         Option(

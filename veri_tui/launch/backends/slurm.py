@@ -30,6 +30,7 @@ class SlurmBackend:
     kinds: tuple[str, ...] = ("slurm",)
     group: str | None = "Slurm (also veri.toml [slurm]; these win)"
     given_as: str = "--slurm"
+    probes_one_host: bool = False
     handle_is_pid: bool = False
     options: tuple[Option, ...] = (
         Option(

@@ -7,13 +7,14 @@ static rendezvous on node 0's address and a port probed free and reachable there
 veri_tui/launch/nodes.py) running `trainer.probe`; rank 0's record comes back on its stdout.
 `VERI_PROBE_DELAY` (trainer/probe.py) is passed on to the nodes when set here.
 
-As a step of a multi-node launch (launching.py, `fleet_probe`): after the hosts agree and
-node 0's rendezvous is reachable, a probe of the same host set cached within REUSE_S
-(`veri-tui probe` just before) is used as it is, else they are measured now with the job's
-ranks per node and the result cached. A slow or sick node refuses the launch by name
-(report.py), unless the user goes on at their own risk (`--allow-slow-nodes`);
-`--no-probe`, or VERI_PROBE=0 in the environment, skips the step (the plan then keeps the
-`network` assumption).
+As a step of a multi-node launch, and of a launch on 2 GPUs or more of one machine (this one
+or one SSH host: their health and the bandwidth among them; `needs_probe`), launching.py
+`fleet_probe`: after the hosts agree and node 0's rendezvous is reachable, a probe of the
+same host set cached within REUSE_S (`veri-tui probe` just before) is used as it is, else
+they are measured now with the job's ranks per node and the result cached. A slow or sick
+node (or GPU) refuses the launch by name (report.py), unless the user goes on at their own
+risk (`--allow-slow-nodes`); `--no-probe`, or VERI_PROBE=0 in the environment, skips the step
+(the plan then keeps the `network` assumption).
 """
 
 from __future__ import annotations
@@ -40,6 +41,8 @@ PROBE_MARK = "VERI_PROBE "
 PROBE_TIMEOUT_S = 600.0
 #: A cached probe this young (seconds) stands for a launch's own.
 REUSE_S = 3600.0
+#: The way out for a sick or slow GPU of one machine (report.py's EXCLUDE_HINT).
+ONE_MACHINE_EXCLUDE = "list only the other GPUs in CUDA_VISIBLE_DEVICES, with a lower --gpu-count"
 
 
 @dataclass(frozen=True)
@@ -150,7 +153,10 @@ def measure(hosts: Sequence[Host], facts: list[HostFacts], *, ranks_per_node: in
         bad = next((k for k, res in enumerate(results) if res.exit_status != 0), 0)
         raise _failure(hosts[bad], bad, "bandwidth run (torchrun)", results[bad])
     labels = [h.name if not h.local else "this machine" for h in hosts]
-    return ProbeReport(key or hosts_key([h.name for h in hosts]), labels, records[0], health)
+    report = ProbeReport(key or hosts_key([h.name for h in hosts]), labels, records[0], health)
+    if nodes == 1:  # a GPU of this one machine is left out, not the machine
+        report.exclude = ONE_MACHINE_EXCLUDE
+    return report
 
 
 def probe_hosts(names: Sequence[HostName], trust: str | None = None, *,
@@ -171,6 +177,20 @@ def probe_hosts(names: Sequence[HostName], trust: str | None = None, *,
     finally:
         for host in hosts:
             host.close()
+
+
+def needs_probe(hosts: Sequence[Host], facts: list[HostFacts], job: Any) -> bool:
+    """Whether the launch probes its hosts first: several nodes; or one machine (this one, an
+    SSH host) whose job runs on 2 of its GPUs or more. Not a Slurm partition (its nodes are
+    unknown before the allocation: its cached probe is used), nor CPU ranks on one machine
+    (no GPU to judge, no link to measure)."""
+    if len(hosts) > 1:
+        return True
+    gpus = len(facts[0].gpus) if facts else 0
+    from veri_tui.launch.backends import backend_of
+
+    one_probed = backend_of(hosts[0].kind).probes_one_host
+    return one_probed and gpus >= 2 and int(job.gpu_count or 0) >= 2
 
 
 def fleet_probe(hosts: Sequence[Host], facts: list[HostFacts], job: Any, choice: ProbeChoice

@@ -34,7 +34,7 @@ from jobfolder.lost import lost_record
 from jobfolder.record import JobRecord
 from jobfolder.status import PENDING, has_ended
 from veri_tui.errors import VeriError
-from veri_tui.launch.host import Host, HostFacts, supervisor_argv
+from veri_tui.launch.host import Host, HostFacts, supervisor_argv, tracker_problems
 from veri_tui.launch.machine import Result
 from veri_tui.launch.records import LogLine, follow_lines
 from veri_tui.launch.slurm.login import LoginNode
@@ -135,15 +135,17 @@ class SlurmHost(LoginNode):
             from jobfolder.layout import veri_home
 
             home, python = str(Path.home()), self.login_host.python
-            return HostFacts(self.where, python, {}, home, str(veri_home()), shown=False)
+            found = HostFacts(self.where, python, {}, home, str(veri_home()), shown=False)
+            found.problems += tracker_problems(job)  # the compute nodes share this install
+            return found
         from veri_tui.launch.ssh.host import SshHost
         from veri_tui.launch.ssh.preflight import run_preflight
 
         conn = cast(SshHost, self.login_host).conn
         full = not job.hyperparameters.lora_rank
-        return run_preflight(
-            conn, model=job.model, gpu_count=0, full_finetune=full, dataset_bytes=dataset_bytes
-        )
+        return run_preflight(conn, model=job.model, gpu_count=0, full_finetune=full,
+                             dataset_bytes=dataset_bytes,
+                             report_to=job.hyperparameters.report_to)  # fmt: skip
 
     def plan(
         self, job: JobConfig, facts: HostFacts, given: PlanRecord | None = None
@@ -151,10 +153,11 @@ class SlurmHost(LoginNode):
         """The login node's plan of the job laid out on the partition (``given`` is not used:
         it was made for another layout)."""
         if self.login_host.local:
-            from veri_tui.launch.spec import local_dataset
+            from veri_tui.launch.spec import with_data
 
             # Planned with the dataset it trains on, so the predicted price counts its tokens.
-            self._job_update.setdefault("dataset", str(local_dataset(job)))
+            for key in ("dataset", "eval_dataset"):
+                self._job_update.setdefault(key, getattr(with_data(job), key))
         laid_out, rec = self.login_host.plan(job.model_copy(update=self._job_update), facts)
         return laid_out, on_partition(rec, self.partition)
 

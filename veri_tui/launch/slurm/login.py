@@ -20,6 +20,7 @@ from veri_tui.launch.host import Host, HostFacts, Row
 from veri_tui.launch.machine import Result, Stream
 
 if TYPE_CHECKING:
+    from veri_tui.launch.spec import JobData
     from veri_tui.plan import JobConfig, PlanRecord
     from veri_tui.plan.disk import DiskEstimate
 
@@ -90,7 +91,7 @@ class LoginNode:
         return self.login_host.output_for(job, facts)
 
     def job_paths(self, job: JobConfig, plan: PlanRecord, job_dir: str, facts: HostFacts
-                  ) -> tuple[str, str, str, str | None]:  # fmt: skip
+                  ) -> tuple[str, JobData, str, str | None]:  # fmt: skip
         return self.login_host.job_paths(job, plan, job_dir, facts)
 
     def stage(self, job: JobConfig, tmp: str) -> None:

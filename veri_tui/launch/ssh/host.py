@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from jobfolder.datasource import files_of
 from jobfolder.layout import SUPERVISOR_LOG
 from jobfolder.lost import judge
 from jobfolder.record import JobRecord
@@ -24,7 +25,7 @@ from veri_tui.launch.diskcheck import Place
 from veri_tui.launch.host import HostFacts, Row, capacity_rows, run_cancel, supervisor_argv
 from veri_tui.launch.machine import Result
 from veri_tui.launch.records import LogLine
-from veri_tui.launch.spec import local_dataset
+from veri_tui.launch.spec import JobData, local_data
 from veri_tui.launch.ssh import files
 from veri_tui.launch.ssh.connection import Connection, ConnectionLost, command_line
 from veri_tui.launch.ssh.preflight import DISK_SCRIPT, remote_python, run_preflight
@@ -183,6 +184,7 @@ class SshHost:
             gpu_count=int(job.gpu_count),
             full_finetune=not job.hyperparameters.lora_rank,
             dataset_bytes=dataset_bytes,
+            report_to=job.hyperparameters.report_to,
         )
 
     def plan(
@@ -212,10 +214,10 @@ class SshHost:
         return job.model_copy(update={"output": output})
 
     def job_paths(self, job: JobConfig, plan: PlanRecord, job_dir: str, facts: HostFacts
-                  ) -> tuple[str, str, str, str | None]:  # fmt: skip
-        """(model path, dataset, output dir, the model's name) in the host's job folder."""
+                  ) -> tuple[str, JobData, str, str | None]:  # fmt: skip
+        """(model path, datasets, output dir, the model's name) in the host's job folder."""
         model = facts.model_path or posixpath.join(job_dir, "model")
-        dataset = posixpath.join(job_dir, "data", local_dataset(job).name)
+        dataset = uploaded(local_data(job), job_dir)
         output = job.output or posixpath.join(job_dir, "output")
         return model, dataset, output, job.model or "tiny-model (bundled)"
 
@@ -226,9 +228,14 @@ class SshHost:
             files.upload_package(
                 sftp, files.package_dir(package), posixpath.join(tmp, "pkg", package)
             )
-        files.makedirs(sftp, posixpath.join(tmp, "data"))
-        dataset = local_dataset(job)
-        files.upload_file(sftp, dataset, posixpath.join(tmp, "data", dataset.name))
+        here = local_data(job)
+        there = uploaded(here, tmp)
+        for src, dst in zip((*here.train, *here.eval), (*there.train, *there.eval), strict=True):
+            root = Path(src.path)
+            for f in files_of(root):  # a file, or a folder's files (a Hub snapshot's too)
+                target = posixpath.join(dst.path, *f.relative_to(root).parts)
+                files.makedirs(sftp, posixpath.dirname(target))
+                files.upload_file(sftp, f, target)
         if not job.model:
             from veri_tui.plan.sources import bundled_tiny_model
 
@@ -274,3 +281,14 @@ class SshHost:
 def uploaded_packages() -> list[Path]:
     """The local folders of the packages a host gets."""
     return [files.package_dir(p) for p in UPLOADED]
+
+
+def uploaded(data: JobData, job_dir: str) -> JobData:
+    """The datasets as the job folder on a host holds them: source k (the mixture's, then
+    the eval sources) in `data/<k>/` under its own name."""
+
+    def moved(k: int, src: Any) -> Any:
+        return src.moved(posixpath.join(job_dir, "data", str(k), Path(src.path).name))
+
+    train = tuple(moved(k, s) for k, s in enumerate(data.train))
+    return JobData(train, tuple(moved(len(train) + k, s) for k, s in enumerate(data.eval)))

@@ -14,6 +14,7 @@ import json
 import os
 from typing import Any
 
+from jobfolder.trackers import MODULES, missing_message, trackers_of
 from veri_tui.errors import Refusal, VeriError
 from veri_tui.launch.host import HostFacts
 from veri_tui.launch.ssh.connection import Connection
@@ -37,6 +38,8 @@ out = {"python": platform.python_version(), "executable": sys.executable,
 for mod in ("transformers", "peft", "safetensors"):
     if importlib.util.find_spec(mod) is None:
         out["missing"].append(mod)
+out["trackers"] = [m for m in ("tensorboard", "trackio", "wandb", "mlflow")
+                   if importlib.util.find_spec(m) is not None]
 try:
     import torch
     out["torch"] = torch.__version__
@@ -114,8 +117,10 @@ def run_preflight(
     gpu_count: int = 1,
     full_finetune: bool = True,
     dataset_bytes: int = 0,
+    report_to: Any = None,
 ) -> HostFacts:
-    """Probe the host and find the model; problems are collected, not raised (see `check`)."""
+    """Probe the host and find the model; problems are collected, not raised (see `check`).
+    `report_to`: the job's trackers, each refused when the host cannot import it."""
     python, host = remote_python(), conn.spec.alias
     facts = _probe(conn, python, remote_veri_home())
     home = facts["home"]
@@ -135,6 +140,9 @@ def run_preflight(
     if facts.get("missing"):
         names = " ".join(facts["missing"])
         problems.append(Refusal("host", f"missing on {host}: {names}; pip install {names}"))
+    have = set(facts.get("trackers") or [])
+    for name in (n for n in trackers_of(report_to) if MODULES[n] not in have):
+        problems.append(Refusal("report_to", missing_message(name, f"on {host}")))
     if facts.get("torch") and facts.get("nvidia_smi") and not facts.get("cuda"):
         problems.append(
             Refusal("host", f"nvidia-smi on {host} shows {len(facts['nvidia_smi'])} GPUs "
