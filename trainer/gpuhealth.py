@@ -8,7 +8,7 @@ aggregate), remapped rows (pending, failed) and pending page retirements, the XI
 (NVML's event set for a moment, and the kernel log's `NVRM: Xid` lines where it is readable),
 PCIe generation and width against their maximum, SM clock against its maximum with the
 throttle reasons, temperature. `dcgmi diag -r 1` when DCGM is installed. Nothing is judged
-here: the rules are the launcher's (veri_tui/launch/probe/health.py), so one node's facts are
+here: the rules are the launcher's (jobfolder/probe_health.py), so one node's facts are
 compared with the others'. Without NVML or a driver the line says why (`"nvml": false`).
 No torch needed.
 """

@@ -62,12 +62,14 @@ def _launch_options(p: argparse.ArgumentParser) -> None:
     )  # fmt: skip
     p.add_argument(
         "--no-probe", action="store_true",
-        help="skip the bandwidth and GPU health probe of the nodes (several hosts) or of the "
-        "GPUs (2 or more of one machine) (docs/probe.md)",
+        help="skip the bandwidth and GPU health probe of the nodes (several hosts; a Slurm "
+        "job's allocation, before training) or of the GPUs (2 or more of one machine) "
+        "(docs/probe.md)",
     )  # fmt: skip
     p.add_argument(
         "--allow-slow-nodes", action="store_true",
-        help="launch although the probe finds a node slow or sick (at your own risk)",
+        help="launch (a Slurm job: train) although the probe finds a node slow or sick "
+        "(at your own risk)",
     )  # fmt: skip
     from veri_tui.commands.common import canary_options
 
@@ -244,9 +246,15 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="veri-tui",
         description="Plan, launch and watch multi-GPU fine-tuning. "
-        "Without a command, opens the app on the bundled tiny model.",
+        "Without a command, opens the app on the bundled tiny model (or --model's).",
         formatter_class=_HelpFormatter,
     )
+    # Its own dest: the commands' --model (a job field) sets `model`, and a subparser's
+    # default would overwrite this one's value.
+    parser.add_argument(
+        "--model", dest="app_model", metavar="MODEL",
+        help="open the app on this model: a local checkpoint directory or Hub id",
+    )  # fmt: skip
     sub = parser.add_subparsers(dest="command")
     first = argv[0] if argv else None
     for name, (help_text, add_options) in COMMANDS.items():
@@ -272,7 +280,13 @@ def dispatch(args: argparse.Namespace) -> int:
         if args.command is None:
             from veri_tui.app import run_app
 
-            return run_app()
+            return run_app(model=args.app_model)
+        if getattr(args, "app_model", None):
+            raise VeriError(
+                f"before a command it opens the app; write `veri-tui {args.command} "
+                f"--model {args.app_model}`",
+                key="--model",
+            )
         if args.command == "plan":
             from veri_tui.commands import plan as cmd
         elif args.command == "launch":

@@ -134,6 +134,14 @@ async def editor_ready(pilot, timeout: float = 20.0) -> None:
         await asyncio.sleep(0.02)
 
 
+async def settle(pilot) -> None:
+    """Let the workers finish and the frames they cause be drawn (the charts come one frame
+    after the plan: widgets/plan_view.py)."""
+    await pilot.app.workers.wait_for_complete()
+    await pilot.pause()
+    await pilot.pause()
+
+
 async def until(pilot, condition, what: str, polls: int = 400) -> None:
     """Let the app run until ``condition()`` holds (a bound on polls, not a timed check)."""
     for _ in range(polls):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from app_helpers import editor_ready, write_big_model
+from app_helpers import editor_ready, settle, write_big_model
 from textual import events
 from textual.widgets import Button, Input, OptionList, Select, Static
 
@@ -13,11 +13,6 @@ from veri_tui.app.screens.model_picker import ModelPickerScreen
 from veri_tui.app.screens.plan_editor import PlanEditorScreen
 from veri_tui.app.widgets.charts import ThroughputChart
 from veri_tui.app.widgets.memory_bar import MemoryBar
-
-
-async def _settle(pilot) -> None:
-    await pilot.app.workers.wait_for_complete()
-    await pilot.pause()
 
 
 def _plan_line(screen) -> str:
@@ -95,7 +90,7 @@ async def test_data_parallel_rule_and_pin(veri_home: Path) -> None:
         assert _plan_line(screen) == auto_line.replace("(auto:", "(requested:")
         # Pinned batch knobs (grad_acc=1, gbs=2): the sweep keeps gbs=2, so it draws 1 and 2
         # GPUs and says why 4 and 8 are not drawn.
-        await _settle(pilot)
+        await settle(pilot)
         chart = screen.query_one(ThroughputChart)
         assert sorted({r["gpu_count"] for r in chart.sweep if r["known"]}) == [1, 2]
         shown = str(chart.render())
@@ -202,7 +197,7 @@ async def test_model_picker(veri_home: Path, tmp_path: Path) -> None:
     async with app.run_test(size=(100, 30)) as pilot:
         await editor_ready(pilot)
         await pilot.press("ctrl+o")
-        await _settle(pilot)
+        await settle(pilot)
         picker = app.screen
         assert isinstance(picker, ModelPickerScreen)
         options = picker.query_one(OptionList)
@@ -214,11 +209,11 @@ async def test_model_picker(veri_home: Path, tmp_path: Path) -> None:
         inp.focus()
         inp.value = "nobody/no-such-model"
         await pilot.press("enter")
-        await _settle(pilot)
+        await settle(pilot)
         assert "HF_HUB_OFFLINE" in str(picker.query_one("#model-details", Static).render())
         inp.value = str(big)
         await pilot.press("enter")
-        await _settle(pilot)
+        await settle(pilot)
         editor = app.screen
         assert isinstance(editor, PlanEditorScreen)
         assert editor.model == str(big)
@@ -252,6 +247,6 @@ async def test_quick_backspace_and_digit_keys_apply_in_the_order_typed(veri_home
         for key in keys:
             char = key if len(key) == 1 else ("\x7f" if key == "backspace" else None)
             app.post_message(events.Key(key, char))
-        await _settle(pilot)
+        await settle(pilot)
         assert inp.value == "38"
         assert _plan_line(app.screen).startswith("plan: dp=38 ")

@@ -46,6 +46,25 @@ def test_run_monitor_snapshot(snap_compare, veri_home: Path, size: tuple[int, in
     assert snap_compare(create_app(), terminal_size=size, run_before=open_monitor)
 
 
+def test_plan_editor_fields_in_error_snapshot(snap_compare, veri_home: Path) -> None:
+    """Several fields in error at once: each message wraps under its field, the next field
+    right below it (a pilot test checks every field: test_app_field_errors.py)."""
+
+    async def errors(pilot) -> None:
+        await editor_ready(pilot)
+        for key, text in (
+            ("gpu_count", "-1"),
+            ("micro_batch_size", "8x"),
+            ("learning_rate", "abc"),
+            ("max_steps", "0"),
+        ):
+            pilot.app.screen.query_one(f"#knob-{key}", Input).value = text
+        await pilot.pause()
+        await _settled(pilot)
+
+    assert snap_compare(create_app(), terminal_size=(120, 40), run_before=errors)
+
+
 def test_plan_editor_light_theme_snapshot(snap_compare, veri_home: Path) -> None:
     async def ready(pilot) -> None:
         await editor_ready(pilot)

@@ -103,3 +103,38 @@ def test_the_remembered_line_is_forgotten_when_the_model_changes(
     config.write_text(config.read_text().replace("}", ', "note": 1}', 1))
     assert first_plan.cached(str(model)) is None  # a file in the model's folder changed
     assert first_plan.cache_key("org/hub-id") is None  # a Hub id: no key from stat alone
+
+
+async def test_a_key_typed_before_the_editor_opens_is_kept(
+    veri_home, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """ctrl+o typed while the start screen shows (right as the first frame appears) opens
+    the model picker once the editor is there; the app's own keys (ctrl+t) run at once."""
+    import threading
+
+    from veri_tui.app.screens.model_picker import ModelPickerScreen
+    from veri_tui.app.screens.plan_editor import PlanEditorScreen
+
+    gate = threading.Event()
+    real = first_plan.plan_answer
+
+    def gated(model: str | None) -> dict[str, str] | None:
+        gate.wait(timeout=60)  # the start screen stays until the keys are typed
+        return real(model)
+
+    monkeypatch.setattr(first_plan, "plan_answer", gated)
+    app = create_app()  # VERI_FIRST_PLAN=0: the start screen plans the opening job itself
+    async with app.run_test(size=(120, 40)) as pilot:
+        while not isinstance(app.screen, StartScreen) or not app.screen.is_mounted:
+            await asyncio.sleep(0.005)
+        theme = app.theme
+        await pilot.press("ctrl+o", "ctrl+t")
+        assert isinstance(app.screen, StartScreen)
+        assert app.theme != theme  # ran at once
+        gate.set()
+        for _ in range(1200):
+            if isinstance(app.screen, ModelPickerScreen):
+                break
+            await pilot.pause(0.05)
+        assert isinstance(app.screen, ModelPickerScreen)
+        assert isinstance(app.screen_stack[-2], PlanEditorScreen)

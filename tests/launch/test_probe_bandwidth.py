@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
+from jobfolder import probe_bandwidth as bandwidth
+from jobfolder.probe_verdict import cache_path
 from trainer.probe import bus_factor, delay_of
 from veri_tui.cli import main
-from veri_tui.launch.probe import bandwidth
 from veri_tui.launch.probe.report import (
     ProbeReport,
-    cache_path,
     hosts_key,
     save,
     with_cached_network,

@@ -1,6 +1,6 @@
 """The fleet probe's GPU health rules, on facts read through a fake NVML (the GPU is the one
 thing mocked: trainer/gpuhealth.py reads it as it reads pynvml, and
-veri_tui/launch/probe/health.py judges what it read).
+jobfolder/probe_health.py judges what it read).
 """
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
+from jobfolder import probe_health as health
 from trainer import gpuhealth
-from veri_tui.launch.probe import health
 from veri_tui.launch.probe.report import ProbeReport
 
 KERNEL_XIDS = gpuhealth.kernel_xids  # the parser itself, before the fixture stubs the read

@@ -89,3 +89,27 @@ def test_plan_help_lists_every_knob(capsys: pytest.CaptureFixture[str]) -> None:
         assert f"\n  {k.name} = " in listed, k.name
     assert "activation_checkpointing = none|selective|full; default unset" in listed
     assert "micro_batch_size = integer >= 1; default 1, alias batch_size" in listed
+
+
+def test_the_unknown_key_hint_leads_to_a_list_of_the_knobs(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Issue 27: the hint sent users to `plan --help`, which listed no knobs, and
+    `eval_steps` was taken for a misspelt max_steps. Now eval_steps is a knob, a near miss
+    names it, and a far one's hint leads to a help that lists every knob."""
+    assert main(["plan", "--set", "eval_steps=5", "--json"]) == 0
+    capsys.readouterr()
+    assert main(["plan", "--set", "eval_step=5"]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        "error: eval_step: unknown key; did you mean 'eval_steps'?"
+    ]
+    assert main(["plan", "--set", "zzz=5"]) == 2
+    hint = capsys.readouterr().err.strip()
+    assert hint == (
+        "error: zzz: unknown key; see `veri-tui plan --help` and docs/planning.md for the "
+        "known keys"
+    )
+    with pytest.raises(SystemExit):
+        main(["plan", "--help"])
+    listed = capsys.readouterr().out
+    assert "\n  eval_steps = integer >= 1 (steps); default unset" in listed

@@ -25,6 +25,12 @@ NOT_FITTING = [
     ("llama-3.1-70b", {"gpu": "H100-80GB", "gpu_count": 8, "method": "dpo", "precision": "fp32"}),
     # one GPU: lora_rank and bf16 only
     ("qwen2.5-7b", {"gpu": "L4-24GB", "gpu_count": 1, "precision": "fp32"}),
+    # one GPU, LoRA alone still over: QLoRA, and LoRA on the fewest GPUs that fit it
+    ("llama-3.1-8b", {"gpu": "L4-24GB", "gpu_count": 1}),
+    # a LoRA job on one GPU: load_in_4bit
+    ("llama-3.1-8b", {"gpu": "L4-24GB", "gpu_count": 1, "lora_rank": 16}),
+    # nothing fits on this GPU type at any count
+    ("llama-3.1-8b", {"gpu": "custom-2GB", "gpu_count": 1}),
 ]
 
 
@@ -41,6 +47,31 @@ def test_each_suggestion_is_the_plan_of_the_changed_job(
         assert changed.host_bytes_per_node == s.host_bytes_per_node, s.text
         assert changed.fits == s.fits, s.text
         assert s.to_dict() == rec.to_dict()["suggestions"][rec.suggestions.index(s)]
+    # Those that fit come first: `ctrl+y` (the first) is one that fits whenever one does.
+    fits = [s.fits for s in rec.suggestions]
+    assert fits == sorted(fits, reverse=True), [s.text for s in rec.suggestions]
+
+
+def test_llama_8b_on_one_l4_first_suggestion_fits(
+    infos: dict[str, ModelInfo], model_dirs: dict[str, Path]
+) -> None:
+    """The issue's case: the first way out was `lora_rank=16 still over`."""
+    base = {"model": str(model_dirs["llama-3.1-8b"]), "gpu": "L4-24GB"}
+    rec = plan_job(job_from_fields(base), infos["llama-3.1-8b"])
+    texts = [s.text for s in rec.suggestions]
+    assert texts[0].startswith("lora_rank=16 load_in_4bit=true fits: "), texts
+    assert texts[1].startswith("lora_rank=16 gpu_count=2 fits: "), texts
+    assert texts[-1].startswith("lora_rank=16 still over: "), texts
+    assert "none of these fits" not in rec.warnings[0]
+
+
+def test_when_nothing_fits_the_warning_says_so(
+    infos: dict[str, ModelInfo], model_dirs: dict[str, Path]
+) -> None:
+    base = {"model": str(model_dirs["llama-3.1-8b"]), "gpu": "custom-2GB"}
+    rec = plan_job(job_from_fields(base), infos["llama-3.1-8b"])
+    assert rec.suggestions and not any(s.fits for s in rec.suggestions)
+    assert rec.warnings[0].endswith("; none of these fits on custom-2GB: a GPU with more memory")
 
 
 def test_gpu_count_suggestion_carries_the_keys_it_needs(
@@ -49,7 +80,12 @@ def test_gpu_count_suggestion_carries_the_keys_it_needs(
     name, fields = NOT_FITTING[2]
     rec = plan_job(job_from_fields({"model": str(model_dirs[name]), **fields}), infos[name])
     more = [s for s in rec.suggestions if "gpu_count" in s.set]
-    assert more and more[0].set == {"gpu_count": 37, "zero_stage": 3, "data_parallel_size": 37}
+    assert [s.set for s in more] == [
+        # LoRA alone is still over: LoRA on the fewest GPUs that fit it, then the full
+        # fine-tune's count, each with the keys it needs
+        {"lora_rank": 16, "gpu_count": 10, "zero_stage": 3, "data_parallel_size": 10},
+        {"gpu_count": 37, "zero_stage": 3, "data_parallel_size": 37},
+    ]
     offload = [s for s in rec.suggestions if "cpu_offload" in s.set]
     assert offload[0].set == {"cpu_offload": True, "zero_stage": 3}
 

@@ -48,7 +48,7 @@ def test_a_no_go_canary_on_slurm_leaves_a_record_and_nothing_running(
 def test_a_go_canary_over_two_slurm_nodes_finishes_in_the_same_ranks(
     slurm: SlurmCluster, home: Path, capsys
 ) -> None:
-    two = ("--nodes", "2", "--gpus-per-node", "1")
+    two = ("--nodes", "2", "--gpus-per-node", "1", "--no-probe")  # probed: test_slurm_launch
     cheap = ("--set", "price_per_gpu_hour=0.0001")
     code, out, err = cli(capsys, *CANARY, "--partition", "debug", *two, *cheap, "--wait")
     assert code == 0, out[-3000:] + err[-3000:]

@@ -24,6 +24,7 @@ from slurm_helpers import (
 from support.slurm_cluster import SlurmCluster
 
 from veri_tui.launch import jobs
+from veri_tui.launch.probe.report import cached
 from veri_tui.plan import load_job_config
 
 __all__ = ["home"]  # the fixture, imported for the tests below
@@ -245,9 +246,27 @@ def test_a_pending_job_shows_its_reason_and_cancel_and_resume_resubmit(
 
 
 def test_two_nodes_one_rank_each_match_a_local_run(slurm: SlurmCluster, home: Path, capsys) -> None:
+    # The batch job probes its two nodes first (jobfolder/slurmprobe.py), then trains.
     job_id = _same_losses_as_local(capsys, home, "--nodes", "2", "--gpus-per-node", "1")
-    spec = jobs.get_job(job_id)["spec"]
+    record = jobs.get_job(job_id)
+    spec = record["spec"]
     assert (spec["nnodes"], spec["nproc_per_node"], spec["gpu_count"]) == (2, 1, 2)
+    job_dir = slurm_job_dir(home, job_id)
+    assert "jobfolder.slurmprobe --job" in (job_dir / "sbatch.sh").read_text()
+    probe = record["probe"]
+    assert probe["internode_gbps"] > 0 and probe["refused"] == [] and probe["slow"] == []
+    report = json.loads((job_dir / "probe.json").read_text())
+    assert report["labels"] == ["127.0.0.1", "127.0.0.2"] and report["key"] == "slurm:debug"
+    log = (job_dir / "log.txt").read_text()
+    network = next(ln for ln in probe["lines"] if ln.startswith("network: "))
+    assert log.index(network) < log.index('"step": 1')  # probed before the first step
+    # The partition's probe cache has it: the next plan for 2 nodes of debug uses it.
+    assert cached("slurm:debug")["internode_gbps"] == probe["internode_gbps"]
+    code, out, _ = cli(capsys, "jobs", job_id)
+    with capsys.disabled():
+        print("\n" + out)
+    assert re.search(r"^probe: measured \S+ \(the Slurm allocation, before training\):$", out,
+                     re.M) and f"  {network}" in out, out  # fmt: skip
 
 
 def test_a_job_over_its_time_limit_is_time_limit_customer(

@@ -25,6 +25,7 @@ def test_resume_on_another_node_count_reshards_the_shared_checkpoint(
     """`veri-tui resume JOB --nodes 1` of a 2-node job: one global checkpoint in the folder
     both nodes share, planned again for 1 node (ranks per node kept) and resharded."""
     code, out, err = cli(capsys, "launch", *SLURM, "--nodes", "2", "--gpus-per-node", "1",
+                         "--no-probe",  # the probe step: test_slurm_launch.py's 2-node job
                          "--set", "max_steps=12", "--set", "checkpoint_steps=4")  # fmt: skip
     assert code == 0, err
     job_id = out.strip()

@@ -44,7 +44,8 @@ def create_app(
     )
 
 
-def run_app() -> int:
-    """Run the app in the terminal (plain `veri-tui`); returns the exit status."""
-    result = create_app().run()
+def run_app(model: str | None = None) -> int:
+    """Run the app in the terminal (plain `veri-tui`, or `veri-tui --model X` on a model);
+    returns the exit status."""
+    result = create_app(model=model).run()
     return int(result or 0)

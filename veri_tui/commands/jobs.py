@@ -11,6 +11,7 @@ import argparse
 import json
 import os
 import sys
+from typing import Any, cast
 
 from jobfolder.canarytable import no_go_line
 from jobfolder.record import NOT_RECORDED, JobRecord, plan_line_of
@@ -81,6 +82,7 @@ def show_job(job_id: str, as_json: bool) -> int:
         why = f", reason {state[1]}" if state[1] else ""
         print(f"slurm: job {rec.get('slurm_job_id')} {state[0]}{why}")
     print(plan_line_of(rec.get("spec"), NOT_RECORDED))
+    print("\n".join(probe_lines(rec)))
     print("\n".join(comparison_lines(rec) or ["measured: not recorded for this job"]))
     evals = eval_line(job_id)
     if evals:
@@ -94,6 +96,18 @@ def show_job(job_id: str, as_json: bool) -> int:
             "stops it with the job"
         )
     return 0
+
+
+def probe_lines(rec: JobRecord) -> list[str]:
+    """The fleet probe that cleared (or stopped) the job: when and where it ran, its printed
+    figures, each node it refused (docs/probe.md); none when the job was not probed."""
+    probe = cast("dict[str, Any]", rec).get("probe")
+    if not isinstance(probe, dict):
+        return []
+    where = f" ({probe['where']})" if probe.get("where") else ""
+    head = f"probe: measured {probe.get('measured_at')}{where}:"
+    refused = [f"  refused: {r}" for r in probe.get("refused") or ()]
+    return [head, *(f"  {line}" for line in probe.get("lines") or ()), *refused]
 
 
 def failure_line(rec: JobRecord) -> str:

@@ -31,8 +31,9 @@ def run(args: argparse.Namespace) -> int:
     job = job_from_args(args)
     host = hosts_of(args, job)
     canary = canary_of(args)
+    probe = jobs.ProbeChoice(run=not args.no_probe, allow_slow=args.allow_slow_nodes)
     if args.dry_run:
-        print(jobs.dry_run(job, host, args.trust_host), end="")
+        print(jobs.dry_run(job, host, args.trust_host, probe), end="")
         return 0
     if host is None:
         check_job(job)  # every refusal at once, before the model is even read
@@ -45,7 +46,6 @@ def run(args: argparse.Namespace) -> int:
         # preflight (the host's GPUs, the model's headers read over SFTP). Planning here
         # would refuse a model only it holds.
         record = None
-    probe = jobs.ProbeChoice(run=not args.no_probe, allow_slow=args.allow_slow_nodes)
     job_id = jobs.launch(job, record, host=host, trust_host=args.trust_host, probe=probe,
                          canary=canary)  # fmt: skip
     if canary is not None:

@@ -92,15 +92,17 @@ def launch(
                       probe=probe or ProbeChoice(), canary=canary)  # fmt: skip
 
 
-def dry_run(job_config: JobConfig, host: Where, trust_host: str | None = None) -> str:
+def dry_run(job_config: JobConfig, host: Where, trust_host: str | None = None,
+            probe: ProbeChoice | None = None) -> str:  # fmt: skip
     """What `launch` would submit for ``job_config`` to ``host`` (a Slurm job: its batch
-    script), every check of a launch made, every refusal raised; nothing is created or
-    submitted. VeriError at once for a backend that submits nothing (this machine, SSH)."""
+    script), every check of a launch made, every refusal raised (``probe``: its probe
+    step's mode); nothing is created or submitted. VeriError at once for a backend that
+    submits nothing (this machine, SSH)."""
     from veri_tui.launch.launching import launch as run_launch
 
     backends.backend_for(host).check_dry_run()
     return run_launch(job_config, None, _names(host, job_config), trust_host, wait=False,
-                      dry_run=True)  # fmt: skip
+                      dry_run=True, probe=probe)  # fmt: skip
 
 
 def preflight(

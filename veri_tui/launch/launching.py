@@ -221,12 +221,15 @@ def launch(
             cast("dict[str, Any]", rec)["probe"] = measured.summary()
         for _dir, rec in nodes if canary else ():
             rec["spec"]["canary"] = dict(canary)
+        from veri_tui.launch.backends import backend_of
+
+        # A backend whose job probes its own nodes (Slurm's batch job: slurm/script.py)
+        # records the probe step's mode in the spec.
+        backend_of(hosts[0].kind).record_probe_mode(nodes[0][1]["spec"], probe or ProbeChoice())
         check_capacity(
             hosts, facts, plan, nodes[0][1]["spec"]["output_dir"] if job.output else None
         )
         if dry_run:
-            from veri_tui.launch.backends import backend_of
-
             return backend_of(hosts[0].kind).script(hosts[0], *nodes[0])
         for host, pf in zip(hosts, facts, strict=True):
             host.makedirs(pf.jobs_dir)

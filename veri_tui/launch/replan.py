@@ -41,11 +41,29 @@ def split_batch(gbs: int, mbs: int, gpu_count: int) -> int:
     return max(d for d in range(1, min(mbs, share) + 1) if share % d == 0)
 
 
+def set_by_user(hyperparameters: dict[str, Any]) -> dict[str, Any]:
+    """The hyperparameters whose value is not the knob's own default. The spec records
+    every hyperparameter (the defaults too) and cannot tell which the user set: passing the
+    defaults on would make them "set" for the re-plan, which then warns about keys the user
+    never wrote (a resumed sft_text job: "max_length applies to dpo"). Left unset they mean
+    the same value."""
+    from jobfolder.knobs.schema import by_name
+    from veri_tui.plan.knobs import Hyperparameters
+
+    knobs = by_name(Hyperparameters)
+    return {
+        k: v
+        for k, v in hyperparameters.items()
+        if k not in knobs or knobs[k].default is None or knobs[k].default != v
+    }
+
+
 def resume_fields(spec: JobSpec, gpu_count: int | None, sets: dict[str, Any]) -> dict[str, Any]:
     """The job fields (job keys and knobs at top level, as `job_from_fields` takes them) of
     the re-planned job."""
     rp = dict(spec.get("resolved_parallelism") or {})
-    hp = {k: v for k, v in (spec.get("hyperparameters") or {}).items() if k not in DERIVED}
+    hp = set_by_user(spec.get("hyperparameters") or {})
+    hp = {k: v for k, v in hp.items() if k not in DERIVED}
     count = int(gpu_count or spec.get("gpu_count") or 1)
     pins = {k: rp[k] for k in KEPT if k in rp}
     if "cpu_offload" in rp:

@@ -105,6 +105,7 @@ def throughput_text(tp: dict[str, Any]) -> str:
 def record_html(record: PlanRecord) -> str:
     """The whole record as one block (PlanRecord._repr_html_ returns this)."""
     from veri_tui.plan.cost import cost_line
+    from veri_tui.plan.suggest import ways_out_title
 
     color = GREEN if record.fits else RED
     out = [_line(line, f"color:{GREY}") for line in record.header_lines]
@@ -114,7 +115,8 @@ def record_html(record: PlanRecord) -> str:
     out.append(_line(cost_line(record.cost)))
     out += [_line(f"warning: {w}", f"color:{AMBER}") for w in record.warnings]
     if record.suggestions:
-        out.append(_line("Nothing fits. Suggestions:", f"color:{RED};font-weight:bold"))
+        title = f"{ways_out_title(record.suggestions)}:"
+        out.append(_line(title, f"color:{RED};font-weight:bold"))
         numbered = enumerate(record.suggestions, start=1)
         out += [_line(f"{i}. {s.text}", f"color:{RED}") for i, s in numbered]
     return f"<div class='veri-plan' style='{BOX}'>{''.join(out)}</div>"

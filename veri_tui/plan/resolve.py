@@ -191,6 +191,8 @@ def plan_job(
     if not fits:
         suggestions = suggestions_for(job, info, gpu, stage)
         ways = "; ".join(s.text for s in suggestions) or "a GPU with more memory"
+        if suggestions and not suggestions[0].fits:  # those that fit come first
+            ways += f"; none of these fits on {gpu.name}: a GPU with more memory"
         warnings.insert(
             0,
             f"model states {gb(est.states_bytes_per_gpu)}/GPU exceed the "

@@ -5,11 +5,14 @@ those changes: the same stage choice (`decide.choose_stage`) and the same states
 (`decide.states_for`). No formula lives here, so an option and the plan it leads to agree
 to the byte (tests/plan/test_suggest.py applies each one and plans it).
 
-Offered in this order: zero_stage 3 (when not already sharding), lora_rank 16 (full
-fine-tunes), cpu_offload (with the host memory it needs), the smallest gpu_count that fits,
-and bf16 (when fp32 was asked for). An option carries the extra keys that applying it needs
-to be accepted and to shard (zero_stage 3 beside cpu_offload when stage 0 or 2 was
-requested; data_parallel_size beside gpu_count when it was set).
+Offered in this order, those that fit first: zero_stage 3 (when not already sharding),
+lora_rank 16 (full fine-tunes; when LoRA alone is still over, also LoRA over a 4-bit base on
+one GPU and LoRA with the smallest gpu_count that fits it), load_in_4bit (a LoRA job on one
+GPU), cpu_offload (with the host memory it needs), the smallest gpu_count that fits, and
+bf16 (when fp32 was asked for). So `ctrl+y` (apply the first) never applies one that is
+still over while another fits. An option carries the extra keys that applying it needs to
+be accepted and to shard (zero_stage 3 beside cpu_offload when stage 0 or 2 was requested;
+data_parallel_size beside gpu_count when it was set).
 """
 
 from __future__ import annotations
@@ -42,6 +45,14 @@ class Suggestion(NamedTuple):
         d = self._asdict()
         d["set"] = dict(self.set)
         return d
+
+
+def ways_out_title(suggestions: list[Suggestion]) -> str:
+    """The title above the suggestions (the app's and the notebook's): those that fit come
+    first, so a first one still over means none fits on this GPU type; it says so plainly."""
+    if suggestions and not suggestions[0].fits:
+        return "Nothing fits on this GPU type, not even with one of these"
+    return "Does not fit. Ways out"
 
 
 def variant(job: JobConfig, change: dict[str, Any]) -> JobConfig:
@@ -111,7 +122,12 @@ def suggestions_for(job: JobConfig, info: ModelInfo, gpu: GPU, stage: int) -> li
     if dp > 1 and stage != 3 and not hp.cpu_offload:
         out.append(price(job, info, gpu, {"zero_stage": 3}))
     if hp.lora_rank == 0:
-        out.append(price(job, info, gpu, {"lora_rank": SUGGESTED_LORA_RANK}))
+        lora = price(job, info, gpu, {"lora_rank": SUGGESTED_LORA_RANK})
+        out.append(lora)
+        if not lora.fits:
+            out += _with_lora(job, info, gpu, lora.set)
+    elif dp == 1 and not hp.load_in_4bit:
+        out.append(price(job, info, gpu, {"load_in_4bit": True}))
     if dp > 1 and not hp.cpu_offload:
         out.append(price(job, info, gpu, {"cpu_offload": True, **_sharding(job)}))
     more = min_gpu_count(job, info, gpu)
@@ -119,4 +135,21 @@ def suggestions_for(job: JobConfig, info: ModelInfo, gpu: GPU, stage: int) -> li
         out.append(more)
     if hp.precision == "fp32":
         out.append(price(job, info, gpu, {"precision": "bf16"}))
+    return sorted(out, key=lambda s: not s.fits)  # those that fit first, else in this order
+
+
+def _with_lora(job: JobConfig, info: ModelInfo, gpu: GPU, lora: dict[str, Any]) -> list[Suggestion]:
+    """LoRA alone still over: LoRA over a 4-bit base on one GPU (QLoRA), and LoRA with the
+    smallest gpu_count at which it fits (when that is fewer GPUs than the full fine-tune's)."""
+    out = []
+    if job.gpu_count == 1:
+        out.append(price(job, info, gpu, {**lora, "load_in_4bit": True}))
+    more = min_gpu_count(variant(job, lora), info, gpu)
+    if more is not None:
+        full = min_gpu_count(job, info, gpu)
+        if full is None or more.set["gpu_count"] < full.set["gpu_count"]:
+            # At the job's own count only the sharding keys are new: name only those.
+            same = more.set["gpu_count"] == job.gpu_count
+            keys = {k: v for k, v in more.set.items() if not (same and v == job.gpu_count)}
+            out.append(price(job, info, gpu, {**lora, **keys}))
     return out

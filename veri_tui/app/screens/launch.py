@@ -1,25 +1,19 @@
-"""The launch screen: target (local or a ~/.ssh/config host), scheduler (direct or Slurm),
-more hosts for a multi-node job or the Slurm fields, dataset, output, preflight, host-key
-trust, confirm.
+"""The launch screen: target, scheduler, more hosts or the Slurm fields, dataset, output,
+preflight, host-key trust, confirm. With Slurm the target is the login node (`local`: sbatch
+on this machine): the job is submitted with sbatch for the partition, nodes and limits the
+Slurm fields give (widgets/slurm_fields.py), planned for the partition's GPUs, and the
+monitor shows why it waits while Slurm keeps it pending (docs/slurm.md). With more hosts the
+job runs on every host named, one node each, the target first (node 0): the preflight shows
+every node's rows (`node 1 (b): ...`) and the layout (`nodes: 2 x 1 GPUs (a, b)`), and
+Launch starts the multi-node job, all through the launch facade. That field and the dataset
+are checked on Enter, not on every key (each check opens SSH sessions to every host, or
+reads the whole dataset).
 
-With Slurm the target is the login node (`local`: sbatch on this machine): the job is
-submitted with sbatch for the partition, nodes and limits the Slurm fields give
-(widgets/slurm_fields.py), planned for the partition's GPUs, and the monitor shows why it
-waits while Slurm keeps it pending (docs/slurm.md).
-
-With more hosts the job runs on every host named, one node each, the target first (node 0):
-the preflight shows every node's rows (`node 1 (b): ...`) and the layout (`nodes: 2 x 1
-GPUs (a, b)`), and Launch starts the multi-node job, all through the launch facade. That
-field and the dataset are checked on Enter, not on every key (each check opens SSH sessions
-to every host, or reads the whole dataset).
-
-Canary (^k) launches the same job with a canary and the limits of the canary line
-(widgets/canary_fields.py, docs/canary.md). The trust dialog (host_key.py) asks once
-about an unknown host's key.
-
-Preflight and launch run in thread workers: they read files, may open an SSH connection,
-and start processes. An unknown host key comes back as a message and opens the trust
-dialog; the fingerprint the user accepts is passed on to the launcher (`trust_host`).
+Canary (^k) launches the same job with a canary and the canary line's limits
+(widgets/canary_fields.py, docs/canary.md). The dataset and output fields start with the
+editor's values: the preflight checks what they show. Preflight and launch run in thread
+workers (files, SSH, processes); an unknown host key opens the trust dialog (host_key.py)
+and the fingerprint accepted goes to the launcher (`trust_host`).
 """
 
 from __future__ import annotations
@@ -43,6 +37,8 @@ from veri_tui.errors import VeriError
 
 LOCAL = "local"
 DIRECT, SLURM = "direct", "slurm"
+DATA_HINT = "file, save_to_disk folder or Hub id (empty: bundled sample); enter checks it"
+OUT_HINT = "empty: <job folder>/output"
 SCHEDULERS = [("direct: torchrun on the target", DIRECT), ("Slurm: sbatch from the target", SLURM)]
 
 
@@ -81,14 +77,10 @@ class LaunchScreen(TrustAsker, Screen):
             yield SlurmFields(id="slurm-fields")
             with Horizontal(classes="field-line"):
                 yield Label("dataset", classes="field-label")
-                yield Input(
-                    placeholder="file, save_to_disk folder or Hub id (empty: the editor's, "
-                    "else the bundled sample); enter checks it",
-                    id="dataset",
-                )
+                yield Input(self._given("dataset"), placeholder=DATA_HINT, id="dataset")
             with Horizontal(classes="field-line"):
                 yield Label("output dir", classes="field-label")
-                yield Input(placeholder="empty: <job folder>/output", id="output")
+                yield Input(self._given("output"), placeholder=OUT_HINT, id="output")
             yield CanaryFields(classes="field-line")
             yield Static("Preflight", classes="form-section", markup=False)
             yield Static("checking...", id="preflight", markup=False)
@@ -119,13 +111,17 @@ class LaunchScreen(TrustAsker, Screen):
         options = [(LOCAL, LOCAL)] + [(h, h) for h in message.hosts]
         self.query_one("#target", Select).set_options(options)
 
+    def _given(self, key: str) -> str:  # the field starts with what the preflight checks
+        return str(self.fields.get(key) or "")
+
     def job_fields(self) -> dict[str, Any]:
-        """The editor's fields plus this screen's dataset and output. With Slurm the
-        partition decides the GPUs (its gres type, or the type named in the Slurm fields;
-        nodes x GPUs per node): the editor's gpu and gpu_count would contradict it."""
+        """The editor's fields with this screen's dataset and output (emptied: the default).
+        With Slurm the partition's GPUs (gres or the Slurm fields' type; nodes x GPUs per
+        node) replace the editor's gpu and gpu_count."""
         out = dict(self.fields)
         for key in ("dataset", "output"):
             value = self.query_one(f"#{key}", Input).value.strip()
+            out.pop(key, None)
             if value:
                 out[key] = value
         if self.slurm:
@@ -182,17 +178,13 @@ class LaunchScreen(TrustAsker, Screen):
     # -- preflight ---------------------------------------------------------------------
 
     def local_plan(self, job: core.JobConfig, host: str | None) -> core.PlanRecord | None:
-        """The plan made on this machine, or None for a host (as `veri-tui launch --host`
-        does): the model and output are paths there, and the SSH side plans after its
-        preflight for the host's GPUs, so a model only the host has is not refused here.
-        Locally without the model's counts (they could not be read here), the facade plans
-        and reports why it cannot."""
+        """The plan made here; None for a host (the SSH side plans for its GPUs and paths,
+        as `launch --host`) or without the model's counts (the facade says why)."""
         if host is not None or self.info is None:
             return None
         return core.plan_job(job, self.info)
 
-    def _enable(self, ready: bool) -> None:
-        """Launch and Canary are pressable once the preflight passed."""
+    def _enable(self, ready: bool) -> None:  # Launch and Canary: once the preflight passed
         for button in ("#confirm", "#canary"):
             self.query_one(button, Button).disabled = not ready
 

@@ -9,13 +9,18 @@ editor replaces this screen once its module is imported (it plans the same job i
 helper that has not answered within `HELPER_WAIT_S` is stopped and the worker plans the job
 in this process; so it does without a helper (VERI_FIRST_PLAN=0, or no idle core), and a
 start whose answer was remembered (first_plan.cached) shows it in its first frame.
+
+Keys typed before the editor opens (`ctrl+o` right as the first frame appears) are kept and
+given to the editor once it is on screen, in the order typed: the user sees the editor's
+footer in the plan line's place a moment later and would otherwise lose them. Keys that
+work here (the app's own bindings, e.g. ctrl+t, ctrl+q) run at once as usual.
 """
 
 from __future__ import annotations
 
 import subprocess
 
-from textual import work
+from textual import events, work
 from textual.app import ComposeResult
 from textual.screen import Screen
 from textual.widgets import Footer, Static
@@ -41,6 +46,7 @@ class StartScreen(Screen):
         self.helper = helper
         self.remembered = remembered  # the answer the last start planned (first_plan.cached)
         self.shown_plan_line = remembered["plan_line"] if remembered else ""
+        self.early_keys: list[tuple[str, str | None]] = []  # (key, character), as typed
 
     def compose(self) -> ComposeResult:
         what = self.model or "the bundled tiny model"
@@ -49,6 +55,15 @@ class StartScreen(Screen):
         yield Static(answer.get("model_line", note), id="start-note", markup=False)
         yield Static(answer.get("plan_line", ""), id="plan-line", markup=False)
         yield Footer()
+
+    def on_key(self, event: events.Key) -> None:
+        """Keep a key nothing here handles, for the editor (see the module docstring)."""
+        binding = self.active_bindings.get(event.key)
+        if binding is not None and binding.enabled:
+            return  # the app's own binding runs now
+        self.early_keys.append((event.key, event.character))
+        event.stop()
+        event.prevent_default()
 
     def on_mount(self) -> None:
         if self.helper is None:
@@ -96,4 +111,14 @@ class StartScreen(Screen):
             self.helper.kill()  # its answer is no longer needed: give the core back
         from veri_tui.app.screens.plan_editor import PlanEditorScreen
 
-        self.app.switch_screen(PlanEditorScreen(self.model))
+        editor = PlanEditorScreen(self.model)
+        self.app.switch_screen(editor)
+        if self.early_keys:
+            keys, self.early_keys = self.early_keys, []
+            # After the editor's first refresh: it is mounted and focused, so each key goes
+            # where it would have gone had it been typed there (its bindings, its inputs).
+            editor.call_after_refresh(self._replay, keys)
+
+    def _replay(self, keys: list[tuple[str, str | None]]) -> None:
+        for key, character in keys:
+            self.app.post_message(events.Key(key, character))

@@ -25,6 +25,15 @@ from textual.widgets import Input, Label, Select, Static, Switch
 from veri_tui.app.widgets.knob_fields import FIELDS, FieldSpec
 
 KEYS = frozenset(spec.key for spec in FIELDS)
+# The GPU select's last choice: any GPU by its memory, `custom-<N>GB` as `plan --gpu` takes
+# it; the N is typed in the row under the select, shown only while this choice is made.
+CUSTOM = "custom"
+
+
+def custom_gb(gpu: object) -> str | None:
+    """The N of a `custom-<N>GB` GPU name (None for a catalog name)."""
+    text = str(gpu or "")
+    return text.removeprefix("custom-").removesuffix("GB") if text.startswith("custom-") else None
 
 
 class KnobInput(Input):
@@ -64,6 +73,23 @@ class KnobInput(Input):
             if isinstance(node, KnobForm):
                 node.notify_change()
                 return
+
+
+class FieldError(Static):
+    """A field's error row: spans the grid's two columns, so it wraps at the grid's width.
+
+    Textual's grid measures an `auto` row at one column's width even for a cell that spans
+    two (textual/layouts/grid.py): with the label column's 19 cells of left padding that
+    left 0 or 1 cell for the text, so `must be at least 1 (got -1)` took 26 rows and a
+    79-character parse error 79, pushing every later field off screen. The container passed
+    in is the grid's own size, the row's real width.
+    """
+
+    def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
+        """The text's height wrapped at the grid's width (less this row's padding)."""
+        return super().get_content_height(
+            container, viewport, max(1, container.width - self.styles.gutter.width)
+        )
 
 
 class KnobForm(VerticalScroll):
@@ -111,8 +137,20 @@ class KnobForm(VerticalScroll):
                 label.display = editor.display = not spec.methods or method in spec.methods
                 yield label
                 yield editor
-                yield Static("", classes="field-error", id=f"err-{spec.key}", markup=False)
+                if spec.key == "gpu":
+                    yield from self._custom_gpu_row()
+                yield FieldError("", classes="field-error", id=f"err-{spec.key}", markup=False)
         yield Static("", id="knob-help", markup=False)
+
+    def _custom_gpu_row(self) -> ComposeResult:
+        """`memory (GB)` under the GPU select, shown for its `custom` choice."""
+        gb = custom_gb(self._initial.get("gpu"))
+        label = Label("  memory (GB)", classes="field-label", id="label-gpu_custom")
+        editor = KnobInput(gb or "", placeholder="e.g. 48", id="knob-gpu_custom")
+        editor.tooltip = "the GPU's memory in decimal GB: custom-<N>GB, as `plan --gpu` takes"
+        label.display = editor.display = gb is not None
+        yield label
+        yield editor
 
     def _editor(self, spec: FieldSpec) -> Input | Select[str] | Switch:
         wid = f"knob-{spec.key}"
@@ -120,10 +158,12 @@ class KnobForm(VerticalScroll):
         if spec.kind == "switch":
             return Switch(value=bool(value), id=wid, tooltip=spec.help)
         if spec.kind == "select":
-            options = spec.options or tuple(self._gpu_names)
+            options = spec.options or (*self._gpu_names, CUSTOM)
+            if spec.key == "gpu" and custom_gb(value) is not None:
+                value = CUSTOM
             value = str(value) if value is not None and str(value) in options else options[0]
             return Select(
-                [(o, o) for o in options],
+                [(o if o != CUSTOM else "custom-<N>GB", o) for o in options],
                 value=value,
                 allow_blank=False,
                 id=wid,
@@ -145,6 +185,10 @@ class KnobForm(VerticalScroll):
                     out[spec.key] = widget.value
             elif isinstance(widget, Select):
                 value = widget.value
+                if value == CUSTOM and spec.key == "gpu":
+                    gb = self._part("knob", "gpu_custom")
+                    assert isinstance(gb, Input)
+                    value = f"custom-{gb.value.strip().removesuffix('GB')}GB"
                 if spec.key in ("method", "gpu") or value != spec.default:
                     out[spec.key] = value
             elif isinstance(widget, Input) and widget.value.strip():
@@ -162,7 +206,13 @@ class KnobForm(VerticalScroll):
                 if isinstance(widget, Switch):
                     widget.value = bool(value)
                 elif isinstance(widget, Select):
-                    widget.value = str(value)
+                    gb = custom_gb(value) if key == "gpu" else None
+                    memory = self._part("knob", "gpu_custom")
+                    if gb is not None and isinstance(memory, Input):
+                        memory.value = gb
+                    widget.value = CUSTOM if gb is not None else str(value)
+                    if key == "gpu":
+                        self._show_custom(gb is not None)
                 elif isinstance(widget, Input):
                     widget.value = "" if value is None else str(value)
         self._quiet = False
@@ -201,6 +251,10 @@ class KnobForm(VerticalScroll):
         shown = {s.key for s in FIELDS if self._part("label", s.key).display}
         return [key for key in errors if key not in shown]
 
+    def _show_custom(self, visible: bool) -> None:
+        for prefix in ("label", "knob"):
+            self._part(prefix, "gpu_custom").display = visible
+
     def _show_for_method(self, method: str) -> None:
         for spec in FIELDS:
             if spec.methods:
@@ -215,6 +269,8 @@ class KnobForm(VerticalScroll):
         event.stop()
         if isinstance(event, Select.Changed) and event.select.id == "knob-method":
             self._show_for_method(str(event.value))
+        if isinstance(event, Select.Changed) and event.select.id == "knob-gpu":
+            self._show_custom(event.value == CUSTOM)
         self.notify_change()
 
     def on_descendant_focus(self, event: events.DescendantFocus) -> None:

@@ -1,4 +1,5 @@
-"""The right-hand side of the plan editor: errors, memory, warnings, suggestions, charts, cost.
+"""The right-hand side of the plan editor: errors, memory, warnings, suggestions, tokens/s,
+charts, cost.
 
 Fed the typed plan record (`PlanRecord`, None when there is no valid plan) plus the
 throughput sweep; it renders, it never computes. Suggestions are numbered so the screen's
@@ -18,6 +19,8 @@ from veri_tui.app.widgets.charts import ThroughputChart
 from veri_tui.app.widgets.cost_view import CostView
 from veri_tui.app.widgets.memory_bar import MemoryBar
 from veri_tui.app.widgets.steady import show
+from veri_tui.plan.html import throughput_text
+from veri_tui.plan.suggest import ways_out_title
 
 if TYPE_CHECKING:
     from veri_tui.plan import PlanRecord
@@ -44,6 +47,7 @@ class PlanView(VerticalScroll):
         yield MemoryBar(id="memory")
         yield Static("", id="warnings", classes="warnings", markup=False)
         yield Static("", id="suggestions", markup=False)
+        yield Static("", id="throughput-line", markup=False)  # the plan's own tokens/s
         yield ThroughputChart(id="throughput")
         yield CostView(id="cost")
         yield Static("", id="trace", classes="trace", markup=False)
@@ -80,7 +84,7 @@ class PlanView(VerticalScroll):
         sugg = record.suggestions if record else []
         text = Text()
         if sugg:
-            text.append("Nothing fits. Suggestions (ctrl+y applies 1):\n", style="bold")
+            text.append(f"{ways_out_title(sugg)} (ctrl+y applies 1):\n", style="bold")
             for i, s in enumerate(sugg[:9], start=1):
                 text.append(f" {i}. {s.text}\n")
         show(self.query_one("#suggestions", Static), text)
@@ -90,10 +94,15 @@ class PlanView(VerticalScroll):
         self._below = (record, tuple(sweep), current)
 
     def _show_below(self) -> None:
-        """The throughput charts (two plotext builds, ~15 ms), the cost and the trace."""
+        """The plan's throughput line (what `veri-tui plan` prints: tokens/s, step time,
+        scaling efficiency), the throughput charts (two plotext builds, ~15 ms), the cost
+        and the trace."""
         if self._below is None:
             return
         (record, sweep, current), self._below = self._below, None
+        line = self.query_one("#throughput-line", Static)
+        show(line, throughput_text(record.throughput) if record else "")
+        line.display = record is not None
         chart = self.query_one(ThroughputChart)
         if chart.sweep != sweep or chart.current != current:
             chart.sweep, chart.current = sweep, current

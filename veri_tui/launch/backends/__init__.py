@@ -24,9 +24,10 @@ from typing import TYPE_CHECKING, Any, Protocol
 from veri_tui.errors import VeriError
 
 if TYPE_CHECKING:
-    from jobfolder.record import JobRecord
+    from jobfolder.record import JobRecord, JobSpec
     from veri_tui.launch.host import Host
     from veri_tui.launch.hostpool import HostName
+    from veri_tui.launch.probe.fleet import ProbeChoice
     from veri_tui.plan import JobConfig
 
 
@@ -102,6 +103,10 @@ class Backend(Protocol):
 
     def script(self, host: Host, job_dir: str, record: JobRecord) -> str:
         """What `launch --dry-run` prints for the job in ``job_dir`` on ``host``."""
+
+    def record_probe_mode(self, spec: JobSpec, choice: ProbeChoice) -> None:
+        """Record in ``spec`` how the job's own probe of its nodes runs (a backend whose
+        nodes are probed before the launch records nothing)."""
 
     def refuse_nodes(self, nodes: int | None) -> None:
         """VeriError when a resume's ``nodes`` cannot re-lay a job of this backend."""

@@ -14,9 +14,10 @@ from veri_tui.errors import VeriError
 from veri_tui.launch.backends import Option
 
 if TYPE_CHECKING:
-    from jobfolder.record import JobRecord
+    from jobfolder.record import JobRecord, JobSpec
     from veri_tui.launch.host import Host
     from veri_tui.launch.hostpool import HostName
+    from veri_tui.launch.probe.fleet import ProbeChoice
     from veri_tui.plan import JobConfig
 
 #: `veri-tui resume --nodes` of a job that is not a Slurm job.
@@ -98,6 +99,9 @@ class DirectBackend:
     def script(self, host: Host, job_dir: str, record: JobRecord) -> str:
         self.check_dry_run()
         return ""
+
+    def record_probe_mode(self, spec: JobSpec, choice: ProbeChoice) -> None:
+        return None  # its hosts are probed before the launch (probe/fleet.py)
 
     def refuse_nodes(self, nodes: int | None) -> None:
         if nodes is not None:

@@ -10,15 +10,17 @@ job id, so a registry entry (kind `slurm`) is kept also when the login node is t
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from veri_tui.launch.backends import Option
 
 if TYPE_CHECKING:
-    from jobfolder.record import JobRecord
+    from jobfolder.record import JobRecord, JobSpec
     from veri_tui.launch.host import Host
     from veri_tui.launch.hostpool import HostName
+    from veri_tui.launch.probe.fleet import ProbeChoice
     from veri_tui.plan import JobConfig
 from veri_tui.launch.slurm.options import SlurmOptions, slurm_options
 
@@ -53,6 +55,8 @@ class SlurmBackend:
                label="time limit", hint="empty: the partition's; e.g. 30, 1:30:00, 2-00:00:00"),
         Option("qos", str, metavar="Q", help="sbatch --qos", label="qos",
                hint="empty: the default"),
+        Option("exclude", str, metavar="NODES",
+               help="sbatch --exclude: nodes the job must not get (e.g. one the probe refused)"),
     )  # fmt: skip
 
     def where_from(
@@ -90,6 +94,14 @@ class SlurmBackend:
         from veri_tui.launch.slurm.host import SlurmHost
 
         return cast(SlurmHost, host).batch_script(job_dir, record)
+
+    def record_probe_mode(self, spec: JobSpec, choice: ProbeChoice) -> None:
+        """spec["slurm"]["probe"]: "off" (--no-probe, VERI_PROBE=0), "allow"
+        (--allow-slow-nodes: recorded, the job goes on) or "stop" (a slow or sick node ends
+        it); the batch job probes its allocation (slurm/script.py)."""
+        off = not choice.run or os.environ.get("VERI_PROBE") == "0"
+        slurm = cast("dict[str, Any]", spec)["slurm"]
+        slurm["probe"] = "off" if off else "allow" if choice.allow_slow else "stop"
 
     def refuse_nodes(self, nodes: int | None) -> None:
         return None  # any node count: the global checkpoint in the shared folder is resharded

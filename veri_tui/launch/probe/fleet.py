@@ -19,7 +19,6 @@ risk (`--allow-slow-nodes`); `--no-probe`, or VERI_PROBE=0 in the environment, s
 
 from __future__ import annotations
 
-import json
 import os
 import posixpath
 from collections.abc import Sequence
@@ -27,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from jobfolder.probe_verdict import HEALTH_MARK, PROBE_MARK, marked
 from veri_tui.errors import VeriError
 from veri_tui.launch.backends import open_hosts
 from veri_tui.launch.host import Host, HostFacts
@@ -35,8 +35,6 @@ from veri_tui.launch.machine import Result
 from veri_tui.launch.nodes import probe_rendezvous
 from veri_tui.launch.probe.report import ProbeReport, cached, from_dict, hosts_key, save
 
-HEALTH_MARK = "VERI_HEALTH "
-PROBE_MARK = "VERI_PROBE "
 #: Seconds one node's torchrun may take: start, rendezvous, a few dozen collectives.
 PROBE_TIMEOUT_S = 600.0
 #: A cached probe this young (seconds) stands for a launch's own.
@@ -69,18 +67,6 @@ def probe_env() -> list[str]:
     env = ["OMP_NUM_THREADS=" + os.environ.get("OMP_NUM_THREADS", "1"), "PYTHONUNBUFFERED=1"]
     delay = os.environ.get("VERI_PROBE_DELAY")
     return env + ([f"VERI_PROBE_DELAY={delay}"] if delay else [])
-
-
-def marked(text: str, mark: str) -> list[dict[str, Any]]:
-    """Every `MARK {json}` line of a command's output."""
-    out = []
-    for line in text.splitlines():
-        if line.startswith(mark):
-            try:
-                out.append(json.loads(line[len(mark) :]))
-            except ValueError:
-                continue
-    return out
 
 
 def _code_on(host: Host, facts: HostFacts) -> str:

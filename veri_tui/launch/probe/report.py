@@ -2,28 +2,27 @@
 
 A `ProbeReport` holds the nodes' names, the bandwidth record (trainer/probe.py) and each
 node's health facts (trainer/gpuhealth.py); it judges them (bandwidth.py, health.py) into
-lines and refusals. It is kept in `$VERI_HOME/cache/probe/<key>.json`, one file per host set
+lines and refusals (jobfolder/probe_verdict.py: the Slurm batch job judges with the same).
+It is kept in `$VERI_HOME/cache/probe/<key>.json`, one file per host set
 (`hosts:n0,n1`, node order) or Slurm partition (`slurm:debug`), where `veri-tui plan` and
 the launch look it up, and in a launched job's job.json (`probe`).
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
-import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from jobfolder.layout import veri_home
+from jobfolder import probe_bandwidth as bandwidth
+from jobfolder import probe_verdict as verdict
 from veri_tui.errors import Refusal
-from veri_tui.launch.probe import bandwidth, health
 
 #: A cached probe older than this is not used by plans (seconds; a day).
 MAX_AGE_S = 24 * 3600
-EXCLUDE_HINT = "leave it out ({how}) or pass --allow-slow-nodes to go on at your own risk"
+EXCLUDE_HINT = verdict.EXCLUDE_HINT
 
 
 def hosts_key(names: list[str]) -> str:
@@ -51,35 +50,19 @@ class ProbeReport:
     exclude: str = "drop its --host"
 
     def node_name(self, node: int, rank: int | None = None) -> str:
-        if rank is not None and self.record["nodes"] == 1:
-            return f"rank {rank} (local rank {rank}) on {self.labels[0]}"
-        return f"node {node} ({self.labels[node]})"
+        return verdict.node_name(self.labels, self.record, node, rank)
 
     def slow(self) -> list[bandwidth.Slow]:
         return bandwidth.slow_nodes(self.record)
 
     def sick(self) -> list[tuple[int, list[str]]]:
         """(node, problems) of every node whose GPUs are sick."""
-        out = []
-        for k, facts in enumerate(self.health):
-            bad, _notes = health.node_findings(facts)
-            if bad:
-                out.append((k, bad))
-        return out
+        return verdict.sick(self.health)
 
     def refusals(self) -> list[Refusal]:
         """Each sick or slow node by name with the way out; nodes that disagree."""
-
-        def hint(k: int) -> str:
-            return EXCLUDE_HINT.format(how=self.exclude.format(name=self.labels[k]))
-
-        out = [Refusal("hosts", f"{self.node_name(k)} is sick: {'; '.join(bad)}; {hint(k)}")
-               for k, bad in self.sick()]  # fmt: skip
-        for s in self.slow():
-            out.append(Refusal("hosts", f"{self.node_name(s.node, s.rank)} is slow: {s.why}; "
-                               f"{hint(s.node)}"))  # fmt: skip
-        out += [Refusal("hosts", line) for line in health.agreement(self.labels, self.health)]
-        return out
+        found = verdict.refusals(self.labels, self.record, self.health, self.exclude)
+        return [Refusal("hosts", line) for line in found]
 
     @property
     def internode_gbps(self) -> float | None:
@@ -87,24 +70,11 @@ class ProbeReport:
 
     def network_line(self) -> str | None:
         """`network: 1.13 Gb/s per node across the nodes (...)`; None on one node."""
-        gbps = self.internode_gbps
-        if gbps is None:
-            return None
-        res = bandwidth.across(self.record) or {}
-        return (f"network: {gbps:.2f} Gb/s per node across the nodes (all_reduce busbw "
-                f"{res.get('busbw_gbs', 0):.3f} GB/s at {res.get('bytes', 0) >> 20} MiB): "
-                "plans on these nodes use it")  # fmt: skip
+        return verdict.network_line(self.record)
 
     def lines(self) -> list[str]:
         """What `veri-tui probe` prints: the bandwidth table, the figures, the health."""
-        out = bandwidth.table(self.record, self.labels)
-        network = self.network_line()
-        out += [network] if network else []
-        intra = bandwidth.intranode_busbw(self.record)
-        if intra is not None:
-            out.append(f"within a node: all_reduce busbw {intra:.3f} GB/s")
-        out += health.summary(self.labels, self.health)
-        return out
+        return verdict.lines(self.labels, self.record, self.health)
 
     def note(self) -> str:
         """How a plan names the figure's source: `by veri-tui probe, <when>`."""
@@ -112,40 +82,20 @@ class ProbeReport:
 
     def summary(self) -> dict[str, Any]:
         """What a job's record keeps of the probe that cleared it (job.json `probe`)."""
-        full = self.to_dict()
-        return {k: full[k] for k in ("key", "measured_at", "internode_gbps",
-                                     "intranode_busbw_gbs", "slow", "sick")} | {
-            "lines": self.lines()}  # fmt: skip
+        return verdict.summary(self.to_dict(), self.lines())
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "key": self.key, "labels": self.labels, "measured_at": self.measured_at,
-            "internode_gbps": self.internode_gbps,
-            "intranode_busbw_gbs": bandwidth.intranode_busbw(self.record),
-            "slow": [self.node_name(s.node, s.rank) + ": " + s.why for s in self.slow()],
-            "sick": [f"{self.node_name(k)}: {'; '.join(b)}" for k, b in self.sick()],
-            "bandwidth": self.record, "health": self.health,
-        }  # fmt: skip
-
-
-def cache_path(key: str) -> Path:
-    digest = hashlib.sha256(key.encode()).hexdigest()[:20]
-    return veri_home() / "cache" / "probe" / f"{digest}.json"
+        return verdict.as_dict(self.key, self.labels, self.record, self.health, self.measured_at)
 
 
 def save(report: ProbeReport) -> Path:
     """Write the report to its cache file (aside, then renamed into place)."""
-    path = cache_path(report.key)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(report.to_dict(), indent=2) + "\n")
-    os.replace(tmp, path)
-    return path
+    return verdict.save_cached(report.to_dict())
 
 
 def cached(key: str, max_age_s: float = MAX_AGE_S) -> dict[str, Any] | None:
     """The cached probe of ``key`` when there is one younger than ``max_age_s``."""
-    path = cache_path(key)
+    path = verdict.cache_path(key)
     try:
         data = json.loads(path.read_text())
         age = time.time() - path.stat().st_mtime

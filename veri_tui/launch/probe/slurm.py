@@ -19,28 +19,10 @@ import subprocess
 import sys
 from collections.abc import Sequence
 
+from jobfolder.probe_verdict import HEALTH_MARK, PROBE_MARK, SRUN_TASK, marked, srun_names
 from veri_tui.errors import VeriError
-from veri_tui.launch.probe.fleet import (
-    HEALTH_MARK,
-    PROBE_MARK,
-    PROBE_TIMEOUT_S,
-    local_code,
-    marked,
-    probe_env,
-)  # fmt: skip
+from veri_tui.launch.probe.fleet import PROBE_TIMEOUT_S, local_code, probe_env
 from veri_tui.launch.probe.report import ProbeReport, slurm_key
-
-# Each task: name its node, read its GPUs, then become its node's torchrun.
-TASK = r"""
-first=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
-echo "VERI_NODE $SLURM_NODEID ${SLURMD_NODENAME:-$(hostname)}"
-"$1" -m trainer.gpuhealth
-py=$1 port=$2 ranks=$3
-shift 3
-exec "$py" -m torch.distributed.run --nnodes "$SLURM_NNODES" --node-rank "$SLURM_NODEID" \
-  --master-addr "$first" --master-port "$port" --nproc-per-node "$ranks" --max-restarts 0 \
-  -m trainer.probe "$@"
-"""
 
 
 def _default_partition() -> str:
@@ -75,7 +57,7 @@ def probe_allocation(partition: str | None, nodes: int | None, ranks_per_node: i
     if not inside:
         argv.append(f"--partition={partition}")
     extra = ["--sizes", ",".join(map(str, sizes))] if sizes else []
-    argv += ["bash", "-c", TASK, "veri-probe", sys.executable, str(_free_port()), str(ranks),
+    argv += ["bash", "-c", SRUN_TASK, "veri-probe", sys.executable, str(_free_port()), str(ranks),
              *extra]  # fmt: skip
     env = dict(os.environ, PYTHONPATH=local_code())
     env.update(entry.partition("=")[::2] for entry in probe_env())
@@ -93,11 +75,7 @@ def probe_allocation(partition: str | None, nodes: int | None, ranks_per_node: i
             f"the probe did not end within {PROBE_TIMEOUT_S:.0f} s on partition {partition}",
             key="probe",
         ) from None
-    names = {}
-    for line in done.stdout.splitlines():
-        words = line.split()
-        if words[:1] == ["VERI_NODE"] and len(words) >= 3:
-            names[words[1]] = words[2]
+    names = srun_names(done.stdout)
     records = marked(done.stdout, PROBE_MARK)
     if not records:
         tail = [ln for ln in (done.stderr or done.stdout).splitlines() if ln.strip()][-3:]

@@ -1,7 +1,7 @@
 """A Slurm launch's options: `--slurm LOGIN --partition P --nodes N --gpus-per-node G
---account A --time T --qos Q`, or the same keys in veri.toml's `[slurm]` table (the command
-line wins). Checked here, before anything is asked of the cluster: each bad value is one
-`error: slurm.<key>: ...` line (VeriError).
+--account A --time T --qos Q --exclude NODES`, or the same keys in veri.toml's `[slurm]`
+table (the command line wins). Checked here, before anything is asked of the cluster:
+each bad value is one `error: slurm.<key>: ...` line (VeriError).
 """
 
 from __future__ import annotations
@@ -23,12 +23,15 @@ KEYS: dict[str, type] = {
     "account": str,
     "time": str,
     "qos": str,
+    "exclude": str,
 }
 
 # Slurm's --time formats: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S (sbatch(1)), or UNLIMITED.
 _TIME = re.compile(r"^(\d+(:\d{1,2}){0,2}|\d+-\d+(:\d{1,2}){0,2}|UNLIMITED|INFINITE)$", re.I)
 # Names the batch script writes into `#SBATCH` lines: no spaces, quotes or newlines.
 _NAME = re.compile(r"^[A-Za-z0-9_.@:+\-]+$")
+# sbatch --exclude's node list: names and Slurm's ranges (`n[1-3],n5`).
+_NODES = re.compile(r"^[A-Za-z0-9_.\-\[\],]+$")
 
 
 @dataclass(frozen=True)
@@ -43,6 +46,7 @@ class SlurmOptions:
     account: str | None = None
     time: str | None = None
     qos: str | None = None
+    exclude: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -65,7 +69,9 @@ def slurm_options(table: Mapping[str, Any] | None, given: Mapping[str, Any]) -> 
             continue
         if kind is int and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
             problems.append(Refusal(f"slurm.{key}", f"{value!r}: give a whole number >= 1"))
-        elif kind is str and (not isinstance(value, str) or not _NAME.match(value)):
+        elif kind is str and (
+            not isinstance(value, str) or not (_NODES if key == "exclude" else _NAME).match(value)
+        ):
             problems.append(
                 Refusal(f"slurm.{key}", f"{value!r}: give a name without spaces or quotes")
             )

@@ -20,6 +20,26 @@ SCRIPT = "sbatch.sh"
 SIGNAL_LEAD_S = 120
 
 
+def probes(spec: Mapping[str, Any]) -> bool:
+    """Whether the batch job probes its nodes before training (docs/probe.md): several nodes,
+    or 2 GPUs or more of one, unless the launch said --no-probe (spec["slurm"]["probe"])."""
+    slurm = spec["slurm"]
+    if slurm.get("probe") == "off":
+        return False
+    return int(slurm.get("nodes") or 1) > 1 or int(slurm.get("gpus_per_node") or 0) > 1
+
+
+def probe_step(spec: Mapping[str, Any], argv: Sequence[str]) -> list[str]:
+    """The probe's lines: `python -m jobfolder.slurmprobe` with the supervisor's
+    interpreter and PYTHONPATH, the job ending when it refuses a node. A time-limit SIGUSR1
+    during it is held (bash's default would end the job with nothing recorded)."""
+    if not probes(spec):
+        return []
+    at = list(argv).index("jobfolder.supervise")
+    step = [*argv[:at], "jobfolder.slurmprobe", *argv[at + 1 :]]
+    return ["trap 'veri_usr1=1' USR1", f"{shlex.join(step)} || exit $?", "trap - USR1"]
+
+
 def batch_script(job_id: str, job_dir: str, spec: Mapping[str, Any], argv: Sequence[str]) -> str:
     """The script for the job ``job_id`` in ``job_dir`` whose spec is ``spec``; ``argv``: the
     supervisor as the login node starts it (`env PYTHONPATH=... python -m jobfolder.supervise
@@ -38,11 +58,14 @@ def batch_script(job_id: str, job_dir: str, spec: Mapping[str, Any], argv: Seque
     else:  # CPU ranks: the one task per node gets a core per rank, so srun can place them
         ranks = int(spec.get("nproc_per_node") or spec.get("gpu_count") or 1)
         lines.append(f"#SBATCH --cpus-per-task={ranks}")
+    if slurm.get("exclude"):
+        lines.append(f"#SBATCH --exclude={slurm['exclude']}")
     lines += [
         f"#SBATCH --output={posixpath.join(job_dir, 'slurm-%j.out')}",
         "#SBATCH --open-mode=append",
         "#SBATCH --requeue",
         f"#SBATCH --signal=B:USR1@{SIGNAL_LEAD_S}",
+        *probe_step(spec, argv),
         f"exec {shlex.join(argv)}",
     ]
     return "\n".join(lines) + "\n"
