@@ -40,12 +40,9 @@ def _job_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--eval-dataset", metavar="SOURCE", help="eval_loss rows (same forms)")
     p.add_argument("--output", help="output directory for the final artifact")
     _set_option(p, "override a hyperparameter (repeatable), e.g. --set lora_rank=16")
-    p.add_argument(
-        "--host",
-        action="append",
-        metavar="SSH_HOST",
-        help="~/.ssh/config alias or user@host[:port]; repeat for a multi-node job (node 0 first)",
-    )
+    from veri_tui.launch.backends import add_cli_options
+
+    add_cli_options(p, grouped=False)  # the direct backend's --host
     p.add_argument(
         "--trust-host",
         action="append",
@@ -54,30 +51,7 @@ def _job_options(p: argparse.ArgumentParser) -> None:
         "(repeatable: one per unknown host)",
     )
     p.add_argument("--json", action="store_true", help="print one JSON object")
-    _slurm_options(p)
-
-
-def _slurm_options(p: argparse.ArgumentParser) -> None:
-    """Slurm's target (docs/slurm.md); the same keys in veri.toml's [slurm] table."""
-    g = p.add_argument_group("Slurm (also veri.toml [slurm]; these win)")
-    g.add_argument(
-        "--slurm", metavar="LOGIN",
-        help="submit with sbatch from this login node: ~/.ssh/config alias, user@host[:port], "
-        "or local (sbatch on this machine)",
-    )  # fmt: skip
-    g.add_argument("--partition", metavar="P", help="partition (default: the cluster's default)")
-    g.add_argument("--nodes", type=int, metavar="N", help="nodes of the allocation (default 1)")
-    g.add_argument(
-        "--gpus-per-node", type=int, metavar="G",
-        help="ranks per node (default: every GPU of a node; a CPU partition: its cores)",
-    )  # fmt: skip
-    g.add_argument("--account", metavar="A", help="sbatch --account")
-    g.add_argument("--time", metavar="T", help="time limit, sbatch --time (e.g. 30, 1:30:00)")
-    g.add_argument("--qos", metavar="Q", help="sbatch --qos")
-    g.add_argument(
-        "--exclude", metavar="NODES",
-        help="sbatch --exclude: nodes the job must not get (e.g. one the probe refused)",
-    )  # fmt: skip
+    add_cli_options(p, grouped=True)  # --slurm, --partition, ...: each backend's group
 
 
 def _launch_options(p: argparse.ArgumentParser) -> None:

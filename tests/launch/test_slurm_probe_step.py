@@ -1,5 +1,5 @@
 """The Slurm batch job's probe step without a cluster: which jobs' scripts have it and in
-which mode (veri_tui/launch/slurm/script.py, launching.slurm_probe_mode), `--exclude`'s
+which mode (veri_tui/launch/slurm/script.py, the slurm backend's record_probe_mode), `--exclude`'s
 check, `jobs JOB`'s probe lines, and the step refusing to run outside an allocation. The
 step on real nodes: tests/slurm/test_slurm_job_probe.py."""
 
@@ -10,7 +10,7 @@ import pytest
 from jobfolder import slurmprobe
 from veri_tui.commands.jobs import probe_lines
 from veri_tui.errors import VeriError
-from veri_tui.launch.launching import slurm_probe_mode
+from veri_tui.launch.backends import named
 from veri_tui.launch.probe.fleet import ProbeChoice
 from veri_tui.launch.slurm.options import slurm_options
 from veri_tui.launch.slurm.script import batch_script
@@ -24,7 +24,7 @@ def _script(nodes: int, gpus: int, choice: ProbeChoice, env: str | None = None,
     spec = {"slurm": {"partition": "p", "nodes": nodes, "gpus_per_node": gpus}, "gpu_count": 2}
     if monkeypatch is not None and env is not None:
         monkeypatch.setenv("VERI_PROBE", env)
-    slurm_probe_mode(spec, choice)
+    named("slurm").record_probe_mode(spec, choice)  # type: ignore[arg-type]
     return batch_script("j1", "/j", spec, ARGV)
 
 

@@ -39,38 +39,31 @@ def job_from_args(args: argparse.Namespace) -> Any:
 
 
 def hosts_of(args: argparse.Namespace, job: Any) -> Any:
-    """Where to run: the Slurm options (`--slurm` or veri.toml's `[slurm]`, slurm_of), else
-    the SSH host(s): every --host given, else veri.toml's `hosts`; one host as a string,
-    several (a multi-node job, node 0 first) as a list; None for this machine."""
-    hosts = list(getattr(args, "host", None) or job.hosts or [])
-    slurm = slurm_of(args)
-    if slurm is not None:
-        if hosts:
-            raise VeriError("--slurm and --host (or veri.toml's hosts) are two targets; "
-                            "keep one", key="slurm")  # fmt: skip
-        return slurm
-    if not hosts:
-        return None
-    return hosts[0] if len(hosts) == 1 else hosts
+    """Where to run, as the backend registry (veri_tui.launch.backends) reads each backend's
+    options from the command line and veri.toml's `[<backend>]` table (the command line
+    wins): the Slurm options (`--slurm`, `[slurm]`), else the SSH host(s): every --host
+    given, else veri.toml's `hosts`; one host as a string, several (a multi-node job, node 0
+    first) as a list; None for this machine. VeriError for a bad value, or two targets."""
+    from veri_tui.launch import backends
+
+    tables = _backend_tables(args.config, [b.name for b in backends.backends()])
+    return backends.where_from(vars(args), tables, job)
 
 
-#: The Slurm options of `plan` and `launch` (cli._slurm_options), as `[slurm]` keys.
-SLURM_ARGS = ("partition", "nodes", "gpus_per_node", "account", "time", "qos", "exclude")
-
-
-def slurm_of(args: argparse.Namespace) -> Any:
-    """The Slurm options (veri_tui.launch.slurm.options.SlurmOptions) from veri.toml's
-    `[slurm]` table and the command line (which wins); None when no login node is named.
-    VeriError for a bad key or value."""
-    from veri_tui.launch.slurm.options import slurm_options
+def _backend_tables(config: str | None, names: list[str]) -> dict[str, Any]:
+    """veri.toml's `[<backend>]` tables; VeriError for one that is not a table."""
+    if not config:
+        return {}
+    from veri_tui.launch import backends
     from veri_tui.plan.config import read_toml
 
-    table = read_toml(Path(args.config)).get("slurm") if args.config else None
-    if table is not None and not isinstance(table, dict):
-        raise VeriError(f"{args.config}: [slurm] must be a table (login = ..., partition = ...)",
-                        key="slurm")  # fmt: skip
-    given = {key: getattr(args, key, None) for key in SLURM_ARGS}
-    return slurm_options(table, {"login": getattr(args, "slurm", None), **given})
+    data = read_toml(Path(config))
+    tables = {name: data[name] for name in names if data.get(name) is not None}
+    for name, table in tables.items():
+        if not isinstance(table, dict):
+            keys = ", ".join(f"{o.name} = ..." for o in backends.options_of(name)[:2])
+            raise VeriError(f"{config}: [{name}] must be a table ({keys})", key=name)
+    return tables
 
 
 def canary_options(p: argparse.ArgumentParser) -> None:

@@ -23,7 +23,6 @@ from typing import Any
 from jobfolder.record import JobRecord
 from jobfolder.status import SUCCEEDED
 from veri_tui.commands.common import hosts_of, job_from_args
-from veri_tui.errors import VeriError
 from veri_tui.launch import jobs
 from veri_tui.launch.spec import check_job, with_data
 
@@ -37,9 +36,7 @@ def run(args: argparse.Namespace) -> int:
     canary = canary_of(args)
     probe = jobs.ProbeChoice(run=not args.no_probe, allow_slow=args.allow_slow_nodes)
     if args.dry_run:
-        if not isinstance(host, jobs.SlurmOptions):
-            raise VeriError("prints a Slurm batch script: add --slurm LOGIN", key="dry_run")
-        print(jobs.slurm_script(job, host, args.trust_host, probe), end="")
+        print(jobs.dry_run(job, host, args.trust_host, probe), end="")
         return 0
     if host is None:
         check_job(job)  # every refusal at once, before the model is even read

@@ -18,6 +18,7 @@ from jobfolder.procs import GRACE_S
 from jobfolder.record import JobRecord, JobSpec
 from jobfolder.status import has_ended
 from veri_tui.errors import VeriError
+from veri_tui.launch import backends
 from veri_tui.launch.records import LogLine, follow_lines
 from veri_tui.launch.settle import settle
 from veri_tui.launch.target import JobTarget
@@ -118,10 +119,7 @@ class JobHandle:
         target, job_id = self.target, self.job_id
         many = len(target.nodes) > 1
         record = target.get_job()
-        if nodes is not None and target.nodes[0].host.kind != "slurm":
-            from veri_tui.launch.slurm.options import NOT_SLURM_NODES
-
-            raise VeriError(NOT_SLURM_NODES, key="nodes")
+        backends.backend_of(target.nodes[0].host.kind).refuse_nodes(nodes)
         if many:
             layout = layout_refusal(record, gpu_count, sets)
             if layout is not None:

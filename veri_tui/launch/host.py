@@ -1,62 +1,47 @@
-"""The Host interface: what the launch side needs of a machine a job runs on.
+"""The Host interface: a Machine (machine.py) with the job policy a backend runs on it.
 
 A job runs on N hosts, one node each (N = 1 for a local or a one-host SSH job); the job
 target (target.py), the one launch sequence (launching.py) and the one preflight
-(preflight.py) are written against this interface only. Two implementations:
+(preflight.py) are written against this interface only, and the backend registry
+(backends/) opens the hosts. Three implementations:
 
-- `LocalHost` (local_host.py): this machine, through os and subprocess;
-- `SshHost` (ssh/host.py): a machine reached with paramiko (SFTP for files, a channel per
-  command, every command an argument list quoted with shlex);
-- `SlurmHost` (slurm/host.py): a Slurm login node (one of the two above) whose supervisor is
-  a batch job: its handle is the Slurm job id, and the controller's state judges the job.
+- `LocalHost` (local_host.py): this machine, through os and subprocess (`direct`);
+- `SshHost` (ssh/host.py): a machine reached with paramiko (`direct`);
+- `SlurmHost` (slurm/host.py): a Slurm login node (one of the two above, owned by
+  composition: slurm/login.py) whose supervisor is a batch job: its handle is the Slurm job
+  id, and the controller's state judges the job (`slurm`).
 
-A host does four kinds of thing: run a command (`run`, `stream` for a long-running one),
-read and write files (`read_bytes`, `write_atomic`, `append`, `exists`, `is_dir`,
-`listdir`, `makedirs`, `remove`, `rename`), start, find and stop a job's supervisor
-(`start_supervisor` returns its handle, a pid here; `alive(handle)`; `cancel_job`), and the
-steps where running a job here or there differs: what it reports before a launch (`probe`,
-`plan`), where a job's files are (`output_for`, `job_paths`, `stage`), how its log is
-followed (`follow`), free space (`places`) and the rows a preflight shows. Paths are POSIX
-strings on the host. What a host reports before a launch is its `HostFacts`; hostpool.py
-opens hosts by name. docs/architecture.md draws it, with where a new target plugs in.
+Beyond its Machine (commands, files, free space), a host starts, finds and stops a job's
+supervisor (`start_supervisor` returns its handle, a pid for `direct`; `alive(handle)`;
+`judge`; `cancel_job`), and does the steps where running a job here or there differs: what it
+reports before a launch (`probe`, `plan`), where a job's files are (`output_for`,
+`job_paths`, `stage`), how its log is followed (`follow`) and the rows a preflight shows.
+What a host reports before a launch is its `HostFacts`. docs/architecture.md draws it, with
+where a new backend plugs in.
 """
 
 from __future__ import annotations
 
 import posixpath
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from jobfolder.record import JobRecord
 from veri_tui.errors import Refusal, VeriError
 from veri_tui.launch import memcheck
-from veri_tui.launch.diskcheck import Place, refusals, row
+from veri_tui.launch.diskcheck import refusals, row
+from veri_tui.launch.machine import Machine
 from veri_tui.launch.records import LogLine
 
 if TYPE_CHECKING:
     from veri_tui.launch.spec import JobData
+    from veri_tui.plan import JobConfig, PlanRecord
+    from veri_tui.plan.disk import DiskEstimate
+    from veri_tui.plan.model_info import ModelInfo
 
 #: A preflight row: (check, ok, detail); the one row type every preflight returns.
 Row = tuple[str, bool, str]
-
-
-@dataclass(frozen=True)
-class Result:
-    """What a command returned."""
-
-    exit_status: int
-    stdout: bytes
-    stderr: bytes
-
-    @property
-    def text(self) -> str:
-        return self.stdout.decode("utf-8", "replace")
-
-    def error_line(self) -> str:
-        """The last stderr line: what a one-line failure message should quote."""
-        lines = self.stderr.decode("utf-8", "replace").strip().splitlines()
-        return lines[-1] if lines else f"exit status {self.exit_status}"
 
 
 @dataclass
@@ -70,7 +55,7 @@ class HostFacts:
     veri_home: str
     gpus: list[dict[str, Any]] = field(default_factory=list)
     model_path: str | None = None
-    model_info: Any = None
+    model_info: ModelInfo | None = None
     model_bytes: int = 0
     problems: list[Refusal] = field(default_factory=list)
     #: Whether the model's counts are known (read on the host, or read here when planned).
@@ -120,49 +105,17 @@ class HostFacts:
             raise VeriError(self.problems)
 
 
-class Stream(Protocol):
-    """A command still running: its stdout line by line, then closed (rendezvous probes)."""
-
-    def readline(self) -> str: ...
-
-    def close(self) -> None: ...
-
-
-class Host(Protocol):
-    """A machine that holds job folders and runs their supervisors."""
+class Host(Machine, Protocol):
+    """A Machine that holds job folders and runs their supervisors: the job policy of a
+    backend (backends/) on one of its machines."""
 
     @property
     def kind(self) -> str:
         """`local`, `ssh` or `slurm`: what the registry keeps to open the host again."""
 
     @property
-    def name(self) -> str:
-        """`local`, or the SSH destination as the user typed it."""
-
-    @property
     def label(self) -> str | None:
         """What job.json's `host` says for a job here: None for this machine, else `name`."""
-
-    @property
-    def where(self) -> str:
-        """The host in messages: `this machine`, or `name`."""
-
-    @property
-    def python(self) -> str:
-        """The interpreter that runs the supervisor and `python -m jobfolder` there."""
-
-    @property
-    def local(self) -> bool:
-        """Whether its paths are this machine's (the job's files are used in place)."""
-
-    @property
-    def address(self) -> str:
-        """The address the other nodes of a multi-node job reach it at."""
-
-    def run(self, argv: Sequence[str], *, timeout: float = 60.0, stdin: bytes | None = None
-            ) -> Result: ...  # fmt: skip
-
-    def stream(self, argv: Sequence[str]) -> Stream: ...
 
     def start_supervisor(self, job_dir: str) -> int: ...
 
@@ -173,41 +126,24 @@ class Host(Protocol):
     def judge(self, job_dir: str, record: JobRecord, pid: int | None,
               reread: Callable[[], JobRecord]) -> JobRecord: ...  # fmt: skip
 
-    def read_bytes(self, path: str, limit: int, offset: int = 0) -> bytes: ...
+    def probe(self, job: JobConfig, dataset_bytes: int) -> HostFacts: ...
 
-    def write_atomic(self, path: str, data: bytes) -> None: ...
+    def plan(
+        self, job: JobConfig, facts: HostFacts, given: PlanRecord | None = None
+    ) -> tuple[JobConfig, PlanRecord]: ...
 
-    def append(self, path: str, data: bytes) -> None: ...
+    def output_for(self, job: JobConfig, facts: HostFacts) -> JobConfig: ...
 
-    def exists(self, path: str) -> bool: ...
-
-    def is_dir(self, path: str) -> bool: ...
-
-    def listdir(self, path: str) -> list[str]: ...
-
-    def makedirs(self, path: str) -> None: ...
-
-    def remove(self, path: str) -> None: ...
-
-    def rename(self, src: str, dst: str) -> None: ...
-
-    def places(self, paths: Sequence[str]) -> list[Place]: ...
-
-    def probe(self, job: Any, dataset_bytes: int) -> HostFacts: ...
-
-    def plan(self, job: Any, facts: HostFacts, given: Any = None) -> tuple[Any, Any]: ...
-
-    def output_for(self, job: Any, facts: HostFacts) -> Any: ...
-
-    def job_paths(self, job: Any, plan: Any, job_dir: str, facts: HostFacts
+    def job_paths(self, job: JobConfig, plan: PlanRecord, job_dir: str, facts: HostFacts
                   ) -> tuple[str, JobData, str, str | None]: ...  # fmt: skip
 
-    def stage(self, job: Any, tmp: str) -> None: ...
+    def stage(self, job: JobConfig, tmp: str) -> None: ...
 
-    def path_rows(self, job: Any, paths: tuple[str, str, str, str | None] | None, label: str
+    def path_rows(self, job: JobConfig, paths: tuple[str, str, str, str | None] | None, label: str
                   ) -> list[Row]: ...  # fmt: skip
 
-    def capacity(self, facts: HostFacts, plan: Any, disk: Any, output: str | None, label: str
+    def capacity(self, facts: HostFacts, plan: PlanRecord, disk: DiskEstimate,
+                 output: str | None, label: str
                  ) -> tuple[list[Row], list[Refusal]]: ...  # fmt: skip
 
     def tail_rows(self) -> list[Row]: ...
@@ -216,8 +152,6 @@ class Host(Protocol):
 
     def follow(self, path: str, pid: int | None, offset: int, done: Callable[[], bool],
                **options: Any) -> Iterator[LogLine]: ...  # fmt: skip
-
-    def close(self) -> None: ...
 
 
 def jobfolder_argv(host: Host, job_dir: str, *args: str) -> list[str]:
@@ -244,13 +178,13 @@ def run_cancel(host: Host, job_dir: str, pid: int | None, grace: float) -> None:
 # -- the plan against a host: its memory and disk ------------------------------------------
 
 
-def check_memory(facts: HostFacts, plan: Any) -> Row:
+def check_memory(facts: HostFacts, plan: PlanRecord) -> Row:
     """Refuse (VeriError, `host_memory`) a plan whose host memory per node exceeds the host's
     MemAvailable, as its probe read it (veri_tui.launch.memcheck); else its row."""
     return memcheck.check(plan, facts.facts.get("mem_available_bytes"), facts.host)
 
 
-def check_disk(host: Host, facts: HostFacts, disk: Any, output: str | None) -> Row:
+def check_disk(host: Host, facts: HostFacts, disk: DiskEstimate, output: str | None) -> Row:
     """Refuse (VeriError) a job whose host cannot hold what it writes (the plan's `disk`,
     veri_tui.launch.diskcheck) in its jobs folder and output dir; else its row."""
     job, out = host.places([facts.jobs_dir, output or facts.jobs_dir])
@@ -270,7 +204,8 @@ def tracker_problems(job: Any) -> list[Refusal]:
 
 
 def capacity_rows(
-    host: Host, facts: HostFacts, plan: Any, disk: Any, output: str | None, label: str,
+    host: Host, facts: HostFacts, plan: PlanRecord, disk: DiskEstimate, output: str | None,
+    label: str,
     disk_first: bool = False,
 ) -> tuple[list[Row], list[Refusal]]:  # fmt: skip
     """The host-memory and disk rows of one node (named `label <check>` when ``label``),

@@ -1,18 +1,17 @@
 """Hosts by name, and one call per host at once.
 
-`open_hosts`: None is this machine, a `SlurmOptions` a Slurm login node (slurm/host.py),
-anything else an SSH destination (paramiko is imported only when an SSH host is asked for:
-`veri-tui plan`, `jobs` and the app start without it).
-`in_parallel`: every node of a job is asked at once, each on its own thread.
+How a caller names a job's hosts (`HostName`: None is this machine, a `SlurmOptions` a Slurm
+login node, anything else an SSH destination); the backends (backends/ `open_hosts`) open
+them. `in_parallel`: every node of a job is asked at once, each on its own thread;
+`first_failure`: what to raise when some hosts could not be opened.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
-from veri_tui.launch.host import Host
 from veri_tui.launch.slurm.options import SlurmOptions
 
 #: How a caller names a job's host: None (this machine), an SSH destination, a Slurm login.
@@ -43,32 +42,7 @@ def all_or_raise(results: list[R | Exception]) -> list[R]:
     return [r for r in results if not isinstance(r, Exception)]
 
 
-def open_hosts(names: Sequence[HostName], trust: str | None = None) -> list[Host]:
-    """A host per name, connected in parallel: None is this machine, a name an SSH host
-    (alias or user@host[:port]), `SlurmOptions` its login node (a Slurm job is one host:
-    its allocation's nodes are the scheduler's). A host that cannot be reached raises
-    VeriError (the first), and the ones already open are closed."""
-    if len(names) == 1 and isinstance(names[0], SlurmOptions):
-        from veri_tui.launch.slurm.host import open_slurm
-
-        return [open_slurm(names[0], trust)]
-    if all(n is None for n in names):
-        from veri_tui.launch.local_host import LocalHost
-
-        return [LocalHost() for _ in names]
-    from veri_tui.launch.ssh.host import SshHost
-
-    opened = in_parallel(lambda n: SshHost.open(str(n), trust=trust), list(names))
-    hosts: list[Host] = [h for h in opened if not isinstance(h, Exception)]
-    failed = [e for e in opened if isinstance(e, Exception)]
-    if failed:
-        for host in hosts:
-            host.close()
-        raise _first_failure(failed)
-    return hosts
-
-
-def _first_failure(failed: list[Exception]) -> Exception:
+def first_failure(failed: list[Exception]) -> Exception:
     """What to raise for hosts that could not be opened: the first failure that is not an
     unknown key; else every unknown key together, so that one rerun trusts them all."""
     from veri_tui.launch.ssh.hostkeys import UnknownHostKeyError, UnknownHostKeysError

@@ -2,8 +2,8 @@
 of one launched over SSH, or a job just created (launching.py registers it).
 
 A folder under $VERI_HOME/jobs is this machine's job (`LocalHost`); an entry of the registry
-(registry.py) names an SSH job's hosts and folders, opened on first use (`SshHost`, imported
-only then), or a Slurm job's login node (`SlurmHost`).
+(registry.py) names an SSH job's hosts and folders, or a Slurm job's login node, opened on
+first use by the backend of its kind (backends/: `SshHost`, `SlurmHost`, imported only then).
 """
 
 from __future__ import annotations
@@ -47,14 +47,10 @@ def target_of_entry(entry: registry.RegistryEntry, pool: dict[str, Host] | None 
 
 
 def _reopen(entry: registry.RegistryEntry, name: str) -> Host:
-    """The host ``name`` of the entry's kind, connected on first use."""
-    if entry.kind == "slurm":
-        from veri_tui.launch.slurm.host import SlurmHost, login_host
+    """The host ``name`` of the entry's kind (its backend's), connected on first use."""
+    from veri_tui.launch.backends import backend_of
 
-        return SlurmHost(login_host(name, python=entry.python))
-    from veri_tui.launch.ssh.host import SshHost
-
-    return SshHost(name, python=entry.python)
+    return backend_of(entry.kind).reopen(name, entry.python)
 
 
 def register(job_id: str, hosts: Sequence[Host], dirs: list[str],

@@ -1,9 +1,11 @@
 """The launch facade used by the CLI and the app: start, list, read, follow, cancel and
 resume jobs (a resume is a new attempt of an ended job in its own folder).
 
-A job runs on N hosts (host.py): none given is this machine, one SSH host is a one-host job,
-several are one multi-node job (one node each, node 0 first); `SlurmOptions` (a login node
-and its partition, nodes, ...) is a Slurm job, submitted as a batch job (docs/slurm.md).
+A job runs on N hosts (host.py) of a backend (backends/: the registry chooses it from where
+the job goes): none given is this machine, one SSH host is a one-host job, several are one
+multi-node job (one node each, node 0 first) of the `direct` backend; `SlurmOptions` (a
+login node and its partition, nodes, ...) is the `slurm` backend's, submitted as a batch
+job (docs/slurm.md).
 Every call below is the same
 code for all of them: the one launch sequence (launching.py), the one preflight
 (preflight.py) and the one job target (target.py). paramiko is imported only once a host
@@ -21,7 +23,8 @@ from jobfolder.procs import pid_alive
 from jobfolder.record import JobRecord
 from jobfolder.status import outcome_recorded
 from veri_tui.errors import NotFoundError, UnreachableError, VeriError
-from veri_tui.launch import registry
+from veri_tui.launch import backends, registry
+from veri_tui.launch.backends import Option
 from veri_tui.launch.handle import JobHandle
 from veri_tui.launch.host import Host, Row
 from veri_tui.launch.hostpool import HostName
@@ -43,8 +46,8 @@ __all__ = [
     "JobHandle", "LogLine", "ProbeChoice", "Row", "cancel", "canary_spec", "comparison_lines",
     "follow_log", "get_job", "host_aliases", "launch", "list_jobs", "local_jobs", "log_row",
     "metric_of", "open", "pending_reason", "preflight", "read_log", "resume", "SlurmOptions",
-    "slurm_options", "slurm_script", "slurm_state", "target_for", "trust_key", "watch",
-    "watcher_of",
+    "slurm_options", "dry_run", "backend_options", "slurm_state", "target_for", "trust_key",
+    "watch", "watcher_of",
 ]  # fmt: skip
 
 #: Where a job runs: this machine (None), an SSH host, several (a multi-node job), or Slurm.
@@ -52,12 +55,14 @@ Where = str | Sequence[str] | SlurmOptions | None
 
 
 def _names(host: Where, job: JobConfig | None = None) -> list[HostName]:
-    """The job's hosts: the Slurm login, the one named, the list given, else the job's own
-    (`hosts`), else this machine."""
-    if isinstance(host, SlurmOptions):
-        return [host]
-    hosts = [host] if isinstance(host, str) else list(host or (job.hosts if job else None) or [])
-    return list(hosts) if hosts else [None]
+    """The job's hosts, as its backend names them (backends/): the Slurm login, the one
+    named, the list given, else the job's own (`hosts`), else this machine."""
+    return backends.host_names(host, job)
+
+
+def backend_options(name: str) -> tuple[Option, ...]:
+    """The options backend ``name`` declares (the app's launch-screen fields)."""
+    return backends.options_of(name)
 
 
 def launch(
@@ -86,15 +91,17 @@ def launch(
                       probe=probe or ProbeChoice(), canary=canary)  # fmt: skip
 
 
-def slurm_script(job_config: JobConfig, options: SlurmOptions, trust_host: str | None = None,
-                 probe: ProbeChoice | None = None) -> str:  # fmt: skip
-    """The batch script `launch` would submit for ``job_config`` with ``options`` (every
-    check of a launch made, every refusal raised; ``probe``: its probe step's mode);
-    nothing is created or submitted."""
+def dry_run(job_config: JobConfig, host: Where, trust_host: str | None = None,
+            probe: ProbeChoice | None = None) -> str:  # fmt: skip
+    """What `launch` would submit for ``job_config`` to ``host`` (a Slurm job: its batch
+    script), every check of a launch made, every refusal raised (``probe``: its probe
+    step's mode); nothing is created or submitted. VeriError at once for a backend that
+    submits nothing (this machine, SSH)."""
     from veri_tui.launch.launching import launch as run_launch
 
-    return run_launch(job_config, None, [options], trust_host, wait=False, dry_run=True,
-                      probe=probe)  # fmt: skip
+    backends.backend_for(host).check_dry_run()
+    return run_launch(job_config, None, _names(host, job_config), trust_host, wait=False,
+                      dry_run=True, probe=probe)  # fmt: skip
 
 
 def preflight(

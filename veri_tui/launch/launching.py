@@ -16,7 +16,8 @@
 
 A Slurm job (slurm/host.py) is one host, its login node: its partition decides the layout
 in step 2 (the host's `spec` keys), its supervisor is the batch job submitted in step 5;
-`dry_run` stops before step 5 with the batch script that would be submitted.
+`dry_run` stops before step 5 with what its backend (backends/) would submit: the batch
+script.
 
 `plan_on` is step 2-3 alone: the plan `launch` would make (`veri-tui plan --host`, a resume
 re-planned on its host).
@@ -25,7 +26,6 @@ re-planned on its host).
 from __future__ import annotations
 
 import json
-import os
 import posixpath
 from collections.abc import Sequence
 from typing import Any, cast
@@ -33,8 +33,9 @@ from typing import Any, cast
 from jobfolder.layout import MADE_WITH, node_folder_name
 from jobfolder.record import JobRecord, JobSpec
 from veri_tui.errors import Refusal, VeriError
+from veri_tui.launch.backends import open_hosts
 from veri_tui.launch.host import Host, HostFacts, check_disk, check_memory
-from veri_tui.launch.hostpool import HostName, all_or_raise, in_parallel, open_hosts
+from veri_tui.launch.hostpool import HostName, all_or_raise, in_parallel
 from veri_tui.launch.nodes import agreement, disk_of, node_label, probe_rendezvous
 from veri_tui.launch.probe.fleet import ProbeChoice, fleet_probe, needs_probe
 from veri_tui.launch.probe.report import with_cached_network, with_network
@@ -94,16 +95,11 @@ def replan(host: Host, record: JobRecord, gpu_count: int | None, sets: Sequence[
     else planned again on its open host, its problems refused. A Slurm job keeps its layout
     keys (the host's `spec`) and is laid out again from its record (options_for_resume),
     on ``nodes`` nodes when given."""
+    from veri_tui.launch.backends import backend_of
     from veri_tui.launch.replan import resume_spec
 
     keys: dict[str, Any] = {}
-    relaid = False
-    if host.kind == "slurm":
-        from veri_tui.launch.slurm.options import options_for_resume, resume_count
-
-        gpu_count = resume_count(record, gpu_count, nodes)
-        host.options = options_for_resume(record, gpu_count, nodes)  # type: ignore[attr-defined]
-        relaid = nodes is not None and nodes != int(record["spec"].get("nnodes") or 1)
+    gpu_count, relaid = backend_of(host.kind).relayout(host, record, gpu_count, nodes)
 
     def plan_for(job: Any) -> tuple[Any, Any]:
         facts = host.probe(job, 0)
@@ -182,13 +178,6 @@ def create(host: Host, job: Any, job_dir: str, record: JobRecord) -> int:
     return host.start_supervisor(job_dir)
 
 
-def slurm_probe_mode(spec: Any, choice: ProbeChoice) -> None:
-    """Set spec["slurm"]["probe"]: "off" (--no-probe, VERI_PROBE=0), "allow"
-    (--allow-slow-nodes: recorded, the job goes on) or "stop" (a slow or sick node ends it)."""
-    off = not choice.run or os.environ.get("VERI_PROBE") == "0"
-    spec["slurm"]["probe"] = "off" if off else "allow" if choice.allow_slow else "stop"
-
-
 def launch(
     job: Any, plan_record: Any, names: Sequence[HostName], trust: str | None, wait: bool,
     dry_run: bool = False, probe: ProbeChoice | None = None,
@@ -233,16 +222,16 @@ def launch(
                 cast("dict[str, Any]", rec)["probe"] = measured.summary()
             if canary:
                 rec["spec"]["canary"] = dict(canary)
-        if hosts[0].kind == "slurm":  # the batch job probes its allocation (slurm/script.py)
-            slurm_probe_mode(nodes[0][1]["spec"], probe or ProbeChoice())
+        from veri_tui.launch.backends import backend_of
+
+        # A backend whose job probes its own nodes (Slurm's batch job: slurm/script.py)
+        # records the probe step's mode in the spec.
+        backend_of(hosts[0].kind).record_probe_mode(nodes[0][1]["spec"], probe or ProbeChoice())
         check_capacity(
             hosts, facts, plan, nodes[0][1]["spec"]["output_dir"] if job.output else None
         )
         if dry_run:
-            script = getattr(hosts[0], "batch_script", None)
-            if script is None:
-                raise VeriError("prints a Slurm batch script: add --slurm LOGIN", key="dry_run")
-            return str(script(*nodes[0]))
+            return backend_of(hosts[0].kind).script(hosts[0], *nodes[0])
         for host, pf in zip(hosts, facts, strict=True):
             host.makedirs(pf.jobs_dir)
         started = in_parallel(lambda k: create(hosts[k], job, *nodes[k]),

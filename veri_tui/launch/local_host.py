@@ -18,7 +18,7 @@ import subprocess
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from jobfolder.atomic import write_bytes_atomic
 from jobfolder.layout import SUPERVISOR_LOG, veri_home
@@ -29,16 +29,20 @@ from veri_tui.errors import Refusal, VeriError
 from veri_tui.launch.diskcheck import Place, local_place
 from veri_tui.launch.host import (
     HostFacts,
-    Result,
     Row,
     capacity_rows,
     run_cancel,
     supervisor_argv,
     tracker_problems,
 )
+from veri_tui.launch.machine import Result
 from veri_tui.launch.memcheck import local_available
 from veri_tui.launch.records import LogLine, follow_lines
 from veri_tui.launch.spec import JobData, local_paths
+
+if TYPE_CHECKING:
+    from veri_tui.plan import JobConfig, PlanRecord
+    from veri_tui.plan.disk import DiskEstimate
 
 # Supervisors this process started: polled so that a long-lived launcher (the app) reaps them.
 _children: list[subprocess.Popen[bytes]] = []
@@ -180,7 +184,7 @@ class LocalHost:
 
     # -- the job's steps ---------------------------------------------------------------------
 
-    def probe(self, job: Any, dataset_bytes: int) -> HostFacts:
+    def probe(self, job: JobConfig, dataset_bytes: int) -> HostFacts:
         """What this machine offers the job: its GPUs checked against gpu_count, its free
         memory; the model is read here when the job is planned."""
         facts: dict[str, Any] = {"mem_available_bytes": local_available()}
@@ -191,24 +195,26 @@ class LocalHost:
         found.problems += tracker_problems(job)
         return found
 
-    def plan(self, job: Any, facts: HostFacts, given: Any = None) -> tuple[Any, Any]:
+    def plan(
+        self, job: JobConfig, facts: HostFacts, given: PlanRecord | None = None
+    ) -> tuple[JobConfig, PlanRecord]:
         """The plan made here (the caller's when it made one): the model read on this
         machine, calibrated by this machine's runs."""
         from veri_tui.plan import plan_job
 
         return job, given if given is not None else plan_job(job)
 
-    def output_for(self, job: Any, facts: HostFacts) -> Any:
+    def output_for(self, job: JobConfig, facts: HostFacts) -> JobConfig:
         return job  # a path here: checked with the job's other paths (job_paths)
 
-    def job_paths(self, job: Any, plan: Any, job_dir: str, facts: HostFacts
+    def job_paths(self, job: JobConfig, plan: PlanRecord, job_dir: str, facts: HostFacts
                   ) -> tuple[str, JobData, str, str | None]:  # fmt: skip
         return local_paths(job, plan, Path(job_dir))
 
-    def stage(self, job: Any, tmp: str) -> None:
+    def stage(self, job: JobConfig, tmp: str) -> None:
         """Nothing to copy: a local job reads its model and dataset where they are."""
 
-    def path_rows(self, job: Any, paths: tuple[str, str, str, str | None] | None, label: str
+    def path_rows(self, job: JobConfig, paths: tuple[str, str, str, str | None] | None, label: str
                   ) -> list[Row]:  # fmt: skip
         """The model, dataset and output the job would use (after a dry run of its paths)."""
         if paths is None:
@@ -217,7 +223,8 @@ class LocalHost:
         shown = output if job.output else "<job folder>/output"
         return [("model", True, model), ("dataset", True, str(dataset)), ("output", True, shown)]
 
-    def capacity(self, facts: HostFacts, plan: Any, disk: Any, output: str | None, label: str
+    def capacity(self, facts: HostFacts, plan: PlanRecord, disk: DiskEstimate,
+                 output: str | None, label: str
                  ) -> tuple[list[Row], list[Refusal]]:  # fmt: skip
         """Disk, then host memory, against this machine."""
         out = output or os.path.join(facts.veri_home, "jobs")

@@ -52,8 +52,10 @@ class RegistryEntry:
 
     @property
     def label(self) -> str:
-        """The host as job records name it (`slurm:<login>` for a Slurm job)."""
-        return f"slurm:{self.host}" if self.kind == "slurm" else self.host
+        """The host as job records name it (`slurm:<login>` for a Slurm job): its backend's."""
+        from veri_tui.launch.backends import backend_of
+
+        return backend_of(self.kind).label(self.host)
 
     def node_entries(self) -> list[NodeEntry]:
         """Every node, node 0 first (a one-host job is its one node)."""

@@ -82,7 +82,9 @@ class JobTarget:
     def supervisor_pid(self, node: Node) -> int | None:
         """The pid the supervisor wrote itself, else the one seen when it was started. A
         batch job's handle is its Slurm job id: its supervisor's pid is a compute node's."""
-        if node.host.kind == "slurm":
+        from veri_tui.launch.backends import backend_of
+
+        if not backend_of(node.host.kind).handle_is_pid:
             return node.pid
         try:
             raw = node.host.read_bytes(posixpath.join(node.job_dir, SUPERVISOR_PID), 64)

@@ -184,7 +184,8 @@ def load_job_config(
         path = Path(config_path)
         data = read_toml(path)
         # The `[slurm]` table is where the job is submitted, not what it is: the launch side
-        # reads it (veri_tui/commands/common.py slurm_of); the plan is the same without it.
+        # reads it (commands/common.py hosts_of: the backend registry's options); the plan is
+        # the same without it.
         data.pop("slurm", None)
         section = data.pop("method", None)
         if isinstance(section, dict):

@@ -8,8 +8,9 @@ partition's gres type (or the GPU type named here, the way out for a type the ca
 not know) and nodes x GPUs per node. Empty fields are left to the cluster (its default
 partition, every GPU of a node, no account, the partition's time limit). The values are
 checked by the launch facade's `slurm_options`, so a bad one is the same `slurm.<key>`
-line as on the command line; a field is checked on Enter, not on every key (each check asks
-the cluster, over SSH for a login node).
+line as on the command line (the fields are the options the `slurm` backend declares,
+veri_tui/launch/backends/slurm.py, as the command line's flags are); a field is checked on
+Enter, not on every key (each check asks the cluster, over SSH for a login node).
 """
 
 from __future__ import annotations
@@ -20,18 +21,15 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.widgets import Input, Label
 
-#: (key, label, placeholder), in the order shown; the keys are `[slurm]`'s (veri.toml).
-FIELDS = (
-    ("partition", "partition", "empty: the cluster's default partition"),
-    ("nodes", "nodes", "1"),
-    ("gpus_per_node", "gpus/node", "empty: every GPU of a node (CPU partition: its cores)"),
-    ("account", "account", "empty: your default account"),
-    ("time", "time limit", "empty: the partition's; e.g. 30, 1:30:00, 2-00:00:00"),
-    ("qos", "qos", "empty: the default"),
-    ("gpu", "GPU type", "empty: the partition's gres type; a catalog name, e.g. H100-80GB"),
-)
+from veri_tui.launch import jobs
+
+#: (key, label, placeholder), in the order shown: the `slurm` backend's declared options
+#: that are app fields (the login node is the screen's target), then the GPU type.
+FIELDS = tuple(
+    (o.name, o.label, o.hint or "") for o in jobs.backend_options("slurm") if o.label is not None
+) + (("gpu", "GPU type", "empty: the partition's gres type; a catalog name, e.g. H100-80GB"),)
 #: Keys Slurm takes as whole numbers.
-WHOLE = ("nodes", "gpus_per_node")
+WHOLE = tuple(o.name for o in jobs.backend_options("slurm") if o.type is int)
 
 
 class SlurmFields(Vertical):

@@ -28,8 +28,10 @@ from typing import Any
 
 from jobfolder.probe_verdict import HEALTH_MARK, PROBE_MARK, marked
 from veri_tui.errors import VeriError
-from veri_tui.launch.host import Host, HostFacts, Result
-from veri_tui.launch.hostpool import HostName, all_or_raise, in_parallel, open_hosts
+from veri_tui.launch.backends import open_hosts
+from veri_tui.launch.host import Host, HostFacts
+from veri_tui.launch.hostpool import HostName, all_or_raise, in_parallel
+from veri_tui.launch.machine import Result
 from veri_tui.launch.nodes import probe_rendezvous
 from veri_tui.launch.probe.report import ProbeReport, cached, from_dict, hosts_key, save
 
@@ -171,7 +173,10 @@ def needs_probe(hosts: Sequence[Host], facts: list[HostFacts], job: Any) -> bool
     if len(hosts) > 1:
         return True
     gpus = len(facts[0].gpus) if facts else 0
-    return hosts[0].kind != "slurm" and gpus >= 2 and int(job.gpu_count or 0) >= 2
+    from veri_tui.launch.backends import backend_of
+
+    one_probed = backend_of(hosts[0].kind).probes_one_host
+    return one_probed and gpus >= 2 and int(job.gpu_count or 0) >= 2
 
 
 def fleet_probe(hosts: Sequence[Host], facts: list[HostFacts], job: Any, choice: ProbeChoice

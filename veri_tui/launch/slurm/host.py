@@ -1,8 +1,10 @@
 """A Slurm login node as a `Host` (veri_tui/launch/host.py): a job's supervisor is a batch job.
 
-`SlurmHost` wraps the login node's own host (`LocalHost` for `--slurm local`, `SshHost` for
-an alias or user@host[:port]) and keeps its commands, files, staging and paths: the job
-folder sits on the filesystem the login node and the compute nodes share. What differs:
+`SlurmHost` owns the login node's own host (`LocalHost` for `--slurm local`, `SshHost` for
+an alias or user@host[:port]) and keeps its commands, files, staging and paths, each named
+in login.py (`LoginNode`): the job folder sits on the filesystem the login node and the
+compute nodes share. The `slurm` backend (veri_tui/launch/backends/slurm.py) opens it. What
+differs:
 
 - `probe`: the partition's facts (partition.py) decide the layout (nodes x ranks per node)
   and GPU; job folders go under `<veri home>/slurm/jobs` (a Slurm job is listed by its
@@ -23,7 +25,7 @@ import posixpath
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import jobfolder
 from jobfolder.layout import CANCEL_REQUEST, JOB_FILE
@@ -35,16 +37,20 @@ from veri_tui.errors import VeriError
 from veri_tui.launch.host import (
     Host,
     HostFacts,
-    Result,
     jobfolder_argv,
     supervisor_argv,
     tracker_problems,
 )
+from veri_tui.launch.machine import Result
 from veri_tui.launch.records import LogLine, follow_lines
+from veri_tui.launch.slurm.login import LoginNode
 from veri_tui.launch.slurm.options import SlurmOptions
 from veri_tui.launch.slurm.partition import Partition, layout, on_partition, read_partition
 from veri_tui.launch.slurm.script import SCRIPT, batch_script
 from veri_tui.launch.slurm.states import SlurmState, outcome, query
+
+if TYPE_CHECKING:
+    from veri_tui.plan import JobConfig, PlanRecord
 
 #: The source folder holding the jobfolder and trainer packages (`--slurm local`: the batch
 #: job imports them from here, whatever PYTHONPATH sbatch's environment carries).
@@ -53,24 +59,21 @@ SOURCE_ROOT = str(Path(jobfolder.__file__).resolve().parents[1])
 LEAVE_S = 60.0
 
 
-class SlurmHost:
+class SlurmHost(LoginNode):
     """A login node, submitting batch jobs. ``options`` None: a host reopened for a job
-    already submitted (reading, cancelling or resuming it needs none)."""
+    already submitted (reading, cancelling or resuming it needs none). Its commands, files
+    and paths are the login node's (login.py), every member named there."""
 
     kind = "slurm"
 
     def __init__(self, login_host: Host, options: SlurmOptions | None = None) -> None:
-        self.login_host = login_host
+        super().__init__(login_host)
         self.options = options
         self.name = login_host.name  # what the registry keeps: `local`, or the SSH host
         self.label: str | None = f"slurm:{login_host.name}"
         self.where = f"the Slurm cluster of {login_host.where}"
         self.partition: Partition | None = None
         self._job_update: dict[str, Any] = {}
-
-    def __getattr__(self, attr: str) -> Any:
-        # Everything not Slurm's own is the login node's: commands, files, paths, staging.
-        return getattr(self.login_host, attr)
 
     def slurm(self, argv: Sequence[str]) -> Result:
         """A Slurm client command on the login node; VeriError when it is not installed."""
@@ -89,12 +92,9 @@ class SlurmHost:
             return ["env", f"PYTHONPATH={SOURCE_ROOT}"]
         return self.login_host.pythonpath(job_dir)
 
-    def close(self) -> None:
-        self.login_host.close()
-
     # -- before the launch ----------------------------------------------------------------
 
-    def probe(self, job: Any, dataset_bytes: int) -> HostFacts:
+    def probe(self, job: JobConfig, dataset_bytes: int) -> HostFacts:
         """The login node's facts (Python, torch, the model, free space) and the partition's:
         the job's layout, its GPU, a node's memory. A partition the controller does not have
         raises VeriError `partition` here, before anything is uploaded or submitted."""
@@ -122,7 +122,7 @@ class SlurmHost:
             self._job_update["node_count"] = nodes
         return facts
 
-    def _login_facts(self, job: Any, dataset_bytes: int) -> HostFacts:
+    def _login_facts(self, job: JobConfig, dataset_bytes: int) -> HostFacts:
         if self.login_host.local:
             from jobfolder.layout import veri_home
 
@@ -139,7 +139,9 @@ class SlurmHost:
                              dataset_bytes=dataset_bytes,
                              report_to=job.hyperparameters.report_to)  # fmt: skip
 
-    def plan(self, job: Any, facts: HostFacts, given: Any = None) -> tuple[Any, Any]:
+    def plan(
+        self, job: JobConfig, facts: HostFacts, given: PlanRecord | None = None
+    ) -> tuple[JobConfig, PlanRecord]:
         """The login node's plan of the job laid out on the partition (``given`` is not used:
         it was made for another layout)."""
         if self.login_host.local:

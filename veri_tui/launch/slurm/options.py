@@ -92,13 +92,6 @@ def slurm_options(table: Mapping[str, Any] | None, given: Mapping[str, Any]) -> 
     return SlurmOptions(**{k: merged[k] for k in KEYS if merged.get(k) is not None})
 
 
-#: `veri-tui resume --nodes` of a job that is not a Slurm job.
-NOT_SLURM_NODES = (
-    "--nodes re-plans a Slurm job, whose nodes share its folder; this job's nodes are its "
-    "hosts (a multi-node SSH job resumes on its own layout)"
-)
-
-
 def resume_count(record: JobRecord, gpu_count: int | None, nodes: int | None) -> int | None:
     """The rank count of a Slurm job resumed on ``nodes`` nodes: ``gpu_count`` when given,
     else its ranks per node on every new node; None to keep its own."""

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from veri_tui.errors import Refusal, VeriError
-from veri_tui.launch.host import Result
+from veri_tui.launch.machine import Result
 from veri_tui.launch.slurm.options import SlurmOptions
 
 #: A command on the login node (its Slurm clients), as `Host.run` runs it.

@@ -15,7 +15,7 @@ from pathlib import Path
 import paramiko
 
 from veri_tui.errors import UnreachableError, VeriError
-from veri_tui.launch.host import Result
+from veri_tui.launch.machine import Result
 from veri_tui.launch.ssh.hostkeys import (
     TrustPolicy,
     changed_key_error,

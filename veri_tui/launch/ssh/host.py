@@ -14,7 +14,7 @@ import json
 import posixpath
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from jobfolder.datasource import files_of
 from jobfolder.layout import SUPERVISOR_LOG
@@ -22,7 +22,8 @@ from jobfolder.lost import judge
 from jobfolder.record import JobRecord
 from veri_tui.errors import Refusal, VeriError
 from veri_tui.launch.diskcheck import Place
-from veri_tui.launch.host import HostFacts, Result, Row, capacity_rows, run_cancel, supervisor_argv
+from veri_tui.launch.host import HostFacts, Row, capacity_rows, run_cancel, supervisor_argv
+from veri_tui.launch.machine import Result
 from veri_tui.launch.records import LogLine
 from veri_tui.launch.spec import JobData, local_data
 from veri_tui.launch.ssh import files
@@ -30,6 +31,10 @@ from veri_tui.launch.ssh.connection import Connection, ConnectionLost, command_l
 from veri_tui.launch.ssh.preflight import DISK_SCRIPT, remote_python, run_preflight
 from veri_tui.launch.ssh.remote_model import expand_home
 from veri_tui.launch.ssh.tail import follow_remote
+
+if TYPE_CHECKING:
+    from veri_tui.plan import JobConfig, PlanRecord
+    from veri_tui.plan.disk import DiskEstimate
 
 #: The packages a job's host runs, copied into its folder's pkg/ (on PYTHONPATH there).
 UPLOADED = ("trainer", "jobfolder")
@@ -170,7 +175,7 @@ class SshHost:
 
     # -- the job's steps ---------------------------------------------------------------------
 
-    def probe(self, job: Any, dataset_bytes: int) -> HostFacts:
+    def probe(self, job: JobConfig, dataset_bytes: int) -> HostFacts:
         """The host's facts for ``job``: its model, its gpu_count, and whether the artifact is
         a whole model (a full fine-tune: the disk must hold it) or an adapter."""
         return run_preflight(
@@ -182,7 +187,9 @@ class SshHost:
             report_to=job.hyperparameters.report_to,
         )
 
-    def plan(self, job: Any, facts: HostFacts, given: Any = None) -> tuple[Any, Any]:
+    def plan(
+        self, job: JobConfig, facts: HostFacts, given: PlanRecord | None = None
+    ) -> tuple[JobConfig, PlanRecord]:
         """The job as it will run on the host (its detected GPU with its real memory) and its
         plan, from the model's headers read there, calibrated by this host's runs; a plan made
         elsewhere (``given``) is not used."""
@@ -193,7 +200,7 @@ class SshHost:
         info = facts.model_info if facts.model_info is not None else read_model_info(None)
         return job, plan_job(job, info, host=facts.host)
 
-    def output_for(self, job: Any, facts: HostFacts) -> Any:
+    def output_for(self, job: JobConfig, facts: HostFacts) -> JobConfig:
         """The output dir is a path on the host: `~` expanded there, refused when not empty."""
         if not job.output:
             return job
@@ -206,7 +213,7 @@ class SshHost:
                             "choose another --output", key="output")  # fmt: skip
         return job.model_copy(update={"output": output})
 
-    def job_paths(self, job: Any, plan: Any, job_dir: str, facts: HostFacts
+    def job_paths(self, job: JobConfig, plan: PlanRecord, job_dir: str, facts: HostFacts
                   ) -> tuple[str, JobData, str, str | None]:  # fmt: skip
         """(model path, datasets, output dir, the model's name) in the host's job folder."""
         model = facts.model_path or posixpath.join(job_dir, "model")
@@ -214,7 +221,7 @@ class SshHost:
         output = job.output or posixpath.join(job_dir, "output")
         return model, dataset, output, job.model or "tiny-model (bundled)"
 
-    def stage(self, job: Any, tmp: str) -> None:
+    def stage(self, job: JobConfig, tmp: str) -> None:
         """Copy into the folder being built what the job needs on the host."""
         sftp = self.conn.sftp()
         for package in UPLOADED:  # the rank program, and the job folder's (its supervisor)
@@ -237,12 +244,13 @@ class SshHost:
                 if part.is_file():
                     files.upload_file(sftp, part, posixpath.join(tmp, "model", part.name))
 
-    def path_rows(self, job: Any, paths: tuple[str, str, str, str | None] | None, label: str
+    def path_rows(self, job: JobConfig, paths: tuple[str, str, str, str | None] | None, label: str
                   ) -> list[Row]:  # fmt: skip
         """The output dir on the host, when one was given (it was checked there)."""
         return [("output", True, f"{job.output} on {label}")] if job.output else []
 
-    def capacity(self, facts: HostFacts, plan: Any, disk: Any, output: str | None, label: str
+    def capacity(self, facts: HostFacts, plan: PlanRecord, disk: DiskEstimate,
+                 output: str | None, label: str
                  ) -> tuple[list[Row], list[Refusal]]:  # fmt: skip
         """Host memory, then disk, against this host."""
         return capacity_rows(self, facts, plan, disk, output, label)

@@ -1,0 +1,87 @@
+"""The backend registry (veri_tui/launch/backends): each backend's declared options are the
+CLI's flags and the app's Slurm fields, where a job goes is read from them (two backends at
+once refused in one line), and no module outside the registry chooses between backends by
+kind or type. Fast: nothing is launched, no cluster or sshd is asked."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from veri_tui.cli import main
+from veri_tui.errors import VeriError
+from veri_tui.launch import backends
+
+ROOT = Path(__file__).resolve().parents[2]
+#: A choice between backends outside the registry: the issue's grep (`kind ==`,
+#: `isinstance(.*Slurm`) on a host's, entry's or node's kind attribute (a local variable
+#: named kind, as export's artifact kind, is not a backend's).
+DISPATCH = re.compile(r"\.kind\s*[!=]=|isinstance\(.*Slurm")
+
+
+@pytest.mark.parametrize("command", ["plan", "launch"])
+def test_every_declared_option_is_a_flag(command: str, capsys) -> None:
+    with pytest.raises(SystemExit):
+        main([command, "--help"])
+    shown = capsys.readouterr().out
+    for backend in backends.backends():
+        if backend.group is not None:
+            assert f"\n{backend.group}:\n" in shown
+        for option in backend.options:
+            assert f"  {option.cli_flag} {option.metavar}" in shown, option
+
+
+def test_the_apps_slurm_fields_are_the_slurm_backends_options() -> None:
+    from veri_tui.app.widgets.slurm_fields import FIELDS, WHOLE
+
+    declared = [o for o in backends.options_of("slurm") if o.label is not None]
+    assert [f[0] for f in FIELDS[:-1]] == [o.name for o in declared]
+    assert [f[1] for f in FIELDS[:-1]] == [o.label for o in declared]
+    assert set(WHOLE) == {o.name for o in declared if o.type is int}
+
+
+def test_two_backends_at_once_are_one_line(capsys, tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("VERI_HOME", str(tmp_path))
+    code = main(["plan", "--slurm", "local", "--host", "somewhere"])
+    err = capsys.readouterr().err
+    assert code == 2 and err == (
+        "error: slurm: --slurm and --host (or veri.toml's hosts) are two targets; keep one\n"
+    )
+
+
+def test_a_backend_table_that_is_not_a_table_is_one_line(capsys, tmp_path: Path) -> None:
+    config = tmp_path / "veri.toml"
+    config.write_text('slurm = "login"\n')
+    code = main(["plan", str(config)])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert (
+        err == f"error: slurm: {config}: [slurm] must be a table (login = ..., partition = ...)\n"
+    )
+
+
+def test_destinations_and_kinds_find_their_backend() -> None:
+    slurm = backends.where_from({"login": "local", "partition": "debug"}, {}, None)
+    assert backends.backend_for(slurm).name == "slurm"
+    assert [backends.backend_for(w).name for w in (None, "h", ["a", "b"])] == ["direct"] * 3
+    assert backends.host_names(None) == [None] and backends.host_names(["a", "b"]) == ["a", "b"]
+    assert [backends.backend_of(k).name for k in ("local", "ssh", "slurm")] == [
+        "direct", "direct", "slurm"]  # fmt: skip
+    assert backends.backend_of("slurm").label("login") == "slurm:login"
+    with pytest.raises(VeriError, match="no backend runs hosts of this kind"):
+        backends.backend_of("k8s")
+
+
+def test_no_dispatch_on_backends_outside_the_registry() -> None:
+    found = []
+    for folder in ("veri_tui/launch", "veri_tui/commands", "veri_tui/cli.py"):
+        path = ROOT / folder
+        for py in [path] if path.is_file() else sorted(path.rglob("*.py")):
+            if "backends" in py.relative_to(ROOT).parts:
+                continue
+            text = py.read_text(encoding="utf-8")
+            found += [f"{py.relative_to(ROOT)}: {ln.strip()}" for ln in text.splitlines()
+                      if DISPATCH.search(ln) or "__getattr__" in ln]  # fmt: skip
+    assert found == []

@@ -1,0 +1,62 @@
+"""The session's shared servers, one each whatever folder asks for them: `sshd` and `sshd2`
+(two real OpenSSH servers on 127.0.0.1, support/sshd.py) and `slurm_cluster` (one real Slurm
+cluster, support/slurm_cluster.py).
+
+tests/conftest.py imports these fixtures, so tests/ssh, tests/slurm and the backend
+conformance suite (tests/backends) share one instance of each per session (per xdist worker)
+instead of starting their own. Without sshd, or without the Slurm and munge programs or root,
+the tests that ask for them skip with the reason, unless VERI_REQUIRE_SSHD=1 or
+VERI_REQUIRE_SLURM=1 (CI), where they fail instead.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import pytest
+
+from support.slurm_cluster import SlurmCluster, missing_tools
+from support.sshd import ALIAS, Sshd, serve
+
+
+@pytest.fixture(scope="session")
+def sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sshd]:
+    """The test server (alias veri-test)."""
+    yield from serve(tmp_path_factory, ALIAS)
+
+
+@pytest.fixture(scope="session")
+def sshd2(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sshd]:
+    """A second server (its own port and host key): the second node of multi-node tests."""
+    yield from serve(tmp_path_factory, "veri-test-2")
+
+
+def _slurm_unavailable() -> str | None:
+    missing = missing_tools()
+    if missing:
+        return (
+            f"Slurm is not installed here ({', '.join(missing)} missing): "
+            "apt-get install slurmctld slurmd slurm-client munge (CI sets VERI_REQUIRE_SLURM=1)"
+        )
+    if os.geteuid() != 0:
+        return "the test cluster's slurmd must run as root (it starts jobs as their user)"
+    return None
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmCluster]:
+    """The session's cluster: nodes 127.0.0.1 and 127.0.0.2, partitions debug, gpu, odd."""
+    reason = _slurm_unavailable()
+    if reason is not None:
+        if os.environ.get("VERI_REQUIRE_SLURM") == "1":
+            pytest.fail(reason)
+        pytest.skip(reason)
+    cluster = SlurmCluster(tmp_path_factory.mktemp("slurm"))
+    try:
+        cluster.start()
+    except RuntimeError as exc:
+        cluster.stop()
+        pytest.fail(f"the test cluster did not start: {exc}")
+    yield cluster
+    cluster.stop()

@@ -1,0 +1,112 @@
+"""The `direct` backend: the job's supervisor started on its hosts themselves, one node each.
+
+No host is this machine (`LocalHost`); one SSH host is a one-host job, several one
+multi-node job, node 0 first (`SshHost`, paramiko imported only when one is asked for). Its
+one option is `--host` (repeatable), veri.toml's `hosts`; it keeps no `[direct]` table.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, cast
+
+from veri_tui.errors import VeriError
+from veri_tui.launch.backends import Option
+
+if TYPE_CHECKING:
+    from jobfolder.record import JobRecord, JobSpec
+    from veri_tui.launch.host import Host
+    from veri_tui.launch.hostpool import HostName
+    from veri_tui.launch.probe.fleet import ProbeChoice
+    from veri_tui.plan import JobConfig
+
+#: `veri-tui resume --nodes` of a job that is not a Slurm job.
+NOT_SLURM_NODES = (
+    "--nodes re-plans a Slurm job, whose nodes share its folder; this job's nodes are its "
+    "hosts (a multi-node SSH job resumes on its own layout)"
+)
+
+
+class DirectBackend:
+    """Supervisors started on the job's hosts: this machine, or N SSH hosts."""
+
+    name: str = "direct"
+    kinds: tuple[str, ...] = ("local", "ssh")
+    group: str | None = None
+    given_as: str = "--host (or veri.toml's hosts)"
+    probes_one_host: bool = True
+    handle_is_pid: bool = True
+    options: tuple[Option, ...] = (
+        Option(
+            "host", str, metavar="SSH_HOST", many=True,
+            help="~/.ssh/config alias or user@host[:port]; repeat for a multi-node job "
+            "(node 0 first)",
+        ),
+    )  # fmt: skip
+
+    def where_from(
+        self,
+        values: Mapping[str, object],
+        table: Mapping[str, object] | None,
+        job: JobConfig | None,
+    ) -> object:
+        given = cast("list[str] | None", values.get("host"))
+        hosts = list(given or (job.hosts if job is not None else None) or [])
+        if not hosts:
+            return None
+        return hosts[0] if len(hosts) == 1 else hosts
+
+    def owns(self, where: object) -> bool:
+        return where is None or isinstance(where, str | list | tuple)
+
+    def host_names(self, where: object, job: JobConfig | None) -> list[HostName]:
+        if isinstance(where, str):
+            return [where]
+        named = cast("Sequence[str] | None", where)
+        hosts: list[HostName] = list(named or (job.hosts if job is not None else None) or [])
+        return hosts if hosts else [None]
+
+    def open_hosts(self, names: Sequence[HostName], trust: str | None) -> list[Host]:
+        """This machine for every None; else every SSH host connected in parallel (the ones
+        already open are closed when one cannot be)."""
+        if all(n is None for n in names):
+            from veri_tui.launch.local_host import LocalHost
+
+            return [LocalHost() for _ in names]
+        from veri_tui.launch.hostpool import first_failure, in_parallel
+        from veri_tui.launch.ssh.host import SshHost
+
+        opened = in_parallel(lambda n: SshHost.open(str(n), trust=trust), list(names))
+        hosts: list[Host] = [h for h in opened if not isinstance(h, Exception)]
+        failed = [e for e in opened if isinstance(e, Exception)]
+        if failed:
+            for host in hosts:
+                host.close()
+            raise first_failure(failed)
+        return hosts
+
+    def reopen(self, host: str, python: str) -> Host:
+        from veri_tui.launch.ssh.host import SshHost
+
+        return SshHost(host, python=python)
+
+    def label(self, host: str) -> str:
+        return host
+
+    def check_dry_run(self) -> None:
+        raise VeriError("prints a Slurm batch script: add --slurm LOGIN", key="dry_run")
+
+    def script(self, host: Host, job_dir: str, record: JobRecord) -> str:
+        self.check_dry_run()
+        return ""
+
+    def record_probe_mode(self, spec: JobSpec, choice: ProbeChoice) -> None:
+        return None  # its hosts are probed before the launch (probe/fleet.py)
+
+    def refuse_nodes(self, nodes: int | None) -> None:
+        if nodes is not None:
+            raise VeriError(NOT_SLURM_NODES, key="nodes")
+
+    def relayout(self, host: Host, record: JobRecord, gpu_count: int | None, nodes: int | None
+                 ) -> tuple[int | None, bool]:  # fmt: skip
+        return gpu_count, False

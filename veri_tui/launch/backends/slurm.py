@@ -1,0 +1,119 @@
+"""The `slurm` backend: a job submitted with sbatch from a login node, its supervisor the
+batch job (veri_tui/launch/slurm/, docs/slurm.md).
+
+Its options are `[slurm]`'s keys (slurm/options.py checks them): `--slurm LOGIN` names the
+login node (`local`: sbatch on this machine), the others where and how the job is
+submitted; the app's Slurm fields are the same options. Its host is `SlurmHost`, which owns
+the login node's Machine (`LocalHost` or `SshHost`) by composition; its handle is the Slurm
+job id, so a registry entry (kind `slurm`) is kept also when the login node is this machine.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, cast
+
+from veri_tui.launch.backends import Option
+
+if TYPE_CHECKING:
+    from jobfolder.record import JobRecord, JobSpec
+    from veri_tui.launch.host import Host
+    from veri_tui.launch.hostpool import HostName
+    from veri_tui.launch.probe.fleet import ProbeChoice
+    from veri_tui.plan import JobConfig
+from veri_tui.launch.slurm.options import SlurmOptions, slurm_options
+
+
+class SlurmBackend:
+    """sbatch from a login node; the controller's state judges the job."""
+
+    name: str = "slurm"
+    kinds: tuple[str, ...] = ("slurm",)
+    group: str | None = "Slurm (also veri.toml [slurm]; these win)"
+    given_as: str = "--slurm"
+    probes_one_host: bool = False
+    handle_is_pid: bool = False
+    options: tuple[Option, ...] = (
+        Option(
+            "login", str, flag="--slurm", metavar="LOGIN",
+            help="submit with sbatch from this login node: ~/.ssh/config alias, "
+            "user@host[:port], or local (sbatch on this machine)",
+        ),
+        Option("partition", str, metavar="P", help="partition (default: the cluster's default)",
+               label="partition", hint="empty: the cluster's default partition"),
+        Option("nodes", int, metavar="N", default=1, help="nodes of the allocation (default 1)",
+               label="nodes", hint="1"),
+        Option(
+            "gpus_per_node", int, metavar="G",
+            help="ranks per node (default: every GPU of a node; a CPU partition: its cores)",
+            label="gpus/node", hint="empty: every GPU of a node (CPU partition: its cores)",
+        ),
+        Option("account", str, metavar="A", help="sbatch --account",
+               label="account", hint="empty: your default account"),
+        Option("time", str, metavar="T", help="time limit, sbatch --time (e.g. 30, 1:30:00)",
+               label="time limit", hint="empty: the partition's; e.g. 30, 1:30:00, 2-00:00:00"),
+        Option("qos", str, metavar="Q", help="sbatch --qos", label="qos",
+               hint="empty: the default"),
+        Option("exclude", str, metavar="NODES",
+               help="sbatch --exclude: nodes the job must not get (e.g. one the probe refused)"),
+    )  # fmt: skip
+
+    def where_from(
+        self,
+        values: Mapping[str, object],
+        table: Mapping[str, object] | None,
+        job: JobConfig | None,
+    ) -> object:
+        return slurm_options(table, values)
+
+    def owns(self, where: object) -> bool:
+        return isinstance(where, SlurmOptions)
+
+    def host_names(self, where: object, job: JobConfig | None) -> list[HostName]:
+        # One host, its login node: the allocation's nodes are Slurm's.
+        return [cast(SlurmOptions, where)]
+
+    def open_hosts(self, names: Sequence[HostName], trust: str | None) -> list[Host]:
+        from veri_tui.launch.slurm.host import open_slurm
+
+        return [open_slurm(cast(SlurmOptions, names[0]), trust)]
+
+    def reopen(self, host: str, python: str) -> Host:
+        from veri_tui.launch.slurm.host import SlurmHost, login_host
+
+        return SlurmHost(login_host(host, python=python))
+
+    def label(self, host: str) -> str:
+        return f"slurm:{host}"
+
+    def check_dry_run(self) -> None:
+        return None  # the batch script is what a dry run prints
+
+    def script(self, host: Host, job_dir: str, record: JobRecord) -> str:
+        from veri_tui.launch.slurm.host import SlurmHost
+
+        return cast(SlurmHost, host).batch_script(job_dir, record)
+
+    def record_probe_mode(self, spec: JobSpec, choice: ProbeChoice) -> None:
+        """spec["slurm"]["probe"]: "off" (--no-probe, VERI_PROBE=0), "allow"
+        (--allow-slow-nodes: recorded, the job goes on) or "stop" (a slow or sick node ends
+        it); the batch job probes its allocation (slurm/script.py)."""
+        off = not choice.run or os.environ.get("VERI_PROBE") == "0"
+        slurm = cast("dict[str, Any]", spec)["slurm"]
+        slurm["probe"] = "off" if off else "allow" if choice.allow_slow else "stop"
+
+    def refuse_nodes(self, nodes: int | None) -> None:
+        return None  # any node count: the global checkpoint in the shared folder is resharded
+
+    def relayout(self, host: Host, record: JobRecord, gpu_count: int | None, nodes: int | None
+                 ) -> tuple[int | None, bool]:  # fmt: skip
+        """The options the job was launched with (its spec["slurm"]), on ``nodes`` nodes
+        when given; a new rank count spread over them."""
+        from veri_tui.launch.slurm.host import SlurmHost
+        from veri_tui.launch.slurm.options import options_for_resume, resume_count
+
+        gpu_count = resume_count(record, gpu_count, nodes)
+        cast(SlurmHost, host).options = options_for_resume(record, gpu_count, nodes)
+        relaid = nodes is not None and nodes != int(record["spec"].get("nnodes") or 1)
+        return gpu_count, relaid
