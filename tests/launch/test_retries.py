@@ -25,7 +25,6 @@ from jobfolder.atomic import write_json_atomic
 from jobfolder.failures import job_error
 from jobfolder.record import read_job
 from jobfolder.status import ATTRIBUTION, FAILED
-from veri_tui.bundled import assets_dir
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -57,10 +56,15 @@ def test_a_killed_rank_is_retried_and_the_job_succeeds(home: Path, reference: li
 @pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_a_data_error_is_never_retried(home: Path, tmp_path: Path) -> None:
-    rows = (assets_dir() / "data" / "sft.jsonl").read_text().splitlines()
-    bad = tmp_path / "bad.jsonl"
-    bad.write_text("\n".join(rows[:6] + ['{"text": "unterminated'] + rows[6:]) + "\n")
-    out = cli("launch", "--gpu-count", "2", "--dataset", str(bad), "--set", "max_restarts=3")
+    # A row that passes the preflight (a bad JSON row is refused before the launch, so it
+    # never reaches a rank) and fails in the run: its prompt alone fills max_seq_length.
+    rows = [{"prompt": "hi", "completion": " yes"}] * 4 + [
+        {"prompt": "long " * 40, "completion": "x"}
+    ]
+    bad = tmp_path / "long.jsonl"
+    bad.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    sets = ["--set", "max_restarts=3", "--set", "max_seq_length=16", "--set", "max_steps=2"]
+    out = cli("launch", "--gpu-count", "2", "--dataset", str(bad), *sets)
     job_id = out.stdout.split()[0]
     rec = wait_ended(job_id, timeout=100)
     assert rec["status"] == "failed" and rec["error"]["code"] == "DATA_ERROR"
