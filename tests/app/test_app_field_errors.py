@@ -45,7 +45,7 @@ async def _check_every_input(pilot, method: str) -> list[str]:
     checked = []
     for spec in FIELDS:
         label = screen.query_one(f"#label-{spec.key}")
-        if spec.kind != "input" or spec.key in NOT_TYPED or not label.display:
+        if spec.widget != "input" or spec.key in NOT_TYPED or not label.display:
             continue
         inp = screen.query_one(f"#knob-{spec.key}", Input)
         inp.value = "8x"  # typing each key is test_the_first_reported_cases' job
@@ -77,7 +77,7 @@ async def test_every_fields_error_keeps_the_next_field_in_view(veri_home: Path) 
         await pilot.pause()
         checked += await _check_every_input(pilot, "dpo")
         # Every input of the form, the dpo-only ones (beta, max_length) included.
-        inputs = {s.key for s in FIELDS if s.kind == "input"} - NOT_TYPED
+        inputs = {s.key for s in FIELDS if s.widget == "input"} - NOT_TYPED
         assert set(checked) == inputs
 
 

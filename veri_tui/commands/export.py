@@ -84,7 +84,7 @@ def _torch_side(*args: str) -> None:
 def _write(
     args: argparse.Namespace, rec: Mapping[str, Any], job_dir: Path, tmp: Path
 ) -> tuple[str, str]:
-    """Fill `tmp` with the export; (kind, the base model's folder)."""
+    """Fill `tmp` with the export; (form, the base model's folder)."""
     spec = rec.get("spec") or {}
     artifact = _artifact(rec, job_dir)
     lora = (artifact / ADAPTER_CONFIG).is_file()
@@ -127,9 +127,9 @@ def run(args: argparse.Namespace) -> int:
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     try:
-        kind, base = _write(args, rec, job_dir, tmp)
-        smoke = _smoke(rec, kind, Path(base), tmp)
-        card = model_card(rec, job_dir, kind, base, smoke, actual_gpu_s(rec))
+        form, base = _write(args, rec, job_dir, tmp)
+        smoke = _smoke(rec, form, Path(base), tmp)
+        card = model_card(rec, job_dir, form, base, smoke, actual_gpu_s(rec))
         (tmp / "README.md").write_text(card)
         manifest.write(tmp)
         if out.exists():
@@ -138,7 +138,7 @@ def run(args: argparse.Namespace) -> int:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    print(f"export: {kind} checkpoint in {out} (README.md: the model card)")
+    print(f"export: {form} checkpoint in {out} (README.md: the model card)")
     if args.push_to_hub:
         from veri_tui.export.hub import push
 
@@ -147,7 +147,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _smoke(rec: Mapping[str, Any], kind: str, base: Path, tmp: Path) -> list[dict[str, str]]:
+def _smoke(rec: Mapping[str, Any], form: str, base: Path, tmp: Path) -> list[dict[str, str]]:
     """Base beside tuned on a few of the job's prompts (trainer/smoke.py), kept in
     smoke.json; skipped when the base is not here (a full fine-tune's own run)."""
     spec = rec.get("spec") or {}
@@ -156,7 +156,7 @@ def _smoke(rec: Mapping[str, Any], kind: str, base: Path, tmp: Path) -> list[dic
         print("smoke: skipped (the job's base model or data is not on this machine)")
         (tmp / "smoke.json").write_text("[]\n")
         return []
-    extra = ["--adapter"] if kind == "adapter" else []
+    extra = ["--adapter"] if form == "adapter" else []
     _torch_side("smoke", str(base), str(tmp), str(tmp / "smoke.json"), *extra,
                 "--datasets", json.dumps(datasets))  # fmt: skip
     return list(json.loads((tmp / "smoke.json").read_text()))

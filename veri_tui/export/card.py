@@ -73,22 +73,22 @@ def cost_lines(rec: JobRecord, gpu_s: float | None) -> list[str]:
     return out or ["- not recorded"]
 
 
-def model_card(rec: JobRecord, job_dir: Path, kind: str, base: str, smoke: list[dict[str, str]],
+def model_card(rec: JobRecord, job_dir: Path, form: str, base: str, smoke: list[dict[str, str]],
                gpu_s: float | None) -> str:  # fmt: skip
-    """The README.md of an export. `kind`: merged, adapter or full."""
+    """The README.md of an export. `form`: merged, adapter or full."""
     spec = rec.get("spec") or {}
     hp = spec.get("hyperparameters") or {}
-    library = "peft" if kind == "adapter" else "transformers"
+    library = "peft" if form == "adapter" else "transformers"
     datasets = [d.get("path") for d in spec.get("datasets") or [] if isinstance(d, dict)]
     losses = last_losses(job_dir)
     model = str(spec.get("model"))
     hub_id = re.fullmatch(r"[\w.-]+/[\w.-]+", model) and not Path(model).exists()
     header = [f"base_model: {json.dumps(model)}"] if hub_id else []  # the Hub checks it
     method = spec.get("method", "sft_text")
-    merged = f" (LoRA merged into {base})" if kind == "merged" else ""
+    merged = f" (LoRA merged into {base})" if form == "merged" else ""
     lines = ["---", f"library_name: {library}", *header, "tags:", "- veri-tui", f"- {method}",
              "---", "", f"# {method} of {model} (job {rec.get('job_id')})", "",
-             f"Exported by `veri-tui export` as a {kind} checkpoint{merged}.", "",
+             f"Exported by `veri-tui export` as a {form} checkpoint{merged}.", "",
              "## Plan", "", "```", *spec.get("plan_header", []), "```", "",
              "| knob | value |", "|---|---|"]  # fmt: skip
     lines += [f"| {k} | {json.dumps(hp[k])} |" for k in KNOBS if k in hp]

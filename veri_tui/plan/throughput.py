@@ -94,12 +94,12 @@ def flops_per_token(
     }
 
 
-def _factor(n: int, kind: str) -> float:
-    return 2 * (n - 1) / n if kind == "all_reduce" else (n - 1) / n
+def _factor(n: int, collective: str) -> float:
+    return 2 * (n - 1) / n if collective == "all_reduce" else (n - 1) / n
 
 
 def _collective_s(
-    nbytes: float, n: int, gpu: GPU, kind: str, count: int = 1, nodes: int = 1,
+    nbytes: float, n: int, gpu: GPU, collective: str, count: int = 1, nodes: int = 1,
     internode_gbps: float = 0.0,
 ) -> float:  # fmt: skip
     """Seconds for one collective over `n` ranks; with `nodes` > 1, NVLink inside each node
@@ -108,10 +108,10 @@ def _collective_s(
         return 0.0
     nodes = max(1, min(nodes, n))
     per_node = n // nodes
-    intra = nbytes * _factor(per_node, kind) / (gpu.busbw_gbps * 1e9) if per_node > 1 else 0.0
+    intra = nbytes * _factor(per_node, collective) / (gpu.busbw_gbps * 1e9) if per_node > 1 else 0.0
     inter = 0.0
     if nodes > 1:
-        inter = nbytes * _factor(nodes, kind) / (internode_gbps * 1e9 / 8)
+        inter = nbytes * _factor(nodes, collective) / (internode_gbps * 1e9 / 8)
     return intra + inter + count * gpu.latency_us * 1e-6
 
 

@@ -246,12 +246,12 @@ def _count(sources: list[Source], model_dir: Path, method: str) -> TokenCount:
     rest = _lengths(tok, rests, special=False)
     hist: Counter[tuple[int, ...]] = Counter()
     for entry in plan:
-        kind, f = entry[0], first[entry[1]]
-        if kind == "text":
+        shape, f = entry[0], first[entry[1]]
+        if shape == "text":
             hist[(f + eos,)] += 1
-        elif kind == "pc":
+        elif shape == "pc":
             hist[(f + rest[entry[2]] + eos,)] += 1
-        elif kind == "chat":
+        elif shape == "chat":
             hist[(f + sum(rest[entry[2] : entry[2] + entry[3]]),)] += 1
         else:
             hist[(f + rest[entry[2]] + eos, f + rest[entry[2] + 1] + eos)] += 1

@@ -20,7 +20,7 @@ from veri_tui.plan.knobs import Hyperparameters, JobConfig
 
 @dataclass(frozen=True)
 class FieldSpec:
-    """One editable key: `kind` is "input", "select" or "switch"; `section` is set on the
+    """One editable key: `widget` is "input", "select" or "switch"; `section` is set on the
     first field of a section (the form puts the section's title above it).
 
     An input's placeholder is a short hint that fits the field: `hint` when given (keys whose
@@ -40,7 +40,7 @@ class FieldSpec:
         return self.knob.label or self.knob.name
 
     @property
-    def kind(self) -> str:
+    def widget(self) -> str:
         """ "switch" (a bool), "select" (choices) or "input"."""
         return self.knob.kind
 

@@ -155,9 +155,9 @@ class KnobForm(VerticalScroll):
     def _editor(self, spec: FieldSpec) -> Input | Select[str] | Switch:
         wid = f"knob-{spec.key}"
         value = self._initial.get(spec.key, spec.default)
-        if spec.kind == "switch":
+        if spec.widget == "switch":
             return Switch(value=bool(value), id=wid, tooltip=spec.help)
-        if spec.kind == "select":
+        if spec.widget == "select":
             options = spec.options or (*self._gpu_names, CUSTOM)
             if spec.key == "gpu" and custom_gb(value) is not None:
                 value = CUSTOM
