@@ -171,6 +171,8 @@ def files_of(path: Path) -> list[Path]:
     there, so a symlink loop ends too) or no data file (DATA_FILES) in it."""
     if path.is_file():
         return [path]
+    if not path.exists():  # os.walk of a missing path yields nothing: not "no data file"
+        raise DataError(f"{path}: dataset file not found")
     out: list[Path] = []
     seen = 0
     for root, dirs, names in os.walk(path, followlinks=True):

@@ -28,8 +28,6 @@ def _load(name: str, path: Path):
     return module
 
 
-_fixtures = _load("veri_ssh_fixtures", SSH_TESTS / "conftest.py")
-sshd, sshd2 = _fixtures.sshd, _fixtures.sshd2  # re-exported so pytest collects them here
 two_node_env = _load("veri_multinode_helpers", SSH_TESTS / "multinode_helpers.py").two_node_env
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]

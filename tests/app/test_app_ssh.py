@@ -9,7 +9,6 @@ import asyncio
 import base64
 import getpass
 import hashlib
-import importlib.util
 import json
 import os
 import pwd
@@ -33,19 +32,6 @@ from veri_tui.launch import jobs, registry
 from veri_tui.launch.registry import RegistryEntry
 from veri_tui.plan import read_model_info
 from veri_tui.plan.sources import bundled_tiny_model
-
-
-def _load_ssh_fixtures():
-    """The SSH tests' real-sshd fixture, loaded from their conftest by path (one server)."""
-    path = Path(__file__).resolve().parents[1] / "ssh" / "conftest.py"
-    spec = importlib.util.spec_from_file_location("veri_ssh_fixtures", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["veri_ssh_fixtures"] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-sshd = _load_ssh_fixtures().sshd  # re-exported so pytest collects the fixture here
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(90)]
 
