@@ -148,10 +148,23 @@ async def test_a_model_only_the_host_has_is_planned_and_launched_there(
 
 
 def _client_ports(server_port: int) -> set[int]:
-    """Local ports of this machine's open TCP connections to 127.0.0.1:server_port."""
+    """Local ports of this process's open TCP connections to 127.0.0.1:server_port (its own
+    sockets only: the session's sshd also serves other tests' leftover connections)."""
+    mine = set()
+    for fd in Path("/proc/self/fd").iterdir():
+        try:
+            target = os.readlink(fd)
+        except OSError:
+            continue  # closed while listed
+        if target.startswith("socket:["):
+            mine.add(target[8:-1])
     remote = f"0100007F:{server_port:04X}"
     rows = [ln.split() for ln in Path("/proc/net/tcp").read_text().splitlines()[1:]]
-    return {int(r[1].split(":")[1], 16) for r in rows if r[2] == remote and r[3] == "01"}
+    return {
+        int(r[1].split(":")[1], 16)
+        for r in rows
+        if r[2] == remote and r[3] == "01" and r[9] in mine
+    }
 
 
 async def test_the_monitor_holds_one_ssh_connection_for_its_life(
