@@ -41,6 +41,6 @@ pip install -q --no-compile -c "$pins" torch==2.13.0 -e '.[train,dev]'
 python -m pip check
 echo "lowest.sh: installed in ${SECONDS}s"
 python -m pytest -q -p no:cacheprovider -n 2 --dist loadgroup -m "not slow" --ignore=tests/app/test_app_snapshots.py
-python -m pytest -q -p no:cacheprovider -n 2 --dist loadgroup tests/trainer/test_trainer_runs.py \
+python -m pytest -q -p no:cacheprovider tests/trainer/test_trainer_runs.py \
   tests/ssh/test_ssh_connect.py tests/ssh/test_ssh_hostkeys.py
 echo "lowest.sh: done in ${SECONDS}s"
