@@ -9,8 +9,9 @@ grad_acc x dp split of the same global batch gives the same update.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
+from typing import Any, cast
 
 import torch
 import torch.distributed as dist
@@ -137,7 +138,7 @@ def train(cfg: TrainConfig, ctx: RankContext, log: RankLog) -> None:
         evaluated = eval_if_due(cfg, rt, step + 1, total, model, held, tok.pad_token_id,
                                 stepper.reference, progress)  # fmt: skip
         if (step + 1) % cfg.logging_steps == 0 or step + 1 == total or evaluated is not None:
-            metric = metric_line(step + 1, total, per_epoch, loss, lr, grad_norm, evaluated)
+            metric = metric_line(step + 1, total, per_epoch, loss, float(lr), grad_norm, evaluated)
             metric["tokens_per_s"] = round(tokens / (time.perf_counter() - t0), 1)
             metric.update(window_peak(rt.device))  # a collective: every rank logs here
             tracking.write({**metric, **rewards})
@@ -250,7 +251,8 @@ class _Stepper:
                     self.stats.after_forward(self.model)
                 # DDP and FSDP2 average over ranks: scale so the sum over ranks is the mean.
                 self.progress.mark("backward")
-                (loss * (rt.world_size / denom)).backward()
+                scaled = loss * (rt.world_size / denom)
+                cast(Callable[[], None], scaled.backward)()  # unannotated in torch
             totals += sums
         if measuring:
             self.meter.after_backward(self.model, self.opt)
@@ -299,7 +301,8 @@ def _reference_fn(model: torch.nn.Module, ref: torch.nn.Module | None, device: t
             model(input_ids=torch.zeros((1, 1), dtype=torch.long, device=device))
 
     def with_adapters_off(b: dict[str, torch.Tensor]) -> torch.Tensor:
-        with inner.disable_adapter():
+        # peft's context manager, through nn.Module's __getattr__ (typed Tensor | Module).
+        with cast(Callable[[], AbstractContextManager[None]], inner.disable_adapter)():
             return losses.sequence_logps(inner, b)
 
     return with_adapters_off
