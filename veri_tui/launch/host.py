@@ -35,7 +35,7 @@ from veri_tui.launch.machine import Machine
 from veri_tui.launch.records import LogLine
 
 if TYPE_CHECKING:
-    from veri_tui.launch.spec import JobData
+    from veri_tui.launch.jobdata import JobData
     from veri_tui.plan import JobConfig, PlanRecord
     from veri_tui.plan.disk import DiskEstimate
     from veri_tui.plan.model_info import ModelInfo
