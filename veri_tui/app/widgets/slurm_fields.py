@@ -1,14 +1,14 @@
 """The launch screen's Slurm fields: partition, nodes, GPUs per node, account, time, qos,
-and the GPU type.
+the nodes to exclude, and the GPU type.
 
 Shown when the launch screen's scheduler is Slurm: the job is then submitted with sbatch
 from the target (this machine, or an SSH host as the login node), planned for the
 partition's GPUs (docs/slurm.md): the editor's gpu and gpu_count give way to the
 partition's gres type (or the GPU type named here, the way out for a type the catalog does
 not know) and nodes x GPUs per node. Empty fields are left to the cluster (its default
-partition, every GPU of a node, no account, the partition's time limit). The values are
-checked by the launch facade's `slurm_options`, so a bad one is the same `slurm.<key>`
-line as on the command line (the fields are the options the `slurm` backend declares,
+partition, every GPU of a node, no account, the partition's time limit, no node left out).
+The values are checked by the launch facade's `slurm_options`, so a bad one is the same
+`slurm.<key>` line as on the command line (the fields are the options the `slurm` backend declares,
 veri_tui/launch/backends/slurm.py, as the command line's flags are); a field is checked on
 Enter, not on every key (each check asks the cluster, over SSH for a login node).
 """

@@ -56,7 +56,8 @@ class SlurmBackend:
         Option("qos", str, metavar="Q", help="sbatch --qos", label="qos",
                hint="empty: the default"),
         Option("exclude", str, metavar="NODES",
-               help="sbatch --exclude: nodes the job must not get (e.g. one the probe refused)"),
+               help="sbatch --exclude: nodes the job must not get (e.g. one the probe refused)",
+               label="exclude", hint="empty: none; nodes the job must not get, e.g. n[3-4],n9"),
     )  # fmt: skip
 
     def where_from(
