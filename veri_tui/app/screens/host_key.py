@@ -64,10 +64,13 @@ class TrustAsker:
     """A screen's side of the trust dialog: the fingerprints accepted (`trusted` per host,
     `accepted` the last one), passed on to the launcher as `trust_host`."""
 
-    trusted: dict[str, str]
-    accepted: str | None
     host: str | None
     app: App[object]
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)
+        self.trusted: dict[str, str] = {}  # host -> fingerprint the user accepted
+        self.accepted: str | None = None  # the last fingerprint accepted for several hosts
 
     def _trust(self, hosts: list[str]) -> str | None:
         """The fingerprint to pass on: the one accepted for this host; with several hosts,

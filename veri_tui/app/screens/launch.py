@@ -61,8 +61,6 @@ class LaunchScreen(TrustAsker, Screen[None]):
         super().__init__()
         self.fields = fields
         self.info = info
-        self.trusted: dict[str, str] = {}  # host -> fingerprint the user accepted
-        self.accepted: str | None = None  # the last fingerprint accepted for several hosts
         self.ready = False
 
     def compose(self) -> ComposeResult:
@@ -292,14 +290,11 @@ class LaunchScreen(TrustAsker, Screen[None]):
         self.app.pop_screen()
         cast("VeriApp", self.app).open_monitor(message.job_id)  # the app that opened us
 
-    @on(Button.Pressed, "#confirm")
-    def _confirm_pressed(self) -> None:
-        self.action_confirm()
-
-    @on(Button.Pressed, "#canary")
-    def _canary_pressed(self) -> None:
-        self.action_canary()
-
-    @on(Button.Pressed, "#back")
-    def _back_pressed(self) -> None:
-        self.app.pop_screen()
+    @on(Button.Pressed)
+    def _pressed(self, event: Button.Pressed) -> None:  # the buttons' own actions
+        if event.button.id == "confirm":
+            self.action_confirm()
+        elif event.button.id == "canary":
+            self.action_canary()
+        elif event.button.id == "back":
+            self.app.pop_screen()
