@@ -68,6 +68,9 @@ async def test_a_slurm_job_from_the_app_waits_with_its_reason_and_cancels(
         await pilot.press("ctrl+l")
         await _wait(pilot, lambda: isinstance(app.screen, LaunchScreen), 10, "launch screen")
         launch = app.screen
+        # Pushed is not mounted yet: its on_mount hides the Slurm fields (a loaded machine
+        # shows the gap).
+        await _wait(pilot, lambda: launch.is_mounted, 10, "the launch screen mounted")
         assert not launch.query_one("#slurm-fields").display
         launch.query_one("#scheduler", Select).value = SLURM
         await pilot.pause()
