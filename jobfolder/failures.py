@@ -25,6 +25,7 @@ from jobfolder.hostmem import MemoryWatch
 from jobfolder.layout import ELASTIC, TORCHRUN_LOG
 from jobfolder.record import JobError
 from jobfolder.status import FailureCode, attribution_of
+from jobfolder.stopping import PeerFailed
 
 __all__ = [
     "Candidate",
@@ -34,6 +35,7 @@ __all__ = [
     "elastic_records",
     "first_failure",
     "job_error",
+    "peer_error",
     "summary_records",
     "trainer_records",
 ]
@@ -118,6 +120,18 @@ def analyze(
     error = job_error(first.code, first.message, world_size, summary)
     error.update({"rank": first.rank, "node": first.node, "local_rank": first.local_rank})
     error["traceback"] = first.traceback
+    return error
+
+
+def peer_error(peer: PeerFailed, node: int, world_size: int | None) -> JobError:
+    """The error of node ``node``, ended by the job's watcher because node ``peer["node"]``
+    failed: a peer's failure (COMM_ERROR, platform), which the failed node's own error
+    outranks when the nodes' records are gathered (veri_tui/launch/gather.py)."""
+    what = f"node {peer['node']} ({peer['host']})" if peer["host"] else f"node {peer['node']}"
+    code = peer["code"] or "failed"
+    msg = f"another node failed: {what}, {code}; the job's watcher ended this node"
+    error = job_error(FailureCode.COMM_ERROR, msg, world_size, f"node {node} ended: {msg}")
+    error["node"] = node
     return error
 
 
