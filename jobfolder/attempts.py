@@ -29,6 +29,7 @@ from jobfolder.layout import (
     CANCEL_REQUEST,
     FAILURES,
     METRICS,
+    PEER_FAILED,
     PER_ATTEMPT,
     SUPERVISOR_PID,
     TORCHRUN_PID,
@@ -263,8 +264,9 @@ def prepare_resume(
             record["resume_choice"] = choice
         else:
             record.pop("resume_choice", None)
-        # A dead pid would read as lost; an old cancel's marker would cancel the new attempt.
-        for name in (SUPERVISOR_PID, TORCHRUN_PID, CANCEL_REQUEST):
+        # A dead pid would read as lost; an old cancel's marker would cancel the new attempt,
+        # an old peer's failure would fail it.
+        for name in (SUPERVISOR_PID, TORCHRUN_PID, CANCEL_REQUEST, PEER_FAILED):
             try:
                 os.unlink(job_dir / name)
             except FileNotFoundError:

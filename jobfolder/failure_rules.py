@@ -60,6 +60,9 @@ PEER_PHRASES = (
     "ncclRemoteError",
     "read error",
     "unhandled system error",
+    # Said by the job folder itself of a node a multi-node job's watcher ended because another
+    # node failed (jobfolder/failures.py peer_error).
+    "another node failed",
 )
 
 #: The trainer's error classes with a fixed code; TrainerError itself carries one per instance.

@@ -47,6 +47,9 @@ EXIT_CODE = "exit_code"
 CANCEL_REQUEST = "cancel.request"
 STOP_REQUEST = "stop.request"
 STOPPED = "stopped.json"
+#: Written on a node by a multi-node job's watcher before it SIGTERMs that node's supervisor
+#: because another node failed: the SIGTERM is then that failure's, never a cancel.
+PEER_FAILED = "peer_failed.json"
 ATTEMPTS = "attempts"
 PROGRESS = "progress"
 FORENSICS = "forensics"  # dump requests and the ranks' answers (jobfolder/forensics.py)
@@ -58,8 +61,8 @@ TOKENS = "tokens"
 OUTPUT = "output"
 PKG, DATA, MODEL = "pkg", "data", "model"
 #: What one attempt of torchrun leaves in the job folder; archived before the next.
-PER_ATTEMPT = (FAILURES, ELASTIC, TORCHRUN_LOG, EXIT_CODE, STOP_REQUEST, STOPPED, FORENSICS,
-               CANARY)  # fmt: skip
+PER_ATTEMPT = (FAILURES, ELASTIC, TORCHRUN_LOG, EXIT_CODE, STOP_REQUEST, STOPPED, PEER_FAILED,
+               FORENSICS, CANARY)  # fmt: skip
 #: The folders a new job folder is made with (an SSH host's also gets PKG and DATA).
 MADE_WITH = (PIDS, FAILURES)
 

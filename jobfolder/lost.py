@@ -7,7 +7,9 @@ the folder (the supervisor's pid means something only there):
 - its supervisor's pid is known (its pid file, or the pid a launcher saw when it started
   it) and that process is alive: the job runs;
 - the pid is known and the process is gone: the record is read once more (the supervisor
-  may have finished between the two reads) and, still unended, the job is lost;
+  may have finished between the two reads) and, still unended and unchanged, the job is
+  lost; a record that changed between the reads was written by a live supervisor (a new
+  attempt's, whose pid the reader did not know yet), so it is reported as read again;
 - no pid is known: the job is lost once `START_TIMEOUT_S` have passed since it was created
   or resumed (until then its supervisor may not have written its pid yet).
 
@@ -62,10 +64,22 @@ def judge(
     if alive(pid):
         return record
     again = reread()  # the supervisor may have finished between the two reads
-    if has_ended(again):
+    if has_ended(again) or _moved(record, again):
         return again
     gone = f"on {where} is gone" if where else f"(pid {pid}) is gone without recording an outcome"
     return lost_record(again, f"its supervisor {gone}")
+
+
+def _moved(first: JobRecord, again: JobRecord) -> bool:
+    """The record changed between the two reads (another status, another attempt): a live
+    supervisor wrote it, not the one ``pid`` named. A reader holding an older pid (a
+    multi-node job restarted meanwhile: its new supervisor began an attempt) must not call
+    the job lost."""
+
+    def mark(rec: JobRecord) -> tuple[object, int, object]:
+        return rec.get("status"), len(rec.get("attempts") or []), rec.get("resumed_at")
+
+    return mark(first) != mark(again)
 
 
 def lost_record(record: JobRecord, why: str) -> JobRecord:

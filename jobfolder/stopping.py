@@ -11,7 +11,12 @@ there: then the rank ends at once). The ranks agree with one all-reduce, so ever
 after the same step; they save a checkpoint of it, rank 0 writes `stopped.json` (`Stopped`)
 and every rank exits 0. The supervisor tells that apart from a finished run by that file.
 
-Both files are one attempt's: the next attempt's supervisor archives them (layout.PER_ATTEMPT).
+A multi-node job's watcher ends the other nodes once one failed (veri_tui/launch/watcher.py):
+it writes `peer_failed.json` (`PeerFailed`: which node failed, with which code) in each other
+node's folder, then SIGTERMs its supervisor, which reads the file and records that node's end
+as the peer's failure (jobfolder/failures.py `peer_error`), never as a user's cancel.
+
+The files are one attempt's: the next attempt's supervisor archives them (layout.PER_ATTEMPT).
 `SHARED_ENV` tells the ranks that every node shares this job folder (a Slurm job): one
 global DCP checkpoint and one token cache for the whole job, not one per node.
 
@@ -25,7 +30,7 @@ from pathlib import Path
 from typing import TypedDict
 
 from jobfolder.atomic import write_json_atomic
-from jobfolder.layout import CANCEL_REQUEST, STOP_REQUEST, STOPPED
+from jobfolder.layout import CANCEL_REQUEST, PEER_FAILED, STOP_REQUEST, STOPPED
 from jobfolder.record import now_iso
 
 #: Set (to "1") by the supervisor for ranks that must honour stop requests.
@@ -91,5 +96,30 @@ def read_stopped(job_dir: Path) -> Stopped | None:
             "checkpoint": data.get("checkpoint"),
             "reason": str(data.get("reason") or PREEMPTED),
         }
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+class PeerFailed(TypedDict):
+    """`peer_failed.json`: the node whose failure made the watcher end this one."""
+
+    node: int
+    host: str
+    code: str
+    at: str
+
+
+def peer_failed_bytes(node: int, host: str, code: str) -> bytes:
+    """What the watcher writes (on the other nodes' hosts, so as bytes)."""
+    failed: PeerFailed = {"node": node, "host": host, "code": code, "at": now_iso()}
+    return json.dumps(failed).encode("utf-8")
+
+
+def read_peer_failed(job_dir: Path) -> PeerFailed | None:
+    """The watcher's word that another node failed, or None (the SIGTERM is a cancel)."""
+    try:
+        data = json.loads((Path(job_dir) / PEER_FAILED).read_text(encoding="utf-8"))
+        return {"node": int(data["node"]), "host": str(data.get("host") or ""),
+                "code": str(data.get("code") or ""), "at": str(data.get("at") or "")}  # fmt: skip
     except (OSError, ValueError, KeyError, TypeError):
         return None

@@ -10,7 +10,8 @@ After a platform failure (RANK_LOST, COMM_ERROR, HARDWARE_ERROR, RANK_HUNG) it s
 next attempt itself while the job's ``max_restarts`` allows; never in an SSH multi-node job,
 whose launcher resumes every node together and names the step (job.json ``resume_choice``).
 SIGTERM or SIGINT means cancel: torchrun and every worker are ended (workers run in their own
-sessions, so signalling torchrun's group would miss them), SIGKILL after a grace period.
+sessions, so signalling torchrun's group would miss them), SIGKILL after a grace period; with
+`peer_failed.json` there (a multi-node job's watcher: another node failed) a failure instead.
 Inside a Slurm allocation (spec `slurm`, $SLURM_JOB_ID) it runs srun, one torchrun per node,
 and SIGTERM/SIGUSR1 may mean a preemption or the time limit instead (jobfolder/slurm.py,
 jobfolder/slurmjob.py, docs/slurm.md).
@@ -43,7 +44,7 @@ from jobfolder.record import JobError, JobRecord, plan_line_of, read_job
 from jobfolder.slurm import node_logs
 from jobfolder.slurmjob import SlurmSupervision, slurm_task
 from jobfolder.status import CANCELLED, FAILED, PENDING, RUNNING, SUCCEEDED, FailureCode
-from jobfolder.stopping import read_stopped
+from jobfolder.stopping import read_peer_failed, read_stopped
 from jobfolder.watchdog import HangWatch, end_job
 
 
@@ -181,11 +182,19 @@ class Supervisor(SlurmSupervision):
             self.on_slurm_signal(self.signals.pop(0))
         if hung is not None:
             return end_job(self.job_path, child, hung, spec), FAILED, hung
-        if self.cancel_requested:
-            end_processes(self.job_path, child=child)
-            return self.cancelled(child.wait())
-        code = child.returncode
         world = int(spec.get("gpu_count") or 1)
+        if self.cancel_requested:
+            peer = read_peer_failed(self.job_dir)  # the job's watcher: another node failed
+            ran = child.poll() is None
+            end_processes(self.job_path, child=child)
+            if peer is None:
+                return self.cancelled(child.wait())
+            self.cancel_requested = False  # not a cancel; torchrun's own end, if any, is read
+            if ran:
+                said = failures.peer_error(peer, int(spec.get("node_rank") or 0), world)
+                failures.append_report(self.layout.log, said, "")
+                return child.wait(), FAILED, said
+        code = child.returncode
         if self.stop is None and self.slurm is not None and read_stopped(self.job_dir):
             self.ranks_stopped_themselves()  # their own SIGTERM: a preemption's grace
             if self.cancel_requested:

@@ -53,6 +53,14 @@ CASES: dict[str, tuple[str, str, dict[str, str], dict[str, Any]]] = {
         {"PET_MONITOR_INTERVAL": "5"},
         {"zero_stage": 2},
     ),
+    # The OOM killer's victim can close its connections before torchrun can reap it: rank 0
+    # fails on the closed connection first, torchrun SIGTERMs rank 1, which dies by SIGKILL.
+    "late_kill": (
+        "rank 1's connections close; its SIGKILL comes 3 s later, after torchrun's SIGTERM",
+        "late_kill:1:2",
+        {},
+        {},
+    ),
     "config": ("every rank rejects device 'tpu' (jobfolder.errors.ConfigError)", "", {}, {}),
 }
 

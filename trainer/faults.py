@@ -14,6 +14,11 @@ real. VERI_FAULT is a comma-separated list of `kind:rank:step`:
 - `host_oom:R:S` rank R fills host memory at step S until the kernel's out-of-memory killer
   ends it (SIGKILL); it refuses (RuntimeError) unless its memory cgroup has a limit of at most
   HOST_OOM_MAX_LIMIT, so it can only ever fill a small cgroup, never the machine
+- `late_kill:R:S` rank R dies the way a rank the OOM killer chose can: its connections close
+  at once (its peers fail on "Connection closed"), the process is reaped only later, by
+  SIGKILL (the kernel frees its memory first). Here the SIGKILL comes once torchrun's closing
+  SIGTERM arrived (LATE_KILL_S at most): torchrun saw the peer fail first and sent the dying
+  rank its SIGTERM, the order that once blamed the peer (docs/reliability.md)
 - `skip:R:S` rank R skips step S's collectives: it never enters the step's first one (the
   global token count's all-reduce) and waits in `_stall` instead, as a rank held up on a path
   of its own (its data, a wait) while its peers wait in the collective. It does not go on to
@@ -35,8 +40,19 @@ import time
 import traceback
 from dataclasses import dataclass
 
-KINDS = ("oom", "raise", "kill", "ckpt_kill", "ckpt_raise", "host_oom", "skip", "no_join")
+KINDS = (
+    "oom",
+    "raise",
+    "kill",
+    "ckpt_kill",
+    "ckpt_raise",
+    "host_oom",
+    "late_kill",
+    "skip",
+    "no_join",
+)
 HOST_OOM_MAX_LIMIT = 8 << 30
+LATE_KILL_S = 60.0  # torchrun SIGKILLs a rank 30 s after its SIGTERM
 
 
 @dataclass(frozen=True)
@@ -70,7 +86,7 @@ class FaultPlan:
 
     def at_step(self, step: int) -> None:
         """Fire a step fault planned for `step`, if any."""
-        self._fire(step, ("oom", "raise", "kill", "host_oom", "skip"))
+        self._fire(step, ("oom", "raise", "kill", "host_oom", "late_kill", "skip"))
 
     def before_rendezvous(self) -> None:
         """Fire a `no_join` fault: never join the process group."""
@@ -96,6 +112,8 @@ class FaultPlan:
                 )
             if f.kind == "host_oom":
                 _fill_host_memory()
+            if f.kind == "late_kill":
+                _die_late()
             if f.kind == "skip":
                 _stall()
             if f.kind == "raise":
@@ -113,6 +131,32 @@ def _stall() -> None:
     """Wait here until the job is ended: the rank's Python stack points at this line."""
     while True:
         time.sleep(1.0)
+
+
+def _die_late() -> None:
+    """The `late_kill` fault: shut every connected socket of this process down now, then
+    SIGKILL this process once torchrun's closing SIGTERM came (LATE_KILL_S at most)."""
+    import socket
+
+    termed: list[int] = []
+    signal.signal(signal.SIGTERM, lambda signum, frame: termed.append(signum))
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            sock = socket.socket(fileno=int(name))
+        except (OSError, ValueError):
+            continue  # not a socket
+        try:
+            # A listener is left alone: gloo aborts the process when its accept() fails.
+            if not sock.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN):
+                sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass  # an unconnected socket
+        finally:
+            sock.detach()  # the fd stays open, as the kernel's would until the process ends
+    deadline = time.monotonic() + LATE_KILL_S
+    while not termed and time.monotonic() < deadline:
+        time.sleep(0.05)
+    os.kill(os.getpid(), signal.SIGKILL)
 
 
 def _fill_host_memory() -> None:

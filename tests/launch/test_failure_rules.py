@@ -33,6 +33,7 @@ EXPECTED = {
     "oom": (1, "CUDA_OOM", "customer"),
     "ckpt": (0, "UNKNOWN", "pending"),
     "peer": (1, "RANK_LOST", "platform"),
+    "late_kill": (1, "RANK_LOST", "platform"),  # torchrun saw rank 0 fail first
     "config": (None, "CONFIG_ERROR", "customer"),
 }
 
@@ -115,6 +116,25 @@ def test_a_signal_kill_is_known_from_the_summary_and_the_survivor_is_a_peer() ->
         assert (by_rank[1].code, by_rank[1].signum, by_rank[1].peer) == ("RANK_LOST", 9, False)
         assert by_rank[1].message.startswith("killed by signal 9 (SIGKILL), pid ")
         assert by_rank[0].peer  # torchrun's own SIGTERM while shutting the group down
+
+
+def test_a_rank_sigkilled_after_torchruns_sigterm_is_a_cause_unless_torchrun_killed_it(
+    tmp_path: Path,
+) -> None:
+    """late_kill: torchrun saw rank 0 fail first and sent rank 1 its closing SIGTERM, yet
+    rank 1 ended by SIGKILL, which torchrun never sent: rank 1 is the cause (as an OOM-killed
+    rank is). Had torchrun SIGKILLed it after its grace, it would be a victim."""
+    log = (FIXTURES / "late_kill" / "torchrun.log").read_text(encoding="utf-8")
+    by_rank = {
+        c.rank: c for c in failures.summary_records(FIXTURES / "late_kill" / "torchrun.log", 2)
+    }
+    pid = int(re.search(r"Sending process (\d+) closing signal SIGTERM", log)[1])
+    assert by_rank[1].message == f"killed by signal 9 (SIGKILL), pid {pid}"
+    assert (by_rank[1].signum, by_rank[1].peer) == (9, False)
+    assert not by_rank[0].peer  # rank 0 exited 1 on its own (its gloo error)
+    again = tmp_path / "torchrun.log"
+    again.write_text(log + f"Sending process {pid} closing signal SIGKILL\n", encoding="utf-8")
+    assert {c.rank: c for c in failures.summary_records(again, 2)}[1].peer
 
 
 def test_the_survivors_gloo_error_alone_is_a_platform_comm_error(tmp_path: Path) -> None:

@@ -116,10 +116,6 @@ def _child_cgroup(limit: int) -> Path:
 
 @pytest.mark.slow
 @pytest.mark.timeout(180)
-@pytest.mark.skip(
-    reason="known race, open: in 1 of 2 full runs under -n 2 (2026-12-06) rank 0's gloo "
-    "COMM_ERROR was blamed before rank 1's SIGKILL was read; docs/reliability.md, Known defects"
-)
 def test_a_rank_killed_by_the_kernels_oom_killer_is_reported_so(home: Path) -> None:
     folder = _child_cgroup(2_500 << 20)  # the job needs about 1.3 GB; rank 1 fills the rest
 

@@ -89,11 +89,6 @@ def test_a_retry_is_due_after_a_platform_failure_with_restarts_left() -> None:
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-@pytest.mark.skip(
-    reason="known race, open: under load (2 of 3 runs at load 4, and CI at 05:10 on "
-    "2026-12-06) the watcher SIGTERMs node 0 when node 1's rank is killed and the job ends "
-    "'cancelled' with no retry; docs/reliability.md, Known defects"
-)
 def test_retry_then_resume_across_two_nodes(sshd, sshd2, tmp_path: Path, monkeypatch) -> None:
     env = two_node_env(sshd, sshd2, tmp_path)
     env["VERI_REMOTE_PYTHON"] = _fault_python(tmp_path)

@@ -75,9 +75,10 @@ def gather(records: list[JobRecord | None], hosts: list[str], whys: list[str]) -
 
 
 def _attempts(records: list[JobRecord]) -> list[Attempt]:
-    """Node 0's attempts, each failed when any node's failed (a peer node records
-    `cancelled` when the watcher ended it), with the error that names a cause (a rank's own
-    failure, not a peer's "connection closed" on another node)."""
+    """Node 0's attempts, each failed when any node's failed (a node the watcher ended
+    records the other node's failure as its peer's: jobfolder/failures.py peer_error), with
+    the error that names a cause (a rank's own failure, not a peer's "connection closed" on
+    another node, nor "another node failed")."""
     out: list[Attempt] = (
         [copy.copy(a) for a in (records[0].get("attempts") or [])] if records else []
     )

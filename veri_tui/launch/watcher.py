@@ -3,8 +3,10 @@
 No node's supervisor can see the other nodes, so a process on the launching machine does
 what the job needs across them, and nothing else does it (a read of the job changes
 nothing; its polls keep what they saw, as any follower's do: settle.py):
-- once a node has failed, it ends the others (their supervisors record `cancelled`;
-  torch's own peer errors usually end them first);
+- once a node has failed, it ends the others: each is told which node failed, then its
+  supervisor gets SIGTERM, and records a peer's failure (not a cancel) unless its own
+  torchrun had already ended, whose end it reports as it would have; the failed node's
+  error decides the attempt (gather.py);
 - once the job failed for the platform with `max_restarts` left, it restarts every node
   from the newest step verified on all of them (restart.py), the attempt marked `retry`.
 
@@ -18,12 +20,16 @@ read for `MAX_MISSES` looks in a row.
 
 from __future__ import annotations
 
+import posixpath
 import signal
 import sys
 import time
 from types import FrameType
 
+from jobfolder.layout import PEER_FAILED
+from jobfolder.record import JobRecord
 from jobfolder.status import FAILED, has_ended
+from jobfolder.stopping import peer_failed_bytes
 from veri_tui.errors import VeriError
 from veri_tui.launch import registry
 from veri_tui.launch.handle import JobHandle
@@ -48,8 +54,13 @@ class Watcher:
     def _stop(self, signum: int, frame: FrameType | None) -> None:
         self.stopping = True
 
-    def end_the_others(self) -> None:
-        """A node failed: end every node still running (SIGTERM to its supervisor)."""
+    def end_the_others(self, record: JobRecord) -> None:
+        """A node failed: end every node still running. Each is told which node failed
+        (`peer_failed.json`, jobfolder/stopping.py) before its supervisor gets SIGTERM, so it
+        records that failure's end, never a cancel, whichever end it reaches first."""
+        failed = next(n for n in record.get("nodes") or [] if n["status"] == FAILED)
+        code = str((record.get("error") or {}).get("code") or "")
+        word = peer_failed_bytes(failed["node"], failed["host"], code)
         for node in self.target.nodes:
             try:
                 rec = self.target.node_record(node)
@@ -57,6 +68,7 @@ class Watcher:
                 continue
             pid = self.target.supervisor_pid(node)
             if not has_ended(rec) and pid is not None:
+                node.host.write_atomic(posixpath.join(node.job_dir, PEER_FAILED), word)
                 node.host.run(["kill", "-TERM", str(pid)])
 
     def step(self) -> bool:
@@ -64,7 +76,7 @@ class Watcher:
         record = self.job.poll()
         nodes = record.get("nodes") or []
         if record.get("status") != FAILED and any(n["status"] == FAILED for n in nodes):
-            self.end_the_others()
+            self.end_the_others(record)
             return True
         if not has_ended(record):
             return True
