@@ -85,3 +85,46 @@ def test_no_dispatch_on_backends_outside_the_registry() -> None:
             found += [f"{py.relative_to(ROOT)}: {ln.strip()}" for ln in text.splitlines()
                       if DISPATCH.search(ln) or "__getattr__" in ln]  # fmt: skip
     assert found == []
+
+
+def test_slurm_keys_are_spelled_once_as_slurm_options_fields() -> None:
+    """`[slurm]`'s keys, their types and defaults: SlurmOptions' fields are the source of
+    the checked keys (KEYS) and of the slurm backend's declared options (flags, app)."""
+    from dataclasses import MISSING, fields
+
+    from veri_tui.launch.slurm.options import KEYS, SlurmOptions
+
+    declared = backends.options_of("slurm")
+    names = [f.name for f in fields(SlurmOptions)]
+    assert list(KEYS) == names == [o.name for o in declared]
+    assert [o.type for o in declared] == list(KEYS.values())
+    assert KEYS["nodes"] is int and KEYS["gpus_per_node"] is int and KEYS["login"] is str
+    defaults = [None if f.default is MISSING else f.default for f in fields(SlurmOptions)]
+    assert [o.default for o in declared] == defaults
+    with pytest.raises(VeriError, match="unknown key; known: " + ", ".join(names)):
+        backends.where_from({}, {"slurm": {"login": "l", "gres": "x"}}, None)
+
+
+@pytest.mark.parametrize("hosts", [["h"], ["a", "b"]])
+def test_a_submitted_jobs_handle_is_its_registry_entry(hosts: list[str], tmp_path: Path,
+                                                       monkeypatch) -> None:  # fmt: skip
+    """The typed handle a backend's submit returns is kept as registry entries always were
+    (node 0 at the top, `nodes` for several), and an entry read back is the same handle."""
+    import json
+
+    from veri_tui.launch import registry
+    from veri_tui.launch.backends.ref import JobRef, NodeRef
+
+    monkeypatch.setenv("VERI_HOME", str(tmp_path))
+    nodes = tuple(NodeRef(h, f"/j/{h}", 100 + k) for k, h in enumerate(hosts))
+    ref = JobRef("direct", "ssh", "20260101-000000-abcd", nodes)
+    registry.save(registry.entry_of(ref, "python3", {"job_id": ref.job_id}))
+    saved = json.loads(registry.entry_path(ref.job_id).read_text())
+    assert set(saved) == {"job_id", "host", "job_dir", "pid", "python", "record", "nodes",
+                          "retry_refused", "watcher", "kind"}  # fmt: skip
+    assert (saved["host"], saved["job_dir"], saved["pid"]) == (hosts[0], f"/j/{hosts[0]}", 100)
+    many = [{"host": h, "job_dir": f"/j/{h}", "pid": 100 + k} for k, h in enumerate(hosts)]
+    assert saved["nodes"] == (many if len(hosts) > 1 else None)
+    entry = registry.load(ref.job_id)
+    assert entry is not None and entry.ref == ref
+    assert entry.ref.started([7] * len(hosts)).handles == [7] * len(hosts)

@@ -108,7 +108,6 @@ class JobHandle:
 
     def cancel(self, grace: float = GRACE_S) -> JobRecord:
         """End every rank on every node; the record after (kept, as a poll keeps it)."""
-        self.target.stop_watcher()  # its retries stop first
         self.backend.cancel(self.target, grace)
         return self.poll()
 

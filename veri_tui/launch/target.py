@@ -4,7 +4,7 @@ A `JobTarget` holds the job's nodes (`Node`: a `Host`, the job folder there, the
 handle: the supervisor's pid, or the scheduler's job id), its registry entry (None for a job
 on this machine) and its backend (backends/), whose operations it calls: `get_job` is the
 backend's `state`, `read_log` its `logs`, `follow_log` its `follow`, `cancel` its `cancel`
-(after the job's watcher is stopped), and a resume's start its `submit`, whose typed handle
+(which stops the job's watcher first), and a resume's start its `submit`, whose typed handle
 (`JobRef`) is adopted and kept in the registry entry. What it does itself is the job's
 bookkeeping on this machine:
 
@@ -163,7 +163,6 @@ class JobTarget:
     def cancel(self, job_id: str | None = None, grace: float = GRACE_S) -> JobRecord:
         """End every rank on every node (SIGTERM, SIGKILL after ``grace``); the record after.
         A node that cannot be reached is reported, not skipped."""
-        self.stop_watcher()
         self.backend.cancel(self, grace)
         return self.get_job()
 

@@ -146,7 +146,8 @@ class Backend(Protocol):
 
     def cancel(self, job: JobTarget, grace: float) -> None:
         """End every rank on every node (SIGTERM, SIGKILL after ``grace``), `cancelled`
-        recorded; VeriError naming the nodes it could not reach."""
+        recorded, the job's watcher (its retries) stopped first; VeriError naming the nodes
+        it could not reach."""
 
     def logs(self, job: JobTarget, offset: int) -> bytes:
         """Rank 0's log from byte ``offset`` to its current end (b"" before it exists)."""

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, cast
 from veri_tui.launch.backends import Option
 from veri_tui.launch.backends.supervised import SupervisedBackend
 from veri_tui.launch.records import follow_lines
-from veri_tui.launch.slurm.options import SlurmOptions, slurm_options
+from veri_tui.launch.slurm.options import SlurmOptions, keys, slurm_options
 
 if TYPE_CHECKING:
     from jobfolder.record import JobRecord, JobSpec
@@ -40,29 +40,11 @@ class SlurmBackend(SupervisedBackend):
     given_as: str = "--slurm"
     probes_one_host: bool = False
     handle_is_pid: bool = False
-    options: tuple[Option, ...] = (
-        Option(
-            "login", str, flag="--slurm", metavar="LOGIN",
-            help="submit with sbatch from this login node: ~/.ssh/config alias, "
-            "user@host[:port], or local (sbatch on this machine)",
-        ),
-        Option("partition", str, metavar="P", help="partition (default: the cluster's default)",
-               label="partition", hint="empty: the cluster's default partition"),
-        Option("nodes", int, metavar="N", default=1, help="nodes of the allocation (default 1)",
-               label="nodes", hint="1"),
-        Option(
-            "gpus_per_node", int, metavar="G",
-            help="ranks per node (default: every GPU of a node; a CPU partition: its cores)",
-            label="gpus/node", hint="empty: every GPU of a node (CPU partition: its cores)",
-        ),
-        Option("account", str, metavar="A", help="sbatch --account",
-               label="account", hint="empty: your default account"),
-        Option("time", str, metavar="T", help="time limit, sbatch --time (e.g. 30, 1:30:00)",
-               label="time limit", hint="empty: the partition's; e.g. 30, 1:30:00, 2-00:00:00"),
-        Option("qos", str, metavar="Q", help="sbatch --qos", label="qos",
-               hint="empty: the default"),
-        Option("exclude", str, metavar="NODES",
-               help="sbatch --exclude: nodes the job must not get (e.g. one the probe refused)"),
+    #: `[slurm]`'s keys, each spelled once: a field of `SlurmOptions` (slurm/options.py).
+    options: tuple[Option, ...] = tuple(
+        Option(k.name, k.type, k.doc.help, k.default, k.doc.metavar, k.doc.flag,
+               label=k.doc.label, hint=k.doc.hint)
+        for k in keys()
     )  # fmt: skip
 
     def where_from(

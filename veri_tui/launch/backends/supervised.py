@@ -9,8 +9,8 @@
 - `state`: each node's job.json read on its host and judged by the backend (`judge`: the
   lost rule on a pid, or the scheduler's state); several nodes gathered (gather.py). A read
   writes nothing, anywhere;
-- `cancel`: `stop` on every node whose outcome is not recorded, at once; a node that cannot
-  be reached is reported, not skipped;
+- `cancel`: the job's watcher stopped (its retries), then `stop` on every node whose outcome
+  is not recorded, at once; a node that cannot be reached is reported, not skipped;
 - `logs`, `follow`: rank 0's log on node 0, read by offset or followed (`tail`) until the
   job has settled (a multi-node job's tail goes on across its watcher's attempts).
 
@@ -126,6 +126,8 @@ class SupervisedBackend:
         return record
 
     def cancel(self, job: JobTarget, grace: float) -> None:
+        job.stop_watcher()  # a multi-node job's retries end first
+
         def one(node: Node) -> None:
             if not outcome_recorded(self.node_state(job, node)):
                 self.stop(job, node, grace)
