@@ -180,7 +180,7 @@ def check_disk(host: Host, facts: HostFacts, disk: DiskEstimate, output: str | N
     return row(disk, job, out)
 
 
-def tracker_problems(job: Any) -> list[Refusal]:
+def tracker_problems(job: JobConfig) -> list[Refusal]:
     """The job's `report_to` trackers this interpreter cannot import (found without
     importing them), each one refusal: the job would fail at its start."""
     from jobfolder.trackers import missing, missing_message

@@ -17,7 +17,7 @@ draws the seams.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from jobfolder.procs import pid_alive
 from jobfolder.record import JobRecord
@@ -70,7 +70,7 @@ def launch(
     trust_host: str | None = None,
     wait: bool = False,
     probe: ProbeChoice | None = None,
-    canary: dict[str, Any] | None = None,
+    canary: dict[str, object] | None = None,
 ) -> str:
     """Validate, write the job folder(s) and start the job detached; returns the job id.
 
