@@ -16,7 +16,7 @@ import re
 import typing
 from collections.abc import Mapping
 from dataclasses import MISSING, asdict, dataclass, field, fields
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 from jobfolder.record import JobRecord
 from veri_tui.errors import Refusal, VeriError
@@ -34,6 +34,8 @@ class KeyDoc:
     hint: str | None = None
 
 
+T = TypeVar("T")
+
 # Slurm's --time formats: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S (sbatch(1)), or UNLIMITED.
 _TIME = re.compile(r"^(\d+(:\d{1,2}){0,2}|\d+-\d+(:\d{1,2}){0,2}|UNLIMITED|INFINITE)$", re.I)
 # Names the batch script writes into `#SBATCH` lines: no spaces, quotes or newlines.
@@ -42,75 +44,39 @@ _NAME = re.compile(r"^[A-Za-z0-9_.@:+\-]+$")
 _NODES = re.compile(r"^[A-Za-z0-9_.\-\[\],]+$")
 
 
+def _key(doc: KeyDoc, default: T) -> T:
+    """A `SlurmOptions` field: its default, and how the key is shown (its metadata)."""
+    return field(default=default, metadata={"doc": doc})
+
+
 @dataclass(frozen=True)
 class SlurmOptions:
     """Where and how a Slurm job is submitted. ``partition`` None: the cluster's default;
     ``gpus_per_node`` None: every GPU of a node (a CPU partition: its cores)."""
 
-    login: str = field(
-        metadata={
-            "doc": KeyDoc(
-                "submit with sbatch from this login node: ~/.ssh/config alias, user@host[:port], "
-                "or local (sbatch on this machine)",
-                "LOGIN",
-                flag="--slurm",
-            )
-        }
-    )
-    partition: str | None = field(
-        default=None,
-        metadata={
-            "doc": KeyDoc(
-                "partition (default: the cluster's default)",
-                "P",
-                label="partition",
-                hint="empty: the cluster's default partition",
-            )
-        },
-    )
-    nodes: int = field(
-        default=1,
-        metadata={
-            "doc": KeyDoc("nodes of the allocation (default 1)", "N", label="nodes", hint="1")
-        },
-    )
-    gpus_per_node: int | None = field(
-        default=None,
-        metadata={
-            "doc": KeyDoc(
-                "ranks per node (default: every GPU of a node; a CPU partition: its cores)",
-                "G",
-                label="gpus/node",
-                hint="empty: every GPU of a node (CPU partition: its cores)",
-            )
-        },
-    )
-    account: str | None = field(
-        default=None,
-        metadata={
-            "doc": KeyDoc(
-                "sbatch --account", "A", label="account", hint="empty: your default account"
-            )
-        },
-    )
-    time: str | None = field(
-        default=None,
-        metadata={
-            "doc": KeyDoc(
-                "time limit, sbatch --time (e.g. 30, 1:30:00)",
-                "T",
-                label="time limit",
-                hint="empty: the partition's; e.g. 30, 1:30:00, 2-00:00:00",
-            )
-        },
-    )
-    qos: str | None = field(
-        default=None,
-        metadata={"doc": KeyDoc("sbatch --qos", "Q", label="qos", hint="empty: the default")},
-    )
-    exclude: str | None = field(default=None, metadata={"doc": KeyDoc(
+    # fmt: off
+    login: str = field(metadata={"doc": KeyDoc(
+        "submit with sbatch from this login node: ~/.ssh/config alias, user@host[:port], "
+        "or local (sbatch on this machine)", "LOGIN", flag="--slurm")})
+    partition: str | None = _key(KeyDoc(
+        "partition (default: the cluster's default)", "P", label="partition",
+        hint="empty: the cluster's default partition"), None)
+    nodes: int = _key(KeyDoc(
+        "nodes of the allocation (default 1)", "N", label="nodes", hint="1"), 1)
+    gpus_per_node: int | None = _key(KeyDoc(
+        "ranks per node (default: every GPU of a node; a CPU partition: its cores)", "G",
+        label="gpus/node", hint="empty: every GPU of a node (CPU partition: its cores)"), None)
+    account: str | None = _key(KeyDoc(
+        "sbatch --account", "A", label="account", hint="empty: your default account"), None)
+    time: str | None = _key(KeyDoc(
+        "time limit, sbatch --time (e.g. 30, 1:30:00)", "T", label="time limit",
+        hint="empty: the partition's; e.g. 30, 1:30:00, 2-00:00:00"), None)
+    qos: str | None = _key(KeyDoc(
+        "sbatch --qos", "Q", label="qos", hint="empty: the default"), None)
+    exclude: str | None = _key(KeyDoc(
         "sbatch --exclude: nodes the job must not get (e.g. one the probe refused)",
-        "NODES")})  # fmt: skip
+        "NODES"), None)
+    # fmt: on
 
     def to_dict(self) -> dict[str, object]:
         return asdict(self)
