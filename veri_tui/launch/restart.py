@@ -30,7 +30,6 @@ from jobfolder.record import JobRecord, JobSpec, ResumeChoice
 from jobfolder.status import FailureCode
 from veri_tui.errors import VeriError
 from veri_tui.launch import registry
-from veri_tui.launch.backends.ref import SubmitError
 from veri_tui.launch.checkpoints import NodeCheck, choose_step
 from veri_tui.launch.hostpool import in_parallel
 from veri_tui.launch.nodes import probe_rendezvous, shared_storage, split_endpoint
@@ -130,8 +129,8 @@ def _resume(target: JobTarget, retry: str | None) -> JobRecord:
     _or_cancel(target, in_parallel(lambda k: target.prepare(k, specs[k], choice), others))
     try:
         target.submit()  # every node's supervisor, by the job's backend
-    except SubmitError as exc:
-        _or_cancel(target, [exc.cause])
+    except Exception as exc:  # noqa: BLE001 - every node is ended, then it is raised
+        _or_cancel(target, [exc])
     if target.entry is not None:
         entry = registry.load(job_id) or target.entry
         entry.retry_refused = None

@@ -184,13 +184,14 @@ class JobTarget:
 
     def submit(self) -> JobRef:
         """Start every node's prepared attempt (the backend's `submit`); its handle, kept in
-        the registry entry. SubmitError: the nodes that started are kept so too."""
+        the registry entry. A node that cannot be started raises its failure (the nodes that
+        did start are kept so too: the caller ends them)."""
         try:
             ref = self.backend.submit(self.job_id, [n.host for n in self.nodes],
                                       [n.job_dir for n in self.nodes])  # fmt: skip
         except SubmitError as exc:
             self.adopt(exc.ref)
-            raise
+            raise exc.cause from None
         self.adopt(ref)
         return ref
 
