@@ -45,13 +45,18 @@ CHECKPOINT = 10
 SETS = [f"checkpoint_steps={CHECKPOINT}", "max_seq_length=64"]
 
 
-def _launch(backend: Backend, max_steps: int) -> tuple[str, JobRef]:
-    """Launch the tiny job on the backend; (job id, its handle as submitted)."""
+def _launch(backend: Backend, max_steps: int) -> str:
+    """Launch the tiny job on the backend; its id."""
     job = load_job_config(None, model=str(bundled_tiny_model()), gpu_count=2,
                           sets=[f"max_steps={max_steps}", *SETS])  # fmt: skip
-    job_id = jobs.launch(job, None, host=backend.where)
+    return jobs.launch(job, None, host=backend.where)
+
+
+def _ref(job_id: str) -> JobRef:
+    """The job's typed handle, as the job opened again holds it (its registry entry, or on
+    this machine its folder)."""
     with jobs.open(job_id) as opened:
-        return job_id, opened.target.ref
+        return opened.target.ref
 
 
 def _state(job_id: str) -> JobRecord:
@@ -112,10 +117,11 @@ class Failed:
 @pytest.fixture(scope="module")
 def failed(backend: Backend) -> Iterator[Failed]:
     """The job with rank 1 SIGKILLed once step-10 is committed (not yet followed)."""
-    job_id, ref = _launch(backend, STEPS)
-    dirs = [Path(n.job_dir) for n in ref.nodes]
+    job_id = _launch(backend, STEPS)
+    dirs = [Path(n.job_dir) for n in _ref(job_id).nodes]
     ckpt = dirs[0] / "checkpoints" / f"step-{CHECKPOINT}"
     wait_for(ckpt.is_dir, 240, f"{ckpt.name} committed")
+    ref = _ref(job_id)  # its supervisors running: every node's handle known
     rank1 = wait_for(lambda: _pid_of_rank(dirs, 1), 30, "rank 1's pid file")
     os.kill(rank1, signal.SIGKILL)
     yield Failed(job_id, ref, dirs)

@@ -13,7 +13,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from jobfolder.layout import JOB_FILE
+from jobfolder.layout import JOB_FILE, SUPERVISOR_PID
+from jobfolder.procs import read_pid
 from jobfolder.record import JobRecord
 from veri_tui.errors import NotFoundError
 from veri_tui.launch import registry
@@ -31,9 +32,15 @@ def target_for_job(job_id: str, pool: dict[str, Host] | None = None) -> JobTarge
         raise NotFoundError(f"{job_id!r} is not a job id; `veri-tui jobs` lists them")
     folder = Path(local.home) / "jobs" / job_id
     if (folder / JOB_FILE).is_file():
-        return JobTarget(job_id, [Node(local, str(folder))], None)
+        return JobTarget(job_id, [local_node(local, folder)], None)
     entry = registry.load(job_id)
     return None if entry is None else target_of_entry(entry, pool)
+
+
+def local_node(local: LocalHost, folder: Path) -> Node:
+    """A job folder on this machine as a node: its handle is the supervisor's pid file (the
+    folder is its own registry entry)."""
+    return Node(local, str(folder), read_pid(folder / SUPERVISOR_PID))
 
 
 def target_of_entry(entry: registry.RegistryEntry, pool: dict[str, Host] | None = None

@@ -15,9 +15,9 @@ from veri_tui.errors import UnreachableError, VeriError
 from veri_tui.launch import registry
 from veri_tui.launch.handle import JobHandle
 from veri_tui.launch.host import Host
-from veri_tui.launch.jobindex import target_of_entry
+from veri_tui.launch.jobindex import local_node, target_of_entry
 from veri_tui.launch.local_host import LocalHost
-from veri_tui.launch.target import JobTarget, Node
+from veri_tui.launch.target import JobTarget
 
 
 def list_jobs(settle: bool = False) -> list[JobRecord]:
@@ -56,7 +56,7 @@ def _local_targets() -> list[JobTarget]:
     local = LocalHost()
     folder = local.home / "jobs"
     found = sorted(folder.iterdir(), reverse=True) if folder.is_dir() else []
-    return [JobTarget(d.name, [Node(local, str(d))], None) for d in found
+    return [JobTarget(d.name, [local_node(local, d)], None) for d in found
             if not d.name.startswith(".") and (d / JOB_FILE).is_file()]  # fmt: skip
 
 
