@@ -136,4 +136,5 @@ class SlurmBackend(SupervisedBackend):
                 return b""
 
         poll = options.get("poll_s", 1.0)
-        return follow_lines(read, done, offset, poll if isinstance(poll, float) else 1.0)
+        seconds = float(poll) if isinstance(poll, int | float) else 1.0
+        return follow_lines(read, done, offset, seconds)
