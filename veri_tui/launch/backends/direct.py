@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, cast
 
 from jobfolder.layout import SUPERVISOR_LOG
-from jobfolder.lost import judge
+from jobfolder.lost import judge as judge_pid
 from veri_tui.errors import VeriError
 from veri_tui.launch.backends import Option
 from veri_tui.launch.backends.supervised import SupervisedBackend
@@ -129,7 +129,7 @@ class DirectBackend(SupervisedBackend):
     def judge(self, job: JobTarget, node: Node, record: JobRecord,
               reread: Callable[[], JobRecord]) -> JobRecord:  # fmt: skip
         where = node.host.label or ""
-        return judge(record, job.supervisor_pid(node), node.host.alive, reread, where=where)
+        return judge_pid(record, job.supervisor_pid(node), node.host.alive, reread, where=where)
 
     def stop(self, job: JobTarget, node: Node, grace: float) -> None:
         run_cancel(node.host, node.job_dir, node.handle, grace)
