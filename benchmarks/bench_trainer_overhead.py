@@ -4,7 +4,7 @@
 
 Both loops train the same randomly initialised Qwen3-shaped model (built from a config,
 saved once, loaded twice) on the same global batch, with AdamW, clipping and gradient
-checkpointing. The trainer side is the trainer's own step (`trainer.loop._Stepper`: batch
+checkpointing. The trainer side is the trainer's own step (`trainer.step.Stepper`: batch
 slicing, collation, the global token-count all-reduce, the loss all-reduce, clipping); the
 plain side is forward / cross-entropy / backward / clip / step. Steps alternate between the
 two (order alternating) so drift in machine speed hits both alike; the headline figure is
@@ -31,11 +31,11 @@ sys.path.insert(0, str(REPO))
 from jobfolder.progress import Progress  # noqa: E402
 from trainer import data  # noqa: E402
 from trainer.config import TrainConfig  # noqa: E402
-from trainer.loop import _Stepper  # noqa: E402
 from trainer.measure import StateMeter  # noqa: E402
 from trainer.model import build_policy, load_tokenizer  # noqa: E402
 from trainer.parallelize import init_runtime, wrap_policy  # noqa: E402
 from trainer.report import RankContext  # noqa: E402
+from trainer.step import Stepper  # noqa: E402
 
 
 def make_model(folder: Path, hidden: int, layers: int, seq: int) -> None:
@@ -98,7 +98,7 @@ def main(argv: list[str] | None = None) -> None:
     model = wrap_policy(build_policy(cfg, tmp / "model"), cfg, rt)
     opt = torch.optim.AdamW([q for q in model.parameters() if q.requires_grad], lr=1e-4)
     meter = StateMeter(RankContext(0, 0, 0, 1, tmp), step=-1)
-    stepper = _Stepper(cfg, rt, model, None, opt, tok.pad_token_id, rows, meter)
+    stepper = Stepper(cfg, rt, model, None, opt, tok.pad_token_id, rows, meter)
     stepper.progress = Progress(tmp, 0)  # the hang watchdog's progress line, as in a run
     plain = wrap_policy(build_policy(cfg, tmp / "model"), cfg, rt)
     plain_opt = torch.optim.AdamW(plain.parameters(), lr=1e-4)

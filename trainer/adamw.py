@@ -132,7 +132,10 @@ class StochasticAdamW(torch.optim.Optimizer):
                 self._update(p, state, group, index)
         return loss
 
-    def _update(self, p: torch.Tensor, state: dict[str, Any], group: dict, index: int) -> None:
+    def _update(
+        self, p: torch.Tensor, state: dict[str, Any], group: dict[str, Any], index: int
+    ) -> None:
+        assert p.grad is not None  # step() passes only the parameters that have one
         weight, start = local_region(p)
         tensors = [weight, local_region(p.grad)[0]]
         tensors += [local_region(state[k])[0] for k in ("exp_avg", "exp_avg_sq")]

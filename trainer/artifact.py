@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 import torch.distributed as dist
@@ -32,6 +32,10 @@ from trainer.experts import ATTR, split, unfused
 from trainer.measure import mark_memory
 from trainer.parallelize import unwrap
 from trainer.weights import Planned, ShardWriter, plan_shards
+
+if TYPE_CHECKING:
+    from peft import PeftModel
+    from transformers import PreTrainedModel
 
 SHARD_BYTES = 5 * 10**9  # save_pretrained's default max_shard_size ("5GB")
 
@@ -123,13 +127,14 @@ def _write_full(
     if writer is None:
         return {}
     files = writer.finish()
-    config = base.config
+    config = cast("PreTrainedModel", base).config  # a full job's model: transformers'
     config.dtype = torch.bfloat16 if precision == "bf16" else torch.float32
     config.use_cache = True  # training turned the KV cache off; generation wants it
     config.architectures = [_model_class(base).__name__]
     config.save_pretrained(tmp)
-    if getattr(base, "generation_config", None) is not None and base.can_generate():
-        base.generation_config.save_pretrained(tmp)
+    hf = cast("PreTrainedModel", base)
+    if getattr(hf, "generation_config", None) is not None and hf.can_generate():
+        hf.generation_config.save_pretrained(tmp)
     return files
 
 
@@ -141,7 +146,7 @@ def _write_adapter(base: nn.Module, tmp: Path, rank: int) -> dict[str, Any]:
             if whole is not None:
                 adapter[name] = whole.to("cpu")
     if rank == 0:
-        base.save_pretrained(tmp, state_dict=adapter)
+        cast("PeftModel", base).save_pretrained(str(tmp), state_dict=adapter)  # a LoRA job's
     return {}
 
 

@@ -21,11 +21,13 @@ order of the first epoch (the spec's `canary` still says K), so its data matches
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.distributed as dist
+from torch import nn
 from torch.distributed.tensor import DTensor
 
 from jobfolder.atomic import write_json_atomic
@@ -62,7 +64,8 @@ class Canary:
                  rows: Any, total: int, start: int) -> None:  # fmt: skip
         self.cfg, self.rt, self.ctx, self.stats = cfg, rt, ctx, stats
         self.steps = min(cfg.canary_steps, total) if start < cfg.canary_steps else 0
-        self.total, self.records, self.in_flight = total, [], [0]
+        self.total, self.in_flight = total, [0]
+        self.records: list[dict[str, Any]] = []
         self.first_epoch: list[int] | None = None
         self.tokens_total = 0.0
         if cfg.canary_steps:
@@ -91,11 +94,13 @@ class Canary:
         self.clock.marks, self.clock.active = [], True
         self.hooks = []
         if self.clock.points is not None:
-            out = unwrap(model).get_output_embeddings()
+            # transformers' method (unannotated there), through nn.Module's __getattr__.
+            embeddings = cast(Callable[[], nn.Module | None], unwrap(model).get_output_embeddings)
+            out = embeddings()
             if out is not None:
                 self.hooks.append(
                     out.register_forward_pre_hook(lambda *_: self.clock.note("output_layer"))
-                )  # type: ignore[union-attr]
+                )
             if self.cfg.zero_stage == 3:
                 self.hooks += watch_units(model, decoder_layers(model), self.in_flight)
         self.states_before = self._opt_tensors(opt)
@@ -116,7 +121,7 @@ class Canary:
             points.close()
         if points is not None:
             made = [t for k, t in self._opt_tensors(opt).items() if k not in self.states_before]
-            states = int((self.stats.states or {}) and sum(self.stats.states.values()))
+            states = sum(self.stats.states.values()) if self.stats.states else 0
             rec.update(step_memory(clock.marks, points, states, clock.grads, made))
             if isinstance(points, CudaPoints):
                 rec["device_used"] = points.used

@@ -24,7 +24,8 @@ unsharded bytes seen as a decoder layer starts, at zero_stage 3 only.
 from __future__ import annotations
 
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -71,13 +72,13 @@ class CensusPoints:
 
     def __init__(self) -> None:
         self.census = Census()
-        self.census.__enter__()
+        cast(Callable[[], object], self.census.__enter__)()  # unannotated in torch
 
     def point(self) -> int:
         return self.census.index()
 
     def close(self) -> None:
-        self.census.__exit__(None, None, None)
+        cast(Callable[[None, None, None], object], self.census.__exit__)(None, None, None)
 
     def serials(self, tensors: list[torch.Tensor]) -> frozenset[int]:
         """The census's serials of the (live) storages of ``tensors``."""
@@ -94,7 +95,7 @@ class CensusPoints:
 
 def _storage(t: torch.Tensor) -> int:
     local = t.to_local() if isinstance(t, DTensor) else t
-    return local.untyped_storage()._cdata
+    return int(local.untyped_storage()._cdata)
 
 
 class PhaseClock(Progress):
@@ -132,7 +133,7 @@ class PhaseClock(Progress):
 
 def split_times(marks: list[tuple[str, float, int]]) -> dict[str, float]:
     """data / forward+backward / optimizer seconds of one step's marks (`start` ... `end`)."""
-    at = {}
+    at: dict[str, float] = {}
     for phase, t, _ in marks:
         at.setdefault(phase, t)
     end = marks[-1][1]

@@ -60,6 +60,7 @@ def memory(canary: Any, rec: dict[str, Any]) -> dict[str, Any]:
         "in_flight_bytes": in_flight,
         "optimizer_step_bytes": _max(later, "optimizer_step"),
     }
+    alloc: int | None  # the allocator's peak on CUDA, else states + the step's largest part
     if device.type == "cuda":
         alloc, reserved = run_peaks(device)
         stats = torch.cuda.memory_stats(device)

@@ -13,8 +13,9 @@ not seen (they never reach Python).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Callable, Iterable
+from collections.abc import Set as AbstractSet
+from typing import Any, cast
 
 import torch
 from torch.distributed.tensor import DTensor
@@ -24,17 +25,27 @@ from torch.utils._pytree import tree_leaves
 
 
 def _key(t: torch.Tensor) -> int:
-    return t.untyped_storage()._cdata
+    return int(t.untyped_storage()._cdata)
 
 
-class Census(TorchDispatchMode):
+# torch leaves StorageWeakRef unannotated: the two calls this module makes, typed.
+_weak_ref = cast(Callable[[torch.UntypedStorage], StorageWeakRef], StorageWeakRef)
+
+
+def _expired(ref: StorageWeakRef) -> bool:
+    return cast(Callable[[], bool], ref.expired)()
+
+
+# TorchDispatchMode's __init_subclass__ and __init__ are unannotated in torch: subclassing
+# and super().__init__() are untyped calls mypy cannot be shown otherwise.
+class Census(TorchDispatchMode):  # type: ignore[no-untyped-call]
     """Bytes alive, op by op, of the storages created while it is active.
 
     `mark(name)` records the bytes alive at that moment; `peak` is the largest seen after any
     op, `excluding` the storages named later (the parameters' gradients), see `result`."""
 
     def __init__(self, exclude: Iterable[torch.Tensor] = ()) -> None:
-        super().__init__()
+        super().__init__()  # type: ignore[no-untyped-call]
         # storage key -> (weak reference, bytes, serial). A freed storage's key (its
         # address) can come back for a new one, so the timeline names serials, not keys.
         self.live: dict[int, tuple[StorageWeakRef, int, int]] = {}
@@ -44,7 +55,7 @@ class Census(TorchDispatchMode):
         self.marks: dict[str, int] = {}
 
     def _sweep(self) -> None:
-        dead = [k for k, (ref, _, _) in self.live.items() if ref.expired()]
+        dead = [k for k, (ref, _, _) in self.live.items() if _expired(ref)]
         for k in dead:
             del self.live[k]
 
@@ -58,12 +69,12 @@ class Census(TorchDispatchMode):
                 key = _key(t)
                 if key not in self.live and key not in self.excluded:
                     st = t.untyped_storage()
-                    self.live[key] = (StorageWeakRef(st), st.nbytes(), len(self.sizes))
+                    self.live[key] = (_weak_ref(st), st.nbytes(), len(self.sizes))
                     self.sizes.append(st.nbytes())
         self.timeline.append(tuple(serial for _, _, serial in self.live.values()))
         return out
 
-    def alive(self, without: set[int] = frozenset()) -> int:  # type: ignore[assignment]
+    def alive(self, without: AbstractSet[int] = frozenset()) -> int:
         """Bytes alive now, less the storages in `without`."""
         self._sweep()
         return sum(n for k, (_, n, _) in self.live.items() if k not in without)

@@ -30,9 +30,11 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+# DCP's reader, load and save from the modules that define them: torch's package re-exports
+# them without an __all__, which mypy --strict does not count as exported.
 import torch.distributed as dist
-import torch.distributed.checkpoint as dcp
 from torch import nn
+from torch.distributed.checkpoint.filesystem import FileSystemReader
 from torch.distributed.checkpoint.state_dict import (
     StateDictOptions,
     get_optimizer_state_dict,
@@ -40,6 +42,8 @@ from torch.distributed.checkpoint.state_dict import (
     set_optimizer_state_dict,
     set_state_dict,
 )
+from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
+from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from jobfolder import ckptindex, manifest
@@ -198,7 +202,7 @@ def save(
             # Rank-local saves: a node's second rank sees its first rank's metadata file in
             # the fresh folder and warns that it "overwrites" a checkpoint; it does not.
             warnings.filterwarnings("ignore", "Detected an existing checkpoint")
-            dcp.save({"model": msd, "optim": osd}, checkpoint_id=str(tmp),
+            dcp_save({"model": msd, "optim": osd}, checkpoint_id=str(tmp),
                      use_collectives=ranks is None)  # fmt: skip
         faults.in_checkpoint(step)
     except BaseException as exc:  # CheckpointException is a BaseException
@@ -220,7 +224,7 @@ def save(
     return final
 
 
-class _RankLocalReader(dcp.FileSystemReader):
+class _RankLocalReader(FileSystemReader):
     """Reads this rank's own `__<rank>.metadata` first. DCP would find it too, but only
     after logging the missing global `.metadata` as a warning with a traceback."""
 
@@ -246,9 +250,9 @@ def load(root: Path, step: int, model: nn.Module, optimizer: Any, *, lora: bool)
     msd, osd = _state(model, optimizer, lora)
     state = {"model": msd, "optim": osd}
     if (folder / ".metadata").is_file():
-        dcp.load(state, checkpoint_id=str(folder))
+        dcp_load(state, checkpoint_id=str(folder))
     else:  # a node's part of a multi-node checkpoint: each rank reads its own files
-        dcp.load(state, storage_reader=_RankLocalReader(folder))
+        dcp_load(state, storage_reader=_RankLocalReader(folder))
     if lora:  # the adapters were loaded in place (views); the base is the model directory
         set_optimizer_state_dict(model, optimizer, optim_state_dict=state["optim"], options=opts)
     else:
@@ -259,4 +263,5 @@ def load(root: Path, step: int, model: nn.Module, optimizer: Any, *, lora: bool)
             optim_state_dict=state["optim"],
             options=opts,
         )
-    return json.loads((folder / "trainer_state.json").read_text())
+    trainer_state: dict[str, Any] = json.loads((folder / "trainer_state.json").read_text())
+    return trainer_state

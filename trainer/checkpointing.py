@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import collections
 import functools
-from typing import Any
+from collections.abc import Callable
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -45,7 +46,13 @@ _ATTENTION = tuple(
 _MM = (_aten.mm.default, _aten.addmm.default)
 
 
-def _policy(counts: collections.Counter) -> Any:
+_Policy = Callable[..., CheckpointPolicy]
+# torch leaves create_selective_checkpoint_contexts unannotated: a policy in, the forward's
+# and the recomputation's context managers out.
+_contexts = cast(Callable[[_Policy], tuple[Any, Any]], create_selective_checkpoint_contexts)
+
+
+def _policy(counts: collections.Counter[str]) -> _Policy:
     """Keep attention outputs and every odd-numbered mm (1st, 3rd, ...) of the layer."""
 
     def policy(ctx: Any, func: Any, *args: Any, **kwargs: Any) -> CheckpointPolicy:
@@ -63,7 +70,7 @@ def _policy(counts: collections.Counter) -> Any:
 
 def selective_context() -> tuple[Any, Any]:
     """A fresh pair of contexts for one checkpointed layer call (its own mm count)."""
-    return create_selective_checkpoint_contexts(_policy(collections.Counter()))
+    return _contexts(_policy(collections.Counter()))
 
 
 def checkpoint_kwargs(mode: str) -> dict[str, Any] | None:
@@ -84,7 +91,10 @@ def apply(model: nn.Module, mode: str) -> None:
     kwargs = checkpoint_kwargs(mode)
     if kwargs is None:
         return
+    # transformers' methods, reached through nn.Module's __getattr__ (typed Tensor | Module).
     if hasattr(model, "activation_checkpointing_enable"):  # transformers >= 5.x name
-        model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+        enable = cast(Callable[..., None], model.activation_checkpointing_enable)
+        enable(activation_checkpointing_kwargs=kwargs)
     else:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+        enable = cast(Callable[..., None], model.gradient_checkpointing_enable)
+        enable(gradient_checkpointing_kwargs=kwargs)

@@ -56,7 +56,9 @@ ENCODERS = ("trainer/data.py", "jobfolder/rows.py", "trainer/tokencache.py",
 Sources = list[Source] | Path | str
 
 
-def cache_key(dataset: Sources, method: str, max_len: int, model_dir: Path, tok: Any) -> dict:
+def cache_key(
+    dataset: Sources, method: str, max_len: int, model_dir: Path, tok: Any
+) -> dict[str, Any]:
     """What a cache's tokens were made from; a cache whose key differs is rebuilt. The
     datasets count by their bytes and options (jobfolder/datasource.py `fingerprint`: a
     touched or moved file with the same rows is the same)."""
@@ -85,7 +87,7 @@ def cache_key(dataset: Sources, method: str, max_len: int, model_dir: Path, tok:
     }  # fmt: skip
 
 
-def stale_reason(folder: Path, key: dict) -> str | None:
+def stale_reason(folder: Path, key: dict[str, Any]) -> str | None:
     """Why the cache in `folder` cannot be reused ('none yet' when there is none), or None."""
     if not folder.is_dir():
         return NO_CACHE
@@ -107,7 +109,7 @@ def stale_reason(folder: Path, key: dict) -> str | None:
 
 def build_part(
     dataset: Sources, method: str, tok: Any, max_len: int, folder: Path, part: int, parts: int
-) -> dict:
+) -> dict[str, Any]:
     """Read every row, encode rows part, part + parts, ... into part `part`'s files; what
     the commit needs: {rows (the whole mixture's), part_rows, tokens, files}."""
     sources = as_sources(dataset)
@@ -134,7 +136,9 @@ def build_part(
     return {"rows": total, "part_rows": writer.rows, "tokens": writer.tokens, "files": files}
 
 
-def commit(folder: Path, final: Path, key: dict, parts: list[dict], **extra: Any) -> None:
+def commit(
+    folder: Path, final: Path, key: dict[str, Any], parts: list[dict[str, Any]], **extra: Any
+) -> None:
     """Write meta.json (the key, the layout, `extra`) and the manifest into `folder`, then
     make it `final`, replacing an old cache. `parts`: build_part's results in part order."""
     rows = {p["rows"] for p in parts}
@@ -189,7 +193,7 @@ def prepare_dataset(
         # Every node shares this folder (Slurm): one cache, built by all ranks as one node's.
         ctx = dataclasses.replace(ctx, node=0, local_rank=ctx.rank)
 
-    def decide() -> dict | None:
+    def decide() -> dict[str, Any] | None:
         if ctx.local_rank != 0:
             return None
         key = cache_key(sources, cfg.method, cfg.max_length, model_dir, tok)
@@ -205,7 +209,7 @@ def prepare_dataset(
     building = mine["reason"] is not None
     if any(r["reason"] is not None for _, local, r in decided if local == 0):
 
-        def work() -> dict | None:
+        def work() -> dict[str, Any] | None:
             if not building:  # this node reuses its cache; another node builds
                 return None
             args = (sources, cfg.method, tok, cfg.max_length, folder, ctx.local_rank, parts)

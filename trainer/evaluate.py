@@ -24,7 +24,7 @@ from trainer.config import TrainConfig
 from trainer.parallelize import autocast
 
 
-class Rows(Sequence):
+class Rows(Sequence[Any]):
     """Some rows of a token cache, by index (the training rows, or the held-out ones)."""
 
     def __init__(self, rows: Sequence[Any], indices: list[int]) -> None:
@@ -108,6 +108,7 @@ def eval_loss(
                 mb = mb or [rows[0]]  # the same forwards on every rank
                 with autocast():
                     if cfg.method == "dpo":
+                        assert reference is not None  # a DPO job always passes its reference
                         loss, _ = losses.dpo_loss_sum(model, mb, pad_id, device, cfg.beta,
                                                       reference)  # fmt: skip
                         count = float(len(mb))
@@ -122,4 +123,4 @@ def eval_loss(
         model.train(was_training)
     dist.all_reduce(sums)
     total, count = sums.tolist()
-    return total / max(count, 1.0)
+    return float(total / max(count, 1.0))

@@ -32,6 +32,7 @@ from __future__ import annotations
 import os
 import signal
 import time
+import traceback
 from dataclasses import dataclass
 
 KINDS = ("oom", "raise", "kill", "ckpt_kill", "ckpt_raise", "host_oom", "skip", "no_join")
@@ -103,7 +104,9 @@ class FaultPlan:
                 from torch.distributed.checkpoint.api import CheckpointException
 
                 cause = RuntimeError("unexpected pos 512 vs 448 (injected by VERI_FAULT)")
-                raise CheckpointException("checkpoint save failed", {f.rank: (cause, None)})
+                # An empty stack: what torch prints for a rank's failure is then the cause.
+                failure = (cause, traceback.StackSummary())
+                raise CheckpointException("checkpoint save failed", {f.rank: failure})
 
 
 def _stall() -> None:

@@ -167,7 +167,7 @@ def read(nvml: Any = None) -> dict[str, Any]:
     out: dict[str, Any] = {"node": os.environ.get("SLURM_NODEID")}
     if nvml is None:
         try:
-            import pynvml as nvml  # type: ignore[import-not-found,no-redef]
+            import pynvml as nvml  # type: ignore[no-redef]
         except ImportError:
             return {**out, "nvml": False, "reason": "nvidia-ml-py is not installed"}
     try:

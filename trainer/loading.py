@@ -24,6 +24,7 @@ import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import cast
 
 import torch
 from torch import nn
@@ -49,6 +50,7 @@ def params_on_meta() -> Iterator[None]:
         register(self, name, param)
         if param is not None and param.device.type != "meta":
             kept = self._parameters[name]
+            assert kept is not None  # just registered, as `param`
             self._parameters[name] = nn.Parameter(kept.to("meta"), kept.requires_grad)
 
     nn.Module.register_parameter = to_meta  # type: ignore[method-assign]
@@ -206,7 +208,9 @@ def materialize(
 def _fill(model: nn.Module, pending: Pending) -> None:
     """Every parameter and buffer from the checkpoint's files (or the copies kept aside)."""
     entries = checkpoint_entries(pending.path)
-    hf = model.get_base_model() if hasattr(model, "get_base_model") else model
+    hf = model
+    if hasattr(model, "get_base_model"):  # peft's, through nn.Module's __getattr__
+        hf = cast(Callable[[], nn.Module], model.get_base_model)()
     prefix = getattr(hf, "base_model_prefix", "") or "model"
     aliases = _aliases(model)
     persistent = {k for k in model.state_dict() if not k.endswith("._extra_state")}

@@ -1,23 +1,20 @@
 """The training loop of one rank: build everything, step, checkpoint, save the artifact.
 
-A step's loss is averaged over the target tokens (sft) or pairs (dpo) of the GLOBAL batch:
-each micro-batch's loss sum is divided by the global count (all-reduced first) and scaled
-by the world size, because DDP and FSDP2 average gradients over ranks. So any mbs x
-grad_acc x dp split of the same global batch gives the same update.
+One step (its micro-batches, the loss scaled to the global batch, the update) is
+trainer/step.py's Stepper; this module runs it from the resumed step to the last, with the
+evaluation, logging, checkpoints, the canary and the stop requests around it.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
 from typing import Any
 
 import torch
-import torch.distributed as dist
 
 from jobfolder.errors import ConfigError
-from jobfolder.progress import NoProgress, Progress
-from trainer import checkpoint, data, losses
+from jobfolder.progress import Progress
+from trainer import checkpoint
 from trainer.adamw import make_optimizer
 from trainer.artifact import save_artifact
 from trainer.canary import Canary
@@ -36,13 +33,9 @@ from trainer.model import (
 )
 from trainer.packing import packed_rows
 from trainer.parallelize import (
-    Runtime,
-    autocast,
-    grad_sync,
     init_runtime,
     offload_active,
     offload_threads,
-    unwrap,
     wrap_policy,
     wrap_reference,
 )
@@ -50,6 +43,7 @@ from trainer.peakmem import window_peak
 from trainer.report import RankContext, RankLog
 from trainer.runstats import RunStats
 from trainer.schedule import scheduler
+from trainer.step import Stepper
 from trainer.stopping import Saver, StopWatch, stop_here
 from trainer.tracking import Tracking, metric_line
 
@@ -111,7 +105,7 @@ def train(cfg: TrainConfig, ctx: RankContext, log: RankLog) -> None:
     meter = StateMeter(ctx, step=min(2, total), device=rt.device)
     if ref is not None and meter.enabled:
         decoder_layers(ref)[0].register_forward_hook(meter.reference_hook(ref))
-    stepper = _Stepper(cfg, rt, model, ref, opt, tok.pad_token_id, rows, meter)
+    stepper = Stepper(cfg, rt, model, ref, opt, tok.pad_token_id, rows, meter)
     stepper.stats = stats
     faults = FaultPlan(rt.rank)
     canary = Canary(cfg, rt, ctx, stats, rows, total, start)  # `--canary K`: no-op without
@@ -137,7 +131,7 @@ def train(cfg: TrainConfig, ctx: RankContext, log: RankLog) -> None:
         evaluated = eval_if_due(cfg, rt, step + 1, total, model, held, tok.pad_token_id,
                                 stepper.reference, progress)  # fmt: skip
         if (step + 1) % cfg.logging_steps == 0 or step + 1 == total or evaluated is not None:
-            metric = metric_line(step + 1, total, per_epoch, loss, lr, grad_norm, evaluated)
+            metric = metric_line(step + 1, total, per_epoch, loss, float(lr), grad_norm, evaluated)
             metric["tokens_per_s"] = round(tokens / (time.perf_counter() - t0), 1)
             metric.update(window_peak(rt.device))  # a collective: every rank logs here
             tracking.write({**metric, **rewards})
@@ -173,133 +167,3 @@ def _resume(cfg: TrainConfig, model: Any, opt: Any, sched: Any, log: RankLog) ->
     log.rewind(int(state["step"]))
     log.info(f"resume: from checkpoint step-{found}")
     return int(state["data_position"])
-
-
-class _Stepper:
-    """One optimizer step: forward/backward over this rank's micro-batches, clip, update."""
-
-    stats: RunStats | None = None  # the run's always-on measurements (trainer/runstats.py)
-    progress: Progress = NoProgress()  # train() sets the rank's (jobfolder/progress.py)
-    first_epoch: list[int] | None = None  # a canary's order of epoch 0 (trainer/canary.py)
-
-    def __init__(
-        self,
-        cfg: TrainConfig,
-        rt: Runtime,
-        model: torch.nn.Module,
-        ref: torch.nn.Module | None,
-        opt: torch.optim.Optimizer,
-        pad_id: int,
-        rows: Sequence[Any],
-        meter: StateMeter,
-    ) -> None:
-        self.cfg, self.rt, self.model, self.ref, self.opt = cfg, rt, model, ref, opt
-        self.pad_id, self.rows, self.meter = pad_id, rows, meter
-        self.params = [p for p in model.parameters() if p.requires_grad]
-        self.reference = _reference_fn(model, ref, rt.device)
-
-    def _micro_batches(self, step: int) -> list[list[Any]]:
-        cfg, rt = self.cfg, self.rt
-        gbs = cfg.global_batch_size
-        batch = data.global_batch(len(self.rows), gbs, cfg.seed, step)
-        if self.first_epoch is not None and step < len(self.rows) // gbs:
-            batch = self.first_epoch[step * gbs : (step + 1) * gbs]
-        slices = [
-            data.rank_slice(batch, m, rt.rank, rt.world_size, cfg.micro_batch_size)
-            for m in range(cfg.gradient_accumulation_steps)
-        ]
-        return [[self.rows[i] for i in s] for s in slices]
-
-    def _loss(self, mb: list[Any]) -> tuple[torch.Tensor, torch.Tensor]:
-        """The micro-batch's loss sum, and the sums it adds to the step's totals."""
-        cfg, dev = self.cfg, self.rt.device
-        if cfg.method == "sft_text":
-            loss = losses.sft_loss_sum(self.model, mb, self.pad_id, dev)
-            return loss, loss.detach().double().reshape(1)
-        loss, rewards = losses.dpo_loss_sum(
-            self.model, mb, self.pad_id, dev, cfg.beta, self.reference
-        )
-        return loss, torch.cat([loss.detach().double().reshape(1), rewards])
-
-    def step(self, step: int) -> tuple[float, float, float, dict[str, float]]:
-        """Run step `step` (0-based); returns (loss, grad_norm, global input tokens, the
-        DPO reward metrics, empty for SFT)."""
-        cfg, rt = self.cfg, self.rt
-        micro = self._micro_batches(step)
-        flat = [e for mb in micro for e in mb]
-        if cfg.method == "dpo":
-            flat = [e for pair in flat for e in pair]
-        local = [losses.count_targets(flat), sum(len(e.input_ids) for e in flat)]
-        counts = torch.tensor(local, dtype=torch.float64, device=rt.device)
-        dist.all_reduce(counts)  # the global target count, before any backward
-        targets, tokens = counts.tolist()
-        denom = targets if cfg.method == "sft_text" else float(cfg.global_batch_size)
-        measuring = self.meter.active(step + 1)
-        # Summed: the loss, and for DPO the chosen reward, rejected reward, chosen > rejected.
-        size = 1 if cfg.method == "sft_text" else 4
-        totals = torch.zeros(size, dtype=torch.float64, device=rt.device)
-        last = len(micro) - 1
-        for m, mb in enumerate(micro):
-            with grad_sync(self.model, m == last):
-                self.progress.mark("forward")
-                with autocast(cfg, rt):
-                    loss, sums = self._loss(mb)
-                if measuring and m == last:
-                    self.meter.after_forward(self.model, cfg.zero_stage)
-                if self.stats is not None and m == last:
-                    self.stats.after_forward(self.model)
-                # DDP and FSDP2 average over ranks: scale so the sum over ranks is the mean.
-                self.progress.mark("backward")
-                (loss * (rt.world_size / denom)).backward()
-            totals += sums
-        if measuring:
-            self.meter.after_backward(self.model, self.opt)
-            self.meter.reference_rest(self.ref, cfg.zero_stage)
-        self.progress.mark("optimizer")
-        # max_grad_norm 0 turns clipping off; the norm is still reported.
-        clip = cfg.max_grad_norm if cfg.max_grad_norm > 0 else float("inf")
-        norm = torch.nn.utils.clip_grad_norm_(self.params, clip)
-        norm = norm.full_tensor() if hasattr(norm, "full_tensor") else norm
-        self.opt.step()
-        if self.stats is not None:  # gradients and optimizer states all exist only here
-            self.stats.after_update(self.model, self.opt, self.ref)
-        self.opt.zero_grad(set_to_none=True)
-        dist.all_reduce(totals)
-        if measuring:
-            extra = {"zero_stage": cfg.zero_stage, "precision": cfg.precision}
-            self.meter.write({**extra, "lora_rank": cfg.lora_rank, "method": cfg.method})
-        summed = totals.tolist()
-        return summed[0] / denom, float(norm), tokens, reward_metrics(summed[1:], denom)
-
-
-def reward_metrics(sums: list[float], pairs: float) -> dict[str, float]:
-    """TRL's DPO metrics from the step's global sums (chosen reward, rejected reward, pairs
-    with chosen > rejected), as means over its pairs; {} for SFT (no sums)."""
-    if not sums:
-        return {}
-    chosen, rejected, correct = (x / pairs for x in sums)
-    return {
-        "rewards/chosen": round(chosen, 6),
-        "rewards/rejected": round(rejected, 6),
-        "rewards/margins": round(chosen - rejected, 6),
-        "rewards/accuracies": round(correct, 6),
-    }
-
-
-def _reference_fn(model: torch.nn.Module, ref: torch.nn.Module | None, device: torch.device) -> Any:
-    """DPO reference log-probs: the frozen copy, or the policy with adapters disabled."""
-    if ref is not None:
-        return lambda b: losses.sequence_logps(ref, b)
-    inner = unwrap(model)  # call the PeftModel itself: no DDP bookkeeping for a no-grad pass
-    if hasattr(model, "set_requires_gradient_sync"):
-        # peft's disable_adapter() flips the adapters' requires_grad off. FSDP2 fixes each
-        # group's gradient dtype from requires_grad at its first forward (lazy init), so
-        # that first forward must see the adapters trainable: a one-token warm-up pass.
-        with torch.no_grad():
-            model(input_ids=torch.zeros((1, 1), dtype=torch.long, device=device))
-
-    def with_adapters_off(b: dict[str, torch.Tensor]) -> torch.Tensor:
-        with inner.disable_adapter():
-            return losses.sequence_logps(inner, b)
-
-    return with_adapters_off

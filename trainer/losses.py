@@ -15,7 +15,7 @@ exactly that (2V + 2V bytes per token, plus one chunk).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.nn.functional as F
@@ -84,6 +84,10 @@ class _TokenLogps(torch.autograd.Function):
         return grad, None, None
 
 
+# torch leaves Function.apply unannotated: (N, V) logits, (N,) targets, chunk -> (N,) fp32.
+_token_logps = cast(Callable[[torch.Tensor, torch.Tensor, int], torch.Tensor], _TokenLogps.apply)
+
+
 def token_logps(logits: torch.Tensor, labels: torch.Tensor, chunk: int = 0) -> torch.Tensor:
     """Log-probability of each next token: (B, S, V) logits, (B, S) labels -> (B, S) fp32.
 
@@ -94,7 +98,7 @@ def token_logps(logits: torch.Tensor, labels: torch.Tensor, chunk: int = 0) -> t
     targets = torch.full_like(labels, IGNORE)
     targets[:, :-1] = labels[:, 1:]
     flat = logits.reshape(b * s, v)  # a view: the model's logits are contiguous
-    out = _TokenLogps.apply(flat, targets.reshape(-1), chunk or chunk_tokens(v))
+    out = _token_logps(flat, targets.reshape(-1), chunk or chunk_tokens(v))
     return out.view(b, s)
 
 
@@ -107,7 +111,7 @@ def forward_logits(model: nn.Module, b: dict[str, torch.Tensor]) -> torch.Tensor
         out = model(input_ids=b["input_ids"], position_ids=b["position_ids"], use_cache=False)
     else:
         out = model(input_ids=b["input_ids"], attention_mask=b["attention_mask"])
-    return out.logits
+    return cast(torch.Tensor, out.logits)  # a transformers CausalLMOutput's field
 
 
 def sft_loss_sum(

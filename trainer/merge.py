@@ -29,6 +29,7 @@ import torch
 from trainer.weights import (
     INDEX,
     SINGLE,
+    Entry,
     Planned,
     ShardWriter,
     read_header,
@@ -47,7 +48,7 @@ class MergeError(ValueError):
     """An adapter or base that cannot be merged; the message is the user's one line."""
 
 
-def _tensor(entries: dict, name: str) -> torch.Tensor:
+def _tensor(entries: dict[str, Entry], name: str) -> torch.Tensor:
     entry = entries[name]
     out = torch.empty(entry.shape, dtype=entry.dtype)
     read_rows(entry, out, 0)

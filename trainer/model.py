@@ -9,8 +9,9 @@ precision: they are tiny, and in bf16 an update below half a bf16 step of a weig
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 from torch import nn
@@ -20,6 +21,9 @@ from jobfolder.lora_targets import LORA_TARGETS, ROUTED_EXPERTS, chosen, is_moe,
 from trainer import checkpointing
 from trainer.config import TrainConfig
 from trainer.loading import cpu_stand_ins, defer, eager, params_on_meta
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 # LoRA adapters train in fp32 in both precisions (4 weight + 4 grad + 8 AdamW bytes/param,
 # veri_tui/plan/memory.py ADAPTER_BYTES_PER_PARAM): peft's own default for a bf16 base.
@@ -78,7 +82,9 @@ def load_tokenizer(path: Path) -> Any:
     from transformers import AutoTokenizer
     from transformers.utils import logging as hf_logging
 
-    hf_logging.disable_progress_bar()  # progress bars would fill torchrun.log on every rank
+    # Unannotated in transformers: a no-argument call. Progress bars would fill torchrun.log
+    # on every rank.
+    cast(Callable[[], None], hf_logging.disable_progress_bar)()
 
     try:
         tok = AutoTokenizer.from_pretrained(path)
@@ -95,7 +101,8 @@ def qlora_config() -> Any:
     head stay bf16 (transformers keeps the head unquantized)."""
     from transformers import BitsAndBytesConfig
 
-    return BitsAndBytesConfig(
+    # Unannotated in transformers (its keyword arguments are the quantization's settings).
+    return cast(Callable[..., Any], BitsAndBytesConfig)(
         load_in_4bit=True,
         bnb_4bit_quant_type="nf4",
         bnb_4bit_use_double_quant=True,
@@ -138,6 +145,7 @@ def load_base(path: Path, dtype: torch.dtype, quantized: dict[str, Any] | None =
     from transformers import AutoConfig, AutoModelForCausalLM, GenerationConfig
 
     check_model_files(path)
+    model: PreTrainedModel
     try:
         if eager() or quantized:
             model = AutoModelForCausalLM.from_pretrained(
@@ -146,9 +154,11 @@ def load_base(path: Path, dtype: torch.dtype, quantized: dict[str, Any] | None =
         else:
             config = AutoConfig.from_pretrained(path)
             with params_on_meta():
-                model = AutoModelForCausalLM.from_config(
-                    config, attn_implementation="sdpa", **dtype_kwarg(dtype)
+                # Unannotated in transformers: a config in, a model out.
+                from_config = cast(
+                    Callable[..., "PreTrainedModel"], AutoModelForCausalLM.from_config
                 )
+                model = from_config(config, attn_implementation="sdpa", **dtype_kwarg(dtype))
             model.config.name_or_path = str(path)
             if (path / "generation_config.json").is_file():  # as from_pretrained reads it
                 model.generation_config = GenerationConfig.from_pretrained(path)
@@ -218,7 +228,9 @@ def build_policy(cfg: TrainConfig, path: Path, device: torch.device | None = Non
         raise ModelLoadError(f"model {path}: none of {LORA_TARGETS} found for LoRA")
     lora = LoraConfig(
         r=cfg.lora_rank,
-        lora_alpha=cfg.lora_alpha,
+        # peft annotates lora_alpha as int but scales by alpha / r: the schema's float alpha
+        # (2 x lora_rank by default, fractional if asked) is what it computes with.
+        lora_alpha=cfg.effective_lora_alpha,  # type: ignore[arg-type]
         lora_dropout=cfg.lora_dropout,
         target_modules=targets,
         task_type="CAUSAL_LM",

@@ -43,7 +43,7 @@ def join(examples: Sequence[Example]) -> Example:
     return Example(ids, labels, positions)
 
 
-class Packed(Sequence):
+class Packed(Sequence[Example]):
     """`rows` packed into rows of at most `capacity` tokens: `packed[i]` is one Example."""
 
     def __init__(self, rows: Sequence[Any], capacity: int) -> None:

@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.distributed as dist
@@ -117,7 +117,8 @@ def _free_port() -> int:
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        port: int = s.getsockname()[1]
+        return port
 
 
 def offload_active(cfg: TrainConfig, rt: Runtime) -> bool:
@@ -133,7 +134,9 @@ def materialize_device(cfg: TrainConfig, rt: Runtime) -> torch.device:
     return torch.device("cpu") if offload_active(cfg, rt) else rt.device
 
 
-def offload_threads(cfg: TrainConfig, rt: Runtime, env: dict[str, str] | None = None) -> int | None:
+def offload_threads(
+    cfg: TrainConfig, rt: Runtime, env: Mapping[str, str] | None = None
+) -> int | None:
     """The CPU threads this rank's offloaded AdamW step gets, or None to leave torch's.
 
     With cpu_offload the optimizer step runs on the host, and OMP_NUM_THREADS=1 (set by the
@@ -141,13 +144,13 @@ def offload_threads(cfg: TrainConfig, rt: Runtime, env: dict[str, str] | None = 
     of the cores this process may use instead. An OMP_NUM_THREADS the user set stays (the
     supervisor marks its own default with VERI_OMP_DEFAULT=1).
     """
-    env = os.environ if env is None else env
+    environ: Mapping[str, str] = os.environ if env is None else env
     if not offload_active(cfg, rt):
         return None
-    if "OMP_NUM_THREADS" in env and env.get("VERI_OMP_DEFAULT") != "1":
+    if "OMP_NUM_THREADS" in environ and environ.get("VERI_OMP_DEFAULT") != "1":
         return None
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    ranks_here = int(env.get("LOCAL_WORLD_SIZE") or 1)
+    ranks_here = int(environ.get("LOCAL_WORLD_SIZE") or 1)
     return max(1, (cores or 1) // max(1, ranks_here))
 
 
@@ -221,7 +224,9 @@ def grad_sync(model: nn.Module, sync: bool) -> Iterator[None]:
     reduce-scatters and only the sharded gradient accumulates (the throughput model counts it).
     """
     if hasattr(model, "no_sync") and not sync:
-        with model.no_sync():
+        # DDP's context manager, reached through nn.Module's __getattr__ (Tensor | Module).
+        no_sync = cast(Callable[[], contextlib.AbstractContextManager[None]], model.no_sync)
+        with no_sync():
             yield
         return
     yield
@@ -233,7 +238,7 @@ def fp32_trainable(cfg: TrainConfig) -> bool:
     return cfg.precision == "fp32" or cfg.lora_rank > 0
 
 
-def autocast(cfg: TrainConfig, rt: Runtime) -> contextlib.AbstractContextManager:
+def autocast(cfg: TrainConfig, rt: Runtime) -> contextlib.AbstractContextManager[None]:
     """fp32 trained weights at stage 0 compute in bf16 (FSDP2 casts via its policy)."""
     if fp32_trainable(cfg) and cfg.zero_stage == 0:
         return torch.autocast(rt.device.type, dtype=torch.bfloat16)

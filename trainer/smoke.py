@@ -10,12 +10,16 @@ export` as `python -m trainer.export smoke` (trainer/export.py).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from jobfolder.dataload import mixed_rows
 from jobfolder.datasource import Source
 from jobfolder.errors import DataError
+
+if TYPE_CHECKING:
+    from torch import nn
 
 PROMPTS = 3
 NEW_TOKENS = 24
@@ -30,8 +34,9 @@ def rendered(row: dict[str, Any], tok: Any) -> str | None:
             return None
         return str(tok.apply_chat_template(msgs[:first], tokenize=False,
                                            add_generation_prompt=True))  # fmt: skip
-    if isinstance(row.get("prompt"), str):
-        return row["prompt"]
+    prompt = row.get("prompt")
+    if isinstance(prompt, str):
+        return prompt
     if isinstance(row.get("text"), str):
         words = row["text"].split()
         return " ".join(words[: max(1, len(words) // 2)])
@@ -70,16 +75,19 @@ def smoke(base: Path, tuned: Path, adapter: bool, texts: list[str]) -> list[dict
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from transformers.utils import logging
 
-    logging.disable_progress_bar()  # "Loading weights" bars would bury the smoke lines
+    # transformers leaves disable_progress_bar and PreTrainedModel.eval unannotated: typed
+    # here as what they are (a no-argument call; an nn.Module, whose eval is typed). The
+    # "Loading weights" bars would bury the smoke lines.
+    cast(Callable[[], None], logging.disable_progress_bar)()
     tok = AutoTokenizer.from_pretrained(tuned)
-    model = AutoModelForCausalLM.from_pretrained(base).eval()
+    model = cast("nn.Module", AutoModelForCausalLM.from_pretrained(base)).eval()
     before = [generate(model, tok, t) for t in texts]
     if adapter:
         from peft import PeftModel
 
         model = PeftModel.from_pretrained(model, tuned).eval()
     else:
-        model = AutoModelForCausalLM.from_pretrained(tuned).eval()
+        model = cast("nn.Module", AutoModelForCausalLM.from_pretrained(tuned)).eval()
     after = [generate(model, tok, t) for t in texts]
     return [{"prompt": p, "base": b, "tuned": a} for p, b, a in zip(texts, before, after,
                                                                     strict=True)]  # fmt: skip

@@ -96,7 +96,8 @@ def stop_here(
     logged first, before the checkpoint it leads to."""
     reason = stop.reason()
     log.info(f"stop: asked to stop ({stop.cause()}) after step {step}")
-    scheduled = bool(cfg.checkpoint_steps) and step % cfg.checkpoint_steps == 0
+    every = cfg.checkpoint_steps
+    scheduled = every is not None and every != 0 and step % every == 0
     if step > start and not scheduled:
         saver.save(step)
     # step == start > 0: the checkpoint this attempt resumed from holds the step.

@@ -61,7 +61,7 @@ class PartWriter:
         self.tokens = 0
         self._put("offsets", array.array("q", [0]))
 
-    def _put(self, kind: str, data: array.array) -> None:
+    def _put(self, kind: str, data: array.array[int]) -> None:
         raw = data.tobytes()
         self._files[kind].write(raw)
         self._hash[kind].update(raw)
@@ -103,7 +103,7 @@ def _map(path: Path, dtype: torch.dtype, count: int) -> torch.Tensor:
     return torch.from_file(str(path), shared=False, size=count, dtype=dtype)
 
 
-class TokenCache(Sequence):
+class TokenCache(Sequence[Any]):
     """A committed cache folder, mapped: `cache[i]` is row i as trainer/data.py made it (an
     Example, or a (chosen, rejected) pair), equal to it token for token."""
 

@@ -27,7 +27,7 @@ import io
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from jobfolder.errors import ConfigError
 from jobfolder.trackers import MODULES, hf_log_names, missing_message, trackers_of
@@ -81,9 +81,11 @@ def _trackio(folder: Path, run: str, config: dict[str, Any]) -> Sink:
         handle = trackio.init(project=os.environ.get("TRACKIO_PROJECT", "veri-tui"), name=run,
                               config=config, resume="allow", embed=False)  # fmt: skip
 
+    finish = cast(Callable[[], None], handle.finish)  # unannotated in trackio
+
     def close() -> None:
         with _quiet():
-            handle.finish()
+            finish()
 
     return lambda metric, step: handle.log(hf_log_names(metric), step=step), close
 

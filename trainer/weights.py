@@ -16,6 +16,7 @@ safetensors` + `model.safetensors.index.json`).
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import math
 import os
@@ -106,6 +107,13 @@ def read_pieces(entry: Entry, nbytes: int, piece: int = CHUNK_BYTES) -> Iterator
         os.close(fd)
 
 
+def _bytes_view(t: torch.Tensor) -> memoryview:
+    """A contiguous CPU tensor's bytes, in place (no copy)."""
+    # numpy's stubs give ndarray __buffer__ only for Python >= 3.12; the buffer protocol is
+    # there at runtime on 3.11 too.
+    return memoryview(t.reshape(-1).view(torch.uint8).numpy())  # type: ignore[arg-type]
+
+
 def _preadv(fd: int, view: memoryview, offset: int, path: Path) -> None:
     done = 0
     while done < len(view):
@@ -126,7 +134,7 @@ def read_rows(entry: Entry, dst: torch.Tensor, start: int) -> None:
         offset = entry.offset + start * row_bytes
         direct = dst.device.type == "cpu" and dst.dtype == entry.dtype and dst.is_contiguous()
         if direct:  # the bytes land in the parameter itself: no second copy
-            _preadv(fd, memoryview(dst.reshape(-1).view(torch.uint8).numpy()), offset, entry.file)
+            _preadv(fd, _bytes_view(dst), offset, entry.file)
             return
         rows = dst.shape[0] if dst.dim() else 1
         step = max(1, CHUNK_BYTES // max(row_bytes, 1))
@@ -135,7 +143,7 @@ def read_rows(entry: Entry, dst: torch.Tensor, start: int) -> None:
         for r in range(0, rows, step):
             n = min(step, rows - r)
             part = buf[:n]
-            _preadv(fd, memoryview(part.reshape(-1).view(torch.uint8).numpy()), offset, entry.file)
+            _preadv(fd, _bytes_view(part), offset, entry.file)
             flat[r : r + n].copy_(part.reshape(n, -1))
             offset += n * row_bytes
     finally:
@@ -196,7 +204,7 @@ class ShardWriter:
         self.names = shard_names(len(shards))
         self.files: dict[str, dict[str, int | str]] = {}
         self._k, self._i = -1, 0
-        self._fh = None
+        self._fh: io.BufferedWriter | None = None
         self._sha = hashlib.sha256()
 
     def _open_next(self) -> None:
@@ -229,8 +237,7 @@ class ShardWriter:
         want = self.shards[self._k][self._i]
         if (name, tensor.dtype, tuple(tensor.shape)) != (want.name, want.dtype, want.shape):
             raise RuntimeError(f"artifact: got {name} where the plan has {want.name}")
-        data = tensor.detach().to("cpu").contiguous().reshape(-1).view(torch.uint8)
-        self._emit(memoryview(data.numpy()))
+        self._emit(_bytes_view(tensor.detach().to("cpu").contiguous()))
         self._i += 1
 
     def write_bytes(self, name: str, pieces: Iterable[bytes | memoryview]) -> None:

@@ -9,7 +9,7 @@ the carried code, or an optional package imported inside a function whose absenc
 caller handles (bitsandbytes: a carried wheel, QLoRA only; pynvml: else nvidia-smi;
 datasets: only for a parquet, CSV, save_to_disk or Hub dataset, else one DataError line; the
 trackers: only when `report_to` names them, else one ConfigError line).
-`ABSENT` makes those four missing for real in a process (test_gpu_check.py's SIGTERM run
+`ABSENT` makes those four missing for real in a process (test_gpu_check_cpu.py's SIGTERM run
 starts the check itself under it).
 """
 

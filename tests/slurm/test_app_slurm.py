@@ -1,9 +1,11 @@
 """The app's launch screen with Slurm as the scheduler, against the real test cluster.
 
 Scheduler Slurm, this machine as the login node, partition `gpu` (2 x H100 configured, no
-slurmd behind them): the preflight plans for the partition, the job is submitted and waits
-in the queue, the monitor shows Slurm's reason, the jobs screen too, and cancel scancels it.
-A bad partition is a failing preflight row, nothing submitted. One cluster per session.
+slurmd behind them) and a node typed into `exclude`: the preflight plans for the partition,
+the job is submitted with the exclusion (job.json's `slurm.exclude`, the controller's
+ExcNodeList) and waits in the queue, the monitor shows Slurm's reason, the jobs screen
+too, and cancel scancels it. A bad partition is a failing preflight row, nothing submitted.
+One cluster per session.
 """
 
 from __future__ import annotations
@@ -49,11 +51,12 @@ def _text(screen, selector: str) -> str:
     return str(screen.query_one(selector, Static).render())
 
 
-async def _partition(pilot, name: str) -> None:
-    field = pilot.app.screen.query_one("#slurm-partition", Input)
+async def _type(pilot, key: str, text: str) -> None:
+    """Type ``text`` into the Slurm field ``key`` (emptied first) and press enter."""
+    field = pilot.app.screen.query_one(f"#slurm-{key}", Input)
     field.focus()
     field.value = ""
-    await pilot.press(*name, "enter")
+    await pilot.press(*text, "enter")
 
 
 async def test_a_slurm_job_from_the_app_waits_with_its_reason_and_cancels(
@@ -65,16 +68,21 @@ async def test_a_slurm_job_from_the_app_waits_with_its_reason_and_cancels(
         await pilot.press("ctrl+l")
         await _wait(pilot, lambda: isinstance(app.screen, LaunchScreen), 10, "launch screen")
         launch = app.screen
+        # Pushed is not mounted yet: its on_mount hides the Slurm fields (a loaded machine
+        # shows the gap).
+        await _wait(pilot, lambda: launch.is_mounted, 10, "the launch screen mounted")
         assert not launch.query_one("#slurm-fields").display
         launch.query_one("#scheduler", Select).value = SLURM
         await pilot.pause()
         assert launch.query_one("#slurm-fields").display
         assert not launch.query_one("#more-line").display
-        await _partition(pilot, "nope")
+        # A debug-partition node: one sbatch knows, which this job would never get anyway.
+        await _type(pilot, "exclude", "127.0.0.2")
+        await _type(pilot, "partition", "nope")
         await _wait(pilot, lambda: "FAIL" in _text(launch, "#preflight"), 30, "a refusal")
         assert "partition" in _text(launch, "#preflight") and not launch.ready
         assert slurm.jobs() == []
-        await _partition(pilot, "gpu")
+        await _type(pilot, "partition", "gpu")
         passed = lambda: launch.ready  # noqa: E731
         await _wait(pilot, passed, 60, lambda: f"the preflight: {_text(launch, '#preflight')}")
         await pilot.press("ctrl+l")
@@ -87,6 +95,8 @@ async def test_a_slurm_job_from_the_app_waits_with_its_reason_and_cancels(
         record = monitor.record or {}
         assert record.get("slurm_job_id") == slurm_id
         assert record["spec"]["slurm"]["partition"] == "gpu"
+        assert record["spec"]["slurm"]["exclude"] == "127.0.0.2"
+        assert "ExcNodeList=127.0.0.2" in slurm.run("scontrol", "show", "job", slurm_id)
         assert record["spec"]["gpu"] == "H100-80GB" and record["spec"]["gpu_count"] == 2
         await pilot.press("ctrl+b")
         await _wait(pilot, lambda: isinstance(app.screen, JobsScreen), 10, "the jobs screen")

@@ -14,7 +14,7 @@ import pytest
 from ssh_helpers import cli
 
 from jobfolder.procs import job_processes
-from veri_tui.launch.spec import BUNDLED_DATASETS
+from veri_tui.launch.jobdata import BUNDLED_DATASETS
 from veri_tui.launch.ssh.connection import Connection
 from veri_tui.launch.ssh.remote_model import locate_model
 from veri_tui.plan.sources import bundled_tiny_model

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from textual.message import Message
 
 if TYPE_CHECKING:
+    from jobfolder.record import JobRecord
     from veri_tui.plan import ModelInfo
 
 
@@ -55,7 +56,7 @@ class JobUpdate(Message):
     """A snapshot of a job: its record, new log lines since the last update, new metrics."""
 
     job_id: str
-    record: dict[str, Any] | None
+    record: JobRecord | None
     lines: list[str] = field(default_factory=list)
     metrics: list[dict[str, Any]] = field(default_factory=list)
     error: str | None = None
@@ -65,7 +66,7 @@ class JobUpdate(Message):
 class JobsListed(Message):
     """The job records found locally and on the configured hosts."""
 
-    jobs: list[dict[str, Any]] = field(default_factory=list)
+    jobs: list[JobRecord] = field(default_factory=list)
     error: str | None = None
 
 

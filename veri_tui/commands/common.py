@@ -1,8 +1,8 @@
 """What `veri-tui plan` and `veri-tui launch` share: the job described by their options.
 
-Both commands take the same job options (cli._job_options); turning them into a JobConfig
-lives here once so the two can never read them differently. `launch`'s canary options are
-declared here too (cli.py stays the parser's shape).
+Both commands take the same job options (veri_tui/commands/options.py `_job_options`);
+turning them into a JobConfig lives here once so the two can never read them differently.
+`launch`'s canary options are declared here too (options.py stays the parser's shape).
 """
 
 from __future__ import annotations

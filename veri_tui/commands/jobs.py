@@ -85,7 +85,7 @@ def show_job(job_id: str, as_json: bool) -> int:
     print(plan_line_of(rec.get("spec"), NOT_RECORDED))
     if probe := probe_lines(rec):
         print("\n".join(probe))
-    measured = comparison_lines(cast("dict[str, Any]", rec))
+    measured = comparison_lines(rec)
     print("\n".join(measured or ["measured: not recorded for this job"]))
     evals = eval_line(job_id)
     if evals:

@@ -24,7 +24,8 @@ from jobfolder.record import JobRecord
 from jobfolder.status import SUCCEEDED
 from veri_tui.commands.common import hosts_of, job_from_args
 from veri_tui.launch import jobs
-from veri_tui.launch.spec import check_job, with_data
+from veri_tui.launch.jobdata import with_data
+from veri_tui.launch.spec import check_job
 
 
 def run(args: argparse.Namespace) -> int:

@@ -40,10 +40,11 @@ from veri_tui.launch.backends import Backend, backend_of, open_hosts
 from veri_tui.launch.backends.ref import SubmitError
 from veri_tui.launch.host import Host, HostFacts, check_disk, check_memory
 from veri_tui.launch.hostpool import HostName, all_or_raise, in_parallel
+from veri_tui.launch.jobdata import data_bytes
 from veri_tui.launch.nodes import agreement, disk_of, node_label, probe_rendezvous
 from veri_tui.launch.probe.fleet import ProbeChoice, fleet_probe, needs_probe
 from veri_tui.launch.probe.report import with_cached_network, with_network
-from veri_tui.launch.spec import check_job, data_bytes, make_record, new_job_id
+from veri_tui.launch.spec import check_job, make_record, new_job_id
 
 if TYPE_CHECKING:
     from veri_tui.plan import JobConfig, PlanRecord

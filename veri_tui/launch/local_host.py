@@ -30,10 +30,11 @@ from veri_tui.launch.host import (
     capacity_rows,
     tracker_problems,
 )
+from veri_tui.launch.jobdata import JobData
 from veri_tui.launch.machine import Result
 from veri_tui.launch.memcheck import local_available
 from veri_tui.launch.records import LogLine, follow_lines
-from veri_tui.launch.spec import JobData, local_paths
+from veri_tui.launch.spec import local_paths
 
 if TYPE_CHECKING:
     from veri_tui.plan import JobConfig, PlanRecord

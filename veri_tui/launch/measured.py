@@ -170,7 +170,7 @@ CUDA_ROWS = (
 )
 
 
-def comparison(record: dict[str, Any]) -> list[tuple[str, str, str, str]]:
+def comparison(record: Mapping[str, Any]) -> list[tuple[str, str, str, str]]:
     """(what, predicted, measured, measured/predicted) rows; "-" where a side is missing."""
     pred = record.get("predicted") or {}
     meas = record.get("measured") or {}
@@ -185,7 +185,7 @@ def comparison(record: dict[str, Any]) -> list[tuple[str, str, str, str]]:
     return rows
 
 
-def _how_far(record: dict[str, Any]) -> str:
+def _how_far(record: Mapping[str, Any]) -> str:
     """ "" for an ended run's figures (as earlier releases printed them), else how many steps
     a running job's figures cover so far."""
     meas = record.get("measured") or {}
@@ -194,7 +194,7 @@ def _how_far(record: dict[str, Any]) -> str:
     return f"so far ({meas.get('steps')} steps) "
 
 
-def comparison_lines(record: dict[str, Any]) -> list[str]:
+def comparison_lines(record: Mapping[str, Any]) -> list[str]:
     """The comparison as aligned text lines, with where it was measured; [] when the job
     has neither side (launched before these were recorded)."""
     if not record.get("measured") and not record.get("predicted"):

@@ -30,11 +30,11 @@ from veri_tui.errors import Refusal, VeriError
 from veri_tui.launch.backends import backend_of, open_hosts
 from veri_tui.launch.host import Host, HostFacts, Row
 from veri_tui.launch.hostpool import HostName
+from veri_tui.launch.jobdata import data_bytes
 from veri_tui.launch.launching import own_checks, probe_all
 from veri_tui.launch.nodes import disk_of, node_label, probe_rendezvous, storage_row
 from veri_tui.launch.probe.fleet import ProbeChoice, fleet_probe, needs_probe
 from veri_tui.launch.probe.report import with_network
-from veri_tui.launch.spec import data_bytes
 
 if TYPE_CHECKING:
     from veri_tui.plan import JobConfig, PlanRecord

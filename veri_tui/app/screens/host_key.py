@@ -7,10 +7,10 @@ known_hosts). A changed key is never offered here: the SSH module refuses it out
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
 
 from textual import on
-from textual.app import ComposeResult
+from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
@@ -64,10 +64,13 @@ class TrustAsker:
     """A screen's side of the trust dialog: the fingerprints accepted (`trusted` per host,
     `accepted` the last one), passed on to the launcher as `trust_host`."""
 
-    trusted: dict[str, str]
-    accepted: str | None
     host: str | None
-    app: Any
+    app: App[object]
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)
+        self.trusted: dict[str, str] = {}  # host -> fingerprint the user accepted
+        self.accepted: str | None = None  # the last fingerprint accepted for several hosts
 
     def _trust(self, hosts: list[str]) -> str | None:
         """The fingerprint to pass on: the one accepted for this host; with several hosts,
@@ -82,7 +85,7 @@ class TrustAsker:
             self.accepted = None
         return None
 
-    def _ask_trust(self, host: str, fingerprint: str, then: Any) -> None:
+    def _ask_trust(self, host: str, fingerprint: str, then: Callable[[], None]) -> None:
         def answered(trust: bool | None) -> None:
             if trust:
                 self.trusted[self.host or host] = fingerprint

@@ -8,8 +8,6 @@ resume (it may re-plan and reach a host).
 
 from __future__ import annotations
 
-from typing import Any, cast
-
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -17,6 +15,7 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static
 
 from jobfolder.canarytable import no_go_line
+from jobfolder.record import JobRecord
 from jobfolder.status import Status
 from veri_tui.app.messages import JobsListed
 from veri_tui.launch.jobs import pending_reason
@@ -25,7 +24,7 @@ from veri_tui.launch.jobs import pending_reason
 RESUMABLE = (Status.FAILED, Status.CANCELLED)
 
 
-def job_row(rec: dict[str, Any]) -> tuple[str, ...]:
+def job_row(rec: JobRecord) -> tuple[str, ...]:
     """Table cells for one job record: id, status, where, method, model, plan (dp/zero)."""
     spec = rec.get("spec") or {}
     rp = rec.get("resolved_parallelism") or spec.get("resolved_parallelism") or {}
@@ -35,7 +34,7 @@ def job_row(rec: dict[str, Any]) -> tuple[str, ...]:
         status = f"failed {err['code']}"
     elif no_go_line(rec):  # stopped at its canary's gate (docs/canary.md)
         status = f"{status} (canary no-go)"
-    waiting = pending_reason(rec)  # type: ignore[arg-type]  # a Slurm job in its queue
+    waiting = pending_reason(rec)  # a Slurm job in its queue
     if waiting:
         status = f"pending ({waiting})"
     model = str(spec.get("model", ""))
@@ -81,7 +80,7 @@ class JobsScreen(Screen[None]):
 
         try:
             listed = jobs.list_jobs(settle=True)
-            self.post_message(JobsListed(cast("list[dict[str, Any]]", listed)))
+            self.post_message(JobsListed(listed))
         except Exception as exc:  # noqa: BLE001 - shown in the note line
             self.post_message(JobsListed(error=str(exc)))
 

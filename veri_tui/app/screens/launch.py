@@ -18,7 +18,7 @@ and the fingerprint accepted goes to the launcher (`trust_host`).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from textual import on, work
 from textual.app import ComposeResult
@@ -32,8 +32,13 @@ from veri_tui import plan as core
 from veri_tui.app.messages import HostsListed, Launched, PreflightDone
 from veri_tui.app.screens.host_key import TrustAsker, host_key_of
 from veri_tui.app.widgets.canary_fields import CanaryFields
-from veri_tui.app.widgets.slurm_fields import SlurmFields
+from veri_tui.app.widgets.knob_form import FormValues
+from veri_tui.app.widgets.slurm_fields import SlurmFields, SlurmValues
 from veri_tui.errors import VeriError
+
+if TYPE_CHECKING:
+    from veri_tui.app.app import VeriApp
+    from veri_tui.launch.jobs import Where
 
 LOCAL = "local"
 DIRECT, SLURM = "direct", "slurm"
@@ -52,12 +57,10 @@ class LaunchScreen(TrustAsker, Screen[None]):
         Binding("escape", "app.pop_screen", "Back"),
     ]
 
-    def __init__(self, fields: dict[str, Any], info: core.ModelInfo | None) -> None:
+    def __init__(self, fields: FormValues, info: core.ModelInfo | None) -> None:
         super().__init__()
         self.fields = fields
         self.info = info
-        self.trusted: dict[str, str] = {}  # host -> fingerprint the user accepted
-        self.accepted: str | None = None  # the last fingerprint accepted for several hosts
         self.ready = False
 
     def compose(self) -> ComposeResult:
@@ -114,7 +117,7 @@ class LaunchScreen(TrustAsker, Screen[None]):
     def _given(self, key: str) -> str:  # the field starts with what the preflight checks
         return str(self.fields.get(key) or "")
 
-    def job_fields(self) -> dict[str, Any]:
+    def job_fields(self) -> FormValues:
         """The editor's fields with this screen's dataset and output (emptied: the default).
         With Slurm the partition's GPUs (gres or the Slurm fields' type; nodes x GPUs per
         node) replace the editor's gpu and gpu_count."""
@@ -149,7 +152,7 @@ class LaunchScreen(TrustAsker, Screen[None]):
         more = self.query_one("#more", Input).value.replace(",", " ").split()
         return list(dict.fromkeys(([self.host] if self.host else []) + more))
 
-    def slurm_values(self) -> dict[str, Any] | None:
+    def slurm_values(self) -> SlurmValues | None:
         """The Slurm fields for the facade's `slurm_options`; None without Slurm."""
         return self.query_one(SlurmFields).values(self.host or LOCAL) if self.slurm else None
 
@@ -194,8 +197,8 @@ class LaunchScreen(TrustAsker, Screen[None]):
         self.query_one("#preflight", Static).update("checking...")
         self.preflight(self.job_fields(), self.hosts, self.slurm_values())
 
-    def _where(self, job: core.JobConfig, hosts: list[str], slurm: dict[str, Any] | None
-               ) -> tuple[Any, core.PlanRecord | None]:  # fmt: skip
+    def _where(self, job: core.JobConfig, hosts: list[str], slurm: SlurmValues | None
+               ) -> tuple[Where, core.PlanRecord | None]:  # fmt: skip
         """Where the facade sends the job (the Slurm options, the hosts, or None: here) and
         the plan made here (none for a host or a partition: planned for what it has)."""
         from veri_tui.launch import jobs
@@ -205,7 +208,7 @@ class LaunchScreen(TrustAsker, Screen[None]):
         return hosts or None, self.local_plan(job, hosts[0] if hosts else None)
 
     @work(thread=True, exclusive=True, group="preflight")
-    def preflight(self, fields: dict[str, Any], hosts: list[str], slurm: dict[str, Any] | None
+    def preflight(self, fields: FormValues, hosts: list[str], slurm: SlurmValues | None
                   ) -> None:  # fmt: skip
         """The launch facade's preflight for these hosts (none: this machine) or the Slurm
         options; each row is (check, ok, detail), every node's labelled by its node."""
@@ -259,7 +262,7 @@ class LaunchScreen(TrustAsker, Screen[None]):
         self.action_confirm(canary)
 
     @work(thread=True, exclusive=True, group="launch")
-    def start(self, fields: dict[str, Any], hosts: list[str], slurm: dict[str, Any] | None,
+    def start(self, fields: FormValues, hosts: list[str], slurm: SlurmValues | None,
               canary: dict[str, Any] | None = None) -> None:  # fmt: skip
         """The launch facade's launch: here, on one host, one node on each host, or
         submitted to Slurm."""
@@ -285,16 +288,13 @@ class LaunchScreen(TrustAsker, Screen[None]):
             self._enable(self.ready)
             return
         self.app.pop_screen()
-        self.app.open_monitor(message.job_id)
+        cast("VeriApp", self.app).open_monitor(message.job_id)  # the app that opened us
 
-    @on(Button.Pressed, "#confirm")
-    def _confirm_pressed(self) -> None:
-        self.action_confirm()
-
-    @on(Button.Pressed, "#canary")
-    def _canary_pressed(self) -> None:
-        self.action_canary()
-
-    @on(Button.Pressed, "#back")
-    def _back_pressed(self) -> None:
-        self.app.pop_screen()
+    @on(Button.Pressed)
+    def _pressed(self, event: Button.Pressed) -> None:  # the buttons' own actions
+        if event.button.id == "confirm":
+            self.action_confirm()
+        elif event.button.id == "canary":
+            self.action_canary()
+        elif event.button.id == "back":
+            self.app.pop_screen()

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from textual import on, work
 from textual.app import ComposeResult
@@ -24,8 +24,11 @@ from veri_tui.app.messages import ModelInfoRead, ModelsListed
 from veri_tui.app.widgets.memory_bar import fmt_gb
 from veri_tui.errors import VeriError
 
+if TYPE_CHECKING:
+    from veri_tui.plan import ModelInfo
 
-def describe(info: Any) -> str:
+
+def describe(info: ModelInfo) -> str:
     """The picker's detail lines for a ModelInfo."""
     arch = info.model_type or "?"
     if info.path:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import time
 from datetime import datetime
-from typing import Any, cast
+from typing import Any
 
 from textual import work
 from textual.app import ComposeResult
@@ -54,7 +54,7 @@ def _ts(text: str | None) -> float | None:
         return None
 
 
-def plan_line_of(record: dict[str, Any]) -> str:
+def plan_line_of(record: JobRecord) -> str:
     """The `plan: dp=...` line the job was launched with (jobfolder.record reads it)."""
     return spec_plan_line(record.get("spec"), NOT_RECORDED)
 
@@ -80,7 +80,7 @@ class MonitorScreen(Screen[None]):
     def __init__(self, job_id: str) -> None:
         super().__init__()
         self.job_id = job_id
-        self.record: dict[str, Any] | None = None
+        self.record: JobRecord | None = None
         self.metrics: list[dict[str, Any]] = []
         self.status = str(Status.PENDING)
         self.log_offset = 0
@@ -111,10 +111,9 @@ class MonitorScreen(Screen[None]):
 
         worker = get_current_worker()
         offset, lines = self.log_offset, list[str]()
-        last: dict[str, Any] | None = None
+        last: JobRecord | None = None
 
-        def post(polled: JobRecord | dict[str, Any] | None) -> None:
-            record = cast("dict[str, Any] | None", polled)
+        def post(record: JobRecord | None) -> None:
             nonlocal last
             if lines or record != last:
                 metrics = [m for m in map(metric_of, lines) if m is not None]
@@ -179,7 +178,7 @@ class MonitorScreen(Screen[None]):
             chart.evals = points_of(self.metrics, "eval_loss")
         self._show_progress()
 
-    def _show_measured(self, record: dict[str, Any]) -> None:
+    def _show_measured(self, record: JobRecord) -> None:
         """Measured against predicted, once the job has ended with measurements."""
         lines = comparison_lines(record) if has_ended(self.status) else []
         box = self.query_one("#mon-measured", Static)
@@ -188,14 +187,14 @@ class MonitorScreen(Screen[None]):
             box.display = True
 
     def _show_progress(self) -> None:
-        rec = self.record or {}
+        rec: JobRecord = self.record or {}
         last = self.metrics[-1] if self.metrics else {}
         step, total = int(last.get("step", 0)), last.get("total_steps")
         bar = self.query_one(ProgressBar)
         if total:
             bar.update(total=int(total), progress=step)
             bar.display = True
-        waiting = pending_reason(rec)  # type: ignore[arg-type]  # a Slurm job in its queue
+        waiting = pending_reason(rec)  # a Slurm job in its queue
         parts = [f"status {self.status}" + (f" ({waiting})" if waiting else "")]
         if total:
             parts.append(f"step {step}/{total}")

@@ -22,7 +22,7 @@ from textual.widgets import Button, Footer, Static
 from jobfolder.atomic import write_text_atomic
 from veri_tui import plan as core
 from veri_tui.app.messages import ModelInfoRead, TokensCounted
-from veri_tui.app.widgets.knob_form import KnobForm
+from veri_tui.app.widgets.knob_form import FormValues, KnobForm
 from veri_tui.app.widgets.plan_view import PlanView, show
 from veri_tui.errors import Refusal, VeriError
 
@@ -108,7 +108,7 @@ class PlanEditorScreen(Screen[None]):
 
     # -- planning ----------------------------------------------------------------------
 
-    def fields(self) -> dict[str, Any]:
+    def fields(self) -> FormValues:
         """The form's values plus the model: what `job_from_fields` takes."""
         values = self.query_one(KnobForm).values()
         return {**values, "model": self.model} if self.model else values

@@ -38,7 +38,7 @@ class CanaryFields(Horizontal):
         """{"steps": 3, and each limit typed}; VeriError naming the flag for a bad one."""
         from veri_tui.launch.jobs import canary_spec
 
-        given: dict[str, Any] = dict.fromkeys(k for k, _ in LIMITS)
+        given: dict[str, float | None] = dict.fromkeys(k for k, _ in LIMITS)
         for key, _ in LIMITS:
             text = self.query_one(f"#canary-{key}", Input).value.strip()
             try:

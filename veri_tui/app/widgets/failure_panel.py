@@ -7,17 +7,16 @@ Reads the `error` object of a failed job record (interfaces section 2): `summary
 
 from __future__ import annotations
 
-from typing import Any
-
 from rich.text import Text
 from textual.reactive import reactive
 from textual.widget import Widget
 
 from jobfolder.failures import ONE_LINE_CODES, TRACEBACK_FILE
+from jobfolder.record import JobError
 from jobfolder.status import Attribution, FailureCode
 
 # Platform failures are credited back: say so, the user should not debug those.
-_ATTRIBUTION_NOTE = {
+_ATTRIBUTION_NOTE: dict[str, str] = {
     Attribution.CUSTOMER: "the job's input or settings: fix and relaunch",
     Attribution.PLATFORM: "the machine or network: not your job's fault, credited back",
     Attribution.PENDING: "not classified yet",
@@ -27,14 +26,14 @@ _ATTRIBUTION_NOTE = {
 class FailurePanel(Widget):
     """Shown only for a failed job; the traceback is trimmed to its last lines."""
 
-    error: reactive[dict[str, Any] | None] = reactive(None, layout=True)
+    error: reactive[JobError | None] = reactive(None, layout=True)
     max_traceback_lines: int = 12
 
-    def watch_error(self, error: dict[str, Any] | None) -> None:
+    def watch_error(self, error: JobError | None) -> None:
         self.display = error is not None
 
     def render(self) -> Text:
-        err = self.error or {}
+        err: JobError = self.error or {}
         code = err.get("code") or FailureCode.UNKNOWN
         attribution = err.get("attribution") or Attribution.PENDING
         out = Text()
@@ -51,8 +50,9 @@ class FailurePanel(Widget):
             )
         if summary:
             out.append(f"{summary}\n")
-        if err.get("message") and err.get("message") not in summary:
-            out.append(f"{err['message']}\n")
+        message = err.get("message")
+        if message and message not in summary:
+            out.append(f"{message}\n")
         tb = (err.get("traceback") or "").rstrip().splitlines()
         if tb and code in ONE_LINE_CODES:  # the summary names the file and line: enough
             out.append(f"traceback: {TRACEBACK_FILE} in the job folder", style="dim")

@@ -25,6 +25,8 @@ from textual.widgets import Input, Label, Select, Static, Switch
 from veri_tui.app.widgets.knob_fields import FIELDS, FieldSpec
 
 KEYS = frozenset(spec.key for spec in FIELDS)
+#: The form's values as typed: text, a choice, or a switch's bool (`job_from_fields` reads them).
+FormValues = dict[str, str | bool]
 # The GPU select's last choice: any GPU by its memory, `custom-<N>GB` as `plan --gpu` takes
 # it; the N is typed in the row under the select, shown only while this choice is made.
 CUSTOM = "custom"
@@ -116,7 +118,7 @@ class KnobForm(VerticalScroll):
     ) -> None:
         super().__init__(**kwargs)
         self._on_change = on_change
-        self._notified: dict[str, Any] | None = None  # the values on_change last saw
+        self._notified: FormValues | None = None  # the values on_change last saw
         self._quiet = False  # set_values: one on_change at the end, not one per field
         self._gpu_names = gpu_names
         self._initial = initial
@@ -173,9 +175,9 @@ class KnobForm(VerticalScroll):
         text = "" if initial is None else str(initial)
         return KnobInput(text, placeholder=spec.placeholder, id=wid, tooltip=spec.help)
 
-    def values(self) -> dict[str, Any]:
+    def values(self) -> FormValues:
         """The keys the user set, as raw form values (strings, or bools for switches)."""
-        out: dict[str, Any] = {}
+        out: FormValues = {}
         for spec in FIELDS:
             if not self._part("label", spec.key).display:
                 continue
@@ -184,7 +186,7 @@ class KnobForm(VerticalScroll):
                 if widget.value != spec.default:
                     out[spec.key] = widget.value
             elif isinstance(widget, Select):
-                value = widget.value
+                value = str(widget.value)  # a choice always (allow_blank is off)
                 if value == CUSTOM and spec.key == "gpu":
                     gb = self._part("knob", "gpu_custom")
                     assert isinstance(gb, Input)
@@ -216,7 +218,7 @@ class KnobForm(VerticalScroll):
                 elif isinstance(widget, Input):
                     widget.value = "" if value is None else str(value)
         self._quiet = False
-        self._show_for_method(self.values().get("method", "sft_text"))
+        self._show_for_method(str(self.values().get("method", "sft_text")))
         self.notify_change()
 
     def notify_change(self) -> None:

@@ -129,7 +129,7 @@ class SlurmHost(LoginNode):
         """The login node's plan of the job laid out on the partition (``given`` is not used:
         it was made for another layout)."""
         if self.login_host.local:
-            from veri_tui.launch.spec import with_data
+            from veri_tui.launch.jobdata import with_data
 
             # Planned with the dataset it trains on, so the predicted price counts its tokens.
             for key in ("dataset", "eval_dataset"):

@@ -20,8 +20,8 @@ from veri_tui.launch.host import Host, HostFacts, Row
 from veri_tui.launch.machine import Result, Stream
 
 if TYPE_CHECKING:
+    from veri_tui.launch.jobdata import JobData
     from veri_tui.launch.records import LogLine
-    from veri_tui.launch.spec import JobData
     from veri_tui.plan import JobConfig, PlanRecord
     from veri_tui.plan.disk import DiskEstimate
 

@@ -74,8 +74,8 @@ class SlurmOptions:
     qos: str | None = _key(KeyDoc(
         "sbatch --qos", "Q", label="qos", hint="empty: the default"), None)
     exclude: str | None = _key(KeyDoc(
-        "sbatch --exclude: nodes the job must not get (e.g. one the probe refused)",
-        "NODES"), None)
+        "sbatch --exclude: nodes the job must not get (e.g. one the probe refused)", "NODES",
+        label="exclude", hint="empty: none; nodes the job must not get, e.g. n[3-4],n9"), None)
     # fmt: on
 
     def to_dict(self) -> dict[str, object]:

@@ -20,9 +20,9 @@ from jobfolder.datasource import files_of
 from veri_tui.errors import Refusal, VeriError
 from veri_tui.launch.diskcheck import Place
 from veri_tui.launch.host import HostFacts, Row, capacity_rows
+from veri_tui.launch.jobdata import JobData, local_data
 from veri_tui.launch.machine import Result
 from veri_tui.launch.records import LogLine
-from veri_tui.launch.spec import JobData, local_data
 from veri_tui.launch.ssh import files
 from veri_tui.launch.ssh.connection import Connection, ConnectionLost, command_line
 from veri_tui.launch.ssh.preflight import DISK_SCRIPT, remote_python, run_preflight
