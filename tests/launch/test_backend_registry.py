@@ -1,18 +1,24 @@
 """The backend registry (veri_tui/launch/backends): each backend's declared options are the
 CLI's flags and the app's Slurm fields, where a job goes is read from them (two backends at
 once refused in one line), and no module outside the registry chooses between backends by
-kind or type. Fast: nothing is launched, no cluster or sshd is asked."""
+kind or type; a backend's `submit` gives the typed handle of the nodes it started (or
+`SubmitError` naming them), kept in the registry's entry shape. Fast: no job is launched
+(each supervisor started finds no job.json and exits), no cluster or sshd is asked."""
 
 from __future__ import annotations
 
 import re
+import time
 from pathlib import Path
 
 import pytest
 
+from jobfolder.procs import pid_alive
 from veri_tui.cli import main
 from veri_tui.errors import VeriError
 from veri_tui.launch import backends
+from veri_tui.launch.backends.ref import JobRef, SubmitError
+from veri_tui.launch.local_host import LocalHost, reap
 
 ROOT = Path(__file__).resolve().parents[2]
 #: A choice between backends outside the registry: the issue's grep (`kind ==`,
@@ -85,3 +91,82 @@ def test_no_dispatch_on_backends_outside_the_registry() -> None:
             found += [f"{py.relative_to(ROOT)}: {ln.strip()}" for ln in text.splitlines()
                       if DISPATCH.search(ln) or "__getattr__" in ln]  # fmt: skip
     assert found == []
+
+
+def test_slurm_keys_are_spelled_once_as_slurm_options_fields() -> None:
+    """`[slurm]`'s keys, their types and defaults: SlurmOptions' fields are the source of
+    the checked keys (KEYS) and of the slurm backend's declared options (flags, app)."""
+    from dataclasses import MISSING, fields
+
+    from veri_tui.launch.slurm.options import KEYS, SlurmOptions
+
+    declared = backends.options_of("slurm")
+    names = [f.name for f in fields(SlurmOptions)]
+    assert list(KEYS) == names == [o.name for o in declared]
+    assert [o.type for o in declared] == list(KEYS.values())
+    assert KEYS["nodes"] is int and KEYS["gpus_per_node"] is int and KEYS["login"] is str
+    defaults = [None if f.default is MISSING else f.default for f in fields(SlurmOptions)]
+    assert [o.default for o in declared] == defaults
+    with pytest.raises(VeriError, match="unknown key; known: " + ", ".join(names)):
+        backends.where_from({}, {"slurm": {"login": "l", "gres": "x"}}, None)
+
+
+@pytest.mark.parametrize("hosts", [["h"], ["a", "b"]])
+def test_a_submitted_jobs_handle_is_its_registry_entry(hosts: list[str], tmp_path: Path,
+                                                       monkeypatch) -> None:  # fmt: skip
+    """The typed handle a backend's submit returns is kept as registry entries always were
+    (node 0 at the top, `nodes` for several), and an entry read back is the same handle."""
+    import json
+
+    from veri_tui.launch import registry
+    from veri_tui.launch.backends.ref import NodeRef
+
+    monkeypatch.setenv("VERI_HOME", str(tmp_path))
+    nodes = tuple(NodeRef(h, f"/j/{h}", 100 + k) for k, h in enumerate(hosts))
+    ref = JobRef("direct", "ssh", "20260101-000000-abcd", nodes)
+    registry.save(registry.entry_of(ref, "python3", {"job_id": ref.job_id}))
+    saved = json.loads(registry.entry_path(ref.job_id).read_text())
+    assert set(saved) == {"job_id", "host", "job_dir", "pid", "python", "record", "nodes",
+                          "retry_refused", "watcher", "kind"}  # fmt: skip
+    assert (saved["host"], saved["job_dir"], saved["pid"]) == (hosts[0], f"/j/{hosts[0]}", 100)
+    many = [{"host": h, "job_dir": f"/j/{h}", "pid": 100 + k} for k, h in enumerate(hosts)]
+    assert saved["nodes"] == (many if len(hosts) > 1 else None)
+    entry = registry.load(ref.job_id)
+    assert entry is not None and entry.ref == ref
+    assert entry.ref.started([7] * len(hosts)).handles == [7] * len(hosts)
+
+
+def _gone(pid: int) -> bool:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        reap()
+        if not pid_alive(pid):
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def test_submit_returns_every_nodes_handle(tmp_path: Path) -> None:
+    dirs = [tmp_path / "a", tmp_path / "b"]
+    for d in dirs:
+        d.mkdir()
+    direct = backends.named("direct")
+    ref = direct.submit("j1", [LocalHost(), LocalHost()], [str(d) for d in dirs])
+    assert isinstance(ref, JobRef) and (ref.backend, ref.kind, ref.job_id) == (
+        "direct", "local", "j1")  # fmt: skip
+    assert [n.job_dir for n in ref.nodes] == [str(d) for d in dirs]
+    assert all(isinstance(h, int) for h in ref.handles), ref
+    assert all(_gone(h) for h in ref.handles if h is not None)
+    assert all((d / "supervisor.log").is_file() for d in dirs)  # each one's output
+
+
+def test_a_node_that_cannot_start_is_named_in_the_error(tmp_path: Path) -> None:
+    good = tmp_path / "good"
+    good.mkdir()
+    direct = backends.named("direct")
+    with pytest.raises(SubmitError) as caught:
+        direct.submit("j2", [LocalHost(), LocalHost()], [str(good), str(tmp_path / "none")])
+    ref = caught.value.ref
+    assert ref.nodes[0].handle is not None and ref.nodes[1].handle is None, ref
+    assert isinstance(caught.value.cause, FileNotFoundError), caught.value.cause
+    assert _gone(ref.nodes[0].handle)

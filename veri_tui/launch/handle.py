@@ -2,7 +2,9 @@
 
 One `JobHandle` keeps one job target (target.py), so its hosts stay connected: the app's
 monitor polls the record and reads the log every 0.5 s over one SSH connection per host,
-closed when the handle is. Its reads (`get_job`, `read_log`) write nothing; `poll` reads
+closed when the handle is. Each call is its backend's operation on that target (backends/:
+`state`, `logs`, `follow`, `cancel`; a resume's `submit`). Its reads (`get_job`,
+`read_log`) write nothing; `poll` reads
 and, when the job's state changed since its last look (status, attempt, verdict, canary
 decision), keeps what it saw (`settle.settle`: job.json's scheduler outcome, the registry's
 copy, the calibration). Following (`follow_log`, `watch`, `wait`) polls so.
@@ -18,7 +20,6 @@ from jobfolder.procs import GRACE_S
 from jobfolder.record import JobRecord, JobSpec
 from jobfolder.status import has_ended
 from veri_tui.errors import VeriError
-from veri_tui.launch import backends
 from veri_tui.launch.records import LogLine, follow_lines
 from veri_tui.launch.settle import settle
 from veri_tui.launch.target import JobTarget
@@ -35,6 +36,7 @@ class JobHandle:
 
     def __init__(self, target: JobTarget) -> None:
         self.target = target
+        self.backend = target.backend
         self._seen: tuple[object, ...] | None = None
 
     def __enter__(self) -> JobHandle:
@@ -50,12 +52,12 @@ class JobHandle:
 
     def get_job(self) -> JobRecord:
         """The job's record now (a lost supervisor reported as failed); writes nothing."""
-        return self.target.get_job()
+        return self.backend.state(self.target)
 
     def poll(self) -> JobRecord:
         """`get_job`, and what it shows kept (settle.py) when the job changed since the
         last poll."""
-        record = self.target.get_job()
+        record = self.backend.state(self.target)
         state = _state(record)
         if state != self._seen:
             settle(self.target, record)
@@ -64,12 +66,12 @@ class JobHandle:
 
     def read_log(self, offset: int = 0) -> bytes:
         """Rank 0's log from byte ``offset`` to its current end; writes nothing."""
-        return self.target.read_log(self.job_id, offset)
+        return self.backend.logs(self.target, offset)
 
     def follow_log(self, offset: int = 0) -> Iterator[LogLine]:
         """Complete rank-0 log lines from ``offset`` until the job has ended (VeriError for
         a job that cannot be read, at once); its end is polled once it is drained."""
-        lines = self.target.follow_log(self.job_id, offset)
+        lines = self.backend.follow(self.target, offset)
 
         def gen() -> Iterator[LogLine]:
             yield from lines
@@ -106,7 +108,7 @@ class JobHandle:
 
     def cancel(self, grace: float = GRACE_S) -> JobRecord:
         """End every rank on every node; the record after (kept, as a poll keeps it)."""
-        self.target.cancel(self.job_id, grace)
+        self.backend.cancel(self.target, grace)
         return self.poll()
 
     def resume(self, gpu_count: int | None = None, sets: Sequence[str] = (),
@@ -118,8 +120,8 @@ class JobHandle:
 
         target, job_id = self.target, self.job_id
         many = len(target.nodes) > 1
-        record = target.get_job()
-        backends.backend_of(target.nodes[0].host.kind).refuse_nodes(nodes)
+        record = self.get_job()
+        self.backend.refuse_nodes(nodes)
         if many:
             layout = layout_refusal(record, gpu_count, sets)
             if layout is not None:

@@ -8,31 +8,29 @@ target (target.py), the one launch sequence (launching.py) and the one preflight
 - `LocalHost` (local_host.py): this machine, through os and subprocess (`direct`);
 - `SshHost` (ssh/host.py): a machine reached with paramiko (`direct`);
 - `SlurmHost` (slurm/host.py): a Slurm login node (one of the two above, owned by
-  composition: slurm/login.py) whose supervisor is a batch job: its handle is the Slurm job
-  id, and the controller's state judges the job (`slurm`).
+  composition: slurm/login.py) from which the `slurm` backend submits batch jobs
+  (slurm/batch.py).
 
-Beyond its Machine (commands, files, free space), a host starts, finds and stops a job's
-supervisor (`start_supervisor` returns its handle, a pid for `direct`; `alive(handle)`;
-`judge`; `cancel_job`), and does the steps where running a job here or there differs: what it
-reports before a launch (`probe`, `plan`), where a job's files are (`output_for`,
-`job_paths`, `stage`), how its log is followed (`follow`) and the rows a preflight shows.
-What a host reports before a launch is its `HostFacts`. docs/architecture.md draws it, with
-where a new backend plugs in.
+Beyond its Machine (commands, files, processes, free space), a host does the steps where
+running a job here or there differs: what it reports before a launch (`probe`, `plan`),
+where a job's files are (`output_for`, `job_paths`, `stage`), the packages a job's commands
+import (`pythonpath`) and the rows a preflight shows. What a host reports before a launch
+is its `HostFacts`. Starting, judging, following and stopping a job's supervisor are its
+backend's operations (backends/: `submit`, `state`, `follow`, `cancel`), which run them on
+these hosts. docs/architecture.md draws it, with where a new backend plugs in.
 """
 
 from __future__ import annotations
 
 import posixpath
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from jobfolder.record import JobRecord
 from veri_tui.errors import Refusal, VeriError
 from veri_tui.launch import memcheck
 from veri_tui.launch.diskcheck import refusals, row
 from veri_tui.launch.machine import Machine
-from veri_tui.launch.records import LogLine
 
 if TYPE_CHECKING:
     from veri_tui.launch.jobdata import JobData
@@ -117,15 +115,6 @@ class Host(Machine, Protocol):
     def label(self) -> str | None:
         """What job.json's `host` says for a job here: None for this machine, else `name`."""
 
-    def start_supervisor(self, job_dir: str) -> int: ...
-
-    def alive(self, pid: int) -> bool: ...
-
-    def cancel_job(self, job_dir: str, pid: int | None, grace: float) -> None: ...
-
-    def judge(self, job_dir: str, record: JobRecord, pid: int | None,
-              reread: Callable[[], JobRecord]) -> JobRecord: ...  # fmt: skip
-
     def probe(self, job: JobConfig, dataset_bytes: int) -> HostFacts: ...
 
     def plan(
@@ -139,8 +128,8 @@ class Host(Machine, Protocol):
 
     def stage(self, job: JobConfig, tmp: str) -> None: ...
 
-    def path_rows(self, job: JobConfig, paths: tuple[str, str, str, str | None] | None, label: str
-                  ) -> list[Row]: ...  # fmt: skip
+    def path_rows(self, job: JobConfig, paths: tuple[str, JobData, str, str | None] | None,
+                  label: str) -> list[Row]: ...  # fmt: skip
 
     def capacity(self, facts: HostFacts, plan: PlanRecord, disk: DiskEstimate,
                  output: str | None, label: str
@@ -149,9 +138,6 @@ class Host(Machine, Protocol):
     def tail_rows(self) -> list[Row]: ...
 
     def pythonpath(self, job_dir: str) -> list[str]: ...
-
-    def follow(self, path: str, pid: int | None, offset: int, done: Callable[[], bool],
-               **options: Any) -> Iterator[LogLine]: ...  # fmt: skip
 
 
 def jobfolder_argv(host: Host, job_dir: str, *args: str) -> list[str]:
@@ -194,7 +180,7 @@ def check_disk(host: Host, facts: HostFacts, disk: DiskEstimate, output: str | N
     return row(disk, job, out)
 
 
-def tracker_problems(job: Any) -> list[Refusal]:
+def tracker_problems(job: JobConfig) -> list[Refusal]:
     """The job's `report_to` trackers this interpreter cannot import (found without
     importing them), each one refusal: the job would fail at its start."""
     from jobfolder.trackers import missing, missing_message

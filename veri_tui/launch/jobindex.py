@@ -1,9 +1,11 @@
-"""Where a job's target comes from: the folder of a job on this machine, the registry entry
-of one launched over SSH, or a job just created (launching.py registers it).
+"""Where a job's target comes from, and the list of jobs: the folder of a job on this
+machine, the registry entry of one launched over SSH or with Slurm, or a job just submitted
+(launching.py registers its backend's handle).
 
 A folder under $VERI_HOME/jobs is this machine's job (`LocalHost`); an entry of the registry
 (registry.py) names an SSH job's hosts and folders, or a Slurm job's login node, opened on
 first use by the backend of its kind (backends/: `SshHost`, `SlurmHost`, imported only then).
+joblist.py lists every job so.
 """
 
 from __future__ import annotations
@@ -11,10 +13,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from jobfolder.layout import JOB_FILE
+from jobfolder.layout import JOB_FILE, SUPERVISOR_PID
+from jobfolder.procs import read_pid
 from jobfolder.record import JobRecord
 from veri_tui.errors import NotFoundError
 from veri_tui.launch import registry
+from veri_tui.launch.backends.ref import JobRef
 from veri_tui.launch.host import Host
 from veri_tui.launch.local_host import LocalHost
 from veri_tui.launch.target import JobTarget, Node
@@ -28,21 +32,27 @@ def target_for_job(job_id: str, pool: dict[str, Host] | None = None) -> JobTarge
         raise NotFoundError(f"{job_id!r} is not a job id; `veri-tui jobs` lists them")
     folder = Path(local.home) / "jobs" / job_id
     if (folder / JOB_FILE).is_file():
-        return JobTarget(job_id, [Node(local, str(folder))], None)
+        return JobTarget(job_id, [local_node(local, folder)], None)
     entry = registry.load(job_id)
     return None if entry is None else target_of_entry(entry, pool)
 
 
+def local_node(local: LocalHost, folder: Path) -> Node:
+    """A job folder on this machine as a node: its handle is the supervisor's pid file (the
+    folder is its own registry entry)."""
+    return Node(local, str(folder), read_pid(folder / SUPERVISOR_PID))
+
+
 def target_of_entry(entry: registry.RegistryEntry, pool: dict[str, Host] | None = None
-             ) -> JobTarget:  # fmt: skip
+                    ) -> JobTarget:  # fmt: skip
     """The target of a job launched over SSH or with Slurm (its hosts opened on first use)."""
     pool = {} if pool is None else pool
     nodes = []
-    for n in entry.node_entries():
-        key = f"{entry.kind}:{n['host']}"
+    for n in entry.ref.nodes:
+        key = f"{entry.kind}:{n.host}"
         if key not in pool:
-            pool[key] = _reopen(entry, n["host"])
-        nodes.append(Node(pool[key], n["job_dir"], n["pid"]))
+            pool[key] = _reopen(entry, n.host)
+        nodes.append(Node(pool[key], n.job_dir, n.handle))
     return JobTarget(entry.job_id, nodes, entry)
 
 
@@ -53,19 +63,36 @@ def _reopen(entry: registry.RegistryEntry, name: str) -> Host:
     return backend_of(entry.kind).reopen(name, entry.python)
 
 
-def register(job_id: str, hosts: Sequence[Host], dirs: list[str],
-             started: list[int | Exception], record: JobRecord) -> JobTarget:  # fmt: skip
-    """The target of a job just created; one over SSH or with Slurm is entered in the
-    registry (a Slurm job also when its login node is this machine)."""
-    pids = [p if isinstance(p, int) else None for p in started]
-    nodes = [Node(h, d, p) for h, d, p in zip(hosts, dirs, pids, strict=True)]
+def register(ref: JobRef, hosts: Sequence[Host], record: JobRecord) -> JobTarget:
+    """The target of a job just submitted (``ref``: its backend's handle); one over SSH or
+    with Slurm is entered in the registry (a Slurm job also when its login node is this
+    machine)."""
+    nodes = [Node(h, n.job_dir, n.handle) for h, n in zip(hosts, ref.nodes, strict=True)]
     if hosts[0].label is None:
-        return JobTarget(job_id, nodes, None)  # this machine: its folder is the entry
-    many = len(nodes) > 1
-    entry = registry.RegistryEntry(
-        job_id, hosts[0].name, dirs[0], pids[0], hosts[0].python, record,
-        [{"host": n.host.name, "job_dir": n.job_dir, "pid": n.pid} for n in nodes]
-        if many else None, kind=hosts[0].kind,
-    )  # fmt: skip
+        return JobTarget(ref.job_id, nodes, None)  # this machine: its folder is the entry
+    entry = registry.entry_of(ref, hosts[0].python, record)
     registry.save(entry)
-    return JobTarget(job_id, nodes, entry)
+    return JobTarget(ref.job_id, nodes, entry)
+
+
+def target_for(job_id: str) -> JobTarget:
+    """The job's target: this machine's folder, else the registry's entry; VeriError for
+    an id neither knows. The caller closes it (`open` does)."""
+    target = target_for_job(job_id)
+    if target is None:
+        raise NotFoundError(f"no job {job_id}; `veri-tui jobs` lists them")
+    return target
+
+
+def job_location(job_id: str) -> tuple[str | None, str]:
+    """(host, folder) of the job's node 0 without connecting: host None for this machine
+    (a local job, or one whose folder was copied into $VERI_HOME/jobs), else the host as
+    job records name it (`slurm:<login>` for Slurm); VeriError for an unknown id."""
+    target = target_for(job_id)
+    try:
+        node = target.nodes[0]
+        if isinstance(node.host, LocalHost) or target.entry is None:
+            return None, node.job_dir
+        return target.entry.label, node.job_dir
+    finally:
+        target.close()

@@ -5,31 +5,30 @@ A job runs on N hosts (host.py) of a backend (backends/: the registry chooses it
 the job goes): none given is this machine, one SSH host is a one-host job, several are one
 multi-node job (one node each, node 0 first) of the `direct` backend; `SlurmOptions` (a
 login node and its partition, nodes, ...) is the `slurm` backend's, submitted as a batch
-job (docs/slurm.md).
-Every call below is the same
-code for all of them: the one launch sequence (launching.py), the one preflight
-(preflight.py) and the one job target (target.py). paramiko is imported only once a host
-is used. The app reaches the launch side through this module alone (an import-linter
-contract in .ci/run); docs/architecture.md draws the seams.
+job (docs/slurm.md). Every call below is the same code for all of them: the one launch
+sequence (launching.py, which calls the backend's `probe` and `submit`), the one preflight
+(preflight.py), and for a job launched before, its backend's operations (`state`, `logs`,
+`follow`, `cancel`) on the open job (handle.py; jobindex.py finds a job, joblist.py lists
+them). paramiko is imported only once a host is used. The app reaches the launch side
+through this module alone (an import-linter contract in .ci/run); docs/architecture.md
+draws the seams.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from jobfolder.layout import JOB_FILE
 from jobfolder.procs import pid_alive
 from jobfolder.record import JobRecord
-from jobfolder.status import outcome_recorded
-from veri_tui.errors import NotFoundError, UnreachableError, VeriError
+from veri_tui.errors import VeriError
 from veri_tui.launch import backends, registry
 from veri_tui.launch.backends import Option
 from veri_tui.launch.handle import JobHandle
-from veri_tui.launch.host import Host, Row
+from veri_tui.launch.host import Row
 from veri_tui.launch.hostpool import HostName
-from veri_tui.launch.jobindex import target_for_job, target_of_entry
-from veri_tui.launch.local_host import LocalHost
+from veri_tui.launch.jobindex import job_location, target_for
+from veri_tui.launch.joblist import list_jobs, local_jobs
 from veri_tui.launch.measured import comparison_lines
 from veri_tui.launch.metrics import log_row, metric_of
 from veri_tui.launch.probe.fleet import ProbeChoice
@@ -37,17 +36,16 @@ from veri_tui.launch.records import LogLine
 from veri_tui.launch.slurm.options import SlurmOptions, slurm_options
 from veri_tui.launch.slurm.states import pending_reason, slurm_state
 from veri_tui.launch.spec import canary_spec
-from veri_tui.launch.target import JobTarget, Node
 
 if TYPE_CHECKING:
     from veri_tui.plan import JobConfig, PlanRecord
 
 __all__ = [
-    "JobHandle", "LogLine", "ProbeChoice", "Row", "cancel", "canary_spec", "comparison_lines",
-    "follow_log", "get_job", "host_aliases", "launch", "list_jobs", "local_jobs", "log_row",
-    "metric_of", "open", "pending_reason", "preflight", "read_log", "resume", "SlurmOptions",
-    "slurm_options", "dry_run", "backend_options", "slurm_state", "target_for", "trust_key",
-    "watch", "watcher_of",
+    "JobHandle", "LogLine", "ProbeChoice", "Row", "SlurmOptions", "backend_options", "cancel",
+    "canary_spec", "comparison_lines", "dry_run", "follow_log", "get_job", "host_aliases",
+    "job_location", "launch", "list_jobs", "local_jobs", "log_row", "metric_of", "open",
+    "pending_reason", "preflight", "read_log", "resume", "slurm_options", "slurm_state",
+    "target_for", "trust_key", "watch", "watcher_of",
 ]  # fmt: skip
 
 #: Where a job runs: this machine (None), an SSH host, several (a multi-node job), or Slurm.
@@ -72,7 +70,7 @@ def launch(
     trust_host: str | None = None,
     wait: bool = False,
     probe: ProbeChoice | None = None,
-    canary: dict[str, Any] | None = None,
+    canary: dict[str, object] | None = None,
 ) -> str:
     """Validate, write the job folder(s) and start the job detached; returns the job id.
 
@@ -129,84 +127,10 @@ def plan_on(job: JobConfig, host: Where, trust_host: str | None = None
     return plan
 
 
-def target_for(job_id: str) -> JobTarget:
-    """The job's target: this machine's folder, else the registry's entry; VeriError for
-    an id neither knows. The caller closes it (`open` does)."""
-    target = target_for_job(job_id)
-    if target is None:
-        raise NotFoundError(f"no job {job_id}; `veri-tui jobs` lists them")
-    return target
-
-
-def job_location(job_id: str) -> tuple[str | None, str]:
-    """(host, folder) of the job's node 0 without connecting: host None for this machine
-    (a local job, or one whose folder was copied into $VERI_HOME/jobs), else the host as
-    job records name it (`slurm:<login>` for Slurm); VeriError for an unknown id."""
-    target = target_for(job_id)
-    try:
-        node = target.nodes[0]
-        if isinstance(node.host, LocalHost) or target.entry is None:
-            return None, node.job_dir
-        return target.entry.label, node.job_dir
-    finally:
-        target.close()
-
-
 def open(job_id: str) -> JobHandle:  # noqa: A001 - `jobs.open`, as the facade's reader
     """The job held open for a reader's life, one connection per host:
     `with jobs.open(job_id) as job:` (handle.py). VeriError for an unknown id."""
     return JobHandle(target_for(job_id))
-
-
-def list_jobs(settle: bool = False) -> list[JobRecord]:
-    """Jobs on this machine, newest first, then those launched over SSH, each read from its
-    hosts (an ended one from its last record). A job whose host cannot be reached is listed
-    from the last record seen, with `stale: true`. Writes nothing, unless ``settle``: then
-    each job read is kept as a poll keeps it (`veri-tui jobs`, the app's list; settle.py)."""
-    jobs: list[JobRecord] = []
-    pool: dict[str, Host] = {}
-    targets = _local_targets() + [target_of_entry(e, pool) for e in registry.all_jobs()]
-    down: set[str] = set()
-    for target in targets:
-        entry = target.entry
-        cached: JobRecord = {**entry.record, "host": entry.label} if entry else {}
-        if entry is not None and outcome_recorded(cached):
-            jobs.append(cached)
-            continue
-        try:
-            if entry is not None and {n.host.name for n in target.nodes} & down:
-                raise UnreachableError("unreachable")
-            jobs.append(JobHandle(target).poll() if settle else target.get_job())
-        except VeriError:
-            if entry is None:
-                continue  # a foreign or damaged folder must not hide the other jobs
-            if len(target.nodes) == 1:
-                down.add(entry.host)  # unreachable: do not wait on it for every job
-            cached["stale"] = True
-            jobs.append(cached)
-    for host in pool.values():
-        host.close()
-    return jobs
-
-
-def _local_targets() -> list[JobTarget]:
-    """This machine's jobs, newest first (ids sort by creation time)."""
-    local = LocalHost()
-    folder = local.home / "jobs"
-    found = sorted(folder.iterdir(), reverse=True) if folder.is_dir() else []
-    return [JobTarget(d.name, [Node(local, str(d))], None) for d in found
-            if not d.name.startswith(".") and (d / JOB_FILE).is_file()]  # fmt: skip
-
-
-def local_jobs() -> list[JobRecord]:
-    """The jobs on this machine, newest first; writes nothing."""
-    out: list[JobRecord] = []
-    for target in _local_targets():
-        try:
-            out.append(target.get_job())
-        except VeriError:
-            continue  # a foreign or damaged folder must not hide the other jobs
-    return out
 
 
 def get_job(job_id: str) -> JobRecord:

@@ -1,18 +1,21 @@
 """The one launch sequence, for a job over N hosts (N = 1: this machine or one SSH host).
 
 1. The job's own refusals (what `plan` refuses, the dataset, an output dir in use here).
-2. Every host probed at once (host.py `probe`): its Python, torch, GPUs, memory and disk,
-   the model found there. Several hosts must agree, and node 0's rendezvous must be
-   reachable from the others (nodes.py). Every problem is refused together.
+2. Every host probed at once (its backend's `probe`: host.py `probe` on each): its Python,
+   torch, GPUs, memory and disk, the model found there. Several hosts must agree, and node
+   0's rendezvous must be reachable from the others (nodes.py). Every problem is refused
+   together.
 3. The output dir checked where it is (node 0), the plan made for node 0's host (this
    machine: the plan given, or made here; a host: from its GPUs and the model read there).
 4. Each node's job.json (`spec.make_record` with that host's paths; a multi-node job's
    layout in each spec), then its host memory and disk against the plan: refused before
    anything is created anywhere.
-5. Each node's folder built aside (`.<name>.tmp`), filled (host.py `stage`), renamed into
-   place, and its supervisor started detached; hosts in parallel. A job over SSH hosts is
-   entered in this machine's registry (registry.py); a multi-node job gets its watcher
-   (watcher.py). A node that cannot be started cancels the others.
+5. Each node's folder built aside (`.<name>.tmp`), filled (host.py `stage`) and renamed into
+   place, hosts in parallel; then the job submitted by its backend (backends/: `submit`,
+   every node's supervisor started; its typed handle, `JobRef`). A job over SSH hosts or
+   with Slurm is entered in this machine's registry (registry.py) from that handle; a
+   multi-node job gets its watcher (watcher.py). A folder that cannot be built starts
+   nothing; a node that cannot be started cancels the others.
 
 A Slurm job (slurm/host.py) is one host, its login node: its partition decides the layout
 in step 2 (the host's `spec` keys), its supervisor is the batch job submitted in step 5;
@@ -28,12 +31,13 @@ from __future__ import annotations
 import json
 import posixpath
 from collections.abc import Sequence
-from typing import Any, cast
+from typing import TYPE_CHECKING, cast
 
 from jobfolder.layout import MADE_WITH, node_folder_name
 from jobfolder.record import JobRecord, JobSpec
 from veri_tui.errors import Refusal, VeriError
-from veri_tui.launch.backends import open_hosts
+from veri_tui.launch.backends import Backend, backend_of, open_hosts
+from veri_tui.launch.backends.ref import SubmitError
 from veri_tui.launch.host import Host, HostFacts, check_disk, check_memory
 from veri_tui.launch.hostpool import HostName, all_or_raise, in_parallel
 from veri_tui.launch.jobdata import data_bytes
@@ -42,16 +46,19 @@ from veri_tui.launch.probe.fleet import ProbeChoice, fleet_probe, needs_probe
 from veri_tui.launch.probe.report import with_cached_network, with_network
 from veri_tui.launch.spec import check_job, make_record, new_job_id
 
+if TYPE_CHECKING:
+    from veri_tui.plan import JobConfig, PlanRecord
 
-def own_checks(job: Any, hosts: Sequence[Host]) -> None:
+
+def own_checks(job: JobConfig, hosts: Sequence[Host]) -> None:
     """Raise VeriError with the job's own refusals; on another machine the output dir is a
     path there, checked there."""
     check_job(job, output_here=hosts[0].local)
 
 
 def probe_all(
-    hosts: Sequence[Host], job: Any, dataset_bytes: int
-) -> tuple[list[HostFacts], Any, list[Refusal]]:
+    backend: Backend, hosts: Sequence[Host], job: JobConfig, dataset_bytes: int
+) -> tuple[list[HostFacts], JobConfig, list[Refusal]]:
     """Every host's facts (in parallel), the job with its layout set (a multi-node job's
     gpu_count is nodes x GPUs per node: given, or each node's detected GPUs), and every
     problem found (the hosts' own, and their disagreement)."""
@@ -59,7 +66,7 @@ def probe_all(
     given = "gpu_count" in job.model_fields_set
     per_node = job.gpu_count // nodes if given else 1
     probe_job = job if nodes == 1 else job.model_copy(update={"gpu_count": per_node})
-    facts = all_or_raise(in_parallel(lambda h: h.probe(probe_job, dataset_bytes), list(hosts)))
+    facts = backend.probe(hosts, probe_job, dataset_bytes)
     problems = [p for pf in facts for p in pf.problems]
     if nodes > 1:
         problems += agreement(facts)
@@ -70,7 +77,8 @@ def probe_all(
     return facts, job, problems
 
 
-def plan_on(job: Any, names: Sequence[HostName], trust: str | None = None) -> Any:
+def plan_on(job: JobConfig, names: Sequence[HostName], trust: str | None = None
+            ) -> PlanRecord:  # fmt: skip
     """The plan `launch` would make for ``job`` on these hosts (None: this machine), every
     problem refused as launch refuses it; the job's own refusals before any host is asked."""
     from veri_tui.plan import validate
@@ -81,7 +89,7 @@ def plan_on(job: Any, names: Sequence[HostName], trust: str | None = None) -> An
         raise VeriError(errors)
     hosts = open_hosts(names, trust)
     try:
-        facts, job, problems = probe_all(hosts, job, 0)
+        facts, job, problems = probe_all(backend_of(hosts[0].kind), hosts, job, 0)
         if problems:
             raise VeriError(list(dict.fromkeys(problems)))
         return hosts[0].plan(with_cached_network(job, facts[0].spec), facts[0])[1]
@@ -96,13 +104,12 @@ def replan(host: Host, record: JobRecord, gpu_count: int | None, sets: Sequence[
     else planned again on its open host, its problems refused. A Slurm job keeps its layout
     keys (the host's `spec`) and is laid out again from its record (options_for_resume),
     on ``nodes`` nodes when given."""
-    from veri_tui.launch.backends import backend_of
     from veri_tui.launch.replan import resume_spec
 
-    keys: dict[str, Any] = {}
+    keys: dict[str, object] = {}
     gpu_count, relaid = backend_of(host.kind).relayout(host, record, gpu_count, nodes)
 
-    def plan_for(job: Any) -> tuple[Any, Any]:
+    def plan_for(job: JobConfig) -> tuple[JobConfig, PlanRecord]:
         facts = host.probe(job, 0)
         facts.check()
         keys.update(facts.spec)
@@ -113,21 +120,21 @@ def replan(host: Host, record: JobRecord, gpu_count: int | None, sets: Sequence[
 
 
 def host_record(
-    host: Host, facts: HostFacts, job: Any, plan: Any, job_id: str, job_dir: str
+    host: Host, facts: HostFacts, job: JobConfig, plan: PlanRecord, job_id: str, job_dir: str
 ) -> JobRecord:
     """job.json of the job's folder ``job_dir`` on ``host``: the one layout
     (`spec.make_record`) with that host's paths, plus what the host reported."""
     model, dataset, output, name = host.job_paths(job, plan, job_dir, facts)
     record = make_record(job, plan, job_id, model_path=model, dataset=dataset,
                          output_dir=output, host=host.label, model_name=name)  # fmt: skip
-    cast("dict[str, Any]", record["spec"]).update(facts.spec)  # a Slurm job's layout
+    cast("dict[str, object]", record["spec"]).update(facts.spec)  # a Slurm job's layout
     if facts.summary():
         record["preflight"] = facts.summary()
     return record
 
 
 def node_records(
-    hosts: Sequence[Host], facts: list[HostFacts], job: Any, plan: Any, job_id: str,
+    hosts: Sequence[Host], facts: list[HostFacts], job: JobConfig, plan: PlanRecord, job_id: str,
     rdzv: tuple[str, int, int] | None,
 ) -> list[tuple[str, JobRecord]]:  # fmt: skip
     """(folder, job.json) of every node: each host's paths; several nodes get the layout."""
@@ -146,7 +153,8 @@ def node_records(
     return out
 
 
-def check_capacity(hosts: Sequence[Host], facts: list[HostFacts], plan: Any, output: str | None
+def check_capacity(hosts: Sequence[Host], facts: list[HostFacts], plan: PlanRecord,
+                   output: str | None
                    ) -> None:  # fmt: skip
     """Refuse (VeriError) a job some node's host cannot hold: one host's memory, then its
     disk (the first refusal); several nodes' refusals together, each naming its node."""
@@ -164,9 +172,9 @@ def check_capacity(hosts: Sequence[Host], facts: list[HostFacts], plan: Any, out
         raise VeriError(refused)
 
 
-def create(host: Host, job: Any, job_dir: str, record: JobRecord) -> int:
-    """Build the node's folder aside, fill it, rename it into place (so no reader ever sees a
-    half-made job) and start its supervisor detached; returns the supervisor's pid."""
+def create(host: Host, job: JobConfig, job_dir: str, record: JobRecord) -> None:
+    """Build the node's folder aside, fill it and rename it into place (so no reader ever
+    sees a half-made job); its backend's `submit` starts it."""
     parent, name = posixpath.split(job_dir)
     tmp = posixpath.join(parent, f".{name}.tmp")  # named after the folder: homes may be shared
     for sub in MADE_WITH:
@@ -176,13 +184,13 @@ def create(host: Host, job: Any, job_dir: str, record: JobRecord) -> int:
         posixpath.join(tmp, "job.json"), (json.dumps(record, indent=2) + "\n").encode()
     )
     host.rename(tmp, job_dir)
-    return host.start_supervisor(job_dir)
 
 
 def launch(
-    job: Any, plan_record: Any, names: Sequence[HostName], trust: str | None, wait: bool,
+    job: JobConfig, plan_record: PlanRecord | None, names: Sequence[HostName],
+    trust: str | None, wait: bool,
     dry_run: bool = False, probe: ProbeChoice | None = None,
-    canary: dict[str, Any] | None = None,
+    canary: dict[str, object] | None = None,
 ) -> str:  # fmt: skip
     """Check, plan, create and start the job on these hosts (None: this machine); returns
     its id (``dry_run``: the batch script a Slurm host would submit, nothing created).
@@ -192,10 +200,11 @@ def launch(
     from veri_tui.launch.jobindex import register
 
     hosts = open_hosts(names, trust)
+    backend = backend_of(hosts[0].kind)
     try:
         own_checks(job.model_copy(update={"hosts": list(names)}) if len(names) > 1 else job, hosts)
         size = 0 if hosts[0].local else data_bytes(job)
-        facts, job, problems = probe_all(hosts, job, size)
+        facts, job, problems = probe_all(backend, hosts, job, size)
         rdzv = None
         if len(hosts) > 1:
             addr, port, listen, found = probe_rendezvous(hosts, job.rdzv_port, job.rdzv_endpoint)
@@ -220,28 +229,28 @@ def launch(
         nodes = node_records(hosts, facts, job, plan, job_id, rdzv)
         for _dir, rec in nodes:
             if measured is not None:
-                cast("dict[str, Any]", rec)["probe"] = measured.summary()
+                cast("dict[str, object]", rec)["probe"] = measured.summary()
             if canary:
                 rec["spec"]["canary"] = dict(canary)
-        from veri_tui.launch.backends import backend_of
-
         # A backend whose job probes its own nodes (Slurm's batch job: slurm/script.py)
         # records the probe step's mode in the spec.
-        backend_of(hosts[0].kind).record_probe_mode(nodes[0][1]["spec"], probe or ProbeChoice())
+        backend.record_probe_mode(nodes[0][1]["spec"], probe or ProbeChoice())
         check_capacity(
             hosts, facts, plan, nodes[0][1]["spec"]["output_dir"] if job.output else None
         )
         if dry_run:
-            return backend_of(hosts[0].kind).script(hosts[0], *nodes[0])
+            return backend.script(hosts[0], *nodes[0])
         for host, pf in zip(hosts, facts, strict=True):
             host.makedirs(pf.jobs_dir)
-        started = in_parallel(lambda k: create(hosts[k], job, *nodes[k]),
-                              list(range(len(hosts))))  # fmt: skip
-        target = register(job_id, hosts, [d for d, _ in nodes], started, nodes[0][1])
-        broken = [e for e in started if isinstance(e, Exception)]
-        if broken:
-            target.cancel(job_id)  # no half-started job keeps running
-            raise broken[0]
+        # Every folder built before any node starts: one that cannot be starts nothing.
+        all_or_raise(in_parallel(lambda k: create(hosts[k], job, *nodes[k]),
+                                 list(range(len(hosts)))))  # fmt: skip
+        try:
+            ref = backend.submit(job_id, hosts, [d for d, _ in nodes])
+        except SubmitError as exc:
+            register(exc.ref, hosts, nodes[0][1]).cancel(job_id)  # none keeps running
+            raise exc.cause from None
+        target = register(ref, hosts, nodes[0][1])
         target.watch_if_needed()
         if wait:
             target.wait(job_id)

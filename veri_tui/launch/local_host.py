@@ -12,7 +12,6 @@ folder holds only what the job writes.
 from __future__ import annotations
 
 import os
-import posixpath
 import shutil
 import subprocess
 import sys
@@ -21,18 +20,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from jobfolder.atomic import write_bytes_atomic
-from jobfolder.layout import SUPERVISOR_LOG, veri_home
-from jobfolder.lost import judge
+from jobfolder.layout import veri_home
 from jobfolder.procs import pid_alive
-from jobfolder.record import JobRecord
 from veri_tui.errors import Refusal, VeriError
 from veri_tui.launch.diskcheck import Place, local_place
 from veri_tui.launch.host import (
     HostFacts,
     Row,
     capacity_rows,
-    run_cancel,
-    supervisor_argv,
     tracker_problems,
 )
 from veri_tui.launch.jobdata import JobData
@@ -132,21 +127,9 @@ class LocalHost:
         _children.append(proc)
         return proc.pid
 
-    def start_supervisor(self, job_dir: str) -> int:
-        """The job's supervisor, started detached; its pid."""
-        log = posixpath.join(job_dir, SUPERVISOR_LOG)
-        return self.start_detached(supervisor_argv(self, job_dir), log, job_dir)
-
-    def cancel_job(self, job_dir: str, pid: int | None, grace: float) -> None:
-        run_cancel(self, job_dir, pid, grace)
-
     def alive(self, pid: int) -> bool:
         reap()
         return pid_alive(pid)
-
-    def judge(self, job_dir: str, record: JobRecord, pid: int | None,
-              reread: Callable[[], JobRecord]) -> JobRecord:  # fmt: skip
-        return judge(record, pid, self.alive, reread, where="")
 
     # -- files -----------------------------------------------------------------------------
 
@@ -215,8 +198,8 @@ class LocalHost:
     def stage(self, job: JobConfig, tmp: str) -> None:
         """Nothing to copy: a local job reads its model and dataset where they are."""
 
-    def path_rows(self, job: JobConfig, paths: tuple[str, str, str, str | None] | None, label: str
-                  ) -> list[Row]:  # fmt: skip
+    def path_rows(self, job: JobConfig, paths: tuple[str, JobData, str, str | None] | None,
+                  label: str) -> list[Row]:  # fmt: skip
         """The model, dataset and output the job would use (after a dry run of its paths)."""
         if paths is None:
             return []

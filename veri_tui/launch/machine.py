@@ -2,7 +2,8 @@
 
 A Machine runs commands (`run`, `stream` for a long-running one), reads and writes files
 (`read_bytes`, `write_atomic`, `append`, `exists`, `is_dir`, `listdir`, `makedirs`,
-`remove`, `rename`) and reports free space (`places`). `LocalHost` (local_host.py: this
+`remove`, `rename`), reports free space (`places`) and runs processes (`start_detached`,
+`alive`, `follow` a file while one runs). `LocalHost` (local_host.py: this
 machine, os and subprocess) and `SshHost` (ssh/host.py: paramiko, SFTP for files, a channel
 per command quoted with shlex) are the two; each is also a `Host` (host.py), the job policy
 the `direct` backend runs on it, and a Slurm host owns one as its login node
@@ -11,11 +12,14 @@ the `direct` backend runs on it, and a Slurm host owns one as its login node
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from veri_tui.launch.diskcheck import Place
+
+if TYPE_CHECKING:
+    from veri_tui.launch.records import LogLine
 
 
 @dataclass(frozen=True)
@@ -91,5 +95,19 @@ class Machine(Protocol):
     def rename(self, src: str, dst: str) -> None: ...
 
     def places(self, paths: Sequence[str]) -> list[Place]: ...
+
+    # -- processes: what a job's supervisor is, on a machine that runs one ---------------
+
+    def start_detached(self, argv: Sequence[str], log: str, cwd: str) -> int:
+        """Start ``argv`` in its own session (it outlives this process), output to ``log``;
+        its pid."""
+
+    def alive(self, pid: int) -> bool:
+        """Whether process ``pid`` runs there."""
+
+    def follow(self, path: str, pid: int | None, offset: int, done: Callable[[], bool],
+               **options: object) -> Iterator[LogLine]:  # fmt: skip
+        """Complete lines of ``path`` from ``offset`` until process ``pid`` has ended or
+        ``done()`` (a tail that survives a dropped connection)."""
 
     def close(self) -> None: ...

@@ -15,10 +15,13 @@ Without /proc/meminfo (not Linux) the check is skipped and its row says so.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from veri_tui.errors import Refusal, VeriError
 from veri_tui.plan.memory import gb
+
+if TYPE_CHECKING:
+    from veri_tui.plan import PlanRecord
 
 Row = tuple[str, bool, str]
 WAYS_OUT = "use fewer ranks per node, LoRA (lora_rank), or no cpu_offload"
@@ -40,13 +43,13 @@ def local_available(meminfo: Path = Path("/proc/meminfo")) -> int | None:
         return None
 
 
-def ranks_per_node(rec: Any) -> int:
+def ranks_per_node(rec: PlanRecord) -> int:
     """The ranks one node runs: gpu_count split over the job's hosts (one node without)."""
     job = rec.job
     return max(int(job["gpu_count"]) // max(len(job.get("hosts") or ()), 1), 1)
 
 
-def need_text(rec: Any, verb: str = "") -> str:
+def need_text(rec: PlanRecord, verb: str = "") -> str:
     """`564.4 GB per node (2 ranks x 282.2 GB)`, ``verb`` after `per node`: the plan's host
     memory, per node and per rank."""
     ranks = ranks_per_node(rec)
@@ -54,7 +57,7 @@ def need_text(rec: Any, verb: str = "") -> str:
     return f"{gb(need)} per node{verb} ({ranks} ranks x {gb(-(-need // ranks))})"
 
 
-def check(rec: Any, available: int | None, where: str) -> Row:
+def check(rec: PlanRecord, available: int | None, where: str) -> Row:
     """Refuse (VeriError, key `host_memory`) a plan whose host memory per node exceeds
     ``available`` bytes on ``where``; else its preflight row."""
     if available is None:
@@ -67,6 +70,6 @@ def check(rec: Any, available: int | None, where: str) -> Row:
     return ("host_memory", True, f"{need_text(rec)} of {gb(available)} available on {where}")
 
 
-def check_local(rec: Any) -> Row:
+def check_local(rec: PlanRecord) -> Row:
     """`check` against this machine's MemAvailable."""
     return check(rec, local_available(), "this machine")

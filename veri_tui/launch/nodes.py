@@ -16,12 +16,15 @@ from __future__ import annotations
 import posixpath
 import secrets
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 from veri_tui.errors import Refusal
 from veri_tui.launch.host import Host, HostFacts, Row
 from veri_tui.launch.hostpool import in_parallel
 from veri_tui.plan.disk import DiskEstimate
+
+if TYPE_CHECKING:
+    from veri_tui.plan import PlanRecord
 
 #: Seconds the rendezvous probe waits for each connection from another node.
 PROBE_TIMEOUT_S = 3
@@ -151,7 +154,7 @@ def node_disk(
     )
 
 
-def disk_of(plan: Any, nodes: int, node: int) -> DiskEstimate:
+def disk_of(plan: PlanRecord, nodes: int, node: int) -> DiskEstimate:
     """What node ``node`` writes of the plan's `disk` (the whole of it on one node)."""
     if nodes == 1:
         whole: DiskEstimate = plan.disk

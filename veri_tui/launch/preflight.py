@@ -23,12 +23,12 @@ from __future__ import annotations
 
 import posixpath
 import tempfile
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, TypeVar
 
 from veri_tui.errors import Refusal, VeriError
-from veri_tui.launch.backends import open_hosts
-from veri_tui.launch.host import Host, Row
+from veri_tui.launch.backends import backend_of, open_hosts
+from veri_tui.launch.host import Host, HostFacts, Row
 from veri_tui.launch.hostpool import HostName
 from veri_tui.launch.jobdata import data_bytes
 from veri_tui.launch.launching import own_checks, probe_all
@@ -36,8 +36,13 @@ from veri_tui.launch.nodes import disk_of, node_label, probe_rendezvous, storage
 from veri_tui.launch.probe.fleet import ProbeChoice, fleet_probe, needs_probe
 from veri_tui.launch.probe.report import with_network
 
+if TYPE_CHECKING:
+    from veri_tui.plan import JobConfig, PlanRecord
 
-def _collect(problems: list[Refusal], call: Any) -> Any:
+T = TypeVar("T")
+
+
+def _collect(problems: list[Refusal], call: Callable[[], T]) -> T | None:
     try:
         return call()
     except VeriError as exc:
@@ -45,8 +50,8 @@ def _collect(problems: list[Refusal], call: Any) -> Any:
         return None
 
 
-def _node_rows(hosts: Sequence[Host], facts: list[Any], job: Any, problems: list[Refusal]
-               ) -> tuple[list[Row], Any]:  # fmt: skip
+def _node_rows(hosts: Sequence[Host], facts: list[HostFacts], job: JobConfig,
+               problems: list[Refusal]) -> tuple[list[Row], JobConfig]:  # fmt: skip
     """Several hosts: each node's facts, the layout, the rendezvous, the launch's probe of
     the nodes (the job gets its measured network), the storage."""
     names = [h.name for h in hosts]
@@ -70,8 +75,8 @@ def _node_rows(hosts: Sequence[Host], facts: list[Any], job: Any, problems: list
     return rows, job
 
 
-def preflight(job: Any, plan_record: Any, names: Sequence[HostName], trust: str | None
-              ) -> list[Row]:  # fmt: skip
+def preflight(job: JobConfig, plan_record: PlanRecord | None, names: Sequence[HostName],
+              trust: str | None) -> list[Row]:  # fmt: skip
     """The preflight rows of launching ``job`` on these hosts (None: this machine);
     ``plan_record``: the plan made here, used for this machine only."""
     many = len(names) > 1
@@ -82,7 +87,7 @@ def preflight(job: Any, plan_record: Any, names: Sequence[HostName], trust: str 
         checked = job.model_copy(update={"hosts": list(names)}) if many else job
         own = _collect(problems, lambda: own_checks(checked, hosts)) is None and problems
         size = _collect(problems, lambda: 0 if head.local else data_bytes(job))
-        facts, job, found = probe_all(hosts, job, size or 0)
+        facts, job, found = probe_all(backend_of(head.kind), hosts, job, size or 0)
         problems += found
         if many:
             rows, job = _node_rows(hosts, facts, job, problems)

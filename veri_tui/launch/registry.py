@@ -19,6 +19,7 @@ from typing import Any, TypedDict
 from jobfolder.atomic import write_json_atomic
 from jobfolder.layout import veri_home
 from jobfolder.record import JobRecord
+from veri_tui.launch.backends.ref import JobRef, NodeRef
 
 
 class NodeEntry(TypedDict):
@@ -57,11 +58,30 @@ class RegistryEntry:
 
         return backend_of(self.kind).label(self.host)
 
+    @property
+    def ref(self) -> JobRef:
+        """The job's typed handle (what its backend's `submit` returned)."""
+        from veri_tui.launch.backends import backend_of
+
+        nodes = tuple(NodeRef(n["host"], n["job_dir"], n["pid"]) for n in self.node_entries())
+        return JobRef(backend_of(self.kind).name, self.kind, self.job_id, nodes)
+
     def node_entries(self) -> list[NodeEntry]:
         """Every node, node 0 first (a one-host job is its one node)."""
         if self.nodes:
             return self.nodes
         return [{"host": self.host, "job_dir": self.job_dir, "pid": self.pid}]
+
+
+def entry_of(ref: JobRef, python: str, record: JobRecord) -> RegistryEntry:
+    """The entry of a job just submitted (``ref``): node 0's host, folder and handle at the
+    top, every node's in `nodes` when there are several (the shape entries always had)."""
+    first = ref.nodes[0]
+    nodes: list[NodeEntry] | None = None
+    if len(ref.nodes) > 1:
+        nodes = [{"host": n.host, "job_dir": n.job_dir, "pid": n.handle} for n in ref.nodes]
+    return RegistryEntry(ref.job_id, first.host, first.job_dir, first.handle, python, record,
+                         nodes, kind=ref.kind)  # fmt: skip
 
 
 def registry_dir() -> Path:

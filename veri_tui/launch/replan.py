@@ -13,10 +13,13 @@ largest size that splits the batch; a global batch that N cannot split is refuse
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from jobfolder.record import JobRecord, JobSpec
 from veri_tui.errors import Refusal, VeriError
+
+if TYPE_CHECKING:
+    from veri_tui.plan import JobConfig, PlanRecord
 
 #: Plan knobs that follow from the others and the world size: never pinned on a re-plan.
 DERIVED = ("data_parallel_size", "gradient_accumulation_steps")
@@ -90,7 +93,7 @@ def resume_spec(
     record: JobRecord,
     gpu_count: int | None,
     sets: Sequence[str],
-    plan_for: Callable[[Any], tuple[Any, Any]],
+    plan_for: Callable[[JobConfig], tuple[JobConfig, PlanRecord]],
     force: bool = False,
 ) -> JobSpec | None:
     """The spec the resumed attempt runs: None to keep the job's own (no new gpu_count, no

@@ -6,8 +6,9 @@
 3. node 0's rendezvous again: the job's own port if node 0 can still bind it, else a fresh
    one, probed from every other node as at launch (nodes.probe_rendezvous);
 4. every node prepared (job.json `pending`, the step in `resume_choice`, the new endpoint
-   in its spec), node 0 first, before any supervisor starts; then every supervisor started
-   with the same job id. A node that cannot be prepared or started cancels the others.
+   in its spec), node 0 first, before any supervisor starts; then the job submitted again by
+   its backend (`submit`: every supervisor, the same job id; its handle kept in the
+   registry entry). A node that cannot be prepared or started cancels the others.
 
 Retries: no node's supervisor restarts a multi-node job by itself (it cannot know the other
 nodes' checkpoints; jobfolder.attempts.max_restarts). The job's watcher does (watcher.py):
@@ -87,8 +88,8 @@ def resume_nodes(target: JobTarget, retry: str | None = None) -> JobRecord:
         fresh = registry.load(target.job_id)
         if fresh is not None:
             target.entry = fresh
-            for node, n in zip(target.nodes, fresh.node_entries(), strict=False):
-                node.pid = n["pid"]
+            for node, n in zip(target.nodes, fresh.ref.nodes, strict=False):
+                node.handle = n.handle
         return _resume(target, retry)
 
 
@@ -126,7 +127,10 @@ def _resume(target: JobTarget, retry: str | None) -> JobRecord:
     record = target.prepare(0, specs[0], first)
     others = list(range(1, count))
     _or_cancel(target, in_parallel(lambda k: target.prepare(k, specs[k], choice), others))
-    _or_cancel(target, in_parallel(target.start, list(range(count))))
+    try:
+        target.submit()  # every node's supervisor, by the job's backend
+    except Exception as exc:  # noqa: BLE001 - every node is ended, then it is raised
+        _or_cancel(target, [exc])
     if target.entry is not None:
         entry = registry.load(job_id) or target.entry
         entry.retry_refused = None

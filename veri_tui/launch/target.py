@@ -1,23 +1,22 @@
-"""The job target: one job over N hosts, read, followed, cancelled and resumed as one.
+"""The open job: one job over N hosts, its nodes' hosts connected for a reader's life.
 
-A `JobTarget` holds the job's nodes (`Node`: a `Host`, the job folder there, the supervisor
-pid seen at its start): one node for a job on this machine or on one SSH host, N for a
-multi-node job. Every operation is the same code for any host (host.py):
+A `JobTarget` holds the job's nodes (`Node`: a `Host`, the job folder there, the node's
+handle: the supervisor's pid, or the scheduler's job id), its registry entry (None for a job
+on this machine) and its backend (backends/), whose operations it calls: `get_job` is the
+backend's `state`, `read_log` its `logs`, `follow_log` its `follow`, `cancel` its `cancel`
+(which stops the job's watcher first), and a resume's start its `submit`, whose typed handle
+(`JobRef`) is adopted and kept in the registry entry. What it does itself is the job's
+bookkeeping on this machine:
 
-- `get_job`: each node's job.json read on its host, judged by the one lost rule
-  (jobfolder.lost); several nodes' records gathered into the job's (gather.py). A read
-  writes nothing, anywhere: no signal, no start, no file;
-  What a reader observed is kept by `settle.settle` (one write per change it saw);
-- `read_log`, `follow_log`: rank 0's log, on node 0 (a multi-node job's follow goes on
-  across the attempts its watcher starts);
-- `cancel`: `python -m jobfolder cancel` on every node's host, at once, after the job's
-  watcher is stopped;
-- `resume`: `python -m jobfolder resume` on the host, then its supervisor started again
-  (a multi-node job resumes on every node from one step: restart.py, which the facade
-  calls).
+- `remember`: the registry's copy of the record a reader settled (settle.py);
+- `settled`, `wait`: ended with no retry to come (a multi-node job's watcher may retry);
+- `prepare`: `python -m jobfolder resume` on a node's host (its next attempt, pending);
+- `resume`: a one-node job prepared and submitted again (a multi-node job resumes on every
+  node from one step: restart.py, which the facade calls);
+- `stop_watcher`, `watch_if_needed`: a multi-node job's watcher (watcher.py).
 
 jobindex.py finds a job's target: a folder under $VERI_HOME/jobs is this machine's, an entry
-of the registry (registry.py) one launched over SSH.
+of the registry (registry.py) one launched over SSH or with Slurm.
 """
 
 from __future__ import annotations
@@ -31,33 +30,31 @@ import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import cast
 
 from jobfolder.layout import JOB_FILE, LOG, SUPERVISOR_PID
 from jobfolder.procs import GRACE_S, pid_alive
-from jobfolder.record import JobRecord, JobSpec, ResumeChoice, format_problem
-from jobfolder.status import has_ended, outcome_recorded
-from veri_tui.errors import NotFoundError, VeriError
+from jobfolder.record import JobRecord, JobSpec, ResumeChoice
+from jobfolder.status import has_ended
+from veri_tui.errors import VeriError
 from veri_tui.launch import registry
-from veri_tui.launch.gather import gather
+from veri_tui.launch.backends import Backend, backend_of
+from veri_tui.launch.backends.ref import JobRef, NodeRef, SubmitError
 from veri_tui.launch.host import Host, jobfolder_argv
-from veri_tui.launch.hostpool import in_parallel
-from veri_tui.launch.measured import so_far
 from veri_tui.launch.records import LogLine, wait_until_ended
 from veri_tui.launch.retries import retry_due
 
-#: The most of the log one read returns (a follow reads on from where it stopped).
-MAX_LOG_READ = 64 * 2**20
 REFUSED = 3  # `python -m jobfolder resume`'s exit status for a refusal (one `error:` line)
 
 
 @dataclass
 class Node:
-    """One node of a job: its host, its job folder there, the supervisor pid seen at start."""
+    """One node of a job: its host, its job folder there, its handle (the supervisor's pid
+    seen at its start, or the scheduler's job id; None: not started)."""
 
     host: Host
     job_dir: str
-    pid: int | None = None
+    handle: int | None = None
 
     @property
     def job_file(self) -> str:
@@ -71,65 +68,39 @@ class JobTarget:
         self.job_id = job_id
         self.nodes = nodes
         self.entry = entry
+        self.backend: Backend = backend_of(nodes[0].host.kind)
         self.name = nodes[0].host.name if entry is None else f"{entry.kind}:{entry.host}"
+
+    @property
+    def ref(self) -> JobRef:
+        """The job's typed handle as its nodes hold it now."""
+        nodes = tuple(NodeRef(n.host.name, n.job_dir, n.handle) for n in self.nodes)
+        return JobRef(self.backend.name, self.nodes[0].host.kind, self.job_id, nodes)
 
     def close(self) -> None:
         for node in self.nodes:
             node.host.close()
 
-    # -- reading ---------------------------------------------------------------------------
+    # -- reading: the backend's operations ------------------------------------------------
 
     def supervisor_pid(self, node: Node) -> int | None:
         """The pid the supervisor wrote itself, else the one seen when it was started. A
         batch job's handle is its Slurm job id: its supervisor's pid is a compute node's."""
-        from veri_tui.launch.backends import backend_of
-
-        if not backend_of(node.host.kind).handle_is_pid:
-            return node.pid
+        if not self.backend.handle_is_pid:
+            return node.handle
         try:
             raw = node.host.read_bytes(posixpath.join(node.job_dir, SUPERVISOR_PID), 64)
             return int(raw.split()[0])
         except (FileNotFoundError, ValueError, IndexError):
-            return node.pid
+            return node.handle
 
     def node_record(self, node: Node) -> JobRecord:
-        """One node's job.json, the lost rule applied on its host; VeriError when gone."""
-
-        def read() -> JobRecord:
-            try:
-                raw = node.host.read_bytes(node.job_file, 16 * 2**20)
-            except FileNotFoundError:
-                if node.host.label is None:
-                    raise NotFoundError(f"no job {self.job_id}; `veri-tui jobs` lists them"
-                                        ) from None  # fmt: skip
-                raise NotFoundError(f"{node.job_file} is gone from {node.host.name}") from None
-            try:
-                record = cast(JobRecord, json.loads(raw.decode("utf-8")))
-            except (UnicodeDecodeError, ValueError) as exc:
-                raise NotFoundError(f"{node.job_file}: unreadable ({exc})") from exc
-            newer = format_problem(record, node.job_file)
-            if newer is not None:
-                raise VeriError(newer, key="job")
-            return record
-
-        return node.host.judge(node.job_dir, read(), self.supervisor_pid(node), read)
+        """One node's job.json as its backend judges it; VeriError when gone."""
+        return self.backend.node_state(self, node)
 
     def get_job(self, job_id: str | None = None) -> JobRecord:
-        """The job's record as its nodes' folders say now (see the module docstring)."""
-        if len(self.nodes) == 1:
-            record = self.node_record(self.nodes[0])
-            if self.nodes[0].host.label is not None:
-                record["host"] = self.nodes[0].host.label
-        else:
-            read = in_parallel(self.node_record, self.nodes)
-            records = [r if isinstance(r, dict) else None for r in read]
-            whys = [f"cannot reach {n.host.name} ({r})" if isinstance(r, Exception) else ""
-                    for n, r in zip(self.nodes, read, strict=True)]  # fmt: skip
-            record = gather(records, [n.host.name for n in self.nodes], whys)
-        measured = so_far(record, self.nodes)
-        if measured is not None:
-            record["measured"] = measured
-        return record
+        """The job's record as its nodes' folders say now; writes nothing."""
+        return self.backend.state(self)
 
     def remember(self, record: JobRecord) -> None:
         """Keep the record last read in the registry entry (pids another process wrote
@@ -149,39 +120,13 @@ class JobTarget:
 
     def read_log(self, job_id: str | None = None, offset: int = 0) -> bytes:
         """Rank 0's log from byte ``offset`` to its current end (b"" before it exists)."""
-        node = self.nodes[0]
-        if node.host.label is None:
-            self.get_job()  # unknown id -> VeriError
-        try:
-            return node.host.read_bytes(posixpath.join(node.job_dir, LOG), MAX_LOG_READ, offset)
-        except FileNotFoundError:
-            return b""
+        return self.backend.logs(self, offset)
 
-    def follow_log(self, job_id: str | None = None, offset: int = 0, **options: Any
+    def follow_log(self, job_id: str | None = None, offset: int = 0, **options: object
                    ) -> Iterator[LogLine]:  # fmt: skip
         """Complete log lines from ``offset`` until the job has ended (a multi-node job's
         tail of node 0 goes on while its watcher starts another attempt)."""
-        node = self.nodes[0]
-        self.get_job()  # unknown id -> VeriError
-        log = posixpath.join(node.job_dir, LOG)
-
-        def lines() -> Iterator[LogLine]:
-            nonlocal offset
-            while True:
-                got = False
-                pid = self.supervisor_pid(node)
-                for line in node.host.follow(log, pid, offset, self._ended, **options):
-                    offset, got = line.end, True
-                    yield line
-                if len(self.nodes) == 1 or self._ended():
-                    return
-                if not got:
-                    time.sleep(1.0)  # node 0 is done, another node is not yet
-
-        return lines()
-
-    def _ended(self) -> bool:
-        return self.settled(self.get_job())
+        return self.backend.follow(self, offset, **options)
 
     def settled(self, record: JobRecord) -> bool:
         """Ended, with no retry still to come (a multi-node job's watcher, while it runs,
@@ -218,22 +163,8 @@ class JobTarget:
     def cancel(self, job_id: str | None = None, grace: float = GRACE_S) -> JobRecord:
         """End every rank on every node (SIGTERM, SIGKILL after ``grace``); the record after.
         A node that cannot be reached is reported, not skipped."""
-        self.stop_watcher()
-
-        def one(node: Node) -> None:
-            if not outcome_recorded(self.node_record(node)):
-                node.host.cancel_job(node.job_dir, node.pid, grace)
-
-        if len(self.nodes) == 1:
-            one(self.nodes[0])
-            return self.get_job()
-        done = in_parallel(one, self.nodes)
-        unreachable = [f"{n.host.name}: {r}" for n, r in zip(self.nodes, done, strict=True)
-                       if isinstance(r, Exception)]  # fmt: skip
-        record = self.get_job()
-        if unreachable:
-            raise VeriError(f"cancel did not reach every node ({'; '.join(unreachable)})", "job")
-        return record
+        self.backend.cancel(self, grace)
+        return self.get_job()
 
     def prepare(self, k: int, spec: JobSpec | None, choice: ResumeChoice | None = None
                 ) -> JobRecord:  # fmt: skip
@@ -251,26 +182,40 @@ class JobTarget:
                             key="job")  # fmt: skip
         return cast(JobRecord, json.loads(res.text))
 
-    def start(self, k: int) -> int:
-        """Start node ``k``'s supervisor detached again; its pid (kept in the registry)."""
-        node = self.nodes[k]
-        node.pid = node.host.start_supervisor(node.job_dir)
+    def submit(self) -> JobRef:
+        """Start every node's prepared attempt (the backend's `submit`); its handle, kept in
+        the registry entry. A node that cannot be started raises its failure (the nodes that
+        did start are kept so too: the caller ends them)."""
+        try:
+            ref = self.backend.submit(self.job_id, [n.host for n in self.nodes],
+                                      [n.job_dir for n in self.nodes])  # fmt: skip
+        except SubmitError as exc:
+            self.adopt(exc.ref)
+            raise exc.cause from None
+        self.adopt(ref)
+        return ref
+
+    def adopt(self, ref: JobRef) -> None:
+        """Take the handles of ``ref`` (those started: a node not started keeps its own),
+        and keep them in the registry entry."""
+        for node, given in zip(self.nodes, ref.nodes, strict=True):
+            if given.handle is not None:
+                node.handle = given.handle
         if self.entry is not None:
             fresh = registry.load(self.job_id) or self.entry
             if fresh.nodes:
-                fresh.nodes[k]["pid"] = node.pid
-            if k == 0:
-                fresh.pid = node.pid
+                for saved, node in zip(fresh.nodes, self.nodes, strict=True):
+                    saved["pid"] = node.handle
+            fresh.pid = self.nodes[0].handle
             self.entry = fresh
             registry.save(fresh)
-        return node.pid
 
     def resume(self, job_id: str | None = None, spec: JobSpec | None = None) -> JobRecord:
         """A new attempt of the ended one-node job in its folder, from the newest verified
         checkpoint (the supervisor chooses it); ``spec`` replaces the job's spec (a
         re-plan). A multi-node job resumes through restart.resume_nodes."""
         record = self.prepare(0, spec)
-        self.start(0)
+        self.submit()
         return record
 
     def append_log(self, line: str) -> None:

@@ -1,14 +1,21 @@
-"""The Backend registry: how a job is run, by name, and the options each way declares.
+"""The Backend registry: how a job is run, by name, the options each way declares, and the
+operations every backend gives.
 
-A Backend runs jobs on Machines it owns (host.py: `LocalHost`, `SshHost`, the commands and
-files of one machine): `direct` (direct.py: the supervisor started on one or N hosts) and
-`slurm` (slurm.py: a batch job submitted from a login node). Each is registered here by name
-with the options it takes (`Option`: name, type, help, default); from them come the CLI's
-flags (`add_cli_options`, veri_tui/cli.py), the app's launch-screen fields (`options_of`,
-veri_tui/app/widgets/slurm_fields.py), veri.toml's `[<name>]` table and the `kind` kept in
-this machine's job registry (registry.py). Every choice between backends is made here
-(`backend_for` a job's destination, `backend_of` a host's or registry entry's kind); the
-launch sequence, the preflight and the job target call the Backend they were given.
+A Backend runs jobs on Machines it is handed (host.py: `LocalHost`, `SshHost`, the commands,
+files and processes of one machine; `SlurmHost` owns its login node's): `direct` (direct.py:
+the supervisor started on one or N hosts) and `slurm` (slurm.py: a batch job submitted from
+a login node). Each is registered here by name with the options it takes (`Option`: name,
+type, help, default); from them come the CLI's flags (`add_cli_options`, veri_tui/cli.py),
+the app's launch-screen fields (`options_of`, veri_tui/app/widgets/slurm_fields.py),
+veri.toml's `[<name>]` table and the `kind` kept in this machine's job registry
+(registry.py). Every choice between backends is made here (`backend_for` a job's
+destination, `backend_of` a host's or registry entry's kind).
+
+A job's operations are the Backend's (`Backend` below): `probe` its hosts, `submit` its
+prepared folders (a typed handle, ref.py's `JobRef`), and for the open job (target.py's
+`JobTarget`: its hosts, connected) `state`, `node_state`, `cancel`, `logs` and `follow`.
+The launch sequence (launching.py), the facade (jobs.py, handle.py) and a resume
+(restart.py) call these; `direct` and `slurm` share their code (supervised.py).
 
 A new backend (Kubernetes, SkyPilot): one module with a class like `SlurmBackend`, one line
 in `_load`, and the conformance suite (tests/backends) run against it.
@@ -17,17 +24,20 @@ in `_load`, and the conformance suite (tests/backends) run against it.
 from __future__ import annotations
 
 import argparse
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from veri_tui.errors import VeriError
 
 if TYPE_CHECKING:
     from jobfolder.record import JobRecord, JobSpec
-    from veri_tui.launch.host import Host
+    from veri_tui.launch.backends.ref import JobRef
+    from veri_tui.launch.host import Host, HostFacts
     from veri_tui.launch.hostpool import HostName
     from veri_tui.launch.probe.fleet import ProbeChoice
+    from veri_tui.launch.records import LogLine
+    from veri_tui.launch.target import JobTarget, Node
     from veri_tui.plan import JobConfig
 
 
@@ -116,6 +126,36 @@ class Backend(Protocol):
         """Ready ``host`` to re-plan a resume of ``record``: the rank count to plan for and
         whether the layout changed (the plan is then made again whatever else changed)."""
 
+    # -- the job operations ------------------------------------------------------------------
+
+    def probe(self, hosts: Sequence[Host], job: JobConfig, dataset_bytes: int
+              ) -> list[HostFacts]:  # fmt: skip
+        """Every host's facts for ``job`` (node 0 first); VeriError when one cannot answer."""
+
+    def submit(self, job_id: str, hosts: Sequence[Host], dirs: Sequence[str]) -> JobRef:
+        """Start the job whose folders ``dirs`` (node k's on ``hosts[k]``) are prepared, at
+        launch or for a resume's next attempt; its handle. `SubmitError` (ref.py), carrying
+        the nodes that did start, when one cannot be."""
+
+    def state(self, job: JobTarget) -> JobRecord:
+        """The job's record now (several nodes gathered); writes nothing, anywhere.
+        NotFoundError when its folder is gone."""
+
+    def node_state(self, job: JobTarget, node: Node) -> JobRecord:
+        """One node's record now, judged as `state` judges it; writes nothing."""
+
+    def cancel(self, job: JobTarget, grace: float) -> None:
+        """End every rank on every node (SIGTERM, SIGKILL after ``grace``), `cancelled`
+        recorded, the job's watcher (its retries) stopped first; VeriError naming the nodes
+        it could not reach."""
+
+    def logs(self, job: JobTarget, offset: int) -> bytes:
+        """Rank 0's log from byte ``offset`` to its current end (b"" before it exists)."""
+
+    def follow(self, job: JobTarget, offset: int, **options: object) -> Iterator[LogLine]:
+        """Complete rank-0 log lines from ``offset`` until the job has settled (VeriError at
+        once for a job that cannot be read)."""
+
 
 _BACKENDS: dict[str, Backend] = {}
 
@@ -173,12 +213,13 @@ def add_cli_options(parser: argparse.ArgumentParser, grouped: bool) -> None:
             continue
         group = parser if backend.group is None else parser.add_argument_group(backend.group)
         for opt in backend.options:
-            kwargs: dict[str, Any] = {"help": opt.help, "metavar": opt.metavar}
             if opt.many:
-                kwargs["action"] = "append"
-            elif opt.type is not str:
-                kwargs["type"] = opt.type
-            group.add_argument(opt.cli_flag, dest=opt.name, **kwargs)
+                group.add_argument(opt.cli_flag, dest=opt.name, help=opt.help,
+                                   metavar=opt.metavar, action="append")  # fmt: skip
+            else:
+                group.add_argument(opt.cli_flag, dest=opt.name, help=opt.help,
+                                   metavar=opt.metavar,
+                                   type=int if opt.type is int else str)  # fmt: skip
 
 
 def where_from(

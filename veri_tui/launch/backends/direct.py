@@ -7,17 +7,24 @@ one option is `--host` (repeatable), veri.toml's `hosts`; it keeps no `[direct]`
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import posixpath
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, cast
 
+from jobfolder.layout import SUPERVISOR_LOG
+from jobfolder.lost import judge as judge_pid
 from veri_tui.errors import VeriError
 from veri_tui.launch.backends import Option
+from veri_tui.launch.backends.supervised import SupervisedBackend
+from veri_tui.launch.host import run_cancel, supervisor_argv
 
 if TYPE_CHECKING:
     from jobfolder.record import JobRecord, JobSpec
     from veri_tui.launch.host import Host
     from veri_tui.launch.hostpool import HostName
     from veri_tui.launch.probe.fleet import ProbeChoice
+    from veri_tui.launch.records import LogLine
+    from veri_tui.launch.target import JobTarget, Node
     from veri_tui.plan import JobConfig
 
 #: `veri-tui resume --nodes` of a job that is not a Slurm job.
@@ -27,8 +34,9 @@ NOT_SLURM_NODES = (
 )
 
 
-class DirectBackend:
-    """Supervisors started on the job's hosts: this machine, or N SSH hosts."""
+class DirectBackend(SupervisedBackend):
+    """Supervisors started on the job's hosts: this machine, or N SSH hosts. Its handle is
+    the supervisor's pid, judged by the lost rule where the supervisor runs."""
 
     name: str = "direct"
     kinds: tuple[str, ...] = ("local", "ssh")
@@ -110,3 +118,22 @@ class DirectBackend:
     def relayout(self, host: Host, record: JobRecord, gpu_count: int | None, nodes: int | None
                  ) -> tuple[int | None, bool]:  # fmt: skip
         return gpu_count, False
+
+    # -- the job operations' steps (supervised.py) -----------------------------------------
+
+    def start(self, host: Host, job_dir: str) -> int:
+        """The supervisor started detached on ``host``; its pid."""
+        log = posixpath.join(job_dir, SUPERVISOR_LOG)
+        return host.start_detached(supervisor_argv(host, job_dir), log, job_dir)
+
+    def judge(self, job: JobTarget, node: Node, record: JobRecord,
+              reread: Callable[[], JobRecord]) -> JobRecord:  # fmt: skip
+        where = node.host.label or ""
+        return judge_pid(record, job.supervisor_pid(node), node.host.alive, reread, where=where)
+
+    def stop(self, job: JobTarget, node: Node, grace: float) -> None:
+        run_cancel(node.host, node.job_dir, node.handle, grace)
+
+    def tail(self, job: JobTarget, node: Node, path: str, offset: int,
+             done: Callable[[], bool], **options: object) -> Iterator[LogLine]:  # fmt: skip
+        return node.host.follow(path, job.supervisor_pid(node), offset, done, **options)

@@ -11,22 +11,28 @@ job id, so a registry entry (kind `slurm`) is kept also when the login node is t
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, cast
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, cast
 
 from veri_tui.launch.backends import Option
+from veri_tui.launch.backends.supervised import SupervisedBackend
+from veri_tui.launch.records import follow_lines
+from veri_tui.launch.slurm.options import SlurmOptions, keys, slurm_options
 
 if TYPE_CHECKING:
     from jobfolder.record import JobRecord, JobSpec
     from veri_tui.launch.host import Host
     from veri_tui.launch.hostpool import HostName
     from veri_tui.launch.probe.fleet import ProbeChoice
+    from veri_tui.launch.records import LogLine
+    from veri_tui.launch.slurm.host import SlurmHost
+    from veri_tui.launch.target import JobTarget, Node
     from veri_tui.plan import JobConfig
-from veri_tui.launch.slurm.options import SlurmOptions, slurm_options
 
 
-class SlurmBackend:
-    """sbatch from a login node; the controller's state judges the job."""
+class SlurmBackend(SupervisedBackend):
+    """sbatch from a login node; the controller's state judges the job. Its handle is the
+    Slurm job id (slurm/batch.py)."""
 
     name: str = "slurm"
     kinds: tuple[str, ...] = ("slurm",)
@@ -34,30 +40,11 @@ class SlurmBackend:
     given_as: str = "--slurm"
     probes_one_host: bool = False
     handle_is_pid: bool = False
-    options: tuple[Option, ...] = (
-        Option(
-            "login", str, flag="--slurm", metavar="LOGIN",
-            help="submit with sbatch from this login node: ~/.ssh/config alias, "
-            "user@host[:port], or local (sbatch on this machine)",
-        ),
-        Option("partition", str, metavar="P", help="partition (default: the cluster's default)",
-               label="partition", hint="empty: the cluster's default partition"),
-        Option("nodes", int, metavar="N", default=1, help="nodes of the allocation (default 1)",
-               label="nodes", hint="1"),
-        Option(
-            "gpus_per_node", int, metavar="G",
-            help="ranks per node (default: every GPU of a node; a CPU partition: its cores)",
-            label="gpus/node", hint="empty: every GPU of a node (CPU partition: its cores)",
-        ),
-        Option("account", str, metavar="A", help="sbatch --account",
-               label="account", hint="empty: your default account"),
-        Option("time", str, metavar="T", help="time limit, sbatch --time (e.g. 30, 1:30:00)",
-               label="time limit", hint="empty: the partition's; e.g. 30, 1:30:00, 2-00:00:00"),
-        Option("qos", str, metavar="Q", help="sbatch --qos", label="qos",
-               hint="empty: the default"),
-        Option("exclude", str, metavar="NODES",
-               help="sbatch --exclude: nodes the job must not get (e.g. one the probe refused)",
-               label="exclude", hint="empty: none; nodes the job must not get, e.g. n[3-4],n9"),
+    #: `[slurm]`'s keys, each spelled once: a field of `SlurmOptions` (slurm/options.py).
+    options: tuple[Option, ...] = tuple(
+        Option(k.name, k.type, k.doc.help, k.default, k.doc.metavar, k.doc.flag,
+               label=k.doc.label, hint=k.doc.hint)
+        for k in keys()
     )  # fmt: skip
 
     def where_from(
@@ -101,7 +88,7 @@ class SlurmBackend:
         (--allow-slow-nodes: recorded, the job goes on) or "stop" (a slow or sick node ends
         it); the batch job probes its allocation (slurm/script.py)."""
         off = not choice.run or os.environ.get("VERI_PROBE") == "0"
-        slurm = cast("dict[str, Any]", spec)["slurm"]
+        slurm = cast("dict[str, dict[str, object]]", spec)["slurm"]
         slurm["probe"] = "off" if off else "allow" if choice.allow_slow else "stop"
 
     def refuse_nodes(self, nodes: int | None) -> None:
@@ -118,3 +105,36 @@ class SlurmBackend:
         cast(SlurmHost, host).options = options_for_resume(record, gpu_count, nodes)
         relaid = nodes is not None and nodes != int(record["spec"].get("nnodes") or 1)
         return gpu_count, relaid
+
+    # -- the job operations' steps (supervised.py): the batch job, slurm/batch.py -----------
+
+    def start(self, host: Host, job_dir: str) -> int:
+        from veri_tui.launch.slurm import batch
+
+        return batch.submit(cast("SlurmHost", host), job_dir)
+
+    def judge(self, job: JobTarget, node: Node, record: JobRecord,
+              reread: Callable[[], JobRecord]) -> JobRecord:  # fmt: skip
+        from veri_tui.launch.slurm import batch
+
+        return batch.judge(cast("SlurmHost", node.host), record, node.handle, reread)
+
+    def stop(self, job: JobTarget, node: Node, grace: float) -> None:
+        from veri_tui.launch.slurm import batch
+
+        batch.cancel(cast("SlurmHost", node.host), node.job_dir, node.handle, grace)
+
+    def tail(self, job: JobTarget, node: Node, path: str, offset: int,
+             done: Callable[[], bool], **options: object) -> Iterator[LogLine]:  # fmt: skip
+        """The log read by offset until ``done()`` (the supervisor's pid is a compute
+        node's: nothing here can tail it)."""
+
+        def read(off: int) -> bytes:
+            try:
+                return node.host.read_bytes(path, 1 << 30, off)
+            except FileNotFoundError:
+                return b""
+
+        poll = options.get("poll_s", 1.0)
+        seconds = float(poll) if isinstance(poll, int | float) else 1.0
+        return follow_lines(read, done, offset, seconds)

@@ -9,45 +9,31 @@ differs:
 - `probe`: the partition's facts (partition.py) decide the layout (nodes x ranks per node)
   and GPU; job folders go under `<veri home>/slurm/jobs` (a Slurm job is listed by its
   registry entry, not by folder as this machine's own jobs are);
-- `start_supervisor`: writes `<job_dir>/sbatch.sh` (script.py) and runs `sbatch --parsable`;
-  the handle is the Slurm job id, also in job.json (`slurm_job_id`, a string as the
-  supervisor writes it). Anything that fails after sbatch answered scancels the job;
-- `alive`, `judge`: the controller's state (states.py) instead of a pid;
-- `cancel_job`: the `cancel.request` marker, `scancel --signal=TERM --full`, `scancel` after
-  the grace, then `cancelled` recorded if nothing did;
-- `follow`: the log polled by offset (the supervisor's pid is a compute node's).
+- `batch_script`: the job's sbatch.sh, which `launch --dry-run` prints and batch.py submits
+  (the batch job's submit, state and cancel: the `slurm` backend's operations).
 """
 
 from __future__ import annotations
 
-import json
 import posixpath
-import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 import jobfolder
-from jobfolder.layout import CANCEL_REQUEST, JOB_FILE
-from jobfolder.lost import closed, lost_record
-from jobfolder.lost import judge as judge_pid
 from jobfolder.record import JobRecord
-from jobfolder.status import CANCELLED, PENDING, has_ended
 from veri_tui.errors import VeriError
 from veri_tui.launch.host import (
     Host,
     HostFacts,
-    jobfolder_argv,
     supervisor_argv,
     tracker_problems,
 )
 from veri_tui.launch.machine import Result
-from veri_tui.launch.records import LogLine, follow_lines
 from veri_tui.launch.slurm.login import LoginNode
 from veri_tui.launch.slurm.options import SlurmOptions
 from veri_tui.launch.slurm.partition import Partition, layout, on_partition, read_partition
-from veri_tui.launch.slurm.script import SCRIPT, batch_script
-from veri_tui.launch.slurm.states import SlurmState, outcome, query
+from veri_tui.launch.slurm.script import batch_script
 
 if TYPE_CHECKING:
     from veri_tui.plan import JobConfig, PlanRecord
@@ -55,8 +41,6 @@ if TYPE_CHECKING:
 #: The source folder holding the jobfolder and trainer packages (`--slurm local`: the batch
 #: job imports them from here, whatever PYTHONPATH sbatch's environment carries).
 SOURCE_ROOT = str(Path(jobfolder.__file__).resolve().parents[1])
-#: How long a scancel'd job may take to leave the queue (Slurm's KillWait, then cleanup).
-LEAVE_S = 60.0
 
 
 class SlurmHost(LoginNode):
@@ -159,124 +143,6 @@ class SlurmHost(LoginNode):
         """The job's sbatch.sh (script.py): its spec, the supervisor as this node starts it."""
         spec = cast(dict[str, Any], record["spec"])
         return batch_script(record["job_id"], job_dir, spec, supervisor_argv(self, job_dir))
-
-    def start_supervisor(self, job_dir: str) -> int:
-        """Write sbatch.sh, submit it; the Slurm job id (also in job.json). A cancel marker
-        left by an earlier cancel goes first: this attempt's SIGTERM is a preemption."""
-        record = json.loads(self.login_host.read_bytes(posixpath.join(job_dir, JOB_FILE), 1 << 24))
-        script = posixpath.join(job_dir, SCRIPT)
-        self.login_host.write_atomic(script, self.batch_script(job_dir, record).encode())
-        marker = posixpath.join(job_dir, CANCEL_REQUEST)
-        if self.login_host.exists(marker):
-            self.login_host.remove(marker)
-        res = self.slurm(["sbatch", "--parsable", f"--chdir={job_dir}", script])
-        try:
-            job_id = int(res.text.strip().split(";")[0])
-        except ValueError:
-            raise VeriError(
-                f"sbatch on {self.login_host.where} refused the job: {res.error_line()}",
-                key="slurm",
-            ) from None
-        try:
-            self._jobfolder(job_dir, "set-slurm-id", str(job_id))
-        except BaseException:
-            self.slurm(["scancel", str(job_id)])  # no half-started job stays queued
-            raise
-        return job_id
-
-    def _jobfolder(self, job_dir: str, command: str, *args: str) -> None:
-        """`python -m jobfolder COMMAND JOB_JSON ARGS` on the login node: job.json changed
-        under its lock by the job's own package."""
-        job = posixpath.join(job_dir, JOB_FILE)
-        res = self.login_host.run(jobfolder_argv(self, job_dir, command, job, *args), timeout=60)
-        if res.exit_status != 0:
-            raise VeriError(f"job.json on {self.login_host.where}: {res.error_line()}", key="job")
-
-    def alive(self, pid: int) -> bool:
-        state = query(self.slurm, pid)
-        return state is not None and state.alive
-
-    def judge(
-        self, job_dir: str, record: JobRecord, pid: int | None, reread: Callable[[], JobRecord]
-    ) -> JobRecord:
-        """The record as the controller explains it: queued or running (with the Slurm state
-        and reason), else the outcome its end state means, else lost. A read writes
-        nothing: the reader's `settle()` records that outcome in job.json (the controller
-        forgets an ended job after MinJobAge; without accounting nothing else would
-        remember why it ended)."""
-        if has_ended(record):
-            return record
-        if pid is None:  # not submitted yet (or its submission failed): the lost rule's
-            return judge_pid(record, None, self.alive, reread, where=self.name)
-        state = query(self.slurm, pid)
-        if state is not None and state.alive:
-            return with_state(record, state)
-        again = reread()  # the supervisor may have recorded its end meanwhile
-        if has_ended(again):
-            return again
-        if state is None:
-            return lost_record(again, f"its Slurm job {pid} is unknown to the controller")
-        world = (again.get("spec") or {}).get("gpu_count")
-        mapped = outcome(state, world)
-        if mapped is None:
-            return with_state(
-                lost_record(
-                    again, f"its Slurm job {pid} ended {state.state} without recording an outcome"
-                ),
-                state,
-            )
-        # A read writes nothing: the outcome is shown now and recorded by the reader's
-        # settle() (target.py: `python -m jobfolder close`, under the job lock).
-        return with_state(closed(again, *mapped), state)
-
-    def cancel_job(self, job_dir: str, pid: int | None, grace: float) -> None:
-        """Mark the cancel, signal the batch job (its supervisor ends the ranks and records
-        `cancelled`), scancel it after ``grace``, wait until it left; record `cancelled`
-        if nothing did."""
-        self.login_host.write_atomic(posixpath.join(job_dir, CANCEL_REQUEST), b"cancel\n")
-        state = query(self.slurm, pid) if pid is not None else None
-        if pid is not None and state is not None and state.alive:
-            if state.status == PENDING:  # nothing runs yet: a pending job takes no signal
-                self.slurm(["scancel", str(pid)])
-            else:
-                self.slurm(["scancel", "--signal=TERM", "--full", str(pid)])
-                if not self._left(pid, grace + 3.0):
-                    self.slurm(["scancel", str(pid)])
-            if not self._left(pid, LEAVE_S):
-                raise VeriError(
-                    f"Slurm job {pid} did not end within {LEAVE_S:.0f} s of scancel; see squeue",
-                    key="job",
-                )
-        self._jobfolder(job_dir, "close", "--status", CANCELLED)
-
-    def _left(self, job_id: int, timeout: float) -> bool:
-        deadline = time.monotonic() + timeout
-        while self.alive(job_id):
-            if time.monotonic() > deadline:
-                return False
-            time.sleep(0.5)
-        return True
-
-    def follow(
-        self, path: str, pid: int | None, offset: int, done: Callable[[], bool], **options: Any
-    ) -> Iterator[LogLine]:
-        """Complete lines of ``path`` from ``offset``, read by offset, until ``done()``."""
-
-        def read(off: int) -> bytes:
-            try:
-                return self.login_host.read_bytes(path, 1 << 30, off)
-            except FileNotFoundError:
-                return b""
-
-        return follow_lines(read, done, offset, float(options.get("poll_s", 1.0)))
-
-
-def with_state(record: JobRecord, state: SlurmState) -> JobRecord:
-    """The record with what the controller says (`slurm_state`, `slurm_reason`): read-side
-    keys like `lost`, never written to job.json."""
-    view = cast(dict[str, Any], dict(record))
-    view.update(slurm_job_id=str(state.job_id), slurm_state=state.state, slurm_reason=state.reason)
-    return cast(JobRecord, view)
 
 
 def open_slurm(options: SlurmOptions, trust: str | None = None) -> SlurmHost:

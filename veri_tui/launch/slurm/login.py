@@ -2,7 +2,7 @@
 
 `LoginNode` is the part of `SlurmHost` (host.py) that is the login node's own, each member
 handed to the `Host` it wraps (`LocalHost` for `--slurm local`, `SshHost` for an alias or
-user@host[:port]) by name: its commands and files, and the launch steps the job's shared
+user@host[:port]) by name: its commands, files and processes, and the launch steps the job's shared
 folder makes the same as a direct job's there (where its files go, staging, the rows of a
 preflight). Written out member by member, so what a Slurm host takes from its login node is
 this list, typed, and a member the login node lacks is a type error, not an AttributeError
@@ -11,7 +11,7 @@ at run time.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
 from veri_tui.errors import Refusal
@@ -21,6 +21,7 @@ from veri_tui.launch.machine import Result, Stream
 
 if TYPE_CHECKING:
     from veri_tui.launch.jobdata import JobData
+    from veri_tui.launch.records import LogLine
     from veri_tui.plan import JobConfig, PlanRecord
     from veri_tui.plan.disk import DiskEstimate
 
@@ -82,6 +83,16 @@ class LoginNode:
     def places(self, paths: Sequence[str]) -> list[Place]:
         return self.login_host.places(paths)
 
+    def start_detached(self, argv: Sequence[str], log: str, cwd: str) -> int:
+        return self.login_host.start_detached(argv, log, cwd)
+
+    def alive(self, pid: int) -> bool:
+        return self.login_host.alive(pid)
+
+    def follow(self, path: str, pid: int | None, offset: int, done: Callable[[], bool],
+               **options: object) -> Iterator[LogLine]:  # fmt: skip
+        return self.login_host.follow(path, pid, offset, done, **options)
+
     def close(self) -> None:
         self.login_host.close()
 
@@ -97,8 +108,8 @@ class LoginNode:
     def stage(self, job: JobConfig, tmp: str) -> None:
         self.login_host.stage(job, tmp)
 
-    def path_rows(self, job: JobConfig, paths: tuple[str, str, str, str | None] | None, label: str
-                  ) -> list[Row]:  # fmt: skip
+    def path_rows(self, job: JobConfig, paths: tuple[str, JobData, str, str | None] | None,
+                  label: str) -> list[Row]:  # fmt: skip
         return self.login_host.path_rows(job, paths, label)
 
     def capacity(self, facts: HostFacts, plan: PlanRecord, disk: DiskEstimate,

@@ -17,12 +17,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from jobfolder.datasource import files_of
-from jobfolder.layout import SUPERVISOR_LOG
-from jobfolder.lost import judge
-from jobfolder.record import JobRecord
 from veri_tui.errors import Refusal, VeriError
 from veri_tui.launch.diskcheck import Place
-from veri_tui.launch.host import HostFacts, Row, capacity_rows, run_cancel, supervisor_argv
+from veri_tui.launch.host import HostFacts, Row, capacity_rows
 from veri_tui.launch.jobdata import JobData, local_data
 from veri_tui.launch.machine import Result
 from veri_tui.launch.records import LogLine
@@ -118,20 +115,8 @@ class SshHost:
         except (ValueError, IndexError):
             raise VeriError(f"starting the job failed: {res.error_line()}", key="host") from None
 
-    def start_supervisor(self, job_dir: str) -> int:
-        """The job's supervisor, started detached; its pid."""
-        log = posixpath.join(job_dir, SUPERVISOR_LOG)
-        return self.start_detached(supervisor_argv(self, job_dir), log, job_dir)
-
-    def cancel_job(self, job_dir: str, pid: int | None, grace: float) -> None:
-        run_cancel(self, job_dir, pid, grace)
-
     def alive(self, pid: int) -> bool:
         return self.conn.run(["kill", "-0", str(pid)]).exit_status == 0
-
-    def judge(self, job_dir: str, record: JobRecord, pid: int | None,
-              reread: Callable[[], JobRecord]) -> JobRecord:  # fmt: skip
-        return judge(record, pid, self.alive, reread, where=self.name)
 
     # -- files -----------------------------------------------------------------------------
 
@@ -244,8 +229,8 @@ class SshHost:
                 if part.is_file():
                     files.upload_file(sftp, part, posixpath.join(tmp, "model", part.name))
 
-    def path_rows(self, job: JobConfig, paths: tuple[str, str, str, str | None] | None, label: str
-                  ) -> list[Row]:  # fmt: skip
+    def path_rows(self, job: JobConfig, paths: tuple[str, JobData, str, str | None] | None,
+                  label: str) -> list[Row]:  # fmt: skip
         """The output dir on the host, when one was given (it was checked there)."""
         return [("output", True, f"{job.output} on {label}")] if job.output else []
 

@@ -1,0 +1,173 @@
+"""The job operations of a backend whose job is one supervisor per node: `direct` and
+`slurm` share them here, and differ only in the four steps each gives (`start`, `judge`,
+`stop`, `tail`).
+
+- `probe`: every host's facts, in parallel (host.py `probe`; VeriError for the first host
+  that cannot answer);
+- `submit`: every prepared job folder's supervisor started, in parallel; the typed handle
+  (ref.py), or `SubmitError` with the nodes that did start;
+- `state`: each node's job.json read on its host and judged by the backend (`judge`: the
+  lost rule on a pid, or the scheduler's state); several nodes gathered (gather.py). A read
+  writes nothing, anywhere;
+- `cancel`: the job's watcher stopped (its retries), then `stop` on every node whose outcome
+  is not recorded, at once; a node that cannot be reached is reported, not skipped;
+- `logs`, `follow`: rank 0's log on node 0, read by offset or followed (`tail`) until the
+  job has settled (a multi-node job's tail goes on across its watcher's attempts).
+
+The job they act on is the open job (target.py's `JobTarget`: its nodes' hosts, connected
+for its life); this module imports neither it nor the registry (they import the backends).
+"""
+
+from __future__ import annotations
+
+import json
+import posixpath
+import time
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, cast
+
+from jobfolder.layout import LOG
+from jobfolder.record import JobRecord, format_problem
+from jobfolder.status import outcome_recorded
+from veri_tui.errors import NotFoundError, VeriError
+from veri_tui.launch.backends.ref import JobRef, NodeRef, SubmitError
+from veri_tui.launch.gather import gather
+from veri_tui.launch.hostpool import all_or_raise, in_parallel
+from veri_tui.launch.measured import so_far
+
+if TYPE_CHECKING:
+    from veri_tui.launch.host import Host, HostFacts
+    from veri_tui.launch.records import LogLine
+    from veri_tui.launch.target import JobTarget, Node
+    from veri_tui.plan import JobConfig
+
+#: The most of the log one read returns (a follow reads on from where it stopped).
+MAX_LOG_READ = 64 * 2**20
+
+
+class SupervisedBackend:
+    """The operations; a backend subclass gives `start`, `judge`, `stop` and `tail`."""
+
+    name: str
+
+    # -- what a backend gives --------------------------------------------------------------
+
+    def start(self, host: Host, job_dir: str) -> int:
+        """Start the supervisor of the prepared folder ``job_dir`` on ``host``; its handle."""
+        raise NotImplementedError
+
+    def judge(self, job: JobTarget, node: Node, record: JobRecord,
+              reread: Callable[[], JobRecord]) -> JobRecord:  # fmt: skip
+        """``record`` (node's job.json) as the backend sees the job now."""
+        raise NotImplementedError
+
+    def stop(self, job: JobTarget, node: Node, grace: float) -> None:
+        """End the node's ranks (SIGTERM, SIGKILL after ``grace``) and record `cancelled`."""
+        raise NotImplementedError
+
+    def tail(self, job: JobTarget, node: Node, path: str, offset: int,
+             done: Callable[[], bool], **options: object) -> Iterator[LogLine]:  # fmt: skip
+        """Complete lines of the node's log ``path`` from ``offset`` while its job runs."""
+        raise NotImplementedError
+
+    # -- the operations ----------------------------------------------------------------------
+
+    def probe(self, hosts: Sequence[Host], job: JobConfig, dataset_bytes: int
+              ) -> list[HostFacts]:  # fmt: skip
+        return all_or_raise(in_parallel(lambda h: h.probe(job, dataset_bytes), list(hosts)))
+
+    def submit(self, job_id: str, hosts: Sequence[Host], dirs: Sequence[str]) -> JobRef:
+        started = in_parallel(lambda k: self.start(hosts[k], dirs[k]), list(range(len(hosts))))
+        nodes = tuple(NodeRef(h.name, d, s if isinstance(s, int) else None)
+                      for h, d, s in zip(hosts, dirs, started, strict=True))  # fmt: skip
+        ref = JobRef(self.name, hosts[0].kind, job_id, nodes)
+        broken = [s for s in started if isinstance(s, Exception)]
+        if broken:
+            raise SubmitError(ref, broken[0])
+        return ref
+
+    def node_state(self, job: JobTarget, node: Node) -> JobRecord:
+        """One node's job.json, judged on its host; NotFoundError when it is gone."""
+
+        def read() -> JobRecord:
+            try:
+                raw = node.host.read_bytes(node.job_file, 16 * 2**20)
+            except FileNotFoundError:
+                if node.host.label is None:
+                    raise NotFoundError(f"no job {job.job_id}; `veri-tui jobs` lists them"
+                                        ) from None  # fmt: skip
+                raise NotFoundError(f"{node.job_file} is gone from {node.host.name}") from None
+            try:
+                record = cast(JobRecord, json.loads(raw.decode("utf-8")))
+            except (UnicodeDecodeError, ValueError) as exc:
+                raise NotFoundError(f"{node.job_file}: unreadable ({exc})") from exc
+            newer = format_problem(record, node.job_file)
+            if newer is not None:
+                raise VeriError(newer, key="job")
+            return record
+
+        return self.judge(job, node, read(), read)
+
+    def state(self, job: JobTarget) -> JobRecord:
+        nodes = job.nodes
+        if len(nodes) == 1:
+            record = self.node_state(job, nodes[0])
+            if nodes[0].host.label is not None:
+                record["host"] = nodes[0].host.label
+        else:
+            read = in_parallel(lambda n: self.node_state(job, n), nodes)
+            records = [r if isinstance(r, dict) else None for r in read]
+            whys = [f"cannot reach {n.host.name} ({r})" if isinstance(r, Exception) else ""
+                    for n, r in zip(nodes, read, strict=True)]  # fmt: skip
+            record = gather(records, [n.host.name for n in nodes], whys)
+        measured = so_far(record, nodes)
+        if measured is not None:
+            record["measured"] = measured
+        return record
+
+    def cancel(self, job: JobTarget, grace: float) -> None:
+        job.stop_watcher()  # a multi-node job's retries end first
+
+        def one(node: Node) -> None:
+            if not outcome_recorded(self.node_state(job, node)):
+                self.stop(job, node, grace)
+
+        if len(job.nodes) == 1:
+            one(job.nodes[0])
+            return
+        done = in_parallel(one, job.nodes)
+        unreachable = [f"{n.host.name}: {r}" for n, r in zip(job.nodes, done, strict=True)
+                       if isinstance(r, Exception)]  # fmt: skip
+        if unreachable:
+            raise VeriError(f"cancel did not reach every node ({'; '.join(unreachable)})", "job")
+
+    def logs(self, job: JobTarget, offset: int) -> bytes:
+        node = job.nodes[0]
+        if node.host.label is None:
+            self.state(job)  # unknown id -> VeriError
+        try:
+            return node.host.read_bytes(posixpath.join(node.job_dir, LOG), MAX_LOG_READ, offset)
+        except FileNotFoundError:
+            return b""
+
+    def follow(self, job: JobTarget, offset: int, **options: object) -> Iterator[LogLine]:
+        node = job.nodes[0]
+        self.state(job)  # unknown id -> VeriError, at once
+        log = posixpath.join(node.job_dir, LOG)
+
+        def ended() -> bool:
+            return job.settled(self.state(job))
+
+        def lines() -> Iterator[LogLine]:
+            nonlocal offset
+            while True:
+                got = False
+                for line in self.tail(job, node, log, offset, ended, **options):
+                    offset, got = line.end, True
+                    yield line
+                if len(job.nodes) == 1 or ended():
+                    return
+                if not got:
+                    time.sleep(1.0)  # node 0 is done, another node is not yet
+
+        return lines()
