@@ -11,8 +11,8 @@ module's tests) is built once, not once per worker. The backend conformance suit
 fixture is parametrized by backend, so each backend is its own group. tests/web is one group:
 its server and Chromium start once. The session's servers (`sshd`, `sshd2`, `slurm_cluster`:
 support/session.py) are session fixtures, so each worker that asks starts its own: a Slurm
-cluster takes 1.3 to 1.5 s to start, far less than the minutes one worker spent running every
-Slurm module in a row while the other waited for it at the end.
+cluster takes 1.3 to 1.5 s to start, far less than a chain of every Slurm module on one
+worker (minutes) would cost in balance.
 
 Under xdist the groups are handed out in collection order (`--no-loadscope-reorder`, set
 here), and collection puts the costliest groups first: a group's cost is its slow tests
