@@ -50,7 +50,9 @@ def _group(item: pytest.Item) -> str:
     if rel.parts[0] in ONE_WORKER_FOLDERS:
         return rel.parts[0]
     backend = getattr(item, "callspec", None) and item.callspec.params.get("backend")
-    return f"{rel.as_posix()}[{backend}]" if backend else rel.as_posix()
+    # no "]" in a group's name: xdist takes what follows the last "@" as the group only when
+    # no "]" comes after it (its test ids end in "]" where parametrized)
+    return f"{rel.as_posix()}:{backend}" if backend else rel.as_posix()
 
 
 def pytest_configure(config: pytest.Config) -> None:
