@@ -1,23 +1,30 @@
 """Every test folder can import the shared support code as `support.<module>`; under
-pytest-xdist, tests that share an expensive fixture run on one worker.
+pytest-xdist, tests that share an expensive fixture run on one worker, and the costliest
+groups start first.
 
 pytest (prepend import mode) already puts tests/ on sys.path for this conftest; saying so
 here keeps it true under another import mode too.
 
-The suite runs with `-n 3 --dist loadgroup` (README). Each test gets an `xdist_group`: its
+The suite runs with `-n 2 --dist loadgroup` (README). Each test gets an `xdist_group`: its
 module's path, so a module-scoped fixture (one torchrun reference run, one job shared by a
-module's tests) is built once, not once per worker; the Slurm and browser folders are one
-group each, so the session's Slurm cluster and Chromium start once, not on every worker (the
-backend conformance suite, tests/backends, runs a Slurm backend: it joins the Slurm group).
-Without xdist the mark is inert.
+module's tests) is built once, not once per worker. The backend conformance suite's module
+fixture is parametrized by backend, so each backend is its own group. tests/web is one group:
+its server and Chromium start once. The session's servers (`sshd`, `sshd2`, `slurm_cluster`:
+support/session.py) are session fixtures, so each worker that asks starts its own: a Slurm
+cluster takes 1.3 to 1.5 s to start, far less than a chain of every Slurm module on one
+worker (minutes) would cost in balance.
 
-The session's servers (`sshd`, `sshd2`, `slurm_cluster`: support/session.py) are fixtures
-here, so every folder shares one of each.
+Under xdist the groups are handed out in collection order (`--no-loadscope-reorder`, set
+here), and collection puts the costliest groups first: a group's cost is its slow tests
+(torchrun, sshd, Slurm, a browser), counted, then its fast ones. Longest first keeps a long
+group from starting last, when the other worker has nothing left to do. Without xdist the
+marks are inert and the order is pytest's.
 """
 
 from __future__ import annotations
 
 import sys
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -30,16 +37,46 @@ from support.session import slurm_cluster, sshd, sshd2  # noqa: E402
 
 __all__ = ["slurm_cluster", "sshd", "sshd2"]
 
-#: Folders whose session fixtures (a Slurm cluster, a browser) are too costly to start twice.
-ONE_WORKER_FOLDERS = ("slurm", "web")
-#: Folders that join another's group (the conformance suite's Slurm backend: the cluster's).
-GROUP_OF = {"backends": "slurm"}
+#: Folders whose session fixtures (a browser and a server) are worth starting once.
+ONE_WORKER_FOLDERS = ("web",)
+#: A slow test weighs this many fast ones when the groups are ordered.
+SLOW_WEIGHT = 100
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Mark each test with the xdist group it must share a worker with."""
+def _group(item: pytest.Item) -> str:
+    """The xdist group of ``item``: its folder for ONE_WORKER_FOLDERS, else its module, and
+    per parameter for a parametrized module-scoped fixture (tests/backends)."""
+    rel = Path(str(item.path)).resolve().relative_to(TESTS)
+    if rel.parts[0] in ONE_WORKER_FOLDERS:
+        return rel.parts[0]
+    backend = getattr(item, "callspec", None) and item.callspec.params.get("backend")
+    # no "]" in a group's name: xdist takes what follows the last "@" as the group only when
+    # no "]" comes after it (its test ids end in "]" where parametrized)
+    return f"{rel.as_posix()}:{backend}" if backend else rel.as_posix()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Keep the collection's order when handing out groups (xdist >= 3.8 sorts them by test
+    count otherwise, and a count says little about a group's cost)."""
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False
+
+
+# tryfirst: xdist's worker reads the marks in its own pytest_collection_modifyitems, and as a
+# plugin registered after this conftest its hook would otherwise run first, before any mark
+# is set (then every test is its own group, and a module's fixture runs on both workers).
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark each test with its xdist group; under xdist, the costliest groups first."""
+    groups = {id(item): _group(item) for item in items}
     for item in items:
-        rel = Path(str(item.path)).resolve().relative_to(TESTS)
-        top = GROUP_OF.get(rel.parts[0], rel.parts[0])
-        group = top if top in ONE_WORKER_FOLDERS else rel.as_posix()
-        item.add_marker(pytest.mark.xdist_group(group))
+        item.add_marker(pytest.mark.xdist_group(groups[id(item)]))
+    if not hasattr(config, "workerinput"):
+        return
+    cost: Counter[str] = Counter()
+    first: dict[str, int] = {}
+    for i, item in enumerate(items):
+        cost[groups[id(item)]] += SLOW_WEIGHT if item.get_closest_marker("slow") else 1
+        first.setdefault(groups[id(item)], i)
+    # sort() is stable: within a group, pytest's order (module fixtures, parameters) stays.
+    items.sort(key=lambda item: (-cost[groups[id(item)]], first[groups[id(item)]]))
