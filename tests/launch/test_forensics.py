@@ -153,7 +153,8 @@ def test_the_rank_thread_answers_and_a_stopped_process_is_silent(tmp_path: Path)
     from trainer.forensics import flight_recorder, start_responder
 
     fr_before, _ = flight_recorder()
-    left_before = (fr_before or {}).get("entries") or []
+    # as the answer's JSON holds them (tuples read back as lists)
+    left_before = json.loads(json.dumps((fr_before or {}).get("entries") or []))
     (tmp_path / "pids").mkdir()
     write_pid(rank_pid_path(tmp_path, 0), os.getpid())
     start_responder(tmp_path, 0)
