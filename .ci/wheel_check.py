@@ -33,6 +33,18 @@ def check_installed_not_checkout() -> Path:
     return assets_dir()
 
 
+def check_one_namespace() -> None:
+    """The wheel installs one top-level package, veri_tui (the trainer and the job folder's
+    package inside it): no generic `trainer` or `jobfolder` lands in site-packages."""
+    from importlib.metadata import distribution
+
+    files = distribution("veri-tui").files or []
+    tops = sorted({f.parts[0] for f in files if f.suffix == ".py"})
+    if tops != ["veri_tui"]:
+        fail("namespace", f"the wheel installs top-level packages {tops}, not only veri_tui")
+    print("wheel check: one top-level package:", tops[0])
+
+
 def check_plan() -> None:
     out = subprocess.run(["veri-tui", "plan"], capture_output=True, text=True, timeout=120)
     if out.returncode != 0 or "plan: dp=1 " not in out.stdout:
@@ -74,6 +86,7 @@ def main() -> None:
     os.environ["VERI_HOME"] = tempfile.mkdtemp(prefix="veri-wheel-home-")
     os.environ["VERI_FIRST_PLAN"] = "0"
     assets = check_installed_not_checkout()
+    check_one_namespace()
     check_plan()
     print("wheel check: the app's first frame:", asyncio.run(first_frame()))
     check_job(assets)

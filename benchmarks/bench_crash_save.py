@@ -12,8 +12,8 @@ median, so the kills land inside saves whatever the machine's speed (`--max-dela
 it instead). Once the
 attempt is over (a killed supervisor's ranks are ended as `resume` would end them), it checks
 that every visible `step-N` is complete (COMPLETE, `.metadata`, every file's size and sha256
-as its manifest says, hashed here independently of jobfolder/ckptindex.py), notes the newest
-such step, runs `resume` and waits: the new attempt must start from exactly that step
+as its manifest says, hashed here independently of veri_tui/jobfolder/ckptindex.py), notes the
+newest such step, runs `resume` and waits: the new attempt must start from exactly that step
 (`resumed_from_step` and the log's `resume: attempt 2 from step-N (verified)`), succeed, and
 leave each step once in metrics.jsonl. Cancel trials cancel during a save (a `step-N.tmp` is
 there) and during the artifact write (its `.output.tmp-<pid>` is there) and check that no
@@ -38,13 +38,13 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from jobfolder.layout import (  # noqa: E402
+from veri_tui.jobfolder.layout import (  # noqa: E402
     SUPERVISOR_PID,
     TORCHRUN_PID,
     veri_home,  # noqa: E402
 )
-from jobfolder.procs import end_processes, read_pid  # noqa: E402
-from jobfolder.status import has_ended  # noqa: E402
+from veri_tui.jobfolder.procs import end_processes, read_pid  # noqa: E402
+from veri_tui.jobfolder.status import has_ended  # noqa: E402
 from veri_tui.launch import jobs  # noqa: E402
 from veri_tui.plan import load_job_config  # noqa: E402
 

@@ -5,7 +5,7 @@
 Builds a random-weight bf16 Qwen3-0.6B-shaped model (596M parameters, ~1.2 GB, in shards
 of `--shard`; cached under /tmp; nothing downloaded) and a random LoRA adapter of `--rank`
 on every attention and MLP projection (B non-zero, so every adapted weight changes), then
-merges them in a fresh process (trainer/merge.py `merge_lora`, what export --merge
+merges them in a fresh process (veri_tui/trainer/merge.py `merge_lora`, what export --merge
 runs) and reads that process's VmHWM from /proc/self/status: after its imports
 and the adapter's load (the baseline), and after the merge. The growth is what the merge
 itself held at its peak; the claim (docs/export.md) is that it stays near the largest
@@ -37,7 +37,7 @@ def make_adapter(base: Path, folder: Path, rank: int) -> Path:
     import torch
     from safetensors.torch import save_file
 
-    from trainer.weights import checkpoint_entries
+    from veri_tui.trainer.weights import checkpoint_entries
 
     torch.manual_seed(1)
     tensors = {}
@@ -56,8 +56,8 @@ def make_adapter(base: Path, folder: Path, rank: int) -> Path:
 
 def child(base: Path, adapter: Path, out: Path) -> None:
     """The merge in this (fresh) process; prints its VmHWM figures as one JSON line."""
-    from trainer.measure import vm_status
-    from trainer.merge import adapter_deltas, merge_lora
+    from veri_tui.trainer.measure import vm_status
+    from veri_tui.trainer.merge import adapter_deltas, merge_lora
 
     adapter_deltas(adapter)  # the adapter's load is in the baseline: its size is its own
     before = vm_status()["VmHWM"]
@@ -73,7 +73,7 @@ def check(base: Path, adapter: Path, out: Path, rank: int) -> float:
     import torch
     from safetensors import safe_open
 
-    from trainer.weights import checkpoint_entries, read_rows
+    from veri_tui.trainer.weights import checkpoint_entries, read_rows
 
     def tensor(folder: Path, name: str) -> torch.Tensor:
         entry = checkpoint_entries(folder)[name]
@@ -105,7 +105,7 @@ def main() -> None:
     proc = subprocess.run([sys.executable, __file__, "--child", str(base), str(adapter), str(out)],
                           capture_output=True, text=True, check=True)  # fmt: skip
     got = json.loads(proc.stdout.strip().splitlines()[-1])
-    from trainer.weights import checkpoint_entries
+    from veri_tui.trainer.weights import checkpoint_entries
 
     entries = checkpoint_entries(base)
     shard_sizes = [f.stat().st_size for f in base.glob("model*.safetensors")]

@@ -4,7 +4,7 @@
 
 Builds the model from its config (596,049,920 parameters, random bf16 weights: zero-filled
 files would cost no memory; nothing downloaded; cached under /tmp), then runs the real
-trainer (`torchrun --nproc-per-node 2 -m trainer`) for one step of 16 tokens per rank per
+trainer (`torchrun --nproc-per-node 2 -m veri_tui.trainer`) for one step of 16 tokens per rank per
 micro-batch, three times: LoRA r=8 at zero_stage 3, a full fine-tune at zero_stage 3, and
 the same full fine-tune with gradient_accumulation_steps 2 (`--jobs` picks some). Each
 rank's resident memory is read from /proc/<pid>/status by this script (the pids from the job
@@ -36,7 +36,7 @@ sys.path.insert(0, str(REPO / "tests" / "trainer"))
 
 from random_model import QWEN3_06B, SMALL, make_random_model  # noqa: E402
 
-from trainer.measure import vm_status  # noqa: E402
+from veri_tui.trainer.measure import vm_status  # noqa: E402
 
 GB = 1e9
 JOBS = {
@@ -80,7 +80,7 @@ def run(job: Path, timeout: float) -> dict:
     """Train the job under torchrun while polling each rank's VmRSS/VmHWM."""
     env = {**os.environ, "VERI_MEASURE_MEMORY": "1", "OMP_NUM_THREADS": "1"}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2"]
-    cmd += ["-m", "trainer", "--job", str(job)]
+    cmd += ["-m", "veri_tui.trainer", "--job", str(job)]
     log = open(job.parent / "torchrun.log", "w")  # noqa: SIM115 - closed below
     proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
     pids: dict[int, int] = {}

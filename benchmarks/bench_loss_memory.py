@@ -9,7 +9,7 @@ the peak RSS (VmHWM from /proc) above the RSS once the logits exist. Variants:
 - `fp32_log_softmax`: log_softmax(logits.float()) then gather (the DPO code before)
 - `fp32_cross_entropy`: F.cross_entropy(logits.float(), reduction="sum") (the SFT code before)
 - `bf16_cross_entropy`: F.cross_entropy on the bf16 logits (no upcast)
-- `chunked`: trainer.losses.token_logps (what the trainer runs now)
+- `chunked`: veri_tui.trainer.losses.token_logps (what the trainer runs now)
 
 Every variant also holds the bf16 gradient of the logits (2 bytes per vocab entry per token,
 the leaf's .grad); the figures are printed per token and per vocab entry (bytes / (V x T)).
@@ -42,8 +42,8 @@ def child(variant: str, vocab: int, tokens: int) -> dict:
     import torch.nn.functional as F
 
     sys.path.insert(0, str(REPO))
-    from trainer.data import IGNORE
-    from trainer.losses import token_logps
+    from veri_tui.trainer.data import IGNORE
+    from veri_tui.trainer.losses import token_logps
 
     torch.manual_seed(0)
     logits = torch.randn(1, tokens, vocab, dtype=torch.bfloat16).requires_grad_()

@@ -61,11 +61,11 @@ def rank_main(dataset: Path, root: Path) -> None:
     """One rank's measurements (under torchrun)."""
     import torch.distributed as dist
 
-    from trainer import data
-    from trainer.config import TrainConfig
-    from trainer.dataprep import prepare_dataset
-    from trainer.model import load_tokenizer
-    from trainer.report import RankContext, RankLog
+    from veri_tui.trainer import data
+    from veri_tui.trainer.config import TrainConfig
+    from veri_tui.trainer.dataprep import prepare_dataset
+    from veri_tui.trainer.model import load_tokenizer
+    from veri_tui.trainer.report import RankContext, RankLog
 
     dist.init_process_group("gloo")
     tiny = REPO / "assets" / "tiny-model"

@@ -4,11 +4,11 @@
 
 Both loops train the same randomly initialised Qwen3-shaped model (built from a config,
 saved once, loaded twice) on the same global batch, with AdamW, clipping and gradient
-checkpointing. The trainer side is the trainer's own step (`trainer.step.Stepper`: batch
+checkpointing. The trainer side is the trainer's own step (`veri_tui.trainer.step.Stepper`: batch
 slicing, collation, the global token-count all-reduce, the loss all-reduce, clipping); the
 plain side is forward / cross-entropy / backward / clip / step. Steps alternate between the
 two (order alternating) so drift in machine speed hits both alike; the headline figure is
-the median of the per-step trainer/plain ratios.
+the median of the per-step veri_tui/trainer/plain ratios.
 Target: overhead under 5%. Results go into docs/trainer.md by hand.
 """
 
@@ -28,14 +28,14 @@ import torch.nn.functional as F
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from jobfolder.progress import Progress  # noqa: E402
-from trainer import data  # noqa: E402
-from trainer.config import TrainConfig  # noqa: E402
-from trainer.measure import StateMeter  # noqa: E402
-from trainer.model import build_policy, load_tokenizer  # noqa: E402
-from trainer.parallelize import init_runtime, wrap_policy  # noqa: E402
-from trainer.report import RankContext  # noqa: E402
-from trainer.step import Stepper  # noqa: E402
+from veri_tui.jobfolder.progress import Progress  # noqa: E402
+from veri_tui.trainer import data  # noqa: E402
+from veri_tui.trainer.config import TrainConfig  # noqa: E402
+from veri_tui.trainer.measure import StateMeter  # noqa: E402
+from veri_tui.trainer.model import build_policy, load_tokenizer  # noqa: E402
+from veri_tui.trainer.parallelize import init_runtime, wrap_policy  # noqa: E402
+from veri_tui.trainer.report import RankContext  # noqa: E402
+from veri_tui.trainer.step import Stepper  # noqa: E402
 
 
 def make_model(folder: Path, hidden: int, layers: int, seq: int) -> None:

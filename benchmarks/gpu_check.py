@@ -11,8 +11,8 @@ H200-141GB at sequence 2048, micro_batch_size 1 and 4, gradient checkpointing on
 (8 runs), writing each job.json and the predicted figures (benchmarks/gpu_check_prepare.py).
 The run half, stdlib only apart from the trainer it starts, builds random-weight models from
 the configs (in a child process: this one never touches CUDA), then runs every job through
-the project's own supervisor (`python -m jobfolder.supervise`, in a session of its own). Each
-run's timeout comes out of what is left of the total budget, keeping a floor for the runs
+the project's own supervisor (`python -m veri_tui.jobfolder.supervise`, in a session of its own).
+Each run's timeout comes out of what is left of the total budget, keeping a floor for the runs
 after it; a run that overruns is cancelled the supervisor's way (SIGTERM: it ends torchrun
 and every rank), then anything of the job still alive is found by its command line in /proc
 and killed, and the next run starts. Results are rewritten after every run (gpu_check.json,
@@ -42,7 +42,7 @@ from gpu_check_files import bring_back, build_datasets, unpack_wheels  # noqa: E
 from gpu_check_jobs import SITE_ENV, missing, run_feature  # noqa: E402
 from gpu_check_report import render, summarize  # noqa: E402
 
-from jobfolder.atomic import write_text_atomic  # noqa: E402 (stdlib only)
+from veri_tui.jobfolder.atomic import write_text_atomic  # noqa: E402 (stdlib only)
 
 STOP_RESERVE_S = 20.0  # cancelling a run: the supervisor's 5 s grace, a SIGKILL, a /proc scan
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja")
@@ -73,7 +73,7 @@ def build_model(folder: Path, device: str) -> None:
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from trainer.model import dtype_kwarg
+    from veri_tui.trainer.model import dtype_kwarg
 
     torch.manual_seed(0)
     config = AutoConfig.from_pretrained(folder)

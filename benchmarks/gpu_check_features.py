@@ -40,7 +40,7 @@ FEATURES = (
             layout={"zero_stage": 3}),
     Feature("cpu-offload", ("cpu_offload",), layout={"zero_stage": 3, "cpu_offload": True}),
     # A first attempt saves step 3 and fails at step 5 (an injected error); the supervisor's
-    # resume (jobfolder.attempts.prepare_resume) runs attempt 2 from the verified step-3.
+    # resume (veri_tui.jobfolder.attempts.prepare_resume) runs attempt 2 from the verified step-3.
     Feature("lora-dpo-selective-resume",
             ("lora", "dpo", "selective checkpointing", "checkpoint save", "checkpoint resume"),
             method="dpo",

@@ -3,7 +3,7 @@
 A run that overruns is cancelled the supervisor's way (SIGTERM: it ends torchrun and every
 rank), then anything of the job still alive is found by its command line in /proc and
 killed. A run with a `fault` fails its first attempt on it and is resumed the supervisor's
-way (jobfolder.attempts.prepare_resume). Stdlib only apart from the trainer it starts.
+way (veri_tui.jobfolder.attempts.prepare_resume). Stdlib only apart from the trainer it starts.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ SITE_ENV: dict[str, str] = {}  # the jobs' PYTHONPATH once carried wheels are un
 
 def stop_job(proc: subprocess.Popen, job: Path) -> list[int]:
     """End the supervisor, torchrun and every rank of `job`; returns pids still alive."""
-    from jobfolder.procs import GRACE_S, end_processes, job_processes
+    from veri_tui.jobfolder.procs import GRACE_S, end_processes, job_processes
 
     if proc.poll() is None:
         proc.send_signal(signal.SIGTERM)  # the supervisor's cancel: every rank, then SIGKILL
@@ -45,7 +45,7 @@ def stop_job(proc: subprocess.Popen, job: Path) -> list[int]:
 def run_job(job: Path, timeout: float, env_extra: dict[str, str] | None = None) -> dict[str, Any]:
     """Supervise one job with a deadline; the raw outcome (status, metrics, measurements)."""
     env = {**os.environ, "VERI_MEASURE_STATES": "1", "PYTHONPATH": str(REPO), **(env_extra or {})}
-    cmd = [sys.executable, "-m", "jobfolder.supervise", "--job", str(job)]
+    cmd = [sys.executable, "-m", "veri_tui.jobfolder.supervise", "--job", str(job)]
     t0 = time.monotonic()
     with open(job.parent / "supervisor.log", "wb") as log:
         proc = subprocess.Popen(
@@ -79,7 +79,7 @@ def run_job(job: Path, timeout: float, env_extra: dict[str, str] | None = None) 
 
 def run_feature(job: Path, expected: dict[str, Any], timeout: float) -> dict[str, Any]:
     """A run; with a `fault`, a first attempt that fails on it, then the supervisor's resume
-    (jobfolder.attempts.prepare_resume: a new attempt from the newest verified checkpoint)
+    (veri_tui.jobfolder.attempts.prepare_resume: a new attempt from the newest verified checkpoint)
     in the time left."""
     t0 = time.monotonic()
     if not expected.get("fault"):
@@ -87,7 +87,7 @@ def run_feature(job: Path, expected: dict[str, Any], timeout: float) -> dict[str
     first = run_job(job, timeout, {**SITE_ENV, "VERI_FAULT": expected["fault"]})
     if first["status"] != "failed":
         return {**first, "status": f"first attempt {first['status']}, not failed as injected"}
-    from jobfolder.attempts import prepare_resume
+    from veri_tui.jobfolder.attempts import prepare_resume
 
     prepare_resume(job)
     second = run_job(job, max(timeout - (time.monotonic() - t0), 1.0), SITE_ENV)

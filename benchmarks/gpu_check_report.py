@@ -2,7 +2,7 @@
 
 Measured: tokens/s is the median of the trainer's per-step figure after WARMUP_STEPS (the
 first steps pay for allocator growth, kernel selection and the state measurement at step 2),
-divided by the GPU count. Memory comes from job.json's `measured` (trainer/devmem.py): the
+divided by the GPU count. Memory comes from job.json's `measured` (veri_tui/trainer/devmem.py): the
 allocated peak (torch.cuda.max_memory_allocated) and the reserved peak, each against the
 planner's allocated bytes (veri_tui/plan/peak.py, the optimizer step's temporary included),
 the driver's device figure (NVML / nvidia-smi) against that plus the plan's 2 GiB overhead,

@@ -66,7 +66,7 @@ def _rests_on(rows: list[dict[str, Any]], judged: list[dict[str, Any]]) -> list[
         "the FSDP2 units in flight (prefetch on CUDA streams) and AdamW's step temporary "
         "(its foreach path), the reserved bytes beyond allocated (fragmentation; "
         "`expandable_segments`), and the device's figure beyond reserved (the overhead). "
-        "The trainer records all of them per rank on CUDA (trainer/devmem.py: allocated, "
+        "The trainer records all of them per rank on CUDA (veri_tui/trainer/devmem.py: allocated, "
         "reserved, allocator retries, NVML or nvidia-smi; docs/trainer.md); a GPU canary "
         "(`veri-tui launch --canary`, docs/canary.md) sets each beside the plan's term, "
         "overhead included, and folds them into calibration; `benchmarks/gpu_check.sh` "

@@ -1,9 +1,9 @@
 """Regenerate tests/fixtures/failures/: what real failed jobs leave for the failure report.
 
 Each case runs one real 2-rank CPU job of the bundled tiny model through the real supervisor
-(`python -m jobfolder.supervise`, which runs torchrun), with a fault injected by VERI_FAULT
-(trainer/faults.py), then keeps what jobfolder/failures.py reads, byte for byte (pids and
-timestamps as they were): torchrun.log, elastic/**/error.json, failures/rank-*.json. Also
+(`python -m veri_tui.jobfolder.supervise`, which runs torchrun), with a fault injected by VERI_FAULT
+(veri_tui/trainer/faults.py), then keeps what veri_tui/jobfolder/failures.py reads, byte for byte
+(pids and timestamps as they were): torchrun.log, elastic/**/error.json, failures/rank-*.json. Also
 `captured.json`: the case, the fault, torch's version and the supervisor's verdict then.
 
     python scripts/capture_failure_fixtures.py            # every case
@@ -61,7 +61,12 @@ CASES: dict[str, tuple[str, str, dict[str, str], dict[str, Any]]] = {
         {},
         {},
     ),
-    "config": ("every rank rejects device 'tpu' (jobfolder.errors.ConfigError)", "", {}, {}),
+    "config": (
+        "every rank rejects device 'tpu' (veri_tui.jobfolder.errors.ConfigError)",
+        "",
+        {},
+        {},
+    ),
 }
 
 
@@ -77,7 +82,7 @@ def run_case(name: str, work: Path) -> dict[str, Any]:
     env.pop("VERI_FAULT", None)
     if fault:
         env["VERI_FAULT"] = fault
-    cmd = [sys.executable, "-m", "jobfolder.supervise", "--job", str(job)]
+    cmd = [sys.executable, "-m", "veri_tui.jobfolder.supervise", "--job", str(job)]
     subprocess.run(cmd, cwd=REPO, env=env, timeout=300, check=False)
     return json.loads(job.read_text())
 

@@ -17,7 +17,7 @@ Absolute paths are written as `@VERI_HOME@` (the local $VERI_HOME), `@REMOTE_HOM
 nodes' $VERI_REMOTE_HOME), `@PYTHON@` (their interpreter) and `@REPO@` (this checkout);
 the test puts its own back.
 `made_by.json` names each job's id and the commit that wrote them (`code_commit`: the last
-one that changed veri_tui/ or trainer/). Bulky per-attempt files
+one that changed veri_tui/ or veri_tui/trainer/). Bulky per-attempt files
 (torch elastic's folder, torchrun.log) are dropped; every file kept is as the release wrote it.
 """
 
@@ -145,10 +145,10 @@ def main() -> None:
                                      sys.executable: "@PYTHON@", str(REPO): "@REPO@"})  # fmt: skip
     commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True,
                             text=True, check=True).stdout.strip()  # fmt: skip
-    dirty = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "--", "veri_tui",
-                            "trainer"], capture_output=True, text=True).stdout.strip()  # fmt: skip
-    code = subprocess.run(["git", "-C", str(REPO), "log", "-1", "--format=%H", "--", "veri_tui",
-                           "trainer"], capture_output=True, text=True).stdout.strip()  # fmt: skip
+    dirty = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "--", "veri_tui"],
+                           capture_output=True, text=True).stdout.strip()  # fmt: skip
+    code = subprocess.run(["git", "-C", str(REPO), "log", "-1", "--format=%H", "--", "veri_tui"],
+                          capture_output=True, text=True).stdout.strip()  # fmt: skip
     made = {
         "jobs": ids,
         "commit": commit,

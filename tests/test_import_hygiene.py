@@ -42,7 +42,7 @@ def test_plan_command_is_light() -> None:
 
 @pytest.mark.timeout(60)
 def test_a_jsonl_dataset_never_imports_datasets(tmp_path) -> None:
-    """JSON Lines are read by the standard library (jobfolder/dataload.py): `datasets`
+    """JSON Lines are read by the standard library (veri_tui/jobfolder/dataload.py): `datasets`
     (~1.4 s of imports) is loaded only for parquet, CSV and folders (issue 27)."""
     code = (
         "import contextlib, io, os\n"
@@ -79,26 +79,29 @@ def test_the_job_folder_package_is_standard_library_only() -> None:
     standard library: it runs on GPU hosts beside the trainer (and before torch)."""
     code = (
         "import json, pkgutil, sys, importlib\n"
-        "import jobfolder\n"
+        "import veri_tui.jobfolder as jobfolder\n"
         "before = set(sys.modules)\n"
         "for m in pkgutil.iter_modules(jobfolder.__path__):\n"
-        "    importlib.import_module('jobfolder.' + m.name)\n"
+        "    importlib.import_module('veri_tui.jobfolder.' + m.name)\n"
         "new = {m.split('.')[0] for m in set(sys.modules) - before}\n"
-        "print(json.dumps(sorted(new - set(sys.stdlib_module_names) - {'jobfolder'})))\n"
+        "print(json.dumps(sorted(new - set(sys.stdlib_module_names) - {'veri_tui'})))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert json.loads(out.stdout) == []
 
 
 def test_the_launcher_side_never_imports_the_trainer() -> None:
-    """veri_tui reaches job folders through jobfolder, never the torch rank program."""
+    """veri_tui reaches job folders through its jobfolder package, never the torch rank
+    program (veri_tui.trainer, which only a job's processes import)."""
     root = Path(__file__).resolve().parents[1] / "veri_tui"
     found = []
     for path in sorted(root.rglob("*.py")):
+        if path.is_relative_to(root / "trainer"):
+            continue  # the trainer itself
         for node in ast.walk(ast.parse(path.read_text())):
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
             if isinstance(node, ast.ImportFrom) and node.module:
                 names = [node.module]
-            if any(n == "trainer" or n.startswith("trainer.") for n in names):
+            if any(n == "veri_tui.trainer" or n.startswith("veri_tui.trainer.") for n in names):
                 found.append(f"{path.relative_to(root.parent)}:{node.lineno}")
     assert found == []

@@ -89,6 +89,7 @@ DATA_ERROR = {
     "world_size": 2,
     "summary": "rank 1/2 (node 0, local_rank 1) failed: DataError: sft.jsonl line 7: expected "
     "a JSON object with a 'text' field",
+    # A traceback as a release before the packages moved into veri_tui wrote it.
     "traceback": 'Traceback (most recent call last):\n  File "trainer/data.py", line 40, in '
     "load\ntrainer.errors.DataError: sft.jsonl line 7: expected a JSON object",
 }

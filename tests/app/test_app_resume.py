@@ -15,10 +15,10 @@ import pytest
 from app_helpers import DATA_ERROR, editor_ready, until, write_job
 from textual.widgets import DataTable
 
-from jobfolder.atomic import write_json_atomic
 from veri_tui.app import create_app
 from veri_tui.app.screens.jobs import JobsScreen
 from veri_tui.app.screens.monitor import MonitorScreen
+from veri_tui.jobfolder.atomic import write_json_atomic
 from veri_tui.launch.spec import build_record
 from veri_tui.plan import load_job_config, plan_job
 

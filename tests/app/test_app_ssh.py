@@ -23,11 +23,11 @@ import pytest
 from app_helpers import editor_ready, write_job
 from textual.widgets import Input, Log, Select, Static
 
-from jobfolder.status import has_ended
 from veri_tui.app import create_app
 from veri_tui.app.screens.host_key import HostKeyScreen
 from veri_tui.app.screens.launch import LaunchScreen
 from veri_tui.app.screens.monitor import MonitorScreen
+from veri_tui.jobfolder.status import has_ended
 from veri_tui.launch import jobs, registry
 from veri_tui.launch.registry import RegistryEntry
 from veri_tui.plan import read_model_info

@@ -22,19 +22,22 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 DEVICE_SIDE = [
-    *sorted((REPO / "trainer").rglob("*.py")),
-    *sorted((REPO / "jobfolder").rglob("*.py")),
+    *sorted((REPO / "veri_tui" / "trainer").rglob("*.py")),
+    *sorted((REPO / "veri_tui" / "jobfolder").rglob("*.py")),
     *(REPO / "benchmarks" / f"{n}.py" for n in ("gpu_check", "gpu_check_files",
                                                  "gpu_check_jobs", "gpu_check_report")),
 ]  # fmt: skip
 # transformers requires huggingface_hub and tokenizers: they come with it.
 IMAGE = {"torch", "transformers", "peft", "safetensors", "huggingface_hub", "tokenizers"}
-CARRIED = {"trainer", "jobfolder", "gpu_check_files", "gpu_check_jobs", "gpu_check_report"}
+# veri_tui's own __init__ imports nothing; of its packages only these two are the device's.
+CARRIED = {"veri_tui.trainer", "veri_tui.jobfolder", "gpu_check_files", "gpu_check_jobs",
+           "gpu_check_report"}  # fmt: skip
 OPTIONAL = {"bitsandbytes", "pynvml", "datasets", "trackio", "wandb", "mlflow"}
 # Imported by gpu_check.py only to prepare (where veri-tui is installed): never on the GPU box
 # once DIR holds plan.json (the run's path, which the SIGTERM test takes under ABSENT).
 PREPARE_ONLY = {"gpu_check_features", "gpu_check_prepare"}
-NOT_ON_THE_IMAGE = ("veri_tui", "pydantic", "textual", "paramiko")
+NOT_ON_THE_IMAGE = ("veri_tui.plan", "veri_tui.launch", "veri_tui.app", "pydantic", "textual",
+                    "paramiko")  # fmt: skip
 
 #: A sitecustomize.py that makes NOT_ON_THE_IMAGE unimportable in a process and its children
 #: that keep its PYTHONPATH.
@@ -42,7 +45,7 @@ ABSENT = f"""import sys
 
 class _NotOnTheImage:
     def find_spec(self, name, path=None, target=None):
-        if name.split(".")[0] in {NOT_ON_THE_IMAGE!r}:
+        if any(name == m or name.startswith(m + ".") for m in {NOT_ON_THE_IMAGE!r}):
             raise ModuleNotFoundError(f"No module named {{name!r}} (not on the GPU image)")
         return None
 
@@ -51,17 +54,22 @@ sys.meta_path.insert(0, _NotOnTheImage())
 
 
 def _imports(path: Path) -> list[tuple[str, bool]]:
-    """(top-level package, inside a function) for every absolute import in the file."""
+    """(package, inside a function) for every absolute import in the file: the top-level
+    name, or `veri_tui.<part>` inside veri_tui."""
     tree = ast.parse(path.read_text())
     found: list[tuple[str, bool]] = []
+
+    def package(module: str) -> str:
+        parts = module.split(".")
+        return ".".join(parts[:2]) if parts[0] == "veri_tui" else parts[0]
 
     def visit(node: ast.AST, in_function: bool) -> None:
         for child in ast.iter_child_nodes(node):
             nested = in_function or isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef)
             if isinstance(child, ast.Import):
-                found.extend((a.name.split(".")[0], in_function) for a in child.names)
+                found.extend((package(a.name), in_function) for a in child.names)
             elif isinstance(child, ast.ImportFrom) and child.level == 0 and child.module:
-                found.append((child.module.split(".")[0], in_function))
+                found.append((package(child.module), in_function))
             visit(child, nested)
 
     visit(tree, False)
@@ -97,6 +105,6 @@ def test_the_absent_hook_hides_what_the_image_lacks(tmp_path: Path) -> None:
         "        print(m)\n"
     )
     env = {"PYTHONPATH": f"{tmp_path}:{REPO}", "PATH": "/usr/bin:/bin"}
-    args = [sys.executable, "-c", code, *NOT_ON_THE_IMAGE, "jobfolder.atomic"]
+    args = [sys.executable, "-c", code, *NOT_ON_THE_IMAGE, "veri_tui.jobfolder.atomic"]
     out = subprocess.run(args, capture_output=True, text=True, env=env, check=True, timeout=60)
     assert out.stdout.split() == list(NOT_ON_THE_IMAGE)

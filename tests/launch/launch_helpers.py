@@ -10,9 +10,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from jobfolder.layout import JOB_FILE, SUPERVISOR_PID
-from jobfolder.procs import job_processes, pid_alive, read_pid
-from jobfolder.status import has_ended
+from veri_tui.jobfolder.layout import JOB_FILE, SUPERVISOR_PID
+from veri_tui.jobfolder.procs import job_processes, pid_alive, read_pid
+from veri_tui.jobfolder.status import has_ended
 from veri_tui.launch import jobs
 
 

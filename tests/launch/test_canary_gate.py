@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from jobfolder.canary import CanaryWatch, judge, outcome_file, rank_file, read_decision
-from jobfolder.canarytable import canary_lines
-from trainer.data import epoch_order, longest_first
 from veri_tui.commands.launch import canary_of, outcome_line
 from veri_tui.errors import VeriError
+from veri_tui.jobfolder.canary import CanaryWatch, judge, outcome_file, rank_file, read_decision
+from veri_tui.jobfolder.canarytable import canary_lines
+from veri_tui.trainer.data import epoch_order, longest_first
 
 PREDICTED = {
     "gpu": "L4-24GB",
@@ -30,8 +30,8 @@ PREDICTED = {
 
 
 def rank(r: int, step_s: float = 1.0, peak: int = 1_000_000, ok: bool = True) -> dict:
-    """A rank's canary record as trainer/canaryrecord.py writes it: 3 steps of 1,000 tokens,
-    a job of 1,000 steps (10 s of set-up, 1 s saves)."""
+    """A rank's canary record as veri_tui/trainer/canaryrecord.py writes it: 3 steps of 1,000
+    tokens, a job of 1,000 steps (10 s of set-up, 1 s saves)."""
     return {
         "rank": r, "device": "cpu", "steps": 3, "total_steps": 1000, "warmup_steps": 1,
         "step_s": [5.0, step_s, step_s * 1.5], "tokens": [1000.0] * 3,

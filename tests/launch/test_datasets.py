@@ -23,9 +23,9 @@ from support.datafiles import (
     write_saved,
 )
 
-from jobfolder.dataload import eval_split, mixed_rows
-from jobfolder.datasource import parse_source, sources_of
 from veri_tui.cli import main
+from veri_tui.jobfolder.dataload import eval_split, mixed_rows
+from veri_tui.jobfolder.datasource import parse_source, sources_of
 from veri_tui.plan import load_job_config
 from veri_tui.plan.data_sources import job_sources
 from veri_tui.plan.tokens import count_tokens
@@ -104,8 +104,8 @@ def test_the_planner_counts_the_rows_the_trainer_tokenizes(
 ) -> None:
     from transformers import AutoTokenizer
 
-    from trainer.data import encode_row
     from veri_tui.plan import tokens
+    from veri_tui.trainer.data import encode_row
 
     tok = AutoTokenizer.from_pretrained(TINY)
     job = load_job_config(None, dataset=["org/tiny,config=en", str(tmp_path / "s")])
@@ -168,7 +168,7 @@ def test_a_folder_that_is_no_dataset_is_one_line_without_walking_it_all(
     assert main(["plan", "--dataset", str(tmp_path / "notes")]) == 2
     [line] = capsys.readouterr().err.splitlines()
     assert line.startswith(f"error: dataset: {tmp_path / 'notes'}: a folder with no data file")
-    monkeypatch.setattr("jobfolder.datasource.MAX_FOLDER_ENTRIES", 3)
+    monkeypatch.setattr("veri_tui.jobfolder.datasource.MAX_FOLDER_ENTRIES", 3)
     (tmp_path / "many").mkdir()
     for i in range(4):
         write_jsonl(tmp_path / "many" / f"{i}.jsonl", ROWS[:1])

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 from launch_helpers import leftover_pids, wait_ended, wait_for
 
-from jobfolder.procs import pid_alive, read_pid
 from veri_tui.bundled import assets_dir
+from veri_tui.jobfolder.procs import pid_alive, read_pid
 from veri_tui.launch import jobs
 from veri_tui.plan import load_job_config, plan_job
 
@@ -65,7 +65,7 @@ def test_launch_wait_succeeds_and_logs_plan_then_metrics(home: Path) -> None:
     job_dir = home / "jobs" / job_id
     rec = json.loads((job_dir / "job.json").read_text())
     assert rec["status"] == "succeeded" and rec["error"] is None
-    # Measured after every run (trainer/runstats.py), beside the plan's figures.
+    # Measured after every run (veri_tui/trainer/runstats.py), beside the plan's figures.
     measured, predicted = rec["measured"], rec["predicted"]
     assert (measured["ranks"], measured["gpu"], measured["final"]) == (2, "cpu", True)
     for states in measured["states_bytes_per_rank"]:  # AdamW's step scalars aside
@@ -88,7 +88,8 @@ def test_launch_wait_succeeds_and_logs_plan_then_metrics(home: Path) -> None:
     assert [(m["step"], m["total_steps"]) for m in metrics] == [(1, 3), (2, 3), (3, 3)]
     assert log.index(next(ln for ln in log if ln.startswith('{"step"'))) > len(header) - 1
     assert followed == log  # --wait printed the rank-0 log, every line once
-    # Set-up time (trainer/runstats.py SetupClock): one rank-0 line, the same figures in job.json.
+    # Set-up time (veri_tui/trainer/runstats.py SetupClock): one rank-0 line, the same figures in
+    # job.json.
     setup = measured["setup_s"]
     assert sorted(setup) == ["data", "first_step", "model", "shard"]
     assert all(v >= 0 for v in setup.values()) and setup["model"] > 0

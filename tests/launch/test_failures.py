@@ -1,4 +1,5 @@
-"""jobfolder.failures on hand-written job folders: every way torchrun leaves a failure behind."""
+"""veri_tui.jobfolder.failures on hand-written job folders: every way torchrun leaves a failure
+behind."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import sys
 import time
 from pathlib import Path
 
-from jobfolder import failures
+from veri_tui.jobfolder import failures
 
 T0 = 1_795_991_955  # whole seconds, as torch elastic writes them
 
@@ -235,7 +236,7 @@ def test_a_supervisor_crash_still_ends_the_job_as_failed(tmp_path: Path) -> None
     job = tmp_path / "job.json"
     job.write_text(json.dumps({"status": "pending", "spec": {}}))  # no gpu_count: unusable
     proc = subprocess.run(
-        [sys.executable, "-m", "jobfolder.supervise", "--job", str(job)],
+        [sys.executable, "-m", "veri_tui.jobfolder.supervise", "--job", str(job)],
         capture_output=True,
         text=True,
         timeout=30,

@@ -2,7 +2,7 @@
 
 The dumps here have the shape torch 2.13's `_dump_fr_trace` gives on gloo (keys and values
 as seen in a real 2-rank run); the dump request is answered by the real rank-side thread
-(trainer/forensics.py) running in this process, and a really stopped process is "silent".
+(veri_tui/trainer/forensics.py) running in this process, and a really stopped process is "silent".
 The NCCL cases read a torchrun log written the way NCCL's watchdog and torchrun print (the
 lines of LLaMA-Factory #7396 and Megatron-LM #1207), since no GPU is here.
 """
@@ -21,22 +21,22 @@ import pytest
 from launch_helpers import wait_for
 from test_failures import summary_entry, torchrun_log
 
-from jobfolder import failures, forensics, ncclabort
-from jobfolder.flightrec import short_path, stuck_collective, where
-from jobfolder.forensics import Answers, collect, load_fr_pickle
-from jobfolder.hangreport import explain
-from jobfolder.procs import rank_pid_path, write_pid
+from veri_tui.jobfolder import failures, forensics, ncclabort
+from veri_tui.jobfolder.flightrec import short_path, stuck_collective, where
+from veri_tui.jobfolder.forensics import Answers, collect, load_fr_pickle
+from veri_tui.jobfolder.hangreport import explain
+from veri_tui.jobfolder.procs import rank_pid_path, write_pid
 
 TRAINER_STACK = [
     ["/venv/lib/python3.11/site-packages/torch/distributed/run.py", 10, "main"],
-    ["/work/repo/trainer/__main__.py", 62, "main"],
-    ["/work/repo/trainer/loop.py", 123, "train"],
-    ["/work/repo/trainer/data.py", 88, "rank_slice"],
+    ["/work/repo/veri_tui/trainer/__main__.py", 62, "main"],
+    ["/work/repo/veri_tui/trainer/loop.py", 123, "train"],
+    ["/work/repo/veri_tui/trainer/data.py", 88, "rank_slice"],
 ]
 C10D = "/venv/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py"
-IN_ALL_REDUCE = [["/work/repo/trainer/loop.py", 219, "step"], [C10D, 3252, "all_reduce"]]
+IN_ALL_REDUCE = [["/work/repo/veri_tui/trainer/loop.py", 219, "step"], [C10D, 3252, "all_reduce"]]
 IN_RENDEZVOUS = [
-    ["/work/repo/trainer/parallelize.py", 82, "init_runtime"],
+    ["/work/repo/veri_tui/trainer/parallelize.py", 82, "init_runtime"],
     [C10D, 1899, "init_process_group"],
 ]
 
@@ -61,9 +61,10 @@ def answer(rank: int, stack: list, *entries: dict) -> dict:
 
 def test_paths_and_the_frame_a_stack_is_placed_at() -> None:
     assert short_path("/x/site-packages/torch/distributed/run.py") == "torch/distributed/run.py"
-    assert short_path("/work/wt/trainer/data.py") == "trainer/data.py"
-    assert where(TRAINER_STACK) == "trainer/data.py:88 in rank_slice"
-    assert where(IN_ALL_REDUCE) == "trainer/loop.py:219 in step"  # ours, not torch's frame
+    assert short_path("/work/wt/veri_tui/trainer/data.py") == "veri_tui/trainer/data.py"
+    assert short_path("/work/wt/trainer/data.py") == "trainer/data.py"  # a release before
+    assert where(TRAINER_STACK) == "veri_tui/trainer/data.py:88 in rank_slice"
+    assert where(IN_ALL_REDUCE) == "veri_tui/trainer/loop.py:219 in step"  # ours, not torch's frame
     assert where([]) == ""
 
 
@@ -79,12 +80,12 @@ def test_a_rank_that_never_entered_the_collective_is_named_with_its_stack() -> N
     assert found.blamed == [1]
     assert found.headline == (
         "rank 1 never entered all_reduce #57 of the default group, which rank 0 waits in; "
-        "rank 1 at trainer/data.py:88 in rank_slice"
+        "rank 1 at veri_tui/trainer/data.py:88 in rank_slice"
     )
     text = "\n".join(found.lines)
     assert "waited in: all_reduce #57 of the default group, input sizes [[2]] Double" in text
     assert "rank 1: never entered it (newest in the group: all_reduce #56, completed)" in text
-    assert "      trainer/data.py:88 in rank_slice" in text
+    assert "      veri_tui/trainer/data.py:88 in rank_slice" in text
     assert "torch/distributed/run.py" not in text  # the frames before the rank's entry
 
 
@@ -150,7 +151,7 @@ def test_a_node_whose_ranks_all_wait_in_the_rendezvous_waits_for_other_nodes() -
 def test_the_rank_thread_answers_and_a_stopped_process_is_silent(tmp_path: Path) -> None:
     import torch  # noqa: F401 - imported, as in a rank, before the thread dumps
 
-    from trainer.forensics import flight_recorder, start_responder
+    from veri_tui.trainer.forensics import flight_recorder, start_responder
 
     fr_before, _ = flight_recorder()
     # as the answer's JSON holds them (tuples read back as lists)
@@ -246,7 +247,7 @@ def test_nccl_dumps_go_into_the_job_folder_unless_the_user_chose(tmp_path: Path,
 
 
 def test_an_answer_keeps_what_is_in_flight_and_the_newest_of_each_group() -> None:
-    from trainer.forensics import recent
+    from veri_tui.trainer.forensics import recent
 
     mesh = {"process_group": ["3", "mesh_dp"]}
     entries = [entry(1, False), *(entry(s, True) for s in range(2, 40)), entry(5, True, **mesh)]

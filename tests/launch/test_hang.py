@@ -1,4 +1,5 @@
-"""The hang watchdog (jobfolder/watchdog.py) over the ranks' progress lines (jobfolder/progress.py).
+"""The hang watchdog (veri_tui/jobfolder/watchdog.py) over the ranks' progress lines
+(veri_tui/jobfolder/progress.py).
 
 Unit cases drive `HangWatch` with a fake clock and real progress files; the end-to-end case
 runs the real trainer under torchrun (2 CPU ranks, gloo), SIGSTOPs rank 1 from outside after
@@ -19,9 +20,9 @@ from pathlib import Path
 import pytest
 from launch_helpers import leftover_pids, wait_ended, wait_for
 
-from jobfolder.procs import rank_pid_path, read_pid, write_pid
-from jobfolder.progress import RECORD_BYTES, Progress, progress_path, read_progress
-from jobfolder.watchdog import (
+from veri_tui.jobfolder.procs import rank_pid_path, read_pid, write_pid
+from veri_tui.jobfolder.progress import RECORD_BYTES, Progress, progress_path, read_progress
+from veri_tui.jobfolder.watchdog import (
     DIST_TIMEOUT_ENV,
     DIST_TIMEOUT_S,
     FLOOR_S,
@@ -214,7 +215,7 @@ def test_process_group_timeout_stays_above_the_watchdog() -> None:
 
 
 def test_trainer_default_matches() -> None:
-    parallelize = pytest.importorskip("trainer.parallelize")
+    parallelize = pytest.importorskip("veri_tui.trainer.parallelize")
     if not hasattr(parallelize, "DIST_TIMEOUT_S"):
         pytest.skip("this trainer sets no explicit process-group timeout")
     assert parallelize.DIST_TIMEOUT_S == DIST_TIMEOUT_S
@@ -270,7 +271,8 @@ def test_sigstopped_rank_1_fails_the_job_rank_hung(home: Path) -> None:
     # from; rank 1 cannot answer, and its stack is read from the stopped process.
     assert re.search(
         r"; rank 1 is missing from \S+ #\d+ of the default group, which rank 0 entered; rank 1 "
-        rf"at trainer/\S+:\d+ in \S+ \(its process \(pid {pid}\) is stopped \(SIGSTOP or a "
+        rf"at veri_tui/trainer/\S+:\d+ in \S+ \(its process \(pid {pid}\) is stopped "
+        r"\(SIGSTOP or a "
         r"debugger\): its stack read from the process\)$",
         err["summary"],
     ), err["summary"]

@@ -1,8 +1,8 @@
 """Hang forensics end to end: 2 CPU ranks (gloo) under the real supervisor and torchrun.
 
 A rank that skips a collective (VERI_FAULT=skip:1:3: it never enters step 3's first
-all-reduce and waits in trainer/faults.py) must be named with the collective its peer waits in
-and its own stack; a rank that never joins the process group (VERI_FAULT=no_join:1:0) must
+all-reduce and waits in veri_tui/trainer/faults.py) must be named with the collective its peer waits
+in and its own stack; a rank that never joins the process group (VERI_FAULT=no_join:1:0) must
 fail the job in the load phase, naming the rendezvous. The SIGSTOPped rank is
 tests/launch/test_hang.py's end-to-end case. Each prints how long the report took after the
 fault (docs/reliability.md).
@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from launch_helpers import cli, leftover_pids, wait_ended, wait_for
 
-from jobfolder.progress import read_progress
+from veri_tui.jobfolder.progress import read_progress
 
 SETS = ["--set", "max_steps=100000", "--set", "max_seq_length=64", "--set", "hang_timeout_s=10"]
 
@@ -53,14 +53,14 @@ def test_a_rank_that_skips_a_collective_is_named_with_the_collective_and_its_sta
     seq = int(tail.split("all_reduce #")[1].split()[0])
     assert tail == (
         f"rank 1 never entered all_reduce #{seq} of the default group, which rank 0 waits in; "
-        "rank 1 at trainer/faults.py:" + tail.rsplit("trainer/faults.py:", 1)[1]
+        "rank 1 at veri_tui/trainer/faults.py:" + tail.rsplit("veri_tui/trainer/faults.py:", 1)[1]
     )
     assert tail.endswith(" in _stall")
     assert seq > 2 * 2  # steps 1 and 2 each ran their collectives before it
     log = (job_dir / "log.txt").read_text()
     assert f"waited in: all_reduce #{seq} of the default group, input sizes [[2]] Double" in log
     assert "rank 0: entered it" in log and "rank 1: never entered it" in log
-    assert "trainer/loop.py" in log and "torch/distributed/distributed_c10d.py" in log
+    assert "veri_tui/trainer/loop.py" in log and "torch/distributed/distributed_c10d.py" in log
     # The answers stay in the job folder: rank 0's Flight Recorder holds the collective.
     dump = json.loads((job_dir / "forensics" / "rank-0.json").read_text())
     entries = dump["flight_recorder"]["entries"]
@@ -86,10 +86,11 @@ def test_a_rendezvous_that_never_completes_is_reported_in_the_load_phase(home: P
     ), err["summary"]
     assert (
         "(load_timeout_s 30 s); the rendezvous never completed: rank 1 never joined the "
-        "process group, which rank 0 waits in; rank 1 at trainer/faults.py:" in err["summary"]
+        "process group, which rank 0 waits in; rank 1 at veri_tui/trainer/faults.py:"
+        in err["summary"]
     )
     assert err["summary"].endswith(" in _stall")
     log = (job_dir / "log.txt").read_text()
-    assert "rank 0: step 0 (rendezvous)" in log and "trainer/parallelize.py" in log
+    assert "rank 0: step 0 (rendezvous)" in log and "veri_tui/trainer/parallelize.py" in log
     assert not (job_dir / "metrics.jsonl").exists() or not (job_dir / "metrics.jsonl").read_text()
     wait_for(lambda: not leftover_pids(job_dir), 15, "no process of the job left")

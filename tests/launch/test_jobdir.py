@@ -1,5 +1,6 @@
-"""The job folder's modules (jobfolder/atomic.py, record.py, status.py, procs.py): concurrent
-job.json updates, the atomic writer, statuses, pid files, and a lock whose holder was killed."""
+"""The job folder's modules (veri_tui/jobfolder/atomic.py, record.py, status.py, procs.py):
+concurrent job.json updates, the atomic writer, statuses, pid files, and a lock whose holder was
+killed."""
 
 from __future__ import annotations
 
@@ -15,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from jobfolder import atomic
-from jobfolder.atomic import (
+from veri_tui.jobfolder import atomic
+from veri_tui.jobfolder.atomic import (
     job_lock,
     modify_job,
     record_cancel,
@@ -24,9 +25,9 @@ from jobfolder.atomic import (
     write_bytes_atomic,
     write_json_atomic,
 )
-from jobfolder.procs import pid_alive, rank_pid_path, read_pid, write_pid
-from jobfolder.record import read_job
-from jobfolder.status import ENDED, STATUSES, has_ended, is_lost, outcome_recorded
+from veri_tui.jobfolder.procs import pid_alive, rank_pid_path, read_pid, write_pid
+from veri_tui.jobfolder.record import read_job
+from veri_tui.jobfolder.status import ENDED, STATUSES, has_ended, is_lost, outcome_recorded
 
 REPO = Path(__file__).resolve().parents[2]
 UPDATES = 200
@@ -36,7 +37,7 @@ UPDATES = 200
 WRITER = """
 import sys, time
 from pathlib import Path
-from jobfolder.atomic import modify_job
+from veri_tui.jobfolder.atomic import modify_job
 job, key, go = Path(sys.argv[1]), sys.argv[2], Path(sys.argv[3])
 while not go.exists():
     time.sleep(0.001)
@@ -140,7 +141,7 @@ def test_update_and_cancel_keep_a_recorded_outcome(tmp_path: Path) -> None:
 def test_supervisor_started_after_a_cancel_leaves_it_cancelled(tmp_path: Path) -> None:
     path = new_job(tmp_path, status="cancelled", spec={"gpu_count": 1})
     env = dict(os.environ, PYTHONPATH=str(REPO))
-    cmd = [sys.executable, "-m", "jobfolder.supervise", "--job", str(path)]
+    cmd = [sys.executable, "-m", "veri_tui.jobfolder.supervise", "--job", str(path)]
     assert subprocess.run(cmd, env=env, timeout=120, check=False).returncode == 0
     assert read_job(path)["status"] == "cancelled"
     assert not (tmp_path / "torchrun.log").exists()  # nothing was started
@@ -170,7 +171,7 @@ def test_the_lock_is_free_again_when_its_holder_is_killed(tmp_path: Path) -> Non
     holder = subprocess.Popen(
         [
             sys.executable, "-c",
-            "import sys, time\nfrom jobfolder.atomic import job_lock\n"
+            "import sys, time\nfrom veri_tui.jobfolder.atomic import job_lock\n"
             "with job_lock(sys.argv[1]):\n    print('held', flush=True)\n    time.sleep(600)\n",
             str(path),
         ],
@@ -201,9 +202,9 @@ def test_supervisor_imports_only_the_standard_library() -> None:
     code = (
         "import sys, json\n"
         "before = set(sys.modules)\n"
-        "import jobfolder.supervise\n"
+        "import veri_tui.jobfolder.supervise\n"
         "new = {m.split('.')[0] for m in set(sys.modules) - before}\n"
-        "print(json.dumps(sorted(new - set(sys.stdlib_module_names) - {'jobfolder'})))\n"
+        "print(json.dumps(sorted(new - set(sys.stdlib_module_names) - {'veri_tui'})))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert json.loads(out.stdout) == []

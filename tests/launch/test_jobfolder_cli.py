@@ -1,6 +1,6 @@
-"""`python -m jobfolder status|cancel|resume|close|set-slurm-id|checkpoints`: what a launcher
-asks a job's host, run here as a host runs it (a fresh interpreter, one JSON document or one
-`error:` line)."""
+"""`python -m veri_tui.jobfolder status|cancel|resume|close|set-slurm-id|checkpoints`: what a
+launcher asks a job's host, run here as a host runs it (a fresh interpreter, one JSON document or
+one `error:` line)."""
 
 from __future__ import annotations
 
@@ -11,14 +11,14 @@ from pathlib import Path
 
 from test_records import dead_pid, make_job
 
-from jobfolder import manifest
-from jobfolder.lost import START_TIMEOUT_S, judge
-from jobfolder.record import JobRecord
+from veri_tui.jobfolder import manifest
+from veri_tui.jobfolder.lost import START_TIMEOUT_S, judge
+from veri_tui.jobfolder.record import JobRecord
 
 
 def jobfolder(*args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "jobfolder", *args],
+        [sys.executable, "-m", "veri_tui.jobfolder", *args],
         input=stdin,
         capture_output=True,
         text=True,

@@ -1,7 +1,8 @@
-"""Measured after every run: a rank's run measurements (trainer/runstats.py, real tensors on
-CPU; CUDA's counters mocked), the supervisor's gathering into job.json `measured`
-(jobfolder/jobstats.py), and `veri-tui jobs JOB` setting them beside `predicted` with ratios.
-The real 2-rank job's `measured`/`predicted` are checked in test_end_to_end.py's success test."""
+"""Measured after every run: a rank's run measurements (veri_tui/trainer/runstats.py, real tensors
+on CPU; CUDA's counters mocked), the supervisor's gathering into job.json `measured`
+(veri_tui/jobfolder/jobstats.py), and `veri-tui jobs JOB` setting them beside `predicted` with
+ratios. The real 2-rank job's `measured`/`predicted` are checked in test_end_to_end.py's success
+test."""
 
 from __future__ import annotations
 
@@ -12,12 +13,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from jobfolder.atomic import write_json_atomic
-from jobfolder.jobstats import gather, record_measured
-from trainer.report import RankContext
-from trainer.runstats import RunStats, steady_rate
 from veri_tui.cli import main
+from veri_tui.jobfolder.atomic import write_json_atomic
+from veri_tui.jobfolder.jobstats import gather, record_measured
 from veri_tui.launch.measured import comparison, comparison_lines
+from veri_tui.trainer.report import RankContext
+from veri_tui.trainer.runstats import RunStats, steady_rate
 
 SPEC = {"gpu": "H100-80GB", "gpu_count": 2}
 

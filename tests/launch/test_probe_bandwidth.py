@@ -1,4 +1,4 @@
-"""The fleet probe's bandwidth verdicts on made-up records (the shape trainer/probe.py
+"""The fleet probe's bandwidth verdicts on made-up records (the shape veri_tui/trainer/probe.py
 prints), its cache, and the plan that takes the measured network from it. The probe run
 for real: tests/ssh/test_probe.py (two sshd) and tests/slurm/test_slurm_probe.py.
 """
@@ -10,10 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from jobfolder import probe_bandwidth as bandwidth
-from jobfolder.probe_verdict import cache_path
-from trainer.probe import bus_factor, delay_of
 from veri_tui.cli import main
+from veri_tui.jobfolder import probe_bandwidth as bandwidth
+from veri_tui.jobfolder.probe_verdict import cache_path
 from veri_tui.launch.probe.report import (
     ProbeReport,
     hosts_key,
@@ -21,6 +20,7 @@ from veri_tui.launch.probe.report import (
     with_cached_network,
 )
 from veri_tui.plan import load_job_config, plan_job
+from veri_tui.trainer.probe import bus_factor, delay_of
 
 MiB = 1 << 20
 

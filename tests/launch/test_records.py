@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from jobfolder.lost import read_status
 from veri_tui.errors import VeriError
+from veri_tui.jobfolder.lost import read_status
 from veri_tui.launch import jobs
 from veri_tui.launch.records import LogLine, follow_lines, split_lines
 from veri_tui.launch.spec import new_job_id
@@ -41,7 +41,8 @@ def make_job(
 
 
 def read_record(job_dir: Path) -> dict:
-    """job.json with the one lost rule applied (jobfolder.lost), as every reader sees it."""
+    """job.json with the one lost rule applied (veri_tui.jobfolder.lost), as every reader sees
+    it."""
     return read_status(job_dir / "job.json")
 
 

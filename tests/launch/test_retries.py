@@ -20,11 +20,11 @@ import pytest
 from launch_helpers import cli, leftover_pids, wait_ended, wait_for
 from resume_helpers import STEPS, killed_job, metrics, reference_run  # noqa: F401
 
-from jobfolder import attempts
-from jobfolder.atomic import write_json_atomic
-from jobfolder.failures import job_error
-from jobfolder.record import read_job
-from jobfolder.status import ATTRIBUTION, FAILED
+from veri_tui.jobfolder import attempts
+from veri_tui.jobfolder.atomic import write_json_atomic
+from veri_tui.jobfolder.failures import job_error
+from veri_tui.jobfolder.record import read_job
+from veri_tui.jobfolder.status import ATTRIBUTION, FAILED
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -103,9 +103,9 @@ CYCLES = 40
 LIFECYCLE = """
 import sys, time
 from pathlib import Path
-from jobfolder import attempts
-from jobfolder.atomic import modify_job, record_cancel
-from jobfolder.status import FAILED
+from veri_tui.jobfolder import attempts
+from veri_tui.jobfolder.atomic import modify_job, record_cancel
+from veri_tui.jobfolder.status import FAILED
 job, go = Path(sys.argv[1]), Path(sys.argv[2])
 lost = {"code": "RANK_LOST", "attribution": "platform"}
 while not go.exists():
@@ -120,7 +120,7 @@ for i in range(%d):
 APPENDS = """
 import sys, time
 from pathlib import Path
-from jobfolder.atomic import modify_job
+from veri_tui.jobfolder.atomic import modify_job
 job, go = Path(sys.argv[1]), Path(sys.argv[2])
 while not go.exists():
     time.sleep(0.001)
@@ -151,11 +151,15 @@ def test_supervisor_cancel_and_resume_writes_lose_nothing(tmp_path: Path) -> Non
 
 def test_the_supervisor_runs_on_the_job_folder_package_alone() -> None:
     code = (
-        "import sys, json\nimport jobfolder.supervise\n"
-        "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in "
-        "('jobfolder', 'trainer'))))\n"
+        "import sys, json\nimport veri_tui.jobfolder.supervise\n"
+        "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] == 'veri_tui')))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     modules = json.loads(out.stdout)
-    assert {"jobfolder.attempts", "jobfolder.ckptindex", "jobfolder.manifest"} <= set(modules)
-    assert [m for m in modules if m.startswith("trainer")] == []
+    assert {
+        "veri_tui.jobfolder.attempts",
+        "veri_tui.jobfolder.ckptindex",
+        "veri_tui.jobfolder.manifest",
+    } <= set(modules)
+    assert [m for m in modules if not m.startswith(("veri_tui.jobfolder", "veri_tui"))] == []
+    assert [m for m in modules if m.startswith("veri_tui.trainer")] == []

@@ -1,6 +1,7 @@
-"""A stopped rank's stack, read from its process (jobfolder/stackdump.py), without torchrun.
+"""A stopped rank's stack, read from its process (veri_tui/jobfolder/stackdump.py), without
+torchrun.
 
-A real Python process registers the rank's handler (trainer/forensics.py's
+A real Python process registers the rank's handler (veri_tui/trainer/forensics.py's
 `register_stack_dump`) and spins in a function of its own; it is SIGSTOPped, the supervisor's
 `collect` finds it silent, reads its stack, and leaves it stopped as it was. A stopped process
 that never registered the handler is not signalled (the signal's default would end it).
@@ -17,14 +18,14 @@ from pathlib import Path
 
 from launch_helpers import wait_for
 
-from jobfolder.forensics import Answers, collect
-from jobfolder.hangreport import explain
-from jobfolder.procs import rank_pid_path, write_pid
-from jobfolder.stackdump import parse, stack_path
+from veri_tui.jobfolder.forensics import Answers, collect
+from veri_tui.jobfolder.hangreport import explain
+from veri_tui.jobfolder.procs import rank_pid_path, write_pid
+from veri_tui.jobfolder.stackdump import parse, stack_path
 
 SPINNER = """\
 import sys, threading, time
-from trainer.forensics import register_stack_dump
+from veri_tui.trainer.forensics import register_stack_dump
 
 def waiting_thread():
     while True:

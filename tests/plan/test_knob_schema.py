@@ -1,4 +1,4 @@
-"""The knob schema (jobfolder/knobs) as the planner reads it: one field list, pydantic's
+"""The knob schema (veri_tui/jobfolder/knobs) as the planner reads it: one field list, pydantic's
 messages, `--set` texts that are a knob's own values, and the `plan --help` knob list."""
 
 from __future__ import annotations
@@ -9,10 +9,10 @@ import typing
 import pytest
 from pydantic import Field, TypeAdapter, ValidationError
 
-from jobfolder import knobs as schema
-from jobfolder.knobs import table
-from jobfolder.record import PIN_KEYS
 from veri_tui.cli import main
+from veri_tui.jobfolder import knobs as schema
+from veri_tui.jobfolder.knobs import table
+from veri_tui.jobfolder.record import PIN_KEYS
 from veri_tui.plan import Hyperparameters, JobConfig, load_job_config, plan_job
 from veri_tui.plan.config import parse_value
 from veri_tui.plan.knobcheck import KnobValueError, check

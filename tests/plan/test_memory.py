@@ -48,7 +48,7 @@ def test_states_per_case(
     n, dp = info.parameter_count, 4
     b = {"bf16": 8, "fp32": 16}[precision]
     if rank:
-        # LoRA adapters are fp32 in either precision (trainer/model.py): 16 bytes/param.
+        # LoRA adapters are fp32 in either precision (veri_tui/trainer/model.py): 16 bytes/param.
         a = rank * info.lora_in_out_sum
         sharded, compute, trainable = 2 * n + 16 * a, n + a, a
     else:

@@ -111,8 +111,8 @@ def test_packing_plans_the_trainers_packed_rows(
 ) -> None:
     from transformers import AutoTokenizer
 
-    from jobfolder.packing import pack
-    from trainer.data import load_dataset
+    from veri_tui.jobfolder.packing import pack
+    from veri_tui.trainer.data import load_dataset
 
     monkeypatch.setenv("VERI_HOME", str(tmp_path))
     model = bundled_tiny_model()

@@ -1,6 +1,6 @@
 """The activation model against what a real transformers model keeps, measured on CPU.
 
-Each case runs one sample through a small model as the trainer runs it (trainer/loop.py:
+Each case runs one sample through a small model as the trainer runs it (veri_tui/trainer/loop.py:
 its checkpointing mode, LoRA on its targets, fp32 weights under autocast at stage 0, the
 chunked loss, backward) and counts storages (tests/support/saved_bytes.py): `kept`, what is
 alive once the loss is computed (what every layer keeps, the root's, the logits, the

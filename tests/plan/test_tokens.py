@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from jobfolder.errors import DataError
+from veri_tui.jobfolder.errors import DataError
 from veri_tui.plan.tokens import cache_dir, cached_count, count_tokens
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -31,11 +31,11 @@ def _flat(count) -> list[tuple[int, ...]]:
 
 @pytest.mark.parametrize("name, method", BUNDLED)
 def test_counts_equal_the_trainers_tokenization(name: str, method: str) -> None:
-    """Every row's length equals what trainer/data.py builds with transformers' tokenizer
+    """Every row's length equals what veri_tui/trainer/data.py builds with transformers' tokenizer
     (untruncated): text and completions with EOS, chat templates turn by turn, dpo pairs."""
     pytest.importorskip("transformers")
-    from trainer import data
-    from trainer.model import load_tokenizer
+    from veri_tui.trainer import data
+    from veri_tui.trainer.model import load_tokenizer
 
     examples = data.load_dataset(DATA / name, method, load_tokenizer(TINY), 10**9)
     if method == "dpo":

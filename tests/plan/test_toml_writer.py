@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from jobfolder.knobs.fields import TRACKERS
+from veri_tui.jobfolder.knobs.fields import TRACKERS
 from veri_tui.plan import Hyperparameters, JobConfig, job_from_fields, job_to_toml, load_job_config
 
 

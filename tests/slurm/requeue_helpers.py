@@ -19,10 +19,10 @@ from typing import Any
 
 from support.slurm_cluster import SlurmCluster
 
-from jobfolder.atomic import write_json_atomic
-from jobfolder.layout import MADE_WITH
-from jobfolder.record import read_job
-from jobfolder.status import has_ended
+from veri_tui.jobfolder.atomic import write_json_atomic
+from veri_tui.jobfolder.layout import MADE_WITH
+from veri_tui.jobfolder.record import read_job
+from veri_tui.jobfolder.status import has_ended
 from veri_tui.launch.replan import resume_spec
 from veri_tui.launch.spec import build_record
 from veri_tui.plan import load_job_config, plan_job
@@ -87,7 +87,8 @@ def batch_script(job_path: Path, nodes: int, per_node: int) -> str:
             "#SBATCH --open-mode=append",
             "#SBATCH --requeue",
             "#SBATCH --signal=B:USR1@120",
-            f"exec env PYTHONPATH={REPO} {sys.executable} -m jobfolder.supervise --job {job_path}",
+            f"exec env PYTHONPATH={REPO} {sys.executable} -m veri_tui.jobfolder.supervise "
+            f"--job {job_path}",
             "",
         ]
     )

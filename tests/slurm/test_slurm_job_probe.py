@@ -1,5 +1,5 @@
-"""The Slurm batch job's probe of its allocation before training (jobfolder/slurmprobe.py), on
-the test cluster: `--dry-run` shows the step and `--exclude`; a node made slow on purpose
+"""The Slurm batch job's probe of its allocation before training (veri_tui/jobfolder/slurmprobe.py),
+on the test cluster: `--dry-run` shows the step and `--exclude`; a node made slow on purpose
 (VERI_PROBE_DELAY, passed on by sbatch and srun) is named and the job stops before training
 with nothing left running; the step itself inside `salloc -N 2` with a fake nvidia-ml-py whose
 GPU on node 1 has a row remapping pending: the sick node stops a job, or is recorded and
@@ -41,8 +41,8 @@ def test_dry_run_shows_the_probe_step_and_the_exclusion(
     assert "#SBATCH --exclude=n[3-4],n9" in lines
     step = lines.index("trap 'veri_usr1=1' USR1")
     probe, untrap, supervise = lines[step + 1 : step + 4]
-    assert re.fullmatch(r"env PYTHONPATH=\S+ \S+ -m jobfolder\.slurmprobe --job \S+/job\.json "
-                        r"\|\| exit \$\?", probe), probe  # fmt: skip
+    assert re.fullmatch(r"env PYTHONPATH=\S+ \S+ -m veri_tui\.jobfolder\.slurmprobe "
+                        r"--job \S+/job\.json \|\| exit \$\?", probe), probe  # fmt: skip
     assert untrap == "trap - USR1" and supervise.startswith("exec env PYTHONPATH=")
     assert supervise.split("--job")[1] == probe.split("--job")[1].removesuffix(" || exit $?")
     # --no-probe: no step; one node of CPU ranks: none either (nothing to judge).
@@ -114,7 +114,7 @@ def test_a_sick_node_stops_the_step_or_is_recorded_with_allow(
     fake = write_fake_pynvml(tmp_path / "fake", count=1, pending=-1)
     fake.write_text(fake.read_text() + SICK_ON_NODE_1)
     stop, allow = _job(tmp_path / "stop", "stop"), _job(tmp_path / "allow", "allow")
-    step = f"{sys.executable} -m jobfolder.slurmprobe --job"
+    step = f"{sys.executable} -m veri_tui.jobfolder.slurmprobe --job"
     root = Path(__file__).resolve().parents[2]
     env = {**os.environ, **slurm.env, "VERI_HOME": str(tmp_path / "veri"),
            "PYTHONPATH": f"{fake.parent}:{root}"}  # fmt: skip

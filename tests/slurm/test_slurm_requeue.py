@@ -45,13 +45,13 @@ from requeue_helpers import (
 )
 from support.slurm_cluster import NODES, SlurmCluster
 
-from jobfolder.attempts import prepare_resume
-from jobfolder.ckptindex import committed as committed_steps
-from jobfolder.layout import CANCEL_REQUEST
-from jobfolder.procs import job_processes
-from jobfolder.record import read_job
-from jobfolder.slurm import CANCEL, SlurmRun, seconds
-from jobfolder.stopping import PREEMPTED, TIME_LIMIT, read_stopped
+from veri_tui.jobfolder.attempts import prepare_resume
+from veri_tui.jobfolder.ckptindex import committed as committed_steps
+from veri_tui.jobfolder.layout import CANCEL_REQUEST
+from veri_tui.jobfolder.procs import job_processes
+from veri_tui.jobfolder.record import read_job
+from veri_tui.jobfolder.slurm import CANCEL, SlurmRun, seconds
+from veri_tui.jobfolder.stopping import PREEMPTED, TIME_LIMIT, read_stopped
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(420)]
 ZERO = {"zero_stage": 3, "micro_batch_size": 2}  # FSDP2; a global batch of 4
@@ -61,7 +61,7 @@ ZERO = {"zero_stage": 3, "micro_batch_size": 2}  # FSDP2; a global batch of 4
 def reference(tmp_path_factory: pytest.TempPathFactory) -> list[tuple[int, float]]:
     """(step, loss) of the job run uninterrupted, locally, by the same supervisor."""
     job = make_job(tmp_path_factory.mktemp("ref"), "reference", 2, 1, slurm=False, **ZERO)
-    cmd = [sys.executable, "-m", "jobfolder.supervise", "--job", str(job)]
+    cmd = [sys.executable, "-m", "veri_tui.jobfolder.supervise", "--job", str(job)]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=False)
     assert out.returncode == 0, out.stderr[-3000:] + (job.parent / "log.txt").read_text()[-2000:]
     got = losses(job.parent)

@@ -1,6 +1,6 @@
 """A Slurm job that ended without its supervisor recording an outcome, on the real cluster:
 a read shows the outcome its controller reports and writes nothing (job.json keeps its
-bytes and mtime); the first poll records it in job.json (`python -m jobfolder close` on
+bytes and mtime); the first poll records it in job.json (`python -m veri_tui.jobfolder close` on
 the login node, launch/settle.py) and in the registry entry, and a second poll writes
 nothing. The batch job is a bare `sleep` scancelled by hand: no supervisor to record it."""
 
@@ -16,7 +16,7 @@ from launch.launch_helpers import wait_for
 from slurm_helpers import home, slurm_job_dir
 from support.slurm_cluster import SlurmCluster
 
-from jobfolder.atomic import write_json_atomic
+from veri_tui.jobfolder.atomic import write_json_atomic
 from veri_tui.launch import jobs, registry
 from veri_tui.launch.registry import RegistryEntry
 

@@ -60,7 +60,9 @@ def test_a_job_through_an_ssh_login_node(
     job_id = out.splitlines()[0]
     assert '"step": 3' in out  # the log followed from here, to its end
     job_dir = ssh_home / "slurm" / "jobs" / job_id
-    assert (job_dir / "pkg" / "jobfolder").is_dir() and (job_dir / "sbatch.sh").is_file()
+    assert (job_dir / "pkg" / "veri_tui" / "jobfolder").is_dir() and (
+        job_dir / "sbatch.sh"
+    ).is_file()
     assert f"PYTHONPATH={job_dir}/pkg " in (job_dir / "sbatch.sh").read_text()
     assert len(losses(job_dir)) == 3
     record = jobs.get_job(job_id)

@@ -51,7 +51,7 @@ def _fault_python(folder: Path) -> str:
     (their ranks inherit it through torchrun); every other run is plain."""
     count = folder / "node1-starts"
     return script(folder / "python-fault", f"""#!/bin/sh
-case "$*" in *jobfolder.supervise*-node1/job.json*)
+case "$*" in *veri_tui.jobfolder.supervise*-node1/job.json*)
   n=$(cat '{count}' 2>/dev/null || echo 0)
   if [ "$n" -lt 2 ]; then echo $((n + 1)) > '{count}'; export VERI_FAULT=kill:1:25; fi;;
 esac

@@ -60,7 +60,7 @@ def test_sigstopped_rank_over_ssh_is_rank_hung(ssh_env) -> None:
     # The remote supervisor asked the ranks for their dumps first (docs/jobs.md, Hang forensics)
     # and read the stopped rank's stack from its process.
     print(err["summary"])
-    assert ", which rank 0 entered; rank 1 at trainer/" in err["summary"]
+    assert ", which rank 0 entered; rank 1 at veri_tui/trainer/" in err["summary"]
     assert err["summary"].endswith(
         f"(its process (pid {pid}) is stopped (SIGSTOP or a debugger): its stack read from "
         "the process)"

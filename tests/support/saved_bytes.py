@@ -6,7 +6,7 @@ Two instruments, both counting storages (tensors that share a storage count once
 - `saved_by_autograd`: the bytes autograd packs for backward during a forward, seen through
   `torch.autograd.graph.saved_tensors_hooks`, per decoder layer and for the rest (the root);
   parameters excluded. This is exactly what a model without checkpointing keeps.
-- `Census` (trainer/census.py, shared with the canary): a TorchDispatchMode that registers
+- `Census` (veri_tui/trainer/census.py, shared with the canary): a TorchDispatchMode that registers
   every storage an op creates and notices when it is freed (a weak reference), so it knows
   the bytes alive after each op. It sees what a checkpointed model keeps outside autograd's
   packing (the checkpoint's inputs, a selective policy's cached outputs), the recomputation
@@ -27,7 +27,7 @@ from typing import Any
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
-from trainer.census import Census, _key
+from veri_tui.trainer.census import Census, _key
 
 
 def saved_by_autograd(
@@ -91,8 +91,8 @@ def build_model(
     (fp32 adapters under autocast)."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from trainer import checkpointing
-    from trainer.model import lora_targets
+    from veri_tui.trainer import checkpointing
+    from veri_tui.trainer.model import lora_targets
 
     cfg = AutoConfig.for_model(**config)
     dtype = torch.float32 if autocast and not lora_rank else torch.bfloat16
@@ -122,10 +122,10 @@ def measure_step(
     fake: bool = False,
 ) -> dict[str, int]:
     """One sample of `tokens` through forward, the bundled trainer's loss and backward, as
-    trainer/loop.py runs it (the forward and loss under autocast for fp32 weights, backward
+    veri_tui/trainer/loop.py runs it (the forward and loss under autocast for fp32 weights, backward
     outside): `kept`, the bytes alive once the loss is computed, and `peak`, the most alive
     after any op; the batch counted, parameters and their gradients not."""
-    from trainer.losses import token_logps
+    from veri_tui.trainer.losses import token_logps
 
     modes = FakeTensorMode() if fake else contextlib.nullcontext()
     with modes, _as_real_when_fake(fake):
@@ -154,7 +154,7 @@ def _reference_loss(kind: str, logits: torch.Tensor, labels: torch.Tensor) -> to
     activation_peak.py LOSSES); `logits` (1, T, V) bf16."""
     import torch.nn.functional as F
 
-    from trainer.losses import token_logps
+    from veri_tui.trainer.losses import token_logps
 
     if kind == "chunked":
         return -token_logps(logits, labels).sum()

@@ -9,8 +9,8 @@ benchmarks/bench_bf16_learning.py.
 Run as a script (`python learning_task.py hf=JOB.json ... veri=JOB.json ...`), it trains
 each job in turn in one process: `veri` through the trainer's own `train()` (as
 trainer_jobs.py does, a process group of one), `hf` with transformers' Trainer at the
-bundled trainer's settings: the same rows in the same order (trainer.data.global_batch),
-the same batches padded the same way (trainer.data.collate), the loss averaged over the
+bundled trainer's settings: the same rows in the same order (veri_tui.trainer.data.global_batch),
+the same batches padded the same way (veri_tui.trainer.data.collate), the loss averaged over the
 step's target tokens, AdamW with the weight decay on every parameter (HF leaves norms and
 biases out by default; ours decays all), warm-up 0 then cosine to 0, clipping at 1.0, and
 LoRA adapters initialised from the same seed. `bf16=True` there is fp32 master weights and
@@ -99,9 +99,9 @@ def train_hf(spec: dict[str, Any], out: Path) -> list[float]:
     from torch.utils.data import IterableDataset
     from transformers import AutoModelForCausalLM, Trainer, TrainingArguments
 
-    from trainer.data import IGNORE, collate, global_batch, load_dataset
-    from trainer.model import load_tokenizer as veri_tokenizer
-    from trainer.model import lora_targets
+    from veri_tui.trainer.data import IGNORE, collate, global_batch, load_dataset
+    from veri_tui.trainer.model import load_tokenizer as veri_tokenizer
+    from veri_tui.trainer.model import lora_targets
 
     model_dir = Path(spec["model"])
     tok = veri_tokenizer(model_dir)

@@ -68,6 +68,6 @@ def parameter_count(folder: Path) -> int:
     """Parameters stored in the folder's safetensors files (a tied head is stored once)."""
     import math
 
-    from trainer.weights import checkpoint_entries
+    from veri_tui.trainer.weights import checkpoint_entries
 
     return sum(math.prod(e.shape) for e in checkpoint_entries(folder).values())

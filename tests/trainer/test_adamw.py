@@ -1,4 +1,4 @@
-"""The bf16 AdamW's stochastic rounding (trainer/adamw.py): unbiased, small updates land in
+"""The bf16 AdamW's stochastic rounding (veri_tui/trainer/adamw.py): unbiased, small updates land in
 expectation, weight decay takes effect, deterministic by seed, the same on any sharding.
 
 Each "lands" test also runs torch's AdamW on the same bf16 weights (what precision bf16 ran
@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from trainer import adamw
-from trainer.adamw import StochasticAdamW, make_optimizer, stochastic_round_, update_region
-from trainer.config import from_spec
 from veri_tui.errors import VeriError
 from veri_tui.plan import load_job_config, peak
+from veri_tui.trainer import adamw
+from veri_tui.trainer.adamw import StochasticAdamW, make_optimizer, stochastic_round_, update_region
+from veri_tui.trainer.config import from_spec
 
 ONE_ULP = 2.0**-7  # a bf16 step at 1.0 (8 bits of significand)
 

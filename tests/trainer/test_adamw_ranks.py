@@ -3,7 +3,7 @@ FSDP2 shard gets the update the whole parameter gets.
 
 Run as a script under torchrun, each rank trains the same small bf16 model on its own
 batches for STEPS steps twice, under DDP and under FSDP2 (`fully_shard`, dim-0 shards of
-uneven size: 37 rows over 2 ranks), both with trainer/adamw.py's StochasticAdamW, and
+uneven size: 37 rows over 2 ranks), both with veri_tui/trainer/adamw.py's StochasticAdamW, and
 writes what it holds: under DDP its whole weights (which must equal the other rank's:
 rounding by a per-rank random stream would drift them apart), under FSDP2 its shards
 gathered whole. The reduced gradients are bit-equal in both (2 ranks: one addition), so
@@ -36,7 +36,7 @@ def _model() -> Any:
 def _train(net: Any, params: list[Any], rank: int) -> None:
     import torch
 
-    from trainer.adamw import StochasticAdamW
+    from veri_tui.trainer.adamw import StochasticAdamW
 
     opt = StochasticAdamW(params, lr=1e-3, weight_decay=0.1, seed=42)
     g = torch.Generator().manual_seed(100 + rank)  # each rank its own batches

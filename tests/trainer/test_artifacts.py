@@ -1,4 +1,4 @@
-"""Artifacts written without a full gather (trainer/artifact.py): real 2-rank jobs (gloo).
+"""Artifacts written without a full gather (veri_tui/trainer/artifact.py): real 2-rank jobs (gloo).
 
 A full fine-tune's artifact, forced into small shards (`artifact_shard_bytes`), comes out
 in the Hugging Face layout (`model-0000k-of-0000n.safetensors` + index), loads untouched with
@@ -22,7 +22,7 @@ from safetensors import safe_open
 from safetensors.torch import load_file
 from trainer_jobs import REPO, TINY, checkpoint_tensors, run_many, write_job
 
-from trainer.artifact import verify_artifact
+from veri_tui.trainer.artifact import verify_artifact
 
 SHARD = 100_000  # bytes: the tiny models' artifacts come out in several files
 CASES = {
@@ -150,7 +150,7 @@ def _gather_worker() -> None:
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
 
-    from trainer.artifact import _to_rank0
+    from veri_tui.trainer.artifact import _to_rank0
 
     dist.init_process_group("gloo")
     rank = dist.get_rank()

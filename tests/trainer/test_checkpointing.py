@@ -1,5 +1,5 @@
-"""Activation checkpointing as the trainer applies it (trainer/checkpointing.py): every mode
-computes the same loss and gradients as no checkpointing, selective installs torch's
+"""Activation checkpointing as the trainer applies it (veri_tui/trainer/checkpointing.py): every
+mode computes the same loss and gradients as no checkpointing, selective installs torch's
 selective-checkpoint contexts, and the spec's knob and its alias resolve as planned. What
 each mode keeps in memory is measured in tests/plan/test_saved_tensors.py."""
 
@@ -11,12 +11,12 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from jobfolder.errors import ConfigError
-from trainer import checkpointing
-from trainer.config import from_spec
-from trainer.losses import token_logps
+from veri_tui.jobfolder.errors import ConfigError
 from veri_tui.launch.spec import make_record
 from veri_tui.plan import load_job_config, plan_job
+from veri_tui.trainer import checkpointing
+from veri_tui.trainer.config import from_spec
+from veri_tui.trainer.losses import token_logps
 
 TINY = Path(__file__).resolve().parents[2] / "assets" / "tiny-model"
 

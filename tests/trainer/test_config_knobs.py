@@ -1,4 +1,4 @@
-"""The trainer reads every knob of the schema by its field type (trainer/config.py): no
+"""The trainer reads every knob of the schema by its field type (veri_tui/trainer/config.py): no
 knob the planner accepts is dropped on the way to a rank, and a bad value names its key."""
 
 from __future__ import annotations
@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from jobfolder.errors import ConfigError
-from jobfolder.knobs import Hyperparameters, table
-from trainer.config import TrainConfig, from_spec
+from veri_tui.jobfolder.errors import ConfigError
+from veri_tui.jobfolder.knobs import Hyperparameters, table
 from veri_tui.plan import job_from_fields, plan_job
 from veri_tui.plan.sources import bundled_tiny_model
+from veri_tui.trainer.config import TrainConfig, from_spec
 
 SPEC = {"method": "sft_text", "model_path": "m", "dataset": "d.jsonl"}
 

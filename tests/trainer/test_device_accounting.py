@@ -1,4 +1,4 @@
-"""Per-GPU states count only tensors on the rank's device (trainer/measure.py `on_device`).
+"""Per-GPU states count only tensors on the rank's device (veri_tui/trainer/measure.py `on_device`).
 
 cpu_offload keeps shards, gradients and AdamW moments on the host; counting them as GPU states
 made calibration's activation ratio (peak - states) negative or wrong. CPU has no second
@@ -14,12 +14,12 @@ import pytest
 import torch
 from torch import nn
 
-from jobfolder.atomic import write_json_atomic
-from jobfolder.jobstats import gather
-from trainer.measure import StateMeter, on_device, split_bytes
-from trainer.report import RankContext
-from trainer.runstats import RunStats
+from veri_tui.jobfolder.atomic import write_json_atomic
+from veri_tui.jobfolder.jobstats import gather
 from veri_tui.launch.calibrate import ratios_of
+from veri_tui.trainer.measure import StateMeter, on_device, split_bytes
+from veri_tui.trainer.report import RankContext
+from veri_tui.trainer.runstats import RunStats
 
 META = torch.device("meta")  # the stand-in accelerator
 

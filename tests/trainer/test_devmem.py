@@ -1,4 +1,4 @@
-"""Every peak figure a rank records, each from its own source (trainer/devmem.py).
+"""Every peak figure a rank records, each from its own source (veri_tui/trainer/devmem.py).
 
 On CPU: the real VmHWM, and the device figure recorded as not measured (never invented). On
 CUDA (mocked: the torch.cuda counters and the driver's answers, NVML through a stand-in
@@ -16,11 +16,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from jobfolder.jobstats import gather
-from trainer import devmem
-from trainer.report import RankContext
-from trainer.runstats import RunStats
+from veri_tui.jobfolder.jobstats import gather
 from veri_tui.launch.measured import comparison, comparison_lines
+from veri_tui.trainer import devmem
+from veri_tui.trainer.report import RankContext
+from veri_tui.trainer.runstats import RunStats
 
 CUDA = torch.device("cuda", 0)
 GIB = 1 << 30

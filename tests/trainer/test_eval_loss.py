@@ -19,10 +19,10 @@ import torch
 from support.datafiles import write_jsonl, write_parquet
 from trainer_jobs import DATASETS, TINY, metrics, run_many, write_job
 
-from jobfolder.dataload import eval_split, mixed_rows
-from jobfolder.datasource import sources_of
-from trainer.data import encode_row
-from trainer.losses import count_targets, sft_loss_sum
+from veri_tui.jobfolder.dataload import eval_split, mixed_rows
+from veri_tui.jobfolder.datasource import sources_of
+from veri_tui.trainer.data import encode_row
+from veri_tui.trainer.losses import count_targets, sft_loss_sum
 
 pytestmark = pytest.mark.slow
 

@@ -11,11 +11,11 @@ import pytest
 import torch
 from torch import nn
 
-from jobfolder.errors import ConfigError
-from trainer.config import TrainConfig, from_spec
-from trainer.model import build_policy
-from trainer.schedule import lr_factor, scheduler
+from veri_tui.jobfolder.errors import ConfigError
 from veri_tui.plan.sources import bundled_tiny_model
+from veri_tui.trainer.config import TrainConfig, from_spec
+from veri_tui.trainer.model import build_policy
+from veri_tui.trainer.schedule import lr_factor, scheduler
 
 WARMUP, TOTAL, PEAK = 3, 13, 2e-4
 

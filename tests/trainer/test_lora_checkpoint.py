@@ -20,11 +20,11 @@ import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 from trainer_jobs import TINY
 
-from trainer import checkpoint
-from trainer.config import TrainConfig
-from trainer.faults import FaultPlan
-from trainer.loading import materialize
-from trainer.model import build_policy
+from veri_tui.trainer import checkpoint
+from veri_tui.trainer.config import TrainConfig
+from veri_tui.trainer.faults import FaultPlan
+from veri_tui.trainer.loading import materialize
+from veri_tui.trainer.model import build_policy
 
 QUANT = ("absmax", "quant_map", "nested_absmax")
 

@@ -1,6 +1,6 @@
 """The chunked label log-probabilities against the straightforward log_softmax computation.
 
-trainer.losses.token_logps gathers the label logits and subtracts a logsumexp computed over
+veri_tui.trainer.losses.token_logps gathers the label logits and subtracts a logsumexp computed over
 chunks of tokens, with its own backward. It must give what log_softmax + gather gives
 (values and gradients, bf16 and fp32 logits, IGNORE labels and padding), the SFT and DPO
 losses built on it must equal the code they replaced, and it must hold at most one chunk's
@@ -19,9 +19,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from trainer import losses
-from trainer.data import IGNORE, Example, collate
 from veri_tui.plan.activations import LOSS_CHUNK_BYTES
+from veri_tui.trainer import losses
+from veri_tui.trainer.data import IGNORE, Example, collate
 
 REPO = Path(__file__).resolve().parents[2]
 TINY = REPO / "assets" / "tiny-model"
@@ -80,7 +80,7 @@ def _model_and_pairs() -> tuple[torch.nn.Module, list[tuple[Example, Example]], 
     """The tiny model in bf16 and three DPO pairs of different lengths (padding)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from trainer.data import encode_dpo
+    from veri_tui.trainer.data import encode_dpo
 
     tok = AutoTokenizer.from_pretrained(TINY)
     model = AutoModelForCausalLM.from_pretrained(TINY, dtype=torch.bfloat16)
@@ -131,7 +131,7 @@ def test_dpo_loss_and_reward_sums() -> None:
 MEASURE = """
 import json, sys, torch
 from pathlib import Path
-from trainer.losses import token_logps
+from veri_tui.trainer.losses import token_logps
 def rss(key):
     line = [x for x in Path('/proc/self/status').read_text().splitlines() if x.startswith(key)]
     return int(line[0].split()[1]) * 1024

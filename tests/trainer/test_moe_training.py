@@ -30,7 +30,7 @@ def test_trainer_lora_targets_are_the_plans() -> None:
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
 
-    from trainer.model import lora_targets
+    from veri_tui.trainer.model import lora_targets
 
     info = read_model_info(str(TINY_MOE))
     model = AutoModelForCausalLM.from_pretrained(TINY_MOE, dtype=torch.bfloat16)
@@ -82,9 +82,9 @@ def test_full_fine_tune_of_per_expert_modules_is_refused_on_several_ranks() -> N
 
     from torch import nn
 
-    from jobfolder.errors import ConfigError
-    from trainer.config import TrainConfig
-    from trainer.model import check_experts
+    from veri_tui.jobfolder.errors import ConfigError
+    from veri_tui.trainer.config import TrainConfig
+    from veri_tui.trainer.model import check_experts
 
     class Block(nn.Module):
         def __init__(self) -> None:

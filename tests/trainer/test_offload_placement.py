@@ -12,11 +12,11 @@ import pytest
 import torch
 from trainer_jobs import TINY
 
-from trainer import parallelize
-from trainer.config import TrainConfig
-from trainer.loading import is_pending, materialize
-from trainer.model import build_policy
-from trainer.parallelize import Runtime, materialize_device, wrap_policy
+from veri_tui.trainer import parallelize
+from veri_tui.trainer.config import TrainConfig
+from veri_tui.trainer.loading import is_pending, materialize
+from veri_tui.trainer.model import build_policy
+from veri_tui.trainer.parallelize import Runtime, materialize_device, wrap_policy
 
 CUDA = torch.device("cuda", 0)
 

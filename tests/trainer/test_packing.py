@@ -18,13 +18,13 @@ import pytest
 import torch
 from trainer_jobs import DATASETS, TINY, metrics, run_many, write_job
 
-from jobfolder.errors import ConfigError
-from jobfolder.packing import pack, packed_lengths
-from trainer.config import from_spec
-from trainer.data import collate, encode_row, global_batch
-from trainer.losses import count_targets, forward_logits, token_logps
-from trainer.packing import Packed, join
-from trainer.tokencache import TokenCache
+from veri_tui.jobfolder.errors import ConfigError
+from veri_tui.jobfolder.packing import pack, packed_lengths
+from veri_tui.trainer.config import from_spec
+from veri_tui.trainer.data import collate, encode_row, global_batch
+from veri_tui.trainer.losses import count_targets, forward_logits, token_logps
+from veri_tui.trainer.packing import Packed, join
+from veri_tui.trainer.tokencache import TokenCache
 
 CAP = 128
 

@@ -1,4 +1,4 @@
-"""The CUDA-path decisions of trainer/parallelize.py, pinned on one CPU process.
+"""The CUDA-path decisions of veri_tui/trainer/parallelize.py, pinned on one CPU process.
 
 They cannot show on 2 CPU ranks as failures (issue 10, part 7), so each is pinned here: FSDP2
 reduce-scatters on every micro-batch (DDP alone skips its all-reduce), the process group's
@@ -20,10 +20,10 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from jobfolder.errors import ConfigError
-from trainer import peakmem
-from trainer.config import TrainConfig
-from trainer.parallelize import (
+from veri_tui.jobfolder.errors import ConfigError
+from veri_tui.trainer import peakmem
+from veri_tui.trainer.config import TrainConfig
+from veri_tui.trainer.parallelize import (
     DIST_TIMEOUT_S,
     Runtime,
     dist_timeout,
@@ -31,7 +31,7 @@ from trainer.parallelize import (
     init_runtime,
     offload_threads,
 )
-from trainer.peakmem import run_peaks, window_peak
+from veri_tui.trainer.peakmem import run_peaks, window_peak
 
 
 @pytest.fixture
@@ -134,7 +134,7 @@ def test_an_offloaded_optimizer_gets_its_share_of_the_cores() -> None:
 
 
 def test_supervisor_marks_its_own_thread_default(tmp_path: Path, monkeypatch) -> None:
-    from jobfolder.supervise import Supervisor
+    from veri_tui.jobfolder.supervise import Supervisor
 
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     env = Supervisor(tmp_path / "job.json").environment()
@@ -186,14 +186,14 @@ def test_the_process_group_is_left_on_failure_too(tmp_path: Path, monkeypatch) -
     succeeds does (NCCL otherwise warns and may hang at exit), after its failure record."""
     from trainer_jobs import write_job
 
-    import trainer.__main__ as entry
-    import trainer.loop
+    import veri_tui.trainer.__main__ as entry
+    import veri_tui.trainer.loop
 
     def joins_then_fails(*_: object) -> None:
         dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
         raise RuntimeError("boom after the group was joined")
 
-    monkeypatch.setattr(trainer.loop, "train", joins_then_fails)
+    monkeypatch.setattr(veri_tui.trainer.loop, "train", joins_then_fails)
     for name in ("RANK", "LOCAL_RANK", "GROUP_RANK", "WORLD_SIZE", "TORCHELASTIC_ERROR_FILE"):
         monkeypatch.delenv(name, raising=False)
     job = write_job(tmp_path, gpu_count=1)

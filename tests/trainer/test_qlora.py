@@ -14,11 +14,11 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from jobfolder.errors import ConfigError
-from trainer.config import TrainConfig, from_spec
-from trainer.model import QLORA_NEEDS_CUDA, qlora_config, qlora_kwargs
-from trainer.parallelize import init_runtime
 from veri_tui.cli import main
+from veri_tui.jobfolder.errors import ConfigError
+from veri_tui.trainer.config import TrainConfig, from_spec
+from veri_tui.trainer.model import QLORA_NEEDS_CUDA, qlora_config, qlora_kwargs
+from veri_tui.trainer.parallelize import init_runtime
 
 TINY = Path(__file__).resolve().parents[2] / "assets" / "tiny-model"
 

@@ -1,4 +1,4 @@
-"""Sharded loading (trainer/loading.py) against `from_pretrained`, on 2 CPU ranks (gloo).
+"""Sharded loading (veri_tui/trainer/loading.py) against `from_pretrained`, on 2 CPU ranks (gloo).
 
 - Equal: on a random-weight tied model stored in several safetensors files, on the
   bundled tiny model (an fp32 file loaded as bf16) and on the tiny mixture of experts (its
@@ -59,7 +59,7 @@ def test_every_layout_loads_what_from_pretrained_loads(
     models: dict, model: str, tmp_path: Path
 ) -> None:
     # tiny-moe: transformers 5 fuses its per-expert tensors into 3-D parameters; the sharded
-    # loader fills each rank's experts from the per-expert files (trainer/experts.py).
+    # loader fills each rank's experts from the per-expert files (veri_tui/trainer/experts.py).
     path = {"tiny": TINY, "tiny-moe": TINY_MOE}.get(model) or models["tied"]
     if model == "tied":
         assert len(list(path.glob("model-*-of-*.safetensors"))) > 1  # several files
@@ -115,10 +115,10 @@ def _worker(argv: list[str]) -> None:
     import torch
     import torch.distributed as dist
 
-    from trainer.config import TrainConfig
-    from trainer.measure import vm_status
-    from trainer.model import build_policy, build_reference
-    from trainer.parallelize import init_runtime, unwrap, wrap_policy, wrap_reference
+    from veri_tui.trainer.config import TrainConfig
+    from veri_tui.trainer.measure import vm_status
+    from veri_tui.trainer.model import build_policy, build_reference
+    from veri_tui.trainer.parallelize import init_runtime, unwrap, wrap_policy, wrap_reference
 
     mode, path = argv[0], Path(argv[1])
 

@@ -64,7 +64,7 @@ def test_measured_states_match_plan(measured: dict, combo: tuple) -> None:
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_every_runs_own_states_count_matches_plan(measured: dict) -> None:
-    """The always-on count (trainer/runstats.py, job.json `measured`) agrees with the plan
+    """The always-on count (veri_tui/trainer/runstats.py, job.json `measured`) agrees with the plan
     in every combination too, taken after the first optimizer step."""
     for combo, got in measured.items():
         for run in got["runs"]:

@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 import torch.distributed as dist
 
-import trainer.__main__ as entry
-import trainer.loop
-from trainer.__main__ import cuda_alloc_conf
+import veri_tui.trainer.__main__ as entry
+import veri_tui.trainer.loop
+from veri_tui.trainer.__main__ import cuda_alloc_conf
 
 REPO = Path(__file__).resolve().parents[2]
 SPEC = {"method": "sft_text", "model": "m", "dataset": "d.jsonl"}
@@ -62,7 +62,7 @@ def test_a_failed_rank_aborts_and_never_destroys(
     def fail(*_: object) -> None:
         raise RuntimeError("CUDA error: an illegal memory access was encountered")
 
-    monkeypatch.setattr(trainer.loop, "train", fail)
+    monkeypatch.setattr(veri_tui.trainer.loop, "train", fail)
     with pytest.raises(RuntimeError, match="illegal memory access"):
         entry.main(["--job", _job(tmp_path)])
     assert group == []  # no destroy on failure ...
@@ -74,7 +74,7 @@ def test_a_failed_rank_aborts_and_never_destroys(
 def test_a_clean_run_destroys_its_group(
     tmp_path: Path, group: list[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(trainer.loop, "train", lambda *_: None)
+    monkeypatch.setattr(veri_tui.trainer.loop, "train", lambda *_: None)
     assert entry.main(["--job", _job(tmp_path)]) == 0
     assert group == ["destroy"]
 

@@ -1,4 +1,4 @@
-"""The token cache (trainer/tokencache.py, trainer/dataprep.py) without torchrun.
+"""The token cache (veri_tui/trainer/tokencache.py, veri_tui/trainer/dataprep.py) without torchrun.
 
 Round trips: every bundled dataset (text, messages, prompt + completion, dpo pairs), built in
 one part or in three (as three ranks would), reads back exactly what `data.load_dataset`
@@ -19,14 +19,21 @@ import pytest
 import torch.distributed as dist
 from trainer_jobs import DATASETS, TINY
 
-from jobfolder.errors import DataError
-from jobfolder.rows import numbered_lines, read_rows
-from trainer import data
-from trainer.config import TrainConfig
-from trainer.dataprep import NO_CACHE, build_part, cache_key, commit, prepare_dataset, stale_reason
-from trainer.model import load_tokenizer
-from trainer.report import RankContext, RankLog
-from trainer.tokencache import TokenCache, part_file
+from veri_tui.jobfolder.errors import DataError
+from veri_tui.jobfolder.rows import numbered_lines, read_rows
+from veri_tui.trainer import data
+from veri_tui.trainer.config import TrainConfig
+from veri_tui.trainer.dataprep import (
+    NO_CACHE,
+    build_part,
+    cache_key,
+    commit,
+    prepare_dataset,
+    stale_reason,
+)
+from veri_tui.trainer.model import load_tokenizer
+from veri_tui.trainer.report import RankContext, RankLog
+from veri_tui.trainer.tokencache import TokenCache, part_file
 
 METHOD = {"text": "sft_text", "messages": "sft_text", "prompt_completion": "sft_text"}
 

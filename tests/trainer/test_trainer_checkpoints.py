@@ -15,7 +15,7 @@ import pytest
 import torch
 from trainer_jobs import checkpoint_tensors, failure, metrics, run_trainer, write_job
 
-from trainer.checkpoint import committed_steps, verify
+from veri_tui.trainer.checkpoint import committed_steps, verify
 
 HP = {"zero_stage": 3, "micro_batch_size": 2, "max_steps": 32, "checkpoint_steps": 8}
 

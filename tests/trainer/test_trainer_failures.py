@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from trainer_jobs import DATASETS, TINY, failure, run_trainer, write_job
 
-from jobfolder.status import ATTRIBUTION
+from veri_tui.jobfolder.status import ATTRIBUTION
 
 
 def _elastic_error_files(job_dir: Path) -> list[Path]:
@@ -42,7 +42,7 @@ def test_malformed_row_is_a_data_error_on_every_rank(tmp_path: Path) -> None:
         assert not rec["peer_failure"] and rec["time_ns"] > 10**18
         assert "DataError" in rec["traceback"]
     assert len(_elastic_error_files(tmp_path / "job")) == 2  # torch elastic's `record` too
-    # Each rank checked its own rows of the file (trainer/dataprep.py); line 7 is rank 0's,
+    # Each rank checked its own rows of the file (veri_tui/trainer/dataprep.py); line 7 is rank 0's,
     # rank 1 raised the same error after the ranks compared. No cache is left half-made.
     assert not (tmp_path / "job" / "tokens").exists()
     assert not (tmp_path / "job" / "tokens.tmp").exists()

@@ -13,14 +13,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 from trainer_jobs import DATASETS, TINY
 
-from jobfolder.errors import ConfigError, DataError, ModelLoadError, TrainerError
-from trainer import data
-from trainer.checkpoint import _commit, committed_steps, verify
-from trainer.config import from_spec, load_spec
-from trainer.faults import FaultPlan, parse
-from trainer.model import check_model_files, load_tokenizer, resolve_model_dir
-from trainer.report import RankContext, classify, failure_record, write_failure
-from trainer.schedule import lr_factor
+from veri_tui.jobfolder.errors import ConfigError, DataError, ModelLoadError, TrainerError
+from veri_tui.trainer import data
+from veri_tui.trainer.checkpoint import _commit, committed_steps, verify
+from veri_tui.trainer.config import from_spec, load_spec
+from veri_tui.trainer.faults import FaultPlan, parse
+from veri_tui.trainer.model import check_model_files, load_tokenizer, resolve_model_dir
+from veri_tui.trainer.report import RankContext, classify, failure_record, write_failure
+from veri_tui.trainer.schedule import lr_factor
 
 
 @pytest.fixture(scope="module")
@@ -234,7 +234,7 @@ def test_model_files_are_checked(tmp_path: Path) -> None:
 
 def test_trainer_imports_neither_textual_nor_paramiko() -> None:
     code = (
-        "import sys, trainer.loop, trainer.__main__, trainer.checkpoint;"
+        "import sys, veri_tui.trainer.loop, veri_tui.trainer.__main__, veri_tui.trainer.checkpoint;"
         "bad = {'textual', 'paramiko'} & set(sys.modules); assert not bad, bad"
     )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).parents[2])

@@ -5,7 +5,7 @@ states estimate taken from `veri_tui.plan.plan(...)`, as the launcher would writ
 
 Run as a script under torchrun (`torchrun --nproc-per-node 2 tests/trainer/trainer_jobs.py
 JOB.json ...`), it trains several jobs one after another in ONE torchrun: each through the
-trainer's own `train()`, exactly as `python -m trainer --job` runs it, so only the process
+trainer's own `train()`, exactly as `python -m veri_tui.trainer --job` runs it, so only the process
 start and the process group are shared (a torchrun start costs seconds, and the
 state-measurement matrix has two dozen jobs).
 """
@@ -76,11 +76,11 @@ def write_job(
 def run_trainer(
     job: Path, nproc: int, env: dict[str, str] | None = None, timeout: float = 120
 ) -> subprocess.CompletedProcess:
-    """`torchrun --nproc-per-node N -m trainer --job JOB` with one thread per CPU rank."""
+    """`torchrun --nproc-per-node N -m veri_tui.trainer --job JOB` with one thread per CPU rank."""
     full_env = {**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}
     full_env.pop("VERI_FAULT", None) if "VERI_FAULT" not in (env or {}) else None
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc)]
-    cmd += ["--log-dir", str(job.parent / "elastic"), "-m", "trainer", "--job", str(job)]
+    cmd += ["--log-dir", str(job.parent / "elastic"), "-m", "veri_tui.trainer", "--job", str(job)]
     return subprocess.run(
         cmd, cwd=REPO, env=full_env, capture_output=True, text=True, timeout=timeout
     )
@@ -144,9 +144,9 @@ def _train_each(paths: list[str]) -> None:
     """The script mode: train each job in turn on this rank."""
     import torch.distributed as dist
 
-    from trainer.config import from_spec, load_spec
-    from trainer.loop import train
-    from trainer.report import RankContext, RankLog
+    from veri_tui.trainer.config import from_spec, load_spec
+    from veri_tui.trainer.loop import train
+    from veri_tui.trainer.report import RankContext, RankLog
 
     for p in map(Path, paths):
         ctx = RankContext.from_env(p.parent)

@@ -30,8 +30,8 @@ def create_app(
     # else a helper, started before Textual is imported, plans it on another core meanwhile.
     remembered = first_plan.cached(model)
     helper = None if remembered else first_plan.spawn(model)
-    from jobfolder.layout import veri_home as home_now
     from veri_tui.app.app import VeriApp
+    from veri_tui.jobfolder.layout import veri_home as home_now
 
     home = home_now()
     return VeriApp(

@@ -33,9 +33,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from jobfolder.atomic import write_json_atomic
-from jobfolder.layout import veri_home
 from veri_tui.bundled import bundled_model
+from veri_tui.jobfolder.atomic import write_json_atomic
+from veri_tui.jobfolder.layout import veri_home
 
 ENV = "VERI_FIRST_PLAN"
 # `-c`, not `-m veri_tui.app.first_plan`: the package imports this module itself.
@@ -67,7 +67,7 @@ def cache_key(model: str | None) -> str | None:
         return None
     parts = [model or "", str(folder.resolve()), *_stats(folder, "*")]
     # The core and the job folder's package it imports (record keys, LoRA targets).
-    parts += _stats(_PACKAGE / "plan", "*.py") + _stats(_PACKAGE.parent / "jobfolder", "*.py")
+    parts += _stats(_PACKAGE / "plan", "*.py") + _stats(_PACKAGE / "jobfolder", "*.py")
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()
 
 

@@ -2,10 +2,10 @@
 model folder to serve or share (docs/export.md).
 
 A LoRA job exports its adapter, or with --merge the base with the adapter merged in
-(trainer/merge.py); a full fine-tune exports its checkpoint (--merge has nothing to do:
+(veri_tui/trainer/merge.py); a full fine-tune exports its checkpoint (--merge has nothing to do:
 one line says so). The torch work (the merge, the smoke generation) runs as `python -m
-trainer.export` (trainer/export.py) with this interpreter: the launcher imports no torch.
-The artifact is checked against its manifest first; the export is written aside
+veri_tui.trainer.export` (veri_tui/trainer/export.py) with this interpreter: the launcher imports no
+torch. The artifact is checked against its manifest first; the export is written aside
 (`.<name>.tmp`) and renamed into place, with the smoke generation (smoke.json), the model
 card (README.md) and its own manifest, so a failed export leaves no half-written folder.
 A job that ran over SSH keeps its artifact on its host: one line says how to bring its
@@ -25,9 +25,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from jobfolder import manifest
-from jobfolder.layout import OUTPUT
 from veri_tui.errors import VeriError
+from veri_tui.jobfolder import manifest
+from veri_tui.jobfolder.layout import OUTPUT
 from veri_tui.launch import jobs
 
 #: Files of an adapter or model folder that the export writes anew (or leaves out).
@@ -67,12 +67,12 @@ def _remote_line(job_id: str, host: str, folder: str) -> str:
 
 
 def _torch_side(*args: str) -> None:
-    """`python -m trainer.export ARGS` with this interpreter; its output printed here, a
+    """`python -m veri_tui.trainer.export ARGS` with this interpreter; its output printed here, a
     refusal raised as VeriError (one line)."""
     if importlib.util.find_spec("torch") is None:
         raise VeriError("export needs torch and transformers here: pip install "
                         "'veri-tui[train]'", key="export")  # fmt: skip
-    cmd = [sys.executable, "-m", "trainer.export", *args]
+    cmd = [sys.executable, "-m", "veri_tui.trainer.export", *args]
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
     print(proc.stdout, end="")
     if proc.returncode != 0:
@@ -148,7 +148,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _smoke(rec: Mapping[str, Any], form: str, base: Path, tmp: Path) -> list[dict[str, str]]:
-    """Base beside tuned on a few of the job's prompts (trainer/smoke.py), kept in
+    """Base beside tuned on a few of the job's prompts (veri_tui/trainer/smoke.py), kept in
     smoke.json; skipped when the base is not here (a full fine-tune's own run)."""
     spec = rec.get("spec") or {}
     datasets = spec.get("datasets") or spec.get("dataset")

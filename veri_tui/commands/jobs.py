@@ -13,10 +13,10 @@ import os
 import sys
 from typing import Any, cast
 
-from jobfolder.canarytable import no_go_line
-from jobfolder.record import NOT_RECORDED, JobRecord, plan_line_of
-from jobfolder.status import Attribution, FailureCode, has_ended, outcome_recorded
 from veri_tui.errors import VeriError
+from veri_tui.jobfolder.canarytable import no_go_line
+from veri_tui.jobfolder.record import NOT_RECORDED, JobRecord, plan_line_of
+from veri_tui.jobfolder.status import Attribution, FailureCode, has_ended, outcome_recorded
 from veri_tui.launch import jobs
 
 

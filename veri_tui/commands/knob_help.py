@@ -1,7 +1,7 @@
 """The knob list of `veri-tui plan --help` (and launch's), written from the knob schema.
 
 Each knob: its name, what it takes (the type, a Literal's values, its bounds and unit), its
-default, and its description, in the schema's order (jobfolder/knobs/fields.py). Built only
+default, and its description, in the schema's order (veri_tui/jobfolder/knobs/fields.py). Built only
 when help is asked: reading the schema's types is no cost a plain `plan` should pay.
 """
 
@@ -12,7 +12,7 @@ import types
 import typing
 from typing import Any, Literal
 
-from jobfolder.knobs import Hyperparameters, Knob, table
+from veri_tui.jobfolder.knobs import Hyperparameters, Knob, table
 
 _NAMES = {int: "integer", float: "number", bool: "true|false", str: "text"}
 

@@ -16,9 +16,9 @@ from __future__ import annotations
 import argparse
 import json
 
-from jobfolder.attempts import attempts_of
-from jobfolder.status import SUCCEEDED
 from veri_tui.commands.launch import follow_to_end, wait_quietly
+from veri_tui.jobfolder.attempts import attempts_of
+from veri_tui.jobfolder.status import SUCCEEDED
 from veri_tui.launch import jobs
 
 

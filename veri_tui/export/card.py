@@ -3,7 +3,7 @@ it answers.
 
 The fields come from the job's own files, never re-estimated: the plan lines the trainer
 logged (job.json `spec.plan_header`), the knobs as resolved, the data's hash (the token
-cache's key, `tokens/meta.json`: sha256 over the sources' bytes and options, jobfolder/
+cache's key, `tokens/meta.json`: sha256 over the sources' bytes and options, veri_tui/jobfolder/
 datasource.py `fingerprint`), the losses of metrics.jsonl, the predicted and measured cost
 (job.json `predicted` and `measured`, the GPU-hours its attempts held) and the smoke
 generation beside the base's.
@@ -15,8 +15,8 @@ import json
 import re
 from pathlib import Path
 
-from jobfolder.layout import METRICS, TOKENS
-from jobfolder.record import JobRecord
+from veri_tui.jobfolder.layout import METRICS, TOKENS
+from veri_tui.jobfolder.record import JobRecord
 from veri_tui.plan.cost import money_text
 
 KNOBS = ("lora_rank", "lora_alpha", "lora_target_modules", "lora_dropout", "learning_rate",

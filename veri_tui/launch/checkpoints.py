@@ -2,10 +2,10 @@
 every node, asked of each node's host (or read in one place on shared storage).
 
 Each node's ranks save their own rank-local DCP files into their own node's folder
-(trainer/checkpoint.py), so a step is usable only when every node committed its part and
-that part verifies (jobfolder/ckptindex.py: `COMPLETE`, the manifest, each rank's
+(veri_tui/trainer/checkpoint.py), so a step is usable only when every node committed its part and
+that part verifies (veri_tui/jobfolder/ckptindex.py: `COMPLETE`, the manifest, each rank's
 `__<rank>.metadata`, every file's size and sha256). The check runs on the host with the
-job's own jobfolder package (`python -m jobfolder checkpoints`): first every node lists its
+job's own jobfolder package (`python -m veri_tui.jobfolder checkpoints`): first every node lists its
 committed steps (cheap), then the newest step they all have is verified on every node, and
 the next one when a node's part fails, so only the candidates are hashed. When the node
 folders share one filesystem (nodes.shared_storage), node 0 checks every node's folder
@@ -40,7 +40,7 @@ def common_steps(committed: Sequence[Sequence[int]]) -> tuple[list[int], list[st
 
 
 class NodeCheck:
-    """Runs `python -m jobfolder checkpoints list|verify` for every node's folder: on each
+    """Runs `python -m veri_tui.jobfolder checkpoints list|verify` for every node's folder: on each
     node's host, or all on node 0's (shared)."""
 
     def __init__(self, hosts: Sequence[Host], dirs: Sequence[str], shared: bool) -> None:

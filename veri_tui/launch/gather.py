@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import copy
 
-from jobfolder.failure_rules import is_peer_text
-from jobfolder.failures import job_error
-from jobfolder.record import Attempt, JobError, JobRecord, NodeState
-from jobfolder.status import CANCELLED, FAILED, RUNNING, SUCCEEDED, FailureCode, has_ended
+from veri_tui.jobfolder.failure_rules import is_peer_text
+from veri_tui.jobfolder.failures import job_error
+from veri_tui.jobfolder.record import Attempt, JobError, JobRecord, NodeState
+from veri_tui.jobfolder.status import CANCELLED, FAILED, RUNNING, SUCCEEDED, FailureCode, has_ended
 
 
 def lost_node(k: int, host: str, nproc: int, world: int, why: str) -> JobError:
@@ -76,7 +76,7 @@ def gather(records: list[JobRecord | None], hosts: list[str], whys: list[str]) -
 
 def _attempts(records: list[JobRecord]) -> list[Attempt]:
     """Node 0's attempts, each failed when any node's failed (a node the watcher ended
-    records the other node's failure as its peer's: jobfolder/failures.py peer_error), with
+    records the other node's failure as its peer's: veri_tui/jobfolder/failures.py peer_error), with
     the error that names a cause (a rank's own failure, not a peer's "connection closed" on
     another node, nor "another node failed")."""
     out: list[Attempt] = (

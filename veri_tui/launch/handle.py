@@ -15,11 +15,11 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from types import TracebackType
 
-from jobfolder.attempts import resume_refusal
-from jobfolder.procs import GRACE_S
-from jobfolder.record import JobRecord, JobSpec
-from jobfolder.status import has_ended
 from veri_tui.errors import VeriError
+from veri_tui.jobfolder.attempts import resume_refusal
+from veri_tui.jobfolder.procs import GRACE_S
+from veri_tui.jobfolder.record import JobRecord, JobSpec
+from veri_tui.jobfolder.status import has_ended
 from veri_tui.launch.records import LogLine, follow_lines
 from veri_tui.launch.settle import settle
 from veri_tui.launch.target import JobTarget

@@ -141,19 +141,27 @@ class Host(Machine, Protocol):
 
 
 def jobfolder_argv(host: Host, job_dir: str, *args: str) -> list[str]:
-    """`python -m jobfolder ARGS` as ``host`` runs it for the job in ``job_dir``."""
-    return [*host.pythonpath(job_dir), host.python, "-m", "jobfolder", *args]
+    """`python -m veri_tui.jobfolder ARGS` as ``host`` runs it for the job in ``job_dir``."""
+    return [*host.pythonpath(job_dir), host.python, "-m", "veri_tui.jobfolder", *args]
 
 
 def supervisor_argv(host: Host, job_dir: str) -> list[str]:
     """The supervisor of the job in ``job_dir`` as ``host`` starts it."""
     job = f"{job_dir}/job.json"
-    return [*host.pythonpath(job_dir), host.python, "-m", "jobfolder.supervise", "--job", job]
+    return [
+        *host.pythonpath(job_dir),
+        host.python,
+        "-m",
+        "veri_tui.jobfolder.supervise",
+        "--job",
+        job,
+    ]
 
 
 def run_cancel(host: Host, job_dir: str, pid: int | None, grace: float) -> None:
-    """`python -m jobfolder cancel` on ``host`` (jobfolder/__main__.py: the supervisor ends
-    every rank, or the host ends them itself when it is gone); VeriError when it fails."""
+    """`python -m veri_tui.jobfolder cancel` on ``host`` (veri_tui/jobfolder/__main__.py: the
+    supervisor ends every rank, or the host ends them itself when it is gone); VeriError when it
+    fails."""
     argv = jobfolder_argv(host, job_dir, "cancel", f"{job_dir}/job.json", "--grace", str(grace))
     argv += ["--pid", str(pid)] if pid else []
     res = host.run(argv, timeout=grace + 60)
@@ -183,7 +191,7 @@ def check_disk(host: Host, facts: HostFacts, disk: DiskEstimate, output: str | N
 def tracker_problems(job: JobConfig) -> list[Refusal]:
     """The job's `report_to` trackers this interpreter cannot import (found without
     importing them), each one refusal: the job would fail at its start."""
-    from jobfolder.trackers import missing, missing_message
+    from veri_tui.jobfolder.trackers import missing, missing_message
 
     found = missing(job.hyperparameters.report_to)
     return [Refusal("report_to", missing_message(name, "here")) for name in found]

@@ -13,10 +13,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from jobfolder.datasource import Source, files_of
-from jobfolder.errors import DataError
 from veri_tui.bundled import bundled_dataset
 from veri_tui.errors import Refusal, VeriError
+from veri_tui.jobfolder.datasource import Source, files_of
+from veri_tui.jobfolder.errors import DataError
 
 #: The bundled dataset each method trains on when no --dataset is given.
 BUNDLED_DATASETS = {
@@ -28,7 +28,7 @@ BUNDLED_DATASETS = {
 @dataclass(frozen=True)
 class JobData:
     """The job's datasets as one machine reads them: the training mixture and the eval
-    sources (jobfolder/datasource.py), each with its path there."""
+    sources (veri_tui/jobfolder/datasource.py), each with its path there."""
 
     train: tuple[Source, ...]
     eval: tuple[Source, ...] = ()
@@ -51,7 +51,7 @@ class JobData:
     @classmethod
     def from_spec(cls, spec: Any) -> JobData:
         """The datasets a job.json spec names (its paths as they are)."""
-        from jobfolder.datasource import sources_of
+        from veri_tui.jobfolder.datasource import sources_of
 
         train = sources_of(spec.get("datasets") or spec.get("dataset"))
         return cls(tuple(train), tuple(sources_of(spec.get("eval_datasets"))))
@@ -87,12 +87,12 @@ _CHECKED: dict[tuple[Any, ...], str | None] = {}  # the first bad row's message,
 
 def check_rows(data: JobData, method: str) -> Refusal | None:
     """Every row the trainer will read, checked as it checks them before any tokenizer
-    (jobfolder/rows.py `check_row`): the first bad one as a refusal naming its file and
+    (veri_tui/jobfolder/rows.py `check_row`): the first bad one as a refusal naming its file and
     line (a source's row), before anything is uploaded or submitted. Remembered per
     process by the files' stats, so a preflight and its launch read a dataset once."""
-    from jobfolder.dataload import mixed_rows
-    from jobfolder.datasource import stat_key
-    from jobfolder.rows import check_row
+    from veri_tui.jobfolder.dataload import mixed_rows
+    from veri_tui.jobfolder.datasource import stat_key
+    from veri_tui.jobfolder.rows import check_row
 
     for key, sources in (("dataset", data.train), ("eval_dataset", data.eval)):
         if not sources:

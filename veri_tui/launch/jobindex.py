@@ -13,10 +13,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from jobfolder.layout import JOB_FILE, SUPERVISOR_PID
-from jobfolder.procs import read_pid
-from jobfolder.record import JobRecord
 from veri_tui.errors import NotFoundError
+from veri_tui.jobfolder.layout import JOB_FILE, SUPERVISOR_PID
+from veri_tui.jobfolder.procs import read_pid
+from veri_tui.jobfolder.record import JobRecord
 from veri_tui.launch import registry
 from veri_tui.launch.backends.ref import JobRef
 from veri_tui.launch.host import Host

@@ -19,9 +19,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
-from jobfolder.procs import pid_alive
-from jobfolder.record import JobRecord
 from veri_tui.errors import VeriError
+from veri_tui.jobfolder.procs import pid_alive
+from veri_tui.jobfolder.record import JobRecord
 from veri_tui.launch import backends, registry
 from veri_tui.launch.backends import Option
 from veri_tui.launch.handle import JobHandle

@@ -33,9 +33,9 @@ import posixpath
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, cast
 
-from jobfolder.layout import MADE_WITH, node_folder_name
-from jobfolder.record import JobRecord, JobSpec
 from veri_tui.errors import Refusal, VeriError
+from veri_tui.jobfolder.layout import MADE_WITH, node_folder_name
+from veri_tui.jobfolder.record import JobRecord, JobSpec
 from veri_tui.launch.backends import Backend, backend_of, open_hosts
 from veri_tui.launch.backends.ref import SubmitError
 from veri_tui.launch.host import Host, HostFacts, check_disk, check_memory

@@ -19,10 +19,10 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from jobfolder.atomic import write_bytes_atomic
-from jobfolder.layout import veri_home
-from jobfolder.procs import pid_alive
 from veri_tui.errors import Refusal, VeriError
+from veri_tui.jobfolder.atomic import write_bytes_atomic
+from veri_tui.jobfolder.layout import veri_home
+from veri_tui.jobfolder.procs import pid_alive
 from veri_tui.launch.diskcheck import Place, local_place
 from veri_tui.launch.host import (
     HostFacts,

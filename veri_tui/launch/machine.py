@@ -61,7 +61,7 @@ class Machine(Protocol):
 
     @property
     def python(self) -> str:
-        """The interpreter that runs the supervisor and `python -m jobfolder` there."""
+        """The interpreter that runs the supervisor and `python -m veri_tui.jobfolder` there."""
 
     @property
     def local(self) -> bool:

@@ -1,5 +1,6 @@
 """A job's `predicted` (written at launch from its plan) against its `measured` (gathered by the
-supervisor from the ranks, jobfolder/jobstats.py): the figures, side by side with their ratios.
+supervisor from the ranks, veri_tui/jobfolder/jobstats.py): the figures, side by side with their
+ratios.
 
 `predicted` holds what the plan said for the fullest GPU: states, activations (the model's
 and, when calibrated, the plan's), the peak (states + activations + the stage-3 layers in
@@ -20,10 +21,10 @@ import posixpath
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from jobfolder.jobstats import gather_ranks, parse_rank_stats, rank_of
-from jobfolder.layout import MEASURED
-from jobfolder.status import has_ended
 from veri_tui.errors import VeriError
+from veri_tui.jobfolder.jobstats import gather_ranks, parse_rank_stats, rank_of
+from veri_tui.jobfolder.layout import MEASURED
+from veri_tui.jobfolder.status import has_ended
 
 RANK_FILE_LIMIT = 2**20
 
@@ -161,7 +162,7 @@ def _num(value: Any) -> float | None:
 
 #: Shown only when the run measured them (CUDA): the allocator's and the driver's figures,
 #: each beside the planner's allocated bytes (optimizer step included) or its peak with the
-#: overhead (trainer/devmem.py says where each comes from).
+#: overhead (veri_tui/trainer/devmem.py says where each comes from).
 CUDA_ROWS = (
     ("allocated/GPU (with step)", "allocated_bytes", "peak_bytes", _bytes),
     ("reserved/GPU", "allocated_bytes", "peak_reserved_bytes", _bytes),

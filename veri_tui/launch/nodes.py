@@ -5,8 +5,8 @@ rendezvous must be reachable from every other node, and each node holds its shar
 - `probe_rendezvous`: node 0's rendezvous port, held for a moment by a listener on node 0
   and dialled from every other node over its own session, as torchrun's c10d will;
 - `node_disk`: what a node writes. Checkpoints of a multi-node job are rank-local
-  (trainer/checkpoint.py): under FSDP2 a node holds its ranks' shards, under DDP each rank a
-  whole copy; the artifact is rank 0's, on node 0;
+  (veri_tui/trainer/checkpoint.py): under FSDP2 a node holds its ranks' shards, under DDP each rank
+  a whole copy; the artifact is rank 0's, on node 0;
 - `shared_storage`: whether the nodes' folders are one filesystem (a marker written from
   node 0 seen by the others): where a resume reads their checkpoints.
 """

@@ -16,9 +16,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, TypedDict
 
-from jobfolder.atomic import write_json_atomic
-from jobfolder.layout import veri_home
-from jobfolder.record import JobRecord
+from veri_tui.jobfolder.atomic import write_json_atomic
+from veri_tui.jobfolder.layout import veri_home
+from veri_tui.jobfolder.record import JobRecord
 from veri_tui.launch.backends.ref import JobRef, NodeRef
 
 

@@ -15,8 +15,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from jobfolder.record import JobRecord, JobSpec
 from veri_tui.errors import Refusal, VeriError
+from veri_tui.jobfolder.record import JobRecord, JobSpec
 
 if TYPE_CHECKING:
     from veri_tui.plan import JobConfig, PlanRecord
@@ -50,7 +50,7 @@ def set_by_user(hyperparameters: dict[str, Any]) -> dict[str, Any]:
     defaults on would make them "set" for the re-plan, which then warns about keys the user
     never wrote (a resumed sft_text job: "max_length applies to dpo"). Left unset they mean
     the same value."""
-    from jobfolder.knobs.schema import by_name
+    from veri_tui.jobfolder.knobs.schema import by_name
     from veri_tui.plan.knobs import Hyperparameters
 
     knobs = by_name(Hyperparameters)

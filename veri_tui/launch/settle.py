@@ -6,7 +6,7 @@ a follow or a wait), once per change it saw:
 
 - an outcome the job's scheduler reported and job.json lacks (a Slurm job that ended
   without its supervisor recording one: the controller forgets it after MinJobAge) is
-  recorded on the job's host (`python -m jobfolder close`, under the job lock, a no-op once
+  recorded on the job's host (`python -m veri_tui.jobfolder close`, under the job lock, a no-op once
   an outcome is there);
 - the registry entry's copy of the record (shown when a host cannot be reached), under the
   entry's lock, the one a multi-node resume holds (restart.py);
@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import json
 
-from jobfolder.atomic import job_lock
-from jobfolder.record import JobRecord
-from jobfolder.status import has_ended
+from veri_tui.jobfolder.atomic import job_lock
+from veri_tui.jobfolder.record import JobRecord
+from veri_tui.jobfolder.status import has_ended
 from veri_tui.launch import registry
 from veri_tui.launch.host import jobfolder_argv
 from veri_tui.launch.target import JobTarget

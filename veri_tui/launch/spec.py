@@ -1,4 +1,4 @@
-"""Build the job record (job.json, `jobfolder.record.JobRecord`) from a JobConfig and its
+"""Build the job record (job.json, `veri_tui.jobfolder.record.JobRecord`) from a JobConfig and its
 PlanRecord, refusing bad input.
 
 The record is the one contract between this side and the trainer (docs/interfaces.md
@@ -16,10 +16,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from jobfolder.datasource import Source
-from jobfolder.record import FORMAT, JobRecord, JobSpec
-from jobfolder.status import PENDING
 from veri_tui.errors import Refusal, VeriError
+from veri_tui.jobfolder.datasource import Source
+from veri_tui.jobfolder.record import FORMAT, JobRecord, JobSpec
+from veri_tui.jobfolder.status import PENDING
 from veri_tui.launch.jobdata import JobData, job_data, local_data
 from veri_tui.launch.measured import predicted_of
 
@@ -136,7 +136,7 @@ def make_record(
         "resolved_parallelism": resolved,
         "plan_header": header,
         "states_bytes_per_gpu": plan.get("states_bytes_per_gpu"),
-        # The hang watchdog's first timeout scales with it (jobfolder/watchdog.py).
+        # The hang watchdog's first timeout scales with it (veri_tui/jobfolder/watchdog.py).
         "step_time_s": (plan.get("throughput") or {}).get("step_time_s"),
     }
     if isinstance(dataset, str):  # one file's path, as before issue 27

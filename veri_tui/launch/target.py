@@ -10,7 +10,7 @@ bookkeeping on this machine:
 
 - `remember`: the registry's copy of the record a reader settled (settle.py);
 - `settled`, `wait`: ended with no retry to come (a multi-node job's watcher may retry);
-- `prepare`: `python -m jobfolder resume` on a node's host (its next attempt, pending);
+- `prepare`: `python -m veri_tui.jobfolder resume` on a node's host (its next attempt, pending);
 - `resume`: a one-node job prepared and submitted again (a multi-node job resumes on every
   node from one step: restart.py, which the facade calls);
 - `stop_watcher`, `watch_if_needed`: a multi-node job's watcher (watcher.py).
@@ -32,11 +32,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import cast
 
-from jobfolder.layout import JOB_FILE, LOG, SUPERVISOR_PID
-from jobfolder.procs import GRACE_S, pid_alive
-from jobfolder.record import JobRecord, JobSpec, ResumeChoice
-from jobfolder.status import has_ended
 from veri_tui.errors import VeriError
+from veri_tui.jobfolder.layout import JOB_FILE, LOG, SUPERVISOR_PID
+from veri_tui.jobfolder.procs import GRACE_S, pid_alive
+from veri_tui.jobfolder.record import JobRecord, JobSpec, ResumeChoice
+from veri_tui.jobfolder.status import has_ended
 from veri_tui.launch import registry
 from veri_tui.launch.backends import Backend, backend_of
 from veri_tui.launch.backends.ref import JobRef, NodeRef, SubmitError
@@ -44,7 +44,7 @@ from veri_tui.launch.host import Host, jobfolder_argv
 from veri_tui.launch.records import LogLine, wait_until_ended
 from veri_tui.launch.retries import retry_due
 
-REFUSED = 3  # `python -m jobfolder resume`'s exit status for a refusal (one `error:` line)
+REFUSED = 3  # `python -m veri_tui.jobfolder resume`'s exit status for a refusal (one `error:` line)
 
 
 @dataclass

@@ -26,11 +26,11 @@ import sys
 import time
 from types import FrameType
 
-from jobfolder.layout import PEER_FAILED
-from jobfolder.record import JobRecord
-from jobfolder.status import FAILED, has_ended
-from jobfolder.stopping import peer_failed_bytes
 from veri_tui.errors import VeriError
+from veri_tui.jobfolder.layout import PEER_FAILED
+from veri_tui.jobfolder.record import JobRecord
+from veri_tui.jobfolder.status import FAILED, has_ended
+from veri_tui.jobfolder.stopping import peer_failed_bytes
 from veri_tui.launch import registry
 from veri_tui.launch.handle import JobHandle
 from veri_tui.launch.jobindex import target_of_entry
@@ -56,8 +56,8 @@ class Watcher:
 
     def end_the_others(self, record: JobRecord) -> None:
         """A node failed: end every node still running. Each is told which node failed
-        (`peer_failed.json`, jobfolder/stopping.py) before its supervisor gets SIGTERM, so it
-        records that failure's end, never a cancel, whichever end it reaches first."""
+        (`peer_failed.json`, veri_tui/jobfolder/stopping.py) before its supervisor gets SIGTERM, so
+        it records that failure's end, never a cancel, whichever end it reaches first."""
         failed = next(n for n in record.get("nodes") or [] if n["status"] == FAILED)
         code = str((record.get("error") or {}).get("code") or "")
         word = peer_failed_bytes(failed["node"], failed["host"], code)

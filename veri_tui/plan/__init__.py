@@ -1,13 +1,13 @@
 """The pure planning core: knobs, validation, model info, GPU catalog, memory, the plan.
 
-Imports only the standard library, the knob schema (jobfolder/knobs) and pydantic_core
+Imports only the standard library, the knob schema (veri_tui/jobfolder/knobs) and pydantic_core
 (pydantic lazily, to check a value not already of its knob's type; huggingface_hub lazily,
 for Hub-only models): never torch or textual, so `veri-tui plan` and the app start fast.
 The public API is what docs/interfaces.md section 1 lists.
 """
 
-from jobfolder.lora_targets import LORA_TARGETS
-from jobfolder.record import PIN_KEYS
+from veri_tui.jobfolder.lora_targets import LORA_TARGETS
+from veri_tui.jobfolder.record import PIN_KEYS
 from veri_tui.plan.api import plan, throughput_sweep
 from veri_tui.plan.config import job_from_fields, load_job_config
 from veri_tui.plan.gpus import GPU, GPU_CATALOG, get_gpu

@@ -123,7 +123,7 @@ class LossMemory(NamedTuple):
     chunked: bool = False
 
 
-# The bundled trainer's (trainer/losses.py), and others' as their code computes them (each
+# The bundled trainer's (veri_tui/trainer/losses.py), and others' as their code computes them (each
 # measured on CPU by tests/plan/test_saved_tensors.py; they run benchmarks/ published rows):
 LOSSES = {
     # bf16 logits kept; backward writes their bf16 gradient beside one fp32 chunk.

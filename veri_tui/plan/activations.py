@@ -15,10 +15,10 @@ real model keeps (tests/plan/test_saved_tensors.py; the derivation is in docs/pl
   a mixture-of-experts block its routed copies, router probabilities and shared experts
   (mlp_bytes_per_token, measured by tests/trainer/test_moe_training.py).
 
-Checkpointing ("none" | "selective" | "full", trainer/checkpointing.py) decides what a layer
-keeps between its forward and its backward: everything; its input plus the outputs of the
+Checkpointing ("none" | "selective" | "full", veri_tui/trainer/checkpointing.py) decides what a
+layer keeps between its forward and its backward: everything; its input plus the outputs of the
 attention kernel and of every other mm (torchtitan's op policy); or its input only. A
-checkpointed layer is recomputed in backward, one at a time. The loss (trainer/losses.py)
+checkpointed layer is recomputed in backward, one at a time. The loss (veri_tui/trainer/losses.py)
 keeps the bf16 logits (2V) and writes their bf16 gradient (2V) beside one fp32 chunk.
 """
 
@@ -26,11 +26,11 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from jobfolder.knobs import CHECKPOINTING
+from veri_tui.jobfolder.knobs import CHECKPOINTING
 from veri_tui.plan.model_info import ModelInfo
 
 MODES = CHECKPOINTING  # the schema's activation_checkpointing values
-# The fp32 bytes of one chunk of logits in the loss: trainer/losses.py CHUNK_BYTES (the
+# The fp32 bytes of one chunk of logits in the loss: veri_tui/trainer/losses.py CHUNK_BYTES (the
 # trainer cannot import this package; tests/trainer/test_losses.py checks they agree).
 LOSS_CHUNK_BYTES = 256 * 2**20
 # Per token beside the logits the loss keeps the label index (int64), its mask (bool) and
@@ -78,7 +78,7 @@ class Layout(NamedTuple):
 
     @property
     def moe_model(self) -> bool:
-        """A mixture of experts: LoRA adapts attention only (trainer/lora_targets.py)."""
+        """A mixture of experts: LoRA adapts attention only (veri_tui/trainer/lora_targets.py)."""
         return self.moe_layers > 0
 
     def linears(self, moe: bool = False) -> list[tuple[int, int, bool]]:

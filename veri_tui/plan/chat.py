@@ -14,8 +14,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from jobfolder.errors import DataError
-from jobfolder.rows import check_messages
+from veri_tui.jobfolder.errors import DataError
+from veri_tui.jobfolder.rows import check_messages
 
 if TYPE_CHECKING:  # jinja2 is imported only when a dataset has `messages` rows
     import jinja2
@@ -88,7 +88,7 @@ class ChatTemplate(NamedTuple):
 
 def chat_segments(template: ChatTemplate, msgs: Any, where: str) -> tuple[str, list[str]]:
     """The texts the trainer tokenizes for one `messages` row, checked as it checks them: the
-    first (special tokens added) and the rest (trainer/data.py `_messages`)."""
+    first (special tokens added) and the rest (veri_tui/trainer/data.py `_messages`)."""
     msgs = check_messages(msgs, where)
     texts: list[str] = []
     done = ""

@@ -10,9 +10,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from jobfolder.knobs.rules import aliases, canonical, keeps_text
-from jobfolder.knobs.schema import by_name
 from veri_tui.errors import Refusal, VeriError
+from veri_tui.jobfolder.knobs.rules import aliases, canonical, keeps_text
+from veri_tui.jobfolder.knobs.schema import by_name
 from veri_tui.plan.knobmodel import KnobErrors
 from veri_tui.plan.knobs import JOB_KEYS, Hyperparameters, JobConfig
 

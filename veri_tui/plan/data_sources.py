@@ -1,4 +1,5 @@
-"""A job's `dataset` and `eval_dataset` as sources on this machine (jobfolder/datasource.py).
+"""A job's `dataset` and `eval_dataset` as sources on this machine
+(veri_tui/jobfolder/datasource.py).
 
 A local path is taken as it is (a relative one beside the veri.toml that names it); a Hub
 id (`org/name`, not a path here) is looked up in the local HF cache first
@@ -15,8 +16,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-from jobfolder.datasource import DATA_FILES, Source, files_of, parse_source, sources_of
-from jobfolder.errors import DataError
+from veri_tui.jobfolder.datasource import DATA_FILES, Source, files_of, parse_source, sources_of
+from veri_tui.jobfolder.errors import DataError
 from veri_tui.plan.sources import _offline, hub_cache_dir
 
 HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")

@@ -1,7 +1,7 @@
 """Disk a job writes: its checkpoints at their most and the final artifact, as exact integers.
 
-A checkpoint (trainer/checkpoint.py) is DCP's shards of what trains: the weights and AdamW's
-two moments, at the precision's weight bytes (bf16: 2 + 2 + 2 = 6 bytes per parameter; fp32
+A checkpoint (veri_tui/trainer/checkpoint.py) is DCP's shards of what trains: the weights and
+AdamW's two moments, at the precision's weight bytes (bf16: 2 + 2 + 2 = 6 bytes per parameter; fp32
 masters: 4 + 4 + 4 = 12; a LoRA adapter, fp32 in either precision, 12); the DPO reference
 and a LoRA's frozen base are not saved. DCP stores a tied embedding under both names
 (measured: a tied Qwen3 checkpoint held the matrix twice), so a tied model's embedding
@@ -12,8 +12,8 @@ for small models.
 
 At most `keep_checkpoints` + 1 checkpoints exist at once: the kept ones plus the one being
 written, until the oldest is purged after the new one commits; fewer when the job writes
-fewer (`max_steps` // `checkpoint_steps`). The artifact (trainer/artifact.py) is the weights in
-the trained dtype (each tied matrix once), or only the adapter for LoRA, plus the model
+fewer (`max_steps` // `checkpoint_steps`). The artifact (veri_tui/trainer/artifact.py) is the
+weights in the trained dtype (each tied matrix once), or only the adapter for LoRA, plus the model
 folder's tokenizer and config files when that folder is on this machine.
 
 The launchers refuse a job whose disk cannot hold this (veri_tui/launch/diskcheck.py).

@@ -16,7 +16,7 @@ import types
 import typing
 from typing import Any, Literal
 
-from jobfolder.knobs import Knob
+from veri_tui.jobfolder.knobs import Knob
 
 _NO = object()  # "the fast path does not decide"
 

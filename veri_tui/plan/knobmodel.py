@@ -1,6 +1,6 @@
 """The planner's face on a schema dataclass: validated construction, copies and dumps.
 
-`KnobModel` gives a class made of the schema's fields (jobfolder/knobs) the part of
+`KnobModel` gives a class made of the schema's fields (veri_tui/jobfolder/knobs) the part of
 pydantic's model API the code base uses (`model_fields`, `model_fields_set`,
 `model_copy(update=)`, `model_dump()`, `model_validate()`), with each value checked by
 `knobcheck.check` (pydantic's rules and messages) and every refusal collected into one
@@ -13,7 +13,7 @@ import copy
 from collections.abc import Mapping
 from typing import Any, ClassVar, Self, cast
 
-from jobfolder.knobs import Knob, table
+from veri_tui.jobfolder.knobs import Knob, table
 from veri_tui.plan.knobcheck import KnobValueError, check
 
 

@@ -1,7 +1,7 @@
 """The job and its hyperparameters as the planner holds them (contracts section 1).
 
 The fields, their types, defaults and descriptions are the knob schema's
-(jobfolder/knobs/fields.py, shared with the trainer); here they gain the planner's
+(veri_tui/jobfolder/knobs/fields.py, shared with the trainer); here they gain the planner's
 validation and model API (knobmodel.py). Every knob carries a description: the app shows it
 beside its field and `veri-tui plan --help` lists it. Types are checked here; combinations
 are checked in `validate.py`, so that all refusals of a config are reported together.
@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from jobfolder import knobs as schema
-from jobfolder.knobs import DEFAULT_GPU, METHODS, METHODS_OTHER, METHODS_TRAINED, table
+from veri_tui.jobfolder import knobs as schema
+from veri_tui.jobfolder.knobs import DEFAULT_GPU, METHODS, METHODS_OTHER, METHODS_TRAINED, table
 from veri_tui.plan.knobmodel import KnobErrors, KnobModel
 
 __all__ = ["DEFAULT_GPU", "METHODS", "METHODS_OTHER", "METHODS_TRAINED"]
@@ -30,10 +30,10 @@ class JobConfig(KnobModel, schema.Job):
 
     def __init__(self, **data: Any) -> None:
         super().__init__(**data)
-        from jobfolder.datasource import sources_of
+        from veri_tui.jobfolder.datasource import sources_of
 
         errors = []
-        for key in ("dataset", "eval_dataset"):  # their forms (jobfolder/datasource.py)
+        for key in ("dataset", "eval_dataset"):  # their forms (veri_tui/jobfolder/datasource.py)
             try:
                 sources_of(getattr(self, key))
             except ValueError as exc:

@@ -9,7 +9,7 @@ LoRA: the frozen base costs 2 bytes/param; the adapters are fp32 in either preci
 trainer keeps them so: tiny, and a bf16 adapter loses every update below half a bf16 step),
 so 4 weight + 4 grad + 8 AdamW = 16 bytes/param (ADAPTER_BYTES_PER_PARAM); both are divided
 as above. A bf16 full fine-tune stays at 8: bf16 weights and moments, the update
-stochastically rounded (trainer/adamw.py). DPO full fine-tune adds the reference model, 2 x
+stochastically rounded (veri_tui/trainer/adamw.py). DPO full fine-tune adds the reference model, 2 x
 N: whole on every GPU at stage 0; at stages 2 and 3 sharded per decoder layer like the
 policy and resharded after each layer's forward, so 2 x N / dp, its layers in flight being
 transient like the policy's (contracts s.3; the seed counts the reference "in full": ours
@@ -33,7 +33,7 @@ from veri_tui.plan.model_info import ModelInfo
 BYTES_PER_PARAM = {"bf16": 8, "fp32": 16}
 WEIGHT_BYTES = {"bf16": 2, "fp32": 4}
 FROZEN_BYTES = 2  # frozen base and DPO reference: bf16, no grads, no optimizer states
-ADAPTER_WEIGHT_BYTES = 4  # LoRA adapters: fp32 in both precisions (trainer/model.py)
+ADAPTER_WEIGHT_BYTES = 4  # LoRA adapters: fp32 in both precisions (veri_tui/trainer/model.py)
 ADAPTER_BYTES_PER_PARAM = 16  # fp32 weight + fp32 grad + fp32 AdamW m and v
 COMPUTE_BYTES = 2  # gathered / compute copies are bf16 in every precision
 # FSDP2 keeps the layer being computed and the next one (prefetch) gathered at once.

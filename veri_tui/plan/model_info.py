@@ -2,9 +2,10 @@
 
 Counts come from header shapes only (dtypes mix, so byte sizes would lie). From config.json
 we take the architecture figures the activation and throughput estimates need. The LoRA
-targets are the ones the bundled trainer adapts (the one rule of jobfolder/lora_targets.py),
-so adapter sizes here match what it allocates. Mixture-of-experts figures (routed and shared
-experts, dense layers, active parameters): veri_tui/plan/moe.py.
+targets are the ones the bundled trainer adapts (the one rule of
+veri_tui/jobfolder/lora_targets.py), so adapter sizes here match what it allocates.
+Mixture-of-experts figures (routed and shared experts, dense layers, active parameters):
+veri_tui/plan/moe.py.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from collections.abc import Iterable
 from typing import Any, NamedTuple
 
 # The LoRA rule, shared with the trainer (a stdlib module uploaded with it to GPU hosts).
-from jobfolder.lora_targets import ATTENTION_TARGETS, chosen, targets
+from veri_tui.jobfolder.lora_targets import ATTENTION_TARGETS, chosen, targets
 from veri_tui.plan.headers import TensorInfo
 from veri_tui.plan.moe import LayerExperts, attention_figures, cfg_int, logical_numel, moe_figures
 
@@ -112,7 +113,7 @@ class ModelInfo(NamedTuple):
     def with_lora_targets(self, wanted: list[str] | None) -> ModelInfo:
         """This model as the knob `lora_target_modules` adapts it: the LoRA figures over
         those modules only (unset: as read). ValueError names an unknown module and the
-        ones the model has (jobfolder/lora_targets.py's `chosen`, the trainer's rule)."""
+        ones the model has (veri_tui/jobfolder/lora_targets.py's `chosen`, the trainer's rule)."""
         if wanted is None:
             return self
         names = chosen([m[0] for m in self.lora_modules], bool(self.moe_layer_count), wanted)
@@ -194,7 +195,7 @@ def build_model_info(
             if lay is None:
                 lay = experts[layer] = LayerExperts()
             lay.add(name.split("."), t.shape, n)
-        # jobfolder.lora_targets.adapts on the module name, unrolled (it runs per tensor).
+        # veri_tui.jobfolder.lora_targets.adapts on the module name, unrolled (it runs per tensor).
         parts = name.rsplit(".", 2)
         qk_norm = qk_norm or parts[-2] == "q_norm"
         if len(t.shape) == 2 and parts[-1] == "weight" and parts[-2] in _TARGETS:

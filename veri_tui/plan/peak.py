@@ -5,7 +5,7 @@ Shown beside the plan (the memory bar, the `memory:` line); never used by "auto"
 decides on the states alone (contracts section 3). Each part is what the bundled trainer
 holds (docs/planning.md, Peak memory):
 
-- in flight (FSDP2, trainer/parallelize.py): the root unit (embeddings, head, final norm)
+- in flight (FSDP2, veri_tui/trainer/parallelize.py): the root unit (embeddings, head, final norm)
   stays gathered from its forward to the end of backward (FSDP2 does not reshard the root
   after forward); at stage 3 two decoder layers are gathered at a time (the one computing
   and the one prefetched); a layer's gradient exists unsharded, in bf16 (and cast to fp32
@@ -13,9 +13,9 @@ holds (docs/planning.md, Peak memory):
   the states already count (its compute copy); DDP's gradients are bucket views (states).
 - the optimizer step, beside the states when the activations are gone: torch's AdamW
   (foreach, the default on CUDA) makes one fp32 temporary the size of the second moments
-  (sqrt(v)); the bf16 full fine-tune's AdamW (trainer/adamw.py) works in chunks of SR_CHUNK
+  (sqrt(v)); the bf16 full fine-tune's AdamW (veri_tui/trainer/adamw.py) works in chunks of SR_CHUNK
   elements, SR_STEP_TEMP_BYTES each (fp32 weight, gradient, m, v, denominator, random bits).
-- eval (with eval_fraction or an eval_dataset; trainer/evaluate.py): a forward without
+- eval (with eval_fraction or an eval_dataset; veri_tui/trainer/evaluate.py): a forward without
   gradients at the same micro-batch, holding the bf16 logits of its tokens and one fp32
   loss chunk beside the states and the units in flight (a layer's own transient outputs are
   freed as the next runs, and not counted); the peak when it is above the step's.
@@ -27,15 +27,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from jobfolder.canary import KNOB_FOR_PART as CANARY_KNOBS
-from jobfolder.knobs import CHECKPOINTING
+from veri_tui.jobfolder.canary import KNOB_FOR_PART as CANARY_KNOBS
+from veri_tui.jobfolder.knobs import CHECKPOINTING
 from veri_tui.plan.activation_peak import ActivationTerms, activation_terms
 from veri_tui.plan.activations import Layout, loss_chunk_bytes, sequence_length
 from veri_tui.plan.gpus import GPU, RESERVE_BYTES
 from veri_tui.plan.memory import MemoryEstimate, in_flight_bytes, trained_weight_bytes
 from veri_tui.plan.model_info import ModelInfo
 
-# trainer/adamw.py's CHUNK and STEP_TEMP_BYTES (tests/trainer/test_adamw.py checks they agree).
+# veri_tui/trainer/adamw.py's CHUNK and STEP_TEMP_BYTES (tests/trainer/test_adamw.py checks they
+# agree).
 SR_CHUNK = 1 << 22
 SR_STEP_TEMP_BYTES = 24
 PARTS = ("states", "activations", "logits", "in_flight", "optimizer_step", "overhead")
@@ -49,8 +50,8 @@ def optimizer_step_bytes(est: MemoryEstimate) -> int:
 
     torch's AdamW (fp32 master weights, fp32 LoRA adapters; foreach on CUDA): one sqrt(v)
     the size of the trainable share, fp32. The bf16 full fine-tune's stochastically rounded
-    AdamW (trainer/adamw.py) works chunk by chunk: SR_STEP_TEMP_BYTES per element of at most
-    SR_CHUNK elements of the share (its fp32 working copies and random bits).
+    AdamW (veri_tui/trainer/adamw.py) works chunk by chunk: SR_STEP_TEMP_BYTES per element of at
+    most SR_CHUNK elements of the share (its fp32 working copies and random bits).
     """
     if est.cpu_offload:
         return 0
@@ -89,7 +90,7 @@ def estimate_peak(
     tokens = micro_batch_size * seq
     lora, stage = est.lora_rank, est.zero_stage
     # fp32 trained weights (fp32 masters; LoRA's fp32 adapters in either precision) compute
-    # under autocast at stage 0 (trainer/parallelize.py); FSDP2 gathers bf16 copies.
+    # under autocast at stage 0 (veri_tui/trainer/parallelize.py); FSDP2 gathers bf16 copies.
     autocast = (est.precision == "fp32" or lora > 0) and stage == 0
     by_mode = {m: _terms(info, m, tokens, lora, autocast) if known else None for m in CHECKPOINTING}
     terms = by_mode[activation_checkpointing]
@@ -126,7 +127,7 @@ def estimate_peak(
         "without_checkpointing_bytes": _peak_of(by_mode["none"]),
         "logits_and_loss_bytes": terms.logits if terms else 0,
         "loss_chunk_bytes": loss_chunk_bytes(info.vocab_size, tokens) if known else 0,
-        # The eval forward's logits (bf16) and one fp32 loss chunk (trainer/evaluate.py)
+        # The eval forward's logits (bf16) and one fp32 loss chunk (veri_tui/trainer/evaluate.py)
         "eval_forward_bytes": 2 * info.vocab_size * tokens
         + loss_chunk_bytes(info.vocab_size, tokens) if known else 0,
         "logits_at_peak_bytes": logits,

@@ -1,5 +1,5 @@
 """The fields of the plan editor: every job field and knob of the schema that names a form
-section (jobfolder/knobs/fields.py), in the schema's order within each section.
+section (veri_tui/jobfolder/knobs/fields.py), in the schema's order within each section.
 
 Presentation only: which widget edits a key, its label, its unit. The meaning of each key
 lives in the schema: its default and its description (the full help shown when the field
@@ -13,8 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from jobfolder.knobs import Knob
-from jobfolder.knobs.fields import SECTIONS
+from veri_tui.jobfolder.knobs import Knob
+from veri_tui.jobfolder.knobs.fields import SECTIONS
 from veri_tui.plan.knobs import Hyperparameters, JobConfig
 
 

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Protocol
 from veri_tui.errors import VeriError
 
 if TYPE_CHECKING:
-    from jobfolder.record import JobRecord, JobSpec
+    from veri_tui.jobfolder.record import JobRecord, JobSpec
     from veri_tui.launch.backends.ref import JobRef
     from veri_tui.launch.host import Host, HostFacts
     from veri_tui.launch.hostpool import HostName

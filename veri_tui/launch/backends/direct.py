@@ -11,15 +11,15 @@ import posixpath
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, cast
 
-from jobfolder.layout import SUPERVISOR_LOG
-from jobfolder.lost import judge as judge_pid
 from veri_tui.errors import VeriError
+from veri_tui.jobfolder.layout import SUPERVISOR_LOG
+from veri_tui.jobfolder.lost import judge as judge_pid
 from veri_tui.launch.backends import Option
 from veri_tui.launch.backends.supervised import SupervisedBackend
 from veri_tui.launch.host import run_cancel, supervisor_argv
 
 if TYPE_CHECKING:
-    from jobfolder.record import JobRecord, JobSpec
+    from veri_tui.jobfolder.record import JobRecord, JobSpec
     from veri_tui.launch.host import Host
     from veri_tui.launch.hostpool import HostName
     from veri_tui.launch.probe.fleet import ProbeChoice

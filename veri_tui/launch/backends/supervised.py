@@ -26,10 +26,10 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, cast
 
-from jobfolder.layout import LOG
-from jobfolder.record import JobRecord, format_problem
-from jobfolder.status import outcome_recorded
 from veri_tui.errors import NotFoundError, VeriError
+from veri_tui.jobfolder.layout import LOG
+from veri_tui.jobfolder.record import JobRecord, format_problem
+from veri_tui.jobfolder.status import outcome_recorded
 from veri_tui.launch.backends.ref import JobRef, NodeRef, SubmitError
 from veri_tui.launch.gather import gather
 from veri_tui.launch.hostpool import all_or_raise, in_parallel

@@ -1,11 +1,11 @@
 """Running the probe on a job's hosts: this machine, an SSH host, or several (one node each).
 
-On each host, as a job's trainer is: the `trainer` package (uploaded to an SSH host's
+On each host, as a job's trainer is: the `veri_tui.trainer` package (uploaded to an SSH host's
 `<veri home>/probe/pkg`, used in place here) run by the host's Python. First
-`python -m trainer.gpuhealth` on every node at once, then one torchrun per node (torch's
+`python -m veri_tui.trainer.gpuhealth` on every node at once, then one torchrun per node (torch's
 static rendezvous on node 0's address and a port probed free and reachable there, as a job's,
-veri_tui/launch/nodes.py) running `trainer.probe`; rank 0's record comes back on its stdout.
-`VERI_PROBE_DELAY` (trainer/probe.py) is passed on to the nodes when set here.
+veri_tui/launch/nodes.py) running `veri_tui.trainer.probe`; rank 0's record comes back on its
+stdout. `VERI_PROBE_DELAY` (veri_tui/trainer/probe.py) is passed on to the nodes when set here.
 
 As a step of a multi-node launch, and of a launch on 2 GPUs or more of one machine (this one
 or one SSH host: their health and the bandwidth among them; `needs_probe`), launching.py
@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from jobfolder.probe_verdict import HEALTH_MARK, PROBE_MARK, marked
 from veri_tui.errors import VeriError
+from veri_tui.jobfolder.probe_verdict import HEALTH_MARK, PROBE_MARK, marked
 from veri_tui.launch.backends import open_hosts
 from veri_tui.launch.host import Host, HostFacts
 from veri_tui.launch.hostpool import HostName, all_or_raise, in_parallel
@@ -52,13 +52,14 @@ class ProbeChoice:
 
 
 def local_code() -> str:
-    """The folder holding this installation's `trainer` package (on PYTHONPATH there)."""
+    """The folder holding this installation's `veri_tui` package, whose trainer the probe
+    runs (on PYTHONPATH there)."""
     import importlib.util
 
-    spec = importlib.util.find_spec("trainer")
+    spec = importlib.util.find_spec("veri_tui.trainer")
     if spec is None or not spec.submodule_search_locations:
         raise VeriError("the bundled trainer package is not installed here", key="trainer")
-    return str(Path(next(iter(spec.submodule_search_locations))).parent)
+    return str(Path(next(iter(spec.submodule_search_locations))).parents[1])
 
 
 def probe_env() -> list[str]:
@@ -76,8 +77,7 @@ def _code_on(host: Host, facts: HostFacts) -> str:
     from veri_tui.launch.ssh import files
 
     pkg = posixpath.join(facts.veri_home, "probe", "pkg")
-    files.upload_package(host.conn.sftp(), files.package_dir("trainer"),  # type: ignore[attr-defined]
-                         posixpath.join(pkg, "trainer"))  # fmt: skip
+    files.upload_code(host.conn.sftp(), pkg, ("veri_tui.trainer",))  # type: ignore[attr-defined]
     return pkg
 
 
@@ -110,7 +110,7 @@ def measure(hosts: Sequence[Host], facts: list[HostFacts], *, ranks_per_node: in
         return hosts[k].run([*env, hosts[k].python, *argv], timeout=timeout)
 
     def health_of(k: int) -> dict[str, Any]:
-        res = run_on(k, ["-m", "trainer.gpuhealth"], 330)
+        res = run_on(k, ["-m", "veri_tui.trainer.gpuhealth"], 330)
         found = marked(res.text, HEALTH_MARK)
         if not found:
             raise _failure(hosts[k], k, "GPU health check", res)
@@ -130,7 +130,7 @@ def measure(hosts: Sequence[Host], facts: list[HostFacts], *, ranks_per_node: in
     def bandwidth_of(k: int) -> Result:
         rank = ["--node-rank", str(k)] if nodes > 1 else []
         argv = ["-m", "torch.distributed.run", *rdzv, *rank, "--nproc-per-node", str(per_node),
-                "--max-restarts", "0", "-m", "trainer.probe", *extra]  # fmt: skip
+                "--max-restarts", "0", "-m", "veri_tui.trainer.probe", *extra]  # fmt: skip
         return run_on(k, argv, PROBE_TIMEOUT_S)
 
     results = all_or_raise(in_parallel(bandwidth_of, list(range(nodes))))

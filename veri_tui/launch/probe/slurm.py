@@ -3,10 +3,10 @@
 Inside an allocation ($SLURM_JOB_ID: `salloc -N 2 veri-tui probe --slurm`, or a batch
 script) its nodes are probed; outside one, srun allocates `--nodes` of `--partition` (the
 default partition when not given) for the probe alone. One srun task per node, each
-`python -m trainer.gpuhealth`, then its node's torchrun (torch's static rendezvous on the
-allocation's first host, as a Slurm job's own, jobfolder/slurm.py) running `trainer.probe`.
-The tasks import this installation's trainer (PYTHONPATH: the folder it is in), which a
-cluster's shared filesystem shows every node, as `launch --slurm local` relies on; srun
+`python -m veri_tui.trainer.gpuhealth`, then its node's torchrun (torch's static rendezvous on the
+allocation's first host, as a Slurm job's own, veri_tui/jobfolder/slurm.py) running
+`veri_tui.trainer.probe`. The tasks import this installation's trainer (PYTHONPATH: the folder it is
+in), which a cluster's shared filesystem shows every node, as `launch --slurm local` relies on; srun
 passes the environment on (VERI_PROBE_DELAY included). Cached per partition, where
 `veri-tui plan --slurm local --partition P --nodes N` finds it.
 """
@@ -19,8 +19,8 @@ import subprocess
 import sys
 from collections.abc import Sequence
 
-from jobfolder.probe_verdict import HEALTH_MARK, PROBE_MARK, SRUN_TASK, marked, srun_names
 from veri_tui.errors import VeriError
+from veri_tui.jobfolder.probe_verdict import HEALTH_MARK, PROBE_MARK, SRUN_TASK, marked, srun_names
 from veri_tui.launch.probe.fleet import PROBE_TIMEOUT_S, local_code, probe_env
 from veri_tui.launch.probe.report import ProbeReport, slurm_key
 

@@ -17,12 +17,12 @@ import time
 from collections.abc import Callable
 from typing import cast
 
-from jobfolder.layout import CANCEL_REQUEST, JOB_FILE
-from jobfolder.lost import closed, lost_record
-from jobfolder.lost import judge as judge_pid
-from jobfolder.record import JobRecord
-from jobfolder.status import CANCELLED, PENDING, has_ended
 from veri_tui.errors import VeriError
+from veri_tui.jobfolder.layout import CANCEL_REQUEST, JOB_FILE
+from veri_tui.jobfolder.lost import closed, lost_record
+from veri_tui.jobfolder.lost import judge as judge_pid
+from veri_tui.jobfolder.record import JobRecord
+from veri_tui.jobfolder.status import CANCELLED, PENDING, has_ended
 from veri_tui.launch.host import jobfolder_argv
 from veri_tui.launch.slurm.host import SlurmHost
 from veri_tui.launch.slurm.script import SCRIPT
@@ -58,8 +58,8 @@ def submit(host: SlurmHost, job_dir: str) -> int:
 
 
 def _jobfolder(host: SlurmHost, job_dir: str, command: str, *args: str) -> None:
-    """`python -m jobfolder COMMAND JOB_JSON ARGS` on the login node: job.json changed under
-    its lock by the job's own package."""
+    """`python -m veri_tui.jobfolder COMMAND JOB_JSON ARGS` on the login node: job.json changed
+    under its lock by the job's own package."""
     job = posixpath.join(job_dir, JOB_FILE)
     res = host.login_host.run(jobfolder_argv(host, job_dir, command, job, *args), timeout=60)
     if res.exit_status != 0:
@@ -94,7 +94,7 @@ def judge(host: SlurmHost, record: JobRecord, job_id: int | None,
     if mapped is None:
         why = f"its Slurm job {job_id} ended {state.state} without recording an outcome"
         return with_state(lost_record(again, why), state)
-    # Shown now, recorded by the reader's settle() (`python -m jobfolder close`, locked).
+    # Shown now, recorded by the reader's settle() (`python -m veri_tui.jobfolder close`, locked).
     return with_state(closed(again, *mapped), state)
 
 

@@ -20,9 +20,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
-import jobfolder
-from jobfolder.record import JobRecord
+import veri_tui.jobfolder
 from veri_tui.errors import VeriError
+from veri_tui.jobfolder.record import JobRecord
 from veri_tui.launch.host import (
     Host,
     HostFacts,
@@ -38,9 +38,9 @@ from veri_tui.launch.slurm.script import batch_script
 if TYPE_CHECKING:
     from veri_tui.plan import JobConfig, PlanRecord
 
-#: The source folder holding the jobfolder and trainer packages (`--slurm local`: the batch
+#: The folder holding the veri_tui package (its jobfolder and trainer) (`--slurm local`: the batch
 #: job imports them from here, whatever PYTHONPATH sbatch's environment carries).
-SOURCE_ROOT = str(Path(jobfolder.__file__).resolve().parents[1])
+SOURCE_ROOT = str(Path(veri_tui.jobfolder.__file__).resolve().parents[2])
 
 
 class SlurmHost(LoginNode):
@@ -108,7 +108,7 @@ class SlurmHost(LoginNode):
 
     def _login_facts(self, job: JobConfig, dataset_bytes: int) -> HostFacts:
         if self.login_host.local:
-            from jobfolder.layout import veri_home
+            from veri_tui.jobfolder.layout import veri_home
 
             home, python = str(Path.home()), self.login_host.python
             found = HostFacts(self.where, python, {}, home, str(veri_home()), shown=False)

@@ -18,8 +18,8 @@ from collections.abc import Mapping
 from dataclasses import MISSING, asdict, dataclass, field, fields
 from typing import Any, TypeVar, cast
 
-from jobfolder.record import JobRecord
 from veri_tui.errors import Refusal, VeriError
+from veri_tui.jobfolder.record import JobRecord
 
 
 @dataclass(frozen=True)

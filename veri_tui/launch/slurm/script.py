@@ -3,7 +3,7 @@
 It is made from the job's record alone (spec["slurm"], its node and rank layout), so a
 resume writes the same script again and `launch --dry-run` prints what would be submitted.
 The batch shell becomes the supervisor (`exec`) on the allocation's first node; the
-supervisor starts torchrun on every node with srun (jobfolder/supervise.py).
+supervisor starts torchrun on every node with srun (veri_tui/jobfolder/supervise.py).
 """
 
 from __future__ import annotations
@@ -30,20 +30,20 @@ def probes(spec: Mapping[str, Any]) -> bool:
 
 
 def probe_step(spec: Mapping[str, Any], argv: Sequence[str]) -> list[str]:
-    """The probe's lines: `python -m jobfolder.slurmprobe` with the supervisor's
+    """The probe's lines: `python -m veri_tui.jobfolder.slurmprobe` with the supervisor's
     interpreter and PYTHONPATH, the job ending when it refuses a node. A time-limit SIGUSR1
     during it is held (bash's default would end the job with nothing recorded)."""
     if not probes(spec):
         return []
-    at = list(argv).index("jobfolder.supervise")
-    step = [*argv[:at], "jobfolder.slurmprobe", *argv[at + 1 :]]
+    at = list(argv).index("veri_tui.jobfolder.supervise")
+    step = [*argv[:at], "veri_tui.jobfolder.slurmprobe", *argv[at + 1 :]]
     return ["trap 'veri_usr1=1' USR1", f"{shlex.join(step)} || exit $?", "trap - USR1"]
 
 
 def batch_script(job_id: str, job_dir: str, spec: Mapping[str, Any], argv: Sequence[str]) -> str:
     """The script for the job ``job_id`` in ``job_dir`` whose spec is ``spec``; ``argv``: the
-    supervisor as the login node starts it (`env PYTHONPATH=... python -m jobfolder.supervise
-    --job <job_dir>/job.json`)."""
+    supervisor as the login node starts it (`env PYTHONPATH=... python -m
+    veri_tui.jobfolder.supervise --job <job_dir>/job.json`)."""
     slurm = spec["slurm"]
     nodes = int(slurm.get("nodes") or 1)
     lines = ["#!/bin/bash", f"#SBATCH --job-name=veri-{job_id}"]

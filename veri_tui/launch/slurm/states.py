@@ -19,10 +19,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from jobfolder.failures import job_error
-from jobfolder.record import JobError, JobRecord
-from jobfolder.status import CANCELLED, FAILED, PENDING, RUNNING, FailureCode, Status
 from veri_tui.errors import VeriError
+from veri_tui.jobfolder.failures import job_error
+from veri_tui.jobfolder.record import JobError, JobRecord
+from veri_tui.jobfolder.status import CANCELLED, FAILED, PENDING, RUNNING, FailureCode, Status
 from veri_tui.launch.slurm.partition import Run, fields
 
 #: Slurm job states by what they are for the job record (squeue(1), JOB STATE CODES).

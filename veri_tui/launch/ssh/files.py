@@ -103,13 +103,34 @@ def upload_file(sftp: paramiko.SFTPClient, local: Path, remote: str) -> None:
         raise VeriError(f"upload to {remote} failed ({exc})", key=str(local)) from exc
 
 
+#: The code a job's host runs, copied into its folder's pkg/ (on PYTHONPATH there): the rank
+#: program and the job folder's package (its supervisor), under veri_tui/ as installed here.
+UPLOADED = ("veri_tui.trainer", "veri_tui.jobfolder")
+
+
 def package_dir(name: str) -> Path:
-    """The folder of the installed package ``name`` (`trainer`, `jobfolder`: uploaded to
-    every host a job runs on)."""
+    """The folder of the installed package ``name`` (`veri_tui.trainer`...)."""
     spec = importlib.util.find_spec(name)
     if spec is None or not spec.submodule_search_locations:
         raise VeriError(f"the bundled {name} package is not installed here", key="trainer")
     return Path(next(iter(spec.submodule_search_locations)))
+
+
+def upload_code(
+    sftp: paramiko.SFTPClient, pkg: str, packages: tuple[str, ...] = UPLOADED
+) -> list[str]:
+    """``packages`` (dotted names under veri_tui) and veri_tui's own `__init__.py` copied under
+    the folder ``pkg`` (`pkg/veri_tui/...`), so `PYTHONPATH=pkg` imports them by their
+    names; returns the files written."""
+    top = package_dir("veri_tui")
+    makedirs(sftp, posixpath.join(pkg, "veri_tui"))
+    init = posixpath.join(pkg, "veri_tui", "__init__.py")
+    write_atomic(sftp, init, (top / "__init__.py").read_bytes())
+    done = [init]
+    for name in packages:
+        there = posixpath.join(pkg, *name.split("."))
+        done += upload_package(sftp, package_dir(name), there)
+    return done
 
 
 def upload_package(sftp: paramiko.SFTPClient, package: Path, remote: str) -> list[str]:

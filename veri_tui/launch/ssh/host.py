@@ -16,8 +16,8 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from jobfolder.datasource import files_of
 from veri_tui.errors import Refusal, VeriError
+from veri_tui.jobfolder.datasource import files_of
 from veri_tui.launch.diskcheck import Place
 from veri_tui.launch.host import HostFacts, Row, capacity_rows
 from veri_tui.launch.jobdata import JobData, local_data
@@ -32,9 +32,6 @@ from veri_tui.launch.ssh.tail import follow_remote
 if TYPE_CHECKING:
     from veri_tui.plan import JobConfig, PlanRecord
     from veri_tui.plan.disk import DiskEstimate
-
-#: The packages a job's host runs, copied into its folder's pkg/ (on PYTHONPATH there).
-UPLOADED = ("trainer", "jobfolder")
 
 
 class _Channel:
@@ -209,10 +206,7 @@ class SshHost:
     def stage(self, job: JobConfig, tmp: str) -> None:
         """Copy into the folder being built what the job needs on the host."""
         sftp = self.conn.sftp()
-        for package in UPLOADED:  # the rank program, and the job folder's (its supervisor)
-            files.upload_package(
-                sftp, files.package_dir(package), posixpath.join(tmp, "pkg", package)
-            )
+        files.upload_code(sftp, posixpath.join(tmp, "pkg"))
         here = local_data(job)
         there = uploaded(here, tmp)
         for src, dst in zip((*here.train, *here.eval), (*there.train, *there.eval), strict=True):
@@ -244,14 +238,16 @@ class SshHost:
         return []  # torch is one of the probe's facts (a problem when missing)
 
     def pythonpath(self, job_dir: str) -> list[str]:
-        """`env PYTHONPATH=<job>/pkg`: the job's uploaded packages. A folder uploaded by the
-        release before the jobfolder package existed holds only the trainer: it gets the
-        package now, once per folder."""
+        """`env PYTHONPATH=<job>/pkg`: the job's uploaded packages. A folder uploaded by a
+        release before the packages moved into veri_tui holds them as `pkg/trainer` (and
+        `pkg/jobfolder`): it gets this release's `pkg/veri_tui/` now, once per folder, since
+        every command this release runs there names the new modules."""
         pkg = posixpath.join(job_dir, "pkg")
         if job_dir not in self._code_checked:
             sftp = self.conn.sftp()
-            if files.exists(sftp, pkg) and not files.exists(sftp, f"{pkg}/jobfolder/__init__.py"):
-                files.upload_package(sftp, files.package_dir("jobfolder"), f"{pkg}/jobfolder")
+            new = f"{pkg}/veri_tui/jobfolder/__init__.py"
+            if files.exists(sftp, pkg) and not files.exists(sftp, new):
+                files.upload_code(sftp, pkg)
             self._code_checked.add(job_dir)
         return ["env", f"PYTHONPATH={pkg}"]
 
@@ -261,11 +257,6 @@ class SshHost:
         tail ends with the supervisor)."""
         options.pop("poll_s", None)
         return follow_remote(self.conn, path, pid, offset, **options)
-
-
-def uploaded_packages() -> list[Path]:
-    """The local folders of the packages a host gets."""
-    return [files.package_dir(p) for p in UPLOADED]
 
 
 def uploaded(data: JobData, job_dir: str) -> JobData:

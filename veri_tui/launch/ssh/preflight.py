@@ -14,8 +14,8 @@ import json
 import os
 from typing import Any
 
-from jobfolder.trackers import MODULES, missing_message, trackers_of
 from veri_tui.errors import Refusal, VeriError
+from veri_tui.jobfolder.trackers import MODULES, missing_message, trackers_of
 from veri_tui.launch.host import HostFacts
 from veri_tui.launch.ssh.connection import Connection
 from veri_tui.launch.ssh.remote_model import (

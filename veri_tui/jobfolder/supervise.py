@@ -1,0 +1,304 @@
+"""The job supervisor: ``python -m veri_tui.jobfolder.supervise --job <job_dir>/job.json``.
+
+What a launcher (or `veri-tui resume`) starts, detached (setsid, stdin /dev/null), locally or
+over SSH. Each run of torchrun is an attempt (veri_tui/jobfolder/attempts.py): before it, the
+previous attempt's files are archived, partial writes removed, and the newest verified checkpoint
+(veri_tui/jobfolder/ckptindex.py) chosen and passed to the trainer as the spec's ``resume_from``. It
+runs torchrun as a child, keeps ``status`` in job.json true (running, then succeeded, failed or
+cancelled), writes ``exit_code`` and, after a failure, the report built by
+veri_tui.jobfolder.failures. After a platform failure (RANK_LOST, COMM_ERROR, HARDWARE_ERROR,
+RANK_HUNG) it starts the next attempt itself while the job's ``max_restarts`` allows; never in an
+SSH multi-node job, whose launcher resumes every node together and names the step (job.json
+``resume_choice``). SIGTERM or SIGINT means cancel: torchrun and every worker are ended (workers run
+in their own sessions, so signalling torchrun's group would miss them), SIGKILL after a grace
+period; with `peer_failed.json` there (a multi-node job's watcher: another node failed) a failure
+instead. Inside a Slurm allocation (spec `slurm`, $SLURM_JOB_ID) it runs srun, one torchrun per
+node, and SIGTERM/SIGUSR1 may mean a preemption or the time limit instead
+(veri_tui/jobfolder/slurm.py, veri_tui/jobfolder/slurmjob.py, docs/slurm.md).
+
+Stdlib only: it must start fast and run on a GPU machine whose image has only the trainer's
+dependencies (no torch import here, no pydantic, paramiko or textual). The job folder's
+record, statuses and writer are veri_tui/jobfolder/jobdir.py; its processes,
+veri_tui/jobfolder/procs.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from veri_tui.jobfolder import attempts, ckptindex, failures, ncclabort, nextattempt
+from veri_tui.jobfolder.atomic import modify_job, write_text_atomic
+from veri_tui.jobfolder.canary import CanaryWatch
+from veri_tui.jobfolder.hostmem import MemoryWatch
+from veri_tui.jobfolder.jobstats import record_measured
+from veri_tui.jobfolder.layout import ELASTIC, EXIT_CODE, JobLayout
+from veri_tui.jobfolder.procs import end_processes, job_processes, write_pid
+from veri_tui.jobfolder.record import JobError, JobRecord, plan_line_of, read_job
+from veri_tui.jobfolder.slurm import node_logs
+from veri_tui.jobfolder.slurmjob import SlurmSupervision, slurm_task
+from veri_tui.jobfolder.status import CANCELLED, FAILED, PENDING, RUNNING, SUCCEEDED, FailureCode
+from veri_tui.jobfolder.stopping import read_peer_failed, read_stopped
+from veri_tui.jobfolder.watchdog import HangWatch, end_job
+
+
+class Supervisor(SlurmSupervision):
+    """Runs one job's torchrun and records how it ended."""
+
+    def __init__(self, job_path: Path) -> None:
+        self.job_path = job_path.resolve()
+        self.job_dir = self.job_path.parent
+        self.layout = JobLayout(self.job_dir)
+        self.cancel_requested = False
+        self.slurm = None  # inside a Slurm allocation: veri_tui/jobfolder/slurm.py, slurmjob.py
+        self.signals: list[int] = []  # a Slurm job's signals, read in the wait loop
+        self.mode_known = False  # until begin_slurm: a SIGTERM waits in `signals`
+        self.stop = None  # a Slurm job's stop: (reason, requeue it, signal name)
+
+    def _on_signal(self, signum: int, _frame: Any) -> None:
+        if signum == signal.SIGINT or (self.mode_known and self.slurm is None):
+            self.cancel_requested = True
+        else:  # what it means takes scontrol to tell: no handler's work
+            self.signals.append(signum)
+            if self.slurm is not None:
+                # Said at once: the ranks got the signal too, and the line they log once
+                # they stopped must not come before its cause (the meaning follows).
+                failures.append_lines(self.layout.log, [
+                    f"signal: {signal.Signals(signum).name} from Slurm "
+                    f"(job {self.slurm.job_id}); reading what it means"])  # fmt: skip
+
+    def command(self, spec: Mapping[str, Any], log_dir: Path | None = None) -> list[str]:
+        """The torchrun command line; ``--standalone`` picks a free rendezvous port per job.
+        A Slurm job's: srun, starting one torchrun per node (veri_tui/jobfolder/slurm.py)."""
+        if self.slurm is not None:
+            return self.slurm.command(spec, self.job_path)
+        return [
+            sys.executable, "-m", "torch.distributed.run", *self.rendezvous(spec),
+            "--nproc-per-node", str(int(spec.get("nproc_per_node") or spec["gpu_count"])),
+            "--log-dir", str(log_dir or self.job_dir / ELASTIC),
+            "-m", "veri_tui.trainer", "--job", str(self.job_path),
+        ]  # fmt: skip
+
+    @staticmethod
+    def rendezvous(spec: Mapping[str, Any]) -> list[str]:
+        """``--standalone`` (a free local port per job) on one machine. On several, torchrun's
+        c10d rendezvous with node 0 hosting the store (``is_host``). c10d numbers the nodes by
+        sorting their ``--local-addr``: node 0 gives the address the others reach it at (its
+        workers' MASTER_ADDR), node k that address + ``~node<k>``, which sorts after it in
+        node order and is only ever logged (docs/ssh.md, "Multi-node jobs")."""
+        nnodes = int(spec.get("nnodes") or 1)
+        if nnodes <= 1:
+            return ["--standalone"]
+        node = int(spec.get("node_rank") or 0)
+        addr = str(spec["rdzv_local_addr"])
+        return [
+            "--nnodes", str(nnodes), "--rdzv-backend", "c10d",
+            "--rdzv-endpoint", str(spec["rdzv_endpoint"]), "--rdzv-id", str(spec["rdzv_id"]),
+            "--rdzv-conf", f"is_host={int(node == 0)}",
+            "--local-addr", addr if node == 0 else f"{addr}~node{node:05d}",
+        ]  # fmt: skip
+
+    def environment(self) -> dict[str, str]:
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        # One thread per CPU rank: N ranks each using every core would thrash; torchrun only
+        # sets this (with a warning) when unset. On GPUs ranks do little CPU work either way.
+        if "OMP_NUM_THREADS" not in env:
+            # Marked as ours: a cpu_offload rank on a GPU takes its share of the cores instead
+            # (veri_tui/trainer/parallelize.py offload_threads); a user's own setting is kept.
+            env.update(OMP_NUM_THREADS="1", VERI_OMP_DEFAULT="1")
+        return env if self.slurm is None else self.slurm.environment(env)
+
+    def run(self) -> int:
+        """Supervise the job to its end, attempt after attempt; returns the last torchrun's
+        exit code (0 on success)."""
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, self._on_signal)
+        write_pid(self.layout.supervisor_pid)
+        restarts = self.begin_slurm()
+        if self.slurm is not None:
+            signal.signal(signal.SIGUSR1, self._on_signal)  # `--signal=B:USR1@120`
+        elif self.signals:  # a SIGTERM before the mode was known: a plain job's cancel
+            self.cancel_requested, self.signals = True, []
+        self.mode_known = True
+        if restarts is None:  # a Slurm job whose requeues are spent, or that ended meanwhile
+            return 1 if read_job(self.job_path).get("status") == FAILED else 0
+        while True:
+            record = self.begin_attempt()
+            if record is None:
+                return 0  # started twice, or cancelled before it ran: that outcome stands
+            code, status, error = self.run_attempt(record["spec"])
+            if status == PENDING and error is not None:  # preempted: Slurm starts it again
+                failed = self.requeued(code, error)
+                return 0 if failed is None else self.finish(code, FAILED, failed)
+            limit = attempts.max_restarts(record["spec"], alone=self.slurm is None)
+            if status == FAILED and attempts.retryable(error) and restarts < limit:
+                if not self.cancel_requested:
+                    restarts += 1
+                    self.end_attempt(code, status, error, retry=f"{restarts} of {limit}")
+                    end_processes(self.job_path)  # nothing of this attempt may linger
+                    continue
+            code = self.finish(code, status, error)
+            if status == CANCELLED and self.slurm is not None:
+                return self.slurm.end_cancelled()  # Slurm's accounting says cancelled too
+            return code
+
+    def begin_attempt(self) -> JobRecord | None:
+        """Prepare and record the next attempt (veri_tui/jobfolder/nextattempt.py); None when the
+        job already has an outcome."""
+        return nextattempt.begin_attempt(self.job_path)
+
+    def run_attempt(self, spec: Mapping[str, Any]) -> tuple[int, str, JobError | None]:
+        """Run torchrun once to its end: (exit code, status, error)."""
+        watch = HangWatch(
+            self.job_dir, spec
+        )  # veri_tui/jobfolder/watchdog.py: ends a job that hangs
+        if self.slurm is not None:  # one folder for every node: this supervisor sees all ranks
+            watch.ranks = list(range(watch.world))
+        canary = CanaryWatch(self.job_path, spec, watch.ranks)  # the gate of `--canary`
+        with open(self.layout.torchrun_log, "ab") as log:
+            child = subprocess.Popen(
+                self.command(spec),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=self.job_dir,
+                env=watch.environment(self.environment()),
+            )
+        write_pid(self.layout.torchrun_pid, child.pid)
+        memory = MemoryWatch.for_this_process()  # explains a rank's SIGKILL by the OOM killer
+        hung = None
+        while child.poll() is None and not self.cancel_requested and hung is None:
+            memory.poll()
+            hung = watch.poll()  # no rank advanced for hang_timeout_s: RANK_HUNG
+            canary.poll()
+            if self.signals:
+                self.on_slurm_signal(self.signals.pop(0))
+            time.sleep(0.2)
+        while self.signals and not self.cancel_requested:  # srun can end before they are read
+            self.on_slurm_signal(self.signals.pop(0))
+        if hung is not None:
+            return end_job(self.job_path, child, hung, spec), FAILED, hung
+        world = int(spec.get("gpu_count") or 1)
+        if self.cancel_requested:
+            peer = read_peer_failed(self.job_dir)  # the job's watcher: another node failed
+            ran = child.poll() is None
+            end_processes(self.job_path, child=child)
+            if peer is None:
+                return self.cancelled(child.wait())
+            self.cancel_requested = False  # not a cancel; torchrun's own end, if any, is read
+            if ran:
+                said = failures.peer_error(peer, int(spec.get("node_rank") or 0), world)
+                failures.append_report(self.layout.log, said, "")
+                return child.wait(), FAILED, said
+        code = child.returncode
+        if self.stop is None and self.slurm is not None and read_stopped(self.job_dir):
+            self.ranks_stopped_themselves()  # their own SIGTERM: a preemption's grace
+            if self.cancel_requested:
+                return self.cancelled(code)
+        if self.stop is not None:
+            return self.stopped(code, world)
+        if code == 0:
+            # A no-go canary's ranks end at its gate, without an artifact: stopped, not done.
+            return code, CANCELLED if canary.stopped() else SUCCEEDED, None
+        error = None
+        if code < 0:
+            # torchrun itself was killed: its ranks run on in their own sessions. They are the
+            # job, so wait for them (a cancel still ends them), then report the lost agent.
+            while job_processes(self.job_path) and not self.cancel_requested:
+                time.sleep(0.5)  # each check scans /proc: keep it cheap on a busy node
+            if self.cancel_requested:
+                end_processes(self.job_path)
+                return self.cancelled(code)
+            msg = f"torchrun was killed by signal {-code}; its ranks were left without their agent"
+            error = failures.job_error(FailureCode.RANK_LOST, msg, world)
+        nproc = int(spec.get("nproc_per_node") or world)
+        found = failures.analyze(
+            self.job_dir,
+            world,
+            nproc,
+            code,
+            memory,
+            node=int(spec.get("node_rank") or 0),
+            logs=None if self.slurm is None else node_logs(self.job_dir, self.slurm.nnodes),
+        )
+        if error is None or found.get("rank") is not None:
+            error = found
+        error = ncclabort.with_dumps(self.job_dir, error, watch.ranks)  # NCCL's own dumps
+        failures.append_report(self.layout.log, error, plan_line_of(spec))
+        return code, FAILED, error
+
+    def fail_self(self, exc: Exception) -> None:
+        """Record the supervisor's own crash as the job's failure, ending what it started."""
+        error = failures.job_error(
+            FailureCode.UNKNOWN, f"supervisor error: {type(exc).__name__}: {exc}", None
+        )
+        try:
+            end_processes(self.job_path)
+            self.finish(1, FAILED, error)
+        except (OSError, ValueError):
+            pass  # job.json itself is unusable: the launcher reports the job lost
+
+    def cancelled(self, code: int) -> tuple[int, str, None]:
+        # Said in the log too, so whoever follows it sees why it stopped. A cancel leaves no
+        # partial checkpoint or artifact folder behind.
+        attempts.remove_stale(ckptindex.stale_writes(self.job_dir, self._output_dir()))
+        failures.append_lines(self.layout.log, ["job cancelled: every rank ended"])
+        return code, CANCELLED, None
+
+    def _output_dir(self) -> str | None:
+        try:
+            return read_job(self.job_path)["spec"].get("output_dir")
+        except (OSError, ValueError, KeyError):
+            return None
+
+    def end_attempt(self, code: int, status: str, error: JobError | None, retry: str) -> None:
+        """Close a platform-failed attempt that will be retried: the job stays `running`."""
+
+        def close(record: JobRecord) -> None:
+            attempts.close_attempt(record, status, error, code)
+            record.update({"status": RUNNING, "ended_at": None})
+
+        modify_job(self.job_path, close)
+        code_text = (error or {}).get("code", FailureCode.UNKNOWN)
+        failures.append_lines(
+            self.layout.log,
+            [f"retry: {code_text} (platform) ended the attempt; restart {retry} (max_restarts)"],
+        )
+
+    def finish(self, code: int, status: str, error: JobError | None) -> int:
+        record_measured(self.job_path)  # before the outcome: a reader of it sees both
+        write_text_atomic(self.job_dir / EXIT_CODE, f"{code}\n")
+        modify_job(self.job_path, lambda rec: attempts.close_attempt(rec, status, error, code))
+        return code
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point: supervise the job whose job.json is given."""
+    parser = argparse.ArgumentParser(
+        prog="python -m veri_tui.jobfolder.supervise", description=__doc__
+    )
+    parser.add_argument("--job", required=True, help="path of the job's job.json")
+    parser.add_argument("--slurm-task", metavar="HOST:PORT", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.slurm_task:  # a Slurm job's srun task: becomes its node's torchrun
+        slurm_task(Path(args.job).resolve(), args.slurm_task, Supervisor(Path(args.job)).command)
+    supervisor = Supervisor(Path(args.job))
+    try:
+        code = supervisor.run()
+    except Exception as exc:
+        # A broken record or folder must still end as a failed job, not as one that looks
+        # like it is running until it is declared lost.
+        supervisor.fail_self(exc)
+        raise
+    return 0 if code == 0 else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
