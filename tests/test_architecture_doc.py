@@ -1,7 +1,8 @@
 """docs/architecture.md's package arrows are the code's: the list between its `arrows`
 marks equals the import graph import-linter checks (grimp, function-level imports included,
 TYPE_CHECKING ones left out as the contracts leave them), and the layers the doc names are
-the layers contract's in pyproject.toml."""
+the layers contract's in pyproject.toml; the device side's contracts (the job folder's package,
+the trainer) forbid every other part of veri_tui."""
 
 from __future__ import annotations
 
@@ -54,3 +55,25 @@ def test_the_doc_s_layers_are_the_layers_contract() -> None:
     assert text is not None
     named = [part.strip().strip("`") for part in re.sub(r"\s+", " ", text[1]).split(";")]
     assert named == layers
+
+
+def test_the_device_side_contracts_forbid_every_other_part_of_veri_tui() -> None:
+    """The job folder's package and the trainer live inside veri_tui but run on hosts without
+    the rest of it: their `forbidden` contracts name every other part of veri_tui, so a part
+    added later is forbidden to them only once it is listed here (this test fails until)."""
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    contracts = config["tool"]["importlinter"]["contracts"]
+    parts = {
+        f"veri_tui.{p.stem if p.is_file() else p.name}"
+        for p in (ROOT / "veri_tui").iterdir()
+        if (p.suffix == ".py" and p.name != "__init__.py") or (p / "__init__.py").is_file()
+    }
+    allowed = {"veri_tui.jobfolder": set(), "veri_tui.trainer": {"veri_tui.jobfolder"}}
+    for source, may in allowed.items():
+        (forbidden,) = [
+            set(c["forbidden_modules"])
+            for c in contracts
+            if c["type"] == "forbidden" and c["source_modules"] == [source]
+        ]
+        missing = parts - {source} - may - forbidden
+        assert missing == set(), f"{source}'s contract does not forbid {sorted(missing)}"
