@@ -154,7 +154,7 @@ def test_lr_warms_up_then_decays_to_zero() -> None:
 
 
 def test_fault_spec_is_checked() -> None:
-    assert [(f.kind, f.rank, f.step) for f in parse("oom:1:2, kill:0:3")] == [
+    assert [(f.what, f.rank, f.step) for f in parse("oom:1:2, kill:0:3")] == [
         ("oom", 1, 2),
         ("kill", 0, 3),
     ]

@@ -75,24 +75,24 @@ def hf_table(src: Source) -> Any:
     if not path.exists():
         raise DataError(f"{src.label}: dataset file not found")
     datasets = _import_datasets(src)
-    kind = kind_of(path)
+    fmt = kind_of(path)
     split = src.split or "train"
     try:
-        if kind == "saved":
+        if fmt == "saved":
             table = datasets.load_from_disk(str(path))
             if isinstance(table, datasets.DatasetDict):
                 if split not in table:
                     raise DataError(f"{src.label}: no split {split!r} (it has {', '.join(table)})")
                 table = table[split]
-        elif kind == "folder":
+        elif fmt == "folder":
             table = datasets.load_dataset(str(path), name=src.config, split=split)
-        elif kind == "csv":  # every column as text: "12" stays a string, "" stays empty
+        elif fmt == "csv":  # every column as text: "12" stays a string, "" stays empty
             sep = "\t" if path.suffix.lower() == ".tsv" else ","
             text = datasets.Features({n: datasets.Value("string") for n in _header(path, sep)})
             table = datasets.load_dataset("csv", data_files=str(path), split=split, sep=sep,
                                           features=text, keep_default_na=False)  # fmt: skip
         else:
-            table = datasets.load_dataset(kind, data_files=str(path), split=split)
+            table = datasets.load_dataset(fmt, data_files=str(path), split=split)
     except DataError:
         raise
     except Exception as exc:  # noqa: BLE001 - datasets raises many types; one line names it
@@ -110,13 +110,13 @@ def _raw_rows(src: Source, loads: Loads = json.loads) -> Iterator[tuple[str, dic
     path = Path(src.path)
     if not path.exists():
         raise DataError(f"{src.label}: dataset file not found")
-    kind = kind_of(path)
-    if kind == "jsonl":
+    fmt = kind_of(path)
+    if fmt == "jsonl":
         for no, line in numbered_lines(path):
             where = f"{path} line {no}"
             yield where, parse_row(line, where, loads)
         return
-    if kind == "json":
+    if fmt == "json":
         try:
             items = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, UnicodeDecodeError, ValueError) as exc:

@@ -57,9 +57,9 @@ LATE_KILL_S = 60.0  # torchrun SIGKILLs a rank 30 s after its SIGTERM
 
 @dataclass(frozen=True)
 class Fault:
-    """One planned fault."""
+    """One planned fault: ``what`` (one of KINDS) on ``rank`` at ``step``."""
 
-    kind: str
+    what: str
     rank: int
     step: int
 
@@ -90,7 +90,7 @@ class FaultPlan:
 
     def before_rendezvous(self) -> None:
         """Fire a `no_join` fault: never join the process group."""
-        if any(f.kind == "no_join" for f in self.faults):
+        if any(f.what == "no_join" for f in self.faults):
             _stall()
 
     def in_checkpoint(self, step: int) -> None:
@@ -99,26 +99,26 @@ class FaultPlan:
 
     def _fire(self, step: int, kinds: tuple[str, ...]) -> None:
         for f in self.faults:
-            if f.step != step or f.kind not in kinds:
+            if f.step != step or f.what not in kinds:
                 continue
-            if f.kind in ("kill", "ckpt_kill"):
+            if f.what in ("kill", "ckpt_kill"):
                 os.kill(os.getpid(), signal.SIGKILL)
-            if f.kind == "oom":
+            if f.what == "oom":
                 import torch
 
                 raise torch.OutOfMemoryError(
                     "CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity "
                     "of 79.11 GiB of which 1.02 GiB is free. (injected by VERI_FAULT)"
                 )
-            if f.kind == "host_oom":
+            if f.what == "host_oom":
                 _fill_host_memory()
-            if f.kind == "late_kill":
+            if f.what == "late_kill":
                 _die_late()
-            if f.kind == "skip":
+            if f.what == "skip":
                 _stall()
-            if f.kind == "raise":
+            if f.what == "raise":
                 raise RuntimeError(f"injected failure at step {step} (VERI_FAULT)")
-            if f.kind == "ckpt_raise":
+            if f.what == "ckpt_raise":
                 from torch.distributed.checkpoint.api import CheckpointException
 
                 cause = RuntimeError("unexpected pos 512 vs 448 (injected by VERI_FAULT)")

@@ -40,11 +40,11 @@ GPU_SIZES = (1 << 20, 1 << 26, 1 << 28)
 MARK = "VERI_PROBE "
 
 
-def bus_factor(kind: str, n: int) -> float:
+def bus_factor(collective: str, n: int) -> float:
     """busbw / algbw for a collective over n ranks (nccl-tests' PERFORMANCE.md)."""
     if n <= 1:
         return 0.0
-    return 2 * (n - 1) / n if kind == "all_reduce" else (n - 1) / n
+    return 2 * (n - 1) / n if collective == "all_reduce" else (n - 1) / n
 
 
 def delay_of(env: str | None, node: int) -> float:
@@ -58,14 +58,16 @@ def delay_of(env: str | None, node: int) -> float:
         raise SystemExit(f"VERI_PROBE_DELAY={env!r}: expected NODE:SECONDS, e.g. 1:0.05") from None
 
 
-def _op(kind: str, n: int, nbytes: int, device: torch.device, group: Any) -> Callable[[], None]:
-    """One collective of ``kind`` on an S-byte buffer over ``n`` ranks of ``group``."""
+def _op(collective: str, n: int, nbytes: int, device: torch.device, group: Any
+        ) -> Callable[[], None]:  # fmt: skip
+    """One ``collective`` (all_reduce, all_gather, reduce_scatter) on an S-byte buffer over
+    ``n`` ranks of ``group``."""
     numel = max(n, nbytes // 4 // n * n)  # float32, divisible by n
     whole = torch.ones(numel, device=device)
     part = torch.ones(numel // n, device=device)
-    if kind == "all_reduce":
+    if collective == "all_reduce":
         return lambda: dist.all_reduce(whole, group=group)
-    if kind == "all_gather":
+    if collective == "all_gather":
         gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
         return lambda: gather(whole, part, group=group)
     scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor

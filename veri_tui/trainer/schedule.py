@@ -13,23 +13,23 @@ import math
 import torch
 
 
-def lr_factor(step: int, warmup: int, total: int, kind: str = "cosine") -> float:
+def lr_factor(step: int, warmup: int, total: int, name: str = "cosine") -> float:
     """The factor on the peak learning rate at optimizer step `step` (from 0)."""
     if step < warmup:
         return (step + 1) / warmup
     progress = min(1.0, (step - warmup) / max(1, total - warmup))
-    if kind == "cosine":
+    if name == "cosine":
         return 0.5 * (1.0 + math.cos(math.pi * progress))
-    if kind == "linear":
+    if name == "linear":
         return 1.0 - progress
-    if kind == "constant":
+    if name == "constant":
         return 1.0
-    raise ValueError(f"lr_scheduler: {kind!r} is not one of cosine, linear, constant")
+    raise ValueError(f"lr_scheduler: {name!r} is not one of cosine, linear, constant")
 
 
 def scheduler(
-    opt: torch.optim.Optimizer, warmup: int, total: int, kind: str
+    opt: torch.optim.Optimizer, warmup: int, total: int, name: str
 ) -> torch.optim.lr_scheduler.LambdaLR:
     """The optimizer's LambdaLR over `lr_factor` (its state is checkpointed with the rest)."""
-    lr_factor(0, warmup, total, kind)  # an unknown kind fails here, not at the first step
-    return torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(s, warmup, total, kind))
+    lr_factor(0, warmup, total, name)  # an unknown name fails here, not at the first step
+    return torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(s, warmup, total, name))
