@@ -28,7 +28,6 @@ import argparse
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -46,6 +45,7 @@ from veri_tui.jobfolder.slurm import node_logs
 from veri_tui.jobfolder.slurmjob import SlurmSupervision, slurm_task
 from veri_tui.jobfolder.status import CANCELLED, FAILED, PENDING, RUNNING, SUCCEEDED, FailureCode
 from veri_tui.jobfolder.stopping import read_peer_failed, read_stopped
+from veri_tui.jobfolder.torchrun_cmd import rank_environment, torchrun_command
 from veri_tui.jobfolder.watchdog import HangWatch, end_job
 
 
@@ -75,44 +75,15 @@ class Supervisor(SlurmSupervision):
                     f"(job {self.slurm.job_id}); reading what it means"])  # fmt: skip
 
     def command(self, spec: Mapping[str, Any], log_dir: Path | None = None) -> list[str]:
-        """The torchrun command line; ``--standalone`` picks a free rendezvous port per job.
-        A Slurm job's: srun, starting one torchrun per node (veri_tui/jobfolder/slurm.py)."""
+        """The torchrun command line (torchrun_cmd.py); a Slurm job's: srun, starting one
+        torchrun per node (veri_tui/jobfolder/slurm.py)."""
         if self.slurm is not None:
             return self.slurm.command(spec, self.job_path)
-        return [
-            sys.executable, "-m", "torch.distributed.run", *self.rendezvous(spec),
-            "--nproc-per-node", str(int(spec.get("nproc_per_node") or spec["gpu_count"])),
-            "--log-dir", str(log_dir or self.job_dir / ELASTIC),
-            "-m", "veri_tui.trainer", "--job", str(self.job_path),
-        ]  # fmt: skip
-
-    @staticmethod
-    def rendezvous(spec: Mapping[str, Any]) -> list[str]:
-        """``--standalone`` (a free local port per job) on one machine. On several, torchrun's
-        c10d rendezvous with node 0 hosting the store (``is_host``). c10d numbers the nodes by
-        sorting their ``--local-addr``: node 0 gives the address the others reach it at (its
-        workers' MASTER_ADDR), node k that address + ``~node<k>``, which sorts after it in
-        node order and is only ever logged (docs/ssh.md, "Multi-node jobs")."""
-        nnodes = int(spec.get("nnodes") or 1)
-        if nnodes <= 1:
-            return ["--standalone"]
-        node = int(spec.get("node_rank") or 0)
-        addr = str(spec["rdzv_local_addr"])
-        return [
-            "--nnodes", str(nnodes), "--rdzv-backend", "c10d",
-            "--rdzv-endpoint", str(spec["rdzv_endpoint"]), "--rdzv-id", str(spec["rdzv_id"]),
-            "--rdzv-conf", f"is_host={int(node == 0)}",
-            "--local-addr", addr if node == 0 else f"{addr}~node{node:05d}",
-        ]  # fmt: skip
+        return torchrun_command(spec, self.job_path, log_dir or self.job_dir / ELASTIC)
 
     def environment(self) -> dict[str, str]:
-        env = dict(os.environ, PYTHONUNBUFFERED="1")
-        # One thread per CPU rank: N ranks each using every core would thrash; torchrun only
-        # sets this (with a warning) when unset. On GPUs ranks do little CPU work either way.
-        if "OMP_NUM_THREADS" not in env:
-            # Marked as ours: a cpu_offload rank on a GPU takes its share of the cores instead
-            # (veri_tui/trainer/parallelize.py offload_threads); a user's own setting is kept.
-            env.update(OMP_NUM_THREADS="1", VERI_OMP_DEFAULT="1")
+        """The ranks' environment (torchrun_cmd.py); a Slurm job's adds srun's."""
+        env = rank_environment(os.environ)
         return env if self.slurm is None else self.slurm.environment(env)
 
     def run(self) -> int:
