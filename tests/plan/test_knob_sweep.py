@@ -58,6 +58,7 @@ NOT_MEMORY = {
     "warmup_steps": (2, "the learning rate's schedule"),
     "lr_scheduler": ("linear", "the learning rate's schedule"),
     "weight_decay": (0.1, "applied in place by AdamW"),
+    "adam_beta1": (0.8, "a scalar of AdamW's moment update"),
     "adam_beta2": (0.95, "a scalar of AdamW's moment update"),
     "max_grad_norm": (0.5, "clipping scales the gradients in place (per-tensor norms)"),
     "seed": (7, "which samples, not their shapes (the plan takes full-length samples)"),

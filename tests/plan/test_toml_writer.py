@@ -102,6 +102,7 @@ KNOBS: dict[str, st.SearchStrategy[Any]] = {
     "lr_scheduler": st.sampled_from(["cosine", "linear", "constant"]),
     "weight_decay": NONNEG_FLOAT,
     "max_grad_norm": NONNEG_FLOAT,
+    "adam_beta1": st.floats(min_value=0, max_value=1, exclude_max=True),
     "adam_beta2": st.floats(min_value=0, max_value=1, exclude_max=True),
     "seed": I64,
     "beta": POS_FLOAT,

@@ -149,16 +149,18 @@ def test_the_run_picks_the_rounding_optimizer_for_bf16_weights_only() -> None:
     assert type(make_optimizer(fp32, 1e-4, 0.0, 42)) is torch.optim.AdamW
 
 
-def test_adam_beta2_reaches_both_optimizers(tmp_path: Path) -> None:
+def test_adam_betas_reach_both_optimizers(tmp_path: Path) -> None:
+    hyper = {"adam_beta1": "0.8", "adam_beta2": "0.95"}
     cfg = from_spec({"method": "sft_text", "model_path": "m", "dataset": "d.jsonl",
-                     "hyperparameters": {"adam_beta2": "0.95"}}, tmp_path)  # fmt: skip
-    assert cfg.adam_beta2 == 0.95
+                     "hyperparameters": hyper}, tmp_path)  # fmt: skip
+    assert (cfg.adam_beta1, cfg.adam_beta2) == (0.8, 0.95)
     for dtype in (torch.bfloat16, torch.float32):
         params = [torch.nn.Parameter(torch.zeros(3, dtype=dtype))]
-        opt = make_optimizer(params, 1e-4, 0.0, 42, cfg.adam_beta2)
-        assert opt.param_groups[0]["betas"] == (0.9, 0.95), dtype
-    with pytest.raises(VeriError, match="adam_beta2: Input should be less than 1"):
-        load_job_config(sets=["adam_beta2=1"])  # the planner checks the schema's bound
+        opt = make_optimizer(params, 1e-4, 0.0, 42, cfg.adam_beta2, cfg.adam_beta1)
+        assert opt.param_groups[0]["betas"] == (0.8, 0.95), dtype
+    for key in ("adam_beta1", "adam_beta2"):  # the planner checks the schema's bound
+        with pytest.raises(VeriError, match=f"{key}: Input should be less than 1"):
+            load_job_config(sets=[f"{key}=1"])
 
 
 def test_the_planner_counts_the_step_temporary_the_optimizer_makes() -> None:

@@ -202,10 +202,11 @@ def make_optimizer(
     weight_decay: float,
     seed: int,
     beta2: float = 0.999,
+    beta1: float = 0.9,
 ) -> torch.optim.Optimizer:
     """The run's AdamW: stochastically rounded when any trained parameter is bf16 (precision
     bf16, full fine-tune), else torch's (fp32 master weights, fp32 LoRA adapters)."""
-    betas = (0.9, beta2)
+    betas = (beta1, beta2)
     if any(p.dtype == torch.bfloat16 for p in params):
         return StochasticAdamW(params, lr=lr, betas=betas, weight_decay=weight_decay, seed=seed)
     return torch.optim.AdamW(params, lr=lr, betas=betas, weight_decay=weight_decay)

@@ -99,7 +99,9 @@ def train(cfg: TrainConfig, ctx: RankContext, log: RankLog) -> None:
         with stats.setup.phase("shard"):
             ref = wrap_reference(reference, cfg, rt)
     params = [p for p in model.parameters() if p.requires_grad]
-    opt = make_optimizer(params, cfg.learning_rate, cfg.weight_decay, cfg.seed, cfg.adam_beta2)
+    opt = make_optimizer(
+        params, cfg.learning_rate, cfg.weight_decay, cfg.seed, cfg.adam_beta2, cfg.adam_beta1
+    )
     sched = scheduler(opt, cfg.warmup_steps, total, cfg.lr_scheduler)
     start = _resume(cfg, model, opt, sched, log) if cfg.resume or cfg.resume_from else 0
     meter = StateMeter(ctx, step=min(2, total), device=rt.device)

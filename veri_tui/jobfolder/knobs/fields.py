@@ -112,6 +112,8 @@ class Hyperparameters:
         "after the warmup", choices=LR_SCHEDULERS)
     weight_decay: float = knob(0.0, "AdamW weight decay", ge=0)
     max_grad_norm: float = knob(1.0, "gradient clipping norm (0 = off)", ge=0)
+    adam_beta1: float = knob(
+        0.9, "AdamW's first-moment (momentum) decay, in [0, 1)", ge=0, lt=1)
     adam_beta2: float = knob(
         0.999, "AdamW's second-moment decay, in [0, 1) (e.g. 0.95 for steadier large-batch "
         "or low-precision runs)", ge=0, lt=1)
