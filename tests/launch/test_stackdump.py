@@ -86,6 +86,9 @@ def test_a_stopped_rank_is_placed_at_its_stack_and_stays_stopped(tmp_path: Path)
         assert state(other.pid) == "T"
         assert other.poll() is None and 2 not in got.stacks
         assert got.stacks[1][-1][2] == "hold_the_rank", got.stacks[1]
+        # The loop's `while True:` (line 10) or its `n += 1` (11): where SIGSTOP landed.
+        line = got.stacks[1][-1][1]
+        assert line in (10, 11), got.stacks[1]
         assert got.stacks[1][-1][0] == str(script)
         assert "stopped (SIGSTOP" in got.silent[1]
         assert "Thread 0x" in stack_path(tmp_path, 1).read_text()
@@ -107,7 +110,7 @@ def test_a_stopped_rank_is_placed_at_its_stack_and_stays_stopped(tmp_path: Path)
     assert found.blamed == [1]
     assert found.headline == (
         "rank 1 is missing from all_reduce #5 of the default group, which rank 0 entered; "
-        f"rank 1 at {script}:11 in hold_the_rank ({got.silent[1]}: its stack read from the "
+        f"rank 1 at {script}:{line} in hold_the_rank ({got.silent[1]}: its stack read from the "
         "process)"
     )
     assert "    its stack, read from the stopped process:" in found.lines
