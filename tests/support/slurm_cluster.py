@@ -29,11 +29,12 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from support import server_port
 
 DAEMONS = ("munged", "slurmctld", "slurmd")
 CLIENTS = ("sbatch", "srun", "squeue", "scontrol", "scancel", "sinfo")
@@ -45,13 +46,6 @@ GPU_NODES = {"127.0.0.3": "gpu:h100:2", "127.0.0.4": "gpu:mystery:1"}
 def missing_tools() -> list[str]:
     """The Slurm and munge programs this machine lacks (empty: a cluster can start)."""
     return [name for name in (*DAEMONS, *CLIENTS) if shutil.which(name) is None]
-
-
-def free_port() -> int:
-    """A TCP port free on 127.0.0.1 now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @dataclass
@@ -115,12 +109,12 @@ class SlurmCluster:
 
     def _write_config(self) -> None:
         root, cpus = self.root, self.cpus_per_node
-        ports = {name: free_port() for name in NODES}
+        ports = {name: server_port() for name in NODES}
         lines = [
             "ClusterName=veritest",
             "SlurmctldHost=localhost(127.0.0.1)",
-            f"SlurmctldPort={free_port()}",
-            f"SlurmdPort={free_port()}",
+            f"SlurmctldPort={server_port()}",
+            f"SlurmdPort={server_port()}",
             "AuthType=auth/munge",
             f"AuthInfo=socket={root / 'munge' / 'munge.sock'},cred_expire=10",
             "CredType=cred/munge",
@@ -157,7 +151,7 @@ class SlurmCluster:
             )
         for i, (name, gres) in enumerate(GPU_NODES.items(), start=len(NODES) + 1):
             lines.append(
-                f"NodeName={name} NodeHostname=lo{i} NodeAddr=127.0.0.1 Port={free_port()} "
+                f"NodeName={name} NodeHostname=lo{i} NodeAddr=127.0.0.1 Port={server_port()} "
                 f'CPUs=8 RealMemory=64000 Gres={gres} State=DOWN Reason="plans only"'
             )
         gpu, odd = GPU_NODES

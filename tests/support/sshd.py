@@ -21,6 +21,8 @@ from pathlib import Path
 
 import pytest
 
+from support import server_port
+
 SSHD = "/usr/sbin/sshd"
 ALIAS = "veri-test"
 
@@ -79,12 +81,6 @@ def _socket_inodes(server_port: int, client_port: int) -> set[str]:
     return inodes
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def keygen(path: Path) -> Path:
     """A fresh unencrypted ed25519 key pair at `path` (+ `.pub`)."""
     subprocess.run(
@@ -134,7 +130,7 @@ def serve(tmp_path_factory: pytest.TempPathFactory, alias: str, extra: str = "")
     root = tmp_path_factory.mktemp("sshd")
     host_key = keygen(root / "host_ed25519")
     user_key = keygen(root / "user_ed25519")
-    port = _free_port()
+    port = server_port()
     config = _write_server_config(root, port, host_key, user_key, extra)
     os.makedirs("/run/sshd", exist_ok=True)  # privilege separation directory
     check = subprocess.run([SSHD, "-t", "-f", str(config)], capture_output=True, text=True)
