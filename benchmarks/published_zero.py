@@ -6,10 +6,16 @@ as read (benchmarks/published_memory.py gathers them).
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
 from typing import Any
 
 from published_runs import llama
 from published_types import Fact, MemRun, Unexpressed
+
+# The MoE shape the tests' header-only checkpoints also use: written once, in support.synthetic.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from support.synthetic import QWEN1_5_MOE_A2_7B  # noqa: E402
 
 MEMORY_FACTS: dict[str, Fact] = {}
 SHAPES: dict[str, dict[str, Any]] = {}
@@ -127,13 +133,7 @@ SHAPES["qwen2.5-14b"] = {
     "num_hidden_layers": 48, "num_attention_heads": 40, "num_key_value_heads": 8,
     "vocab_size": 152064, "tie_word_embeddings": False, "max_position_embeddings": 32768,
 }  # fmt: skip
-SHAPES["qwen1.5-moe-a2.7b"] = {
-    "model_type": "qwen2_moe", "hidden_size": 2048, "intermediate_size": 5632,
-    "moe_intermediate_size": 1408, "shared_expert_intermediate_size": 5632,
-    "num_hidden_layers": 24, "num_attention_heads": 16, "num_key_value_heads": 16,
-    "num_experts": 60, "num_experts_per_tok": 4, "decoder_sparse_step": 1,
-    "vocab_size": 151936, "tie_word_embeddings": False, "max_position_embeddings": 8192,
-}  # fmt: skip
+SHAPES["qwen1.5-moe-a2.7b"] = dict(QWEN1_5_MOE_A2_7B)
 SHAPES["llama-2-70b"] = llama(8192, 28672, 80, 64, 8, 32000)
 SWIFT_HEADER = (
     "使用`megatron sft`和`swift sft`在单机八卡A800环境下进行Dense/MoE模型全参数训练的速度对比如下，"
