@@ -25,6 +25,8 @@ from veri_tui.launch.ssh.hostkeys import (
 from veri_tui.launch.ssh.hosts import HostSpec, resolve_host
 
 DEFAULT_TIMEOUT = 10.0
+#: How long a finished command's streams may take to reach their EOF after its exit status.
+EOF_GRACE_S = 2.0
 
 
 class ConnectionLost(UnreachableError):
@@ -233,17 +235,29 @@ class Connection:
         out: list[bytes] = []
         err: list[bytes] = []
         # Drain both streams as data arrives: a full stderr window can stall stdout forever.
+        status_at: float | None = None
         while True:
             while chan.recv_ready():
                 out.append(chan.recv(65536))
             while chan.recv_stderr_ready():
                 err.append(chan.recv_stderr(65536))
             pending = chan.recv_ready() or chan.recv_stderr_ready()
-            # A closed channel also sets status_event: only a received status counts.
-            if chan.status_event.is_set() and not pending:
+            # sshd may send the exit status before the last bytes of a stream (a loaded box
+            # once lost stderr's final newline): the streams end at the channel's EOF. A
+            # command whose background child keeps the streams open never sends one, so the
+            # EOF gets EOF_GRACE_S after the status. A closed channel also sets status_event:
+            # only a received status counts.
+            if chan.status_event.is_set() and status_at is None:
+                status_at = time.monotonic()
+            ended = chan.eof_received or chan.closed
+            if (
+                status_at is not None
+                and not pending
+                and (ended or time.monotonic() - status_at > EOF_GRACE_S)
+            ):
                 if not exited(self, chan) and not self.transport.is_active():
                     raise ConnectionLost(self.spec.alias, "the connection closed mid-command")
                 return Result(chan.exit_status, b"".join(out), b"".join(err))
             if time.monotonic() > deadline:
                 raise ConnectionLost(self.spec.alias, "no answer before the deadline")
-            select.select([chan], [], [], 0.2)
+            select.select([chan], [], [], 0.05 if status_at is not None else 0.2)
