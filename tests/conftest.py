@@ -5,7 +5,7 @@ groups start first.
 pytest (prepend import mode) already puts tests/ on sys.path for this conftest; saying so
 here keeps it true under another import mode too.
 
-The suite runs with `-n 2 --dist loadgroup` (README). Each test gets an `xdist_group`: its
+The suite runs with `-n 3 --dist loadgroup` (README). Each test gets an `xdist_group`: its
 module's path, so a module-scoped fixture (one torchrun reference run, one job shared by a
 module's tests) is built once, not once per worker. The backend conformance suite's module
 fixture is parametrized by backend, so each backend is its own group. tests/web is one group:

@@ -108,6 +108,7 @@ def preempted(job: Path, attempts: int, how: list[str], t0: float) -> tuple[int,
     return step, True
 
 
+@pytest.mark.trial  # two preemptions in a row: about 110 s (docs/trials.md)
 def test_requeue_mid_run_resumes_by_itself_with_the_uninterrupted_losses(
     slurm: SlurmCluster, tmp_path: Path, reference: list[tuple[int, float]]
 ) -> None:

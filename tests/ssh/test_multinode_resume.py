@@ -88,6 +88,7 @@ def test_a_retry_is_due_after_a_platform_failure_with_restarts_left() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.trial  # a retry, then a resume, across two nodes: about 75 s (docs/trials.md)
 @pytest.mark.timeout(600)
 def test_retry_then_resume_across_two_nodes(sshd, sshd2, tmp_path: Path, monkeypatch) -> None:
     env = two_node_env(sshd, sshd2, tmp_path)

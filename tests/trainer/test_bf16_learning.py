@@ -102,6 +102,7 @@ def losses(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple, list[float]]
 
 
 @pytest.mark.slow
+@pytest.mark.trial
 @pytest.mark.timeout(900)
 @pytest.mark.parametrize("lora", [0, LORA], ids=["full", "lora8"])
 @pytest.mark.parametrize("lr", LRS)
@@ -111,6 +112,7 @@ def test_fp32_matches_hf_bf16(losses: dict, lr: float, lora: int) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.trial
 @pytest.mark.timeout(900)
 @pytest.mark.parametrize("lora", [0, LORA], ids=["full", "lora8"])
 @pytest.mark.parametrize("lr", LRS)
