@@ -107,3 +107,23 @@ def test_an_oom_rank_whose_destroy_would_block_still_ends_the_job(tmp_path: Path
     rec = json.loads((tmp_path / "home" / "jobs" / job_id / "job.json").read_text())
     err = rec["error"]
     assert (err["code"], err["attribution"], err["rank"]) == ("CUDA_OOM", "customer", 1), err
+
+
+def test_a_clean_rank_leaves_with_its_output_flushed_and_no_teardown(tmp_path: Path) -> None:
+    """`leave(0)`: the exit status given, stdout, stderr and logging flushed, and none of the
+    interpreter's teardown (an atexit hook stands for it: gloo ranks have aborted there)."""
+    log = tmp_path / "rank.log"
+    code = (
+        "import atexit, logging, sys\n"
+        "from veri_tui.trainer.__main__ import leave\n"
+        f"logging.basicConfig(filename={str(log)!r}, level=logging.INFO)\n"
+        "logging.info('logged')\n"
+        "atexit.register(lambda: print('teardown ran'))\n"
+        "sys.stdout.write('no newline'); sys.stderr.write('err no newline')\n"
+        "leave(0)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=120
+    )
+    assert (out.returncode, out.stdout, out.stderr) == (0, "no newline", "err no newline")
+    assert "logged" in log.read_text()

@@ -10,9 +10,11 @@ CUDA jobs get `PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True` unless the user
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 from collections.abc import MutableMapping
 from pathlib import Path
+from typing import NoReturn
 
 from torch.distributed.elastic.multiprocessing.errors import record
 
@@ -137,5 +139,25 @@ def _leave_group(clean: bool) -> None:
         pass
 
 
+def leave(code: int) -> NoReturn:
+    """End the rank with ``code`` without the interpreter's teardown, its logs flushed.
+
+    Called after `main` returned, when everything the run leaves is written and closed (the
+    record, metrics, checkpoints, the trackers: RankLog.close) and the group destroyed. gloo
+    ranks have aborted in that teardown after a clean `destroy_process_group` (libstdc++'s
+    `terminate called without an active exception`, SIGABRT: docs/reliability.md, Known
+    defects); torchrun would then report a finished rank as failed. A failure raises out of
+    `main` and exits the usual way, with its traceback.
+    """
+    import logging
+    import os
+
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):  # a closed pipe must not turn success into failure
+            stream.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    leave(main() or 0)  # `record` types its return as optional
