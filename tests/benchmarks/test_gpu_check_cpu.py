@@ -72,6 +72,7 @@ def test_cpu_mode_trains_and_compares_with_the_plan(cpu_check: dict) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.trial  # docs/trials.md
 def test_overrunning_runs_are_ended_whole_and_the_next_still_runs(cpu_check: dict) -> None:
     root = cpu_check["root"]
     _prepare_cpu(root / "prep-long", steps=100_000, gc="on,off")  # cannot finish in 3 s
@@ -91,6 +92,7 @@ def test_overrunning_runs_are_ended_whole_and_the_next_still_runs(cpu_check: dic
 
 
 @pytest.mark.slow
+@pytest.mark.trial  # docs/trials.md
 def test_sigterm_to_the_check_ends_the_running_job(cpu_check: dict) -> None:
     """What the shell wrapper's outer `timeout` does: TERM mid-run leaves no rank behind.
     The check and its model build run as on the GPU image: without veri-tui, pydantic,
@@ -114,6 +116,7 @@ def test_sigterm_to_the_check_ends_the_running_job(cpu_check: dict) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.trial  # docs/trials.md
 def test_cpu_mode_feature_run_fails_once_then_resumes(cpu_check: dict) -> None:
     """The checkpoint-and-resume feature run end to end on 2 CPU ranks (tiny stand-ins):
     attempt 1 saves step 3 and fails at step 5 (injected), the supervisor's resume runs

@@ -111,6 +111,7 @@ def test_a_succeeded_old_job_is_not_resumed_and_its_cancel_changes_nothing(home:
 
 
 @pytest.mark.slow
+@pytest.mark.trial  # resume, cancel, resume: about 35 s (docs/trials.md)
 @pytest.mark.timeout(240)
 def test_the_old_cancelled_job_resumes_cancels_and_resumes_to_the_end(home: Path) -> None:
     install(home)

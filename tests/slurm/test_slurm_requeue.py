@@ -155,6 +155,7 @@ def test_requeue_mid_run_resumes_by_itself_with_the_uninterrupted_losses(
     assert not job_processes(job)
 
 
+@pytest.mark.trial  # a stop, then a resume on 4 ranks: about 60-100 s (docs/trials.md)
 def test_time_limit_stop_then_resume_on_four_ranks_reshards_the_checkpoint(
     slurm: SlurmCluster, tmp_path: Path, reference: list[tuple[int, float]]
 ) -> None:
