@@ -12,6 +12,9 @@ import socket
 #: test's outgoing connection or port-0 listener (gloo, torchrun, ssh) between the pick and the
 #: daemon's bind. In CI a slurmd died at start with its port gone that way.
 _SERVER_PORTS = range(20000, 32000)
+#: Ports already handed out in this process: free until their daemon binds them, so a bind
+#: test alone would hand one out twice (a cluster's config asks for several at once).
+_GIVEN: set[int] = set()
 
 
 def server_port() -> int:
@@ -21,10 +24,13 @@ def server_port() -> int:
     width = 1000
     start = _SERVER_PORTS.start + (index * width) % len(_SERVER_PORTS)
     for port in random.sample(range(start, start + width), width):
+        if port in _GIVEN:
+            continue
         with socket.socket() as s:
             try:
                 s.bind(("127.0.0.1", port))
             except OSError:
                 continue
-            return port
+        _GIVEN.add(port)
+        return port
     raise RuntimeError(f"no free loopback port in {start}-{start + width - 1}")
