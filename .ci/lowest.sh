@@ -23,13 +23,17 @@
 # the set above misses).
 #
 # `.ci/lowest.sh install` only installs, `.ci/lowest.sh test` only tests (.ci/run installs
-# beside the main suite, then tests); no argument does both.
+# beside the main install, then tests after the suite); no argument does both. The install
+# is an editable one of $VERI_CI_SRC when set (.ci/run's copy of the tree, so that it does
+# not build in the tree the main install is building), else of the checkout; the tests run
+# from the checkout either way.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 phase=${1:-all}
 venv=${VERI_LOWEST_VENV:-/tmp/veri-ci-lowest}
 pins="$venv/lowest-constraints.txt"
+src=${VERI_CI_SRC:-$PWD}
 
 install() {
   python3.11 -m venv --clear "$venv"
@@ -54,7 +58,7 @@ EOF
   sed 's/^/  /' "$pins"
   # --no-compile: byte-compiling every installed file (torch's thousands) is most of the
   # install's time; the tests compile what they import.
-  pip install -q --no-compile -c "$pins" torch==2.13.0 -e '.[train,dev]'
+  pip install -q --no-compile -c "$pins" torch==2.13.0 -e "$src[train,dev]"
   python -m pip check
   echo "lowest.sh: installed in ${SECONDS}s"
 }
