@@ -14,9 +14,10 @@
 #   tests/trainer                   transformers, peft, tokenizers, safetensors, datasets
 #   tests/launch/test_datasets.py   datasets (parquet, CSV, save_to_disk, Hub ids)
 #   tests/launch/test_export.py     huggingface-hub's push refusals
-# then serially, the slow files that reach the floors the fast ones cannot: the trainer's
-# jobs (artifacts saved and loaded through transformers and peft) and paramiko against a
-# real sshd. pytest, pytest-asyncio, pytest-timeout, pytest-xdist and hypothesis run them.
+# then, all their tests, the slow files that reach the floors the fast ones cannot: the
+# trainer's jobs (artifacts saved and loaded through transformers and peft) and paramiko
+# against a real sshd. Both runs use 2 workers, one group per module as in the main suite.
+# pytest, pytest-asyncio, pytest-timeout, pytest-xdist and hypothesis run them.
 # Left out: snapshot tests (their SVGs are the current textual's drawing, not a contract with
 # older ones), tests/launch's other files, tests/slurm's and tests/benchmarks' fast tests
 # and the two repository checks (stdlib and the job folder's own code: no floor reached that
@@ -70,8 +71,8 @@ run_tests() {
     --ignore=tests/app/test_app_snapshots.py tests/plan tests/app tests/notebook \
     tests/web/test_serve_auth.py tests/trainer tests/launch/test_datasets.py \
     tests/launch/test_export.py
-  python -m pytest -q -p no:cacheprovider tests/trainer/test_trainer_runs.py \
-    tests/ssh/test_ssh_connect.py tests/ssh/test_ssh_hostkeys.py
+  python -m pytest -q -p no:cacheprovider -n 2 --dist loadgroup \
+    tests/trainer/test_trainer_runs.py tests/ssh/test_ssh_connect.py tests/ssh/test_ssh_hostkeys.py
   echo "lowest.sh: done in ${SECONDS}s"
 }
 
