@@ -23,6 +23,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from random_model import SMALL, TINY_TIED, make_random_model
@@ -52,18 +53,27 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     }
 
 
+@pytest.fixture(scope="module")
+def equal_rows(models: dict, tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[dict]]:
+    """{model: its rows}: every layout of the three models compared in one torchrun (a
+    torchrun start, two ranks importing torch and transformers, costs more than the loads)."""
+    # tiny-moe: transformers 5 fuses its per-expert tensors into 3-D parameters; the sharded
+    # loader fills each rank's experts from the per-expert files (veri_tui/trainer/experts.py).
+    paths = {"tied": models["tied"], "tiny": TINY, "tiny-moe": TINY_MOE}
+    rows = _torchrun(tmp_path_factory.mktemp("equal"), "equal", *LAYOUTS, "--",
+                     *(f"{name}={path}" for name, path in paths.items()))  # fmt: skip
+    return {name: [r for r in rows if r["model"] == name] for name in paths}
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("model", ["tied", "tiny", "tiny-moe"])
 def test_every_layout_loads_what_from_pretrained_loads(
-    models: dict, model: str, tmp_path: Path
+    models: dict, equal_rows: dict[str, list[dict]], model: str
 ) -> None:
-    # tiny-moe: transformers 5 fuses its per-expert tensors into 3-D parameters; the sharded
-    # loader fills each rank's experts from the per-expert files (veri_tui/trainer/experts.py).
-    path = {"tiny": TINY, "tiny-moe": TINY_MOE}.get(model) or models["tied"]
     if model == "tied":
-        assert len(list(path.glob("model-*-of-*.safetensors"))) > 1  # several files
-    rows = _torchrun(tmp_path, "equal", str(path), *LAYOUTS)
+        assert len(list(models["tied"].glob("model-*-of-*.safetensors"))) > 1  # several files
+    rows = equal_rows[model]
     assert len(rows) == 2 * len(LAYOUTS)
     for row in rows:
         assert row["differ"] == [] and row["tensors"] > 0, row
@@ -89,11 +99,10 @@ def test_a_rank_loads_its_shard_not_the_model(models: dict, tmp_path: Path) -> N
 @pytest.mark.timeout(600)
 def test_training_losses_equal_the_from_pretrained_path(tmp_path: Path) -> None:
     cases = {"z3-lora": (3, 4, "sft_text"), "z2-dpo-full": (2, 0, "dpo")}
-    losses = {}
-    for mode in ("meta", "from_pretrained"):
-        jobs = []
+    jobs: dict[str, list[Path]] = {"meta": [], "from_pretrained": []}
+    for mode, loads in jobs.items():  # all four in one torchrun, each with its own VERI_LOAD
         for name, (stage, lora, method) in cases.items():
-            jobs.append(
+            loads.append(
                 write_job(
                     tmp_path / mode / name,
                     method=method,
@@ -102,32 +111,35 @@ def test_training_losses_equal_the_from_pretrained_path(tmp_path: Path) -> None:
                     lora_rank=lora,
                     max_steps=3,
                     micro_batch_size=2,
+                    env={"VERI_LOAD": mode},
                 )
             )
-        env = {"VERI_LOAD": "from_pretrained"} if mode == "from_pretrained" else {}
-        run_many(jobs, env=env)
-        losses[mode] = [[m["loss"] for m in metrics(j.parent)] for j in jobs]
+    run_many([*jobs["meta"], *jobs["from_pretrained"]])
+    losses = {
+        mode: [[m["loss"] for m in metrics(j.parent)] for j in js] for mode, js in jobs.items()
+    }
     assert losses["meta"] == losses["from_pretrained"] and len(losses["meta"][0]) == 3
 
 
 def _worker(argv: list[str]) -> None:
-    """torchrun mode: `equal PATH LAYOUT...` or `memory PATH MODE`; one JSON line per case."""
+    """torchrun mode: `equal LAYOUT... -- NAME=PATH...` or `memory PATH MODE`; one JSON line
+    per case."""
     import torch
     import torch.distributed as dist
 
     from veri_tui.trainer.config import TrainConfig
     from veri_tui.trainer.measure import vm_status
-    from veri_tui.trainer.model import build_policy, build_reference
-    from veri_tui.trainer.parallelize import init_runtime, unwrap, wrap_policy, wrap_reference
+    from veri_tui.trainer.model import build_policy
+    from veri_tui.trainer.parallelize import init_runtime, wrap_policy
 
-    mode, path = argv[0], Path(argv[1])
+    mode = argv[0]
 
     def emit(row: dict) -> None:
         out = Path(os.environ["ROWS_DIR"]) / f"rank-{os.environ['RANK']}.jsonl"
         with open(out, "a", encoding="utf-8") as fh:
             fh.write(json.dumps(row) + "\n")
 
-    def cfg(stage: int, lora: int, precision: str) -> TrainConfig:
+    def cfg(stage: int, lora: int, precision: str, path: Path) -> TrainConfig:
         c = TrainConfig(Path("."), "sft_text", str(path), Path("d"), Path("."))
         c.zero_stage, c.lora_rank, c.lora_alpha, c.precision = stage, lora, 2.0 * lora, precision
         c.data_parallel_size = int(os.environ["WORLD_SIZE"])
@@ -137,38 +149,52 @@ def _worker(argv: list[str]) -> None:
         ts = [*m.named_parameters(), *m.named_buffers()]
         return {n: (t.full_tensor() if hasattr(t, "full_tensor") else t).detach() for n, t in ts}
 
-    rt = init_runtime(cfg(3, 0, "bf16"))
+    rt = init_runtime(cfg(3, 0, "bf16", Path(".")))
     rank = dist.get_rank()
     if mode == "memory":
-        load = os.environ["VERI_LOAD"] = argv[2]
-        build_policy(cfg(3, 0, "bf16"), path)  # warm-up (not filled): imports, first-use caches
+        path, load = Path(argv[1]), argv[2]
+        os.environ["VERI_LOAD"] = load
+        c = cfg(3, 0, "bf16", path)
+        build_policy(c, path)  # warm-up (not filled): imports, first-use caches
         before = vm_status()["VmRSS"]
         Path("/proc/self/clear_refs").write_text("5")  # VmHWM := VmRSS
-        model = wrap_policy(build_policy(cfg(3, 0, "bf16"), path), cfg(3, 0, "bf16"), rt)
+        model = wrap_policy(build_policy(c, path), c, rt)
         peak = vm_status()["VmHWM"]
         nbytes = sum(t.numel() * t.element_size() for t in whole(model).values())
         emit({"mode": load, "rank": rank, "load_bytes": peak - before, "model_bytes": nbytes})
         dist.destroy_process_group()
         return
-    for layout in argv[2:]:
-        stage, lora, precision = layout.split()
-        c = cfg(int(stage), int(lora), precision)
-        got = {}
-        for load in ("meta", "from_pretrained"):
-            os.environ["VERI_LOAD"] = load
-            torch.manual_seed(42)
-            policy = unwrap(wrap_policy(build_policy(c, path), c, rt))
-            ref = wrap_reference(build_reference(path), c, rt) if not c.lora_rank else None
-            hf = policy.get_base_model() if hasattr(policy, "get_base_model") else policy
-            tied = hf.lm_head.weight is hf.model.embed_tokens.weight
-            got[load] = (whole(policy), whole(ref) if ref else {}, tied, policy.training)
-        (a, ra, tied, training), (b, rb, tied_b, _) = got["meta"], got["from_pretrained"]
-        differ = sorted(set(a) ^ set(b)) + sorted(set(ra) ^ set(rb))
-        for x, y in ((a, b), (ra, rb)):
-            differ += [k for k in x if k in y and not torch.equal(x[k], y[k])]
-        row = {"layout": layout, "rank": rank, "tensors": len(a), "differ": differ}
-        emit({**row, "tied": tied and tied_b, "training": training})
+    split = argv.index("--")
+    for name, path in (arg.split("=", 1) for arg in argv[split + 1 :]):
+        for layout in argv[1:split]:
+            emit({**_compare(layout, Path(path), cfg, rt, rank, whole), "model": name})
     dist.destroy_process_group()
+
+
+def _compare(layout: str, path: Path, cfg: Any, rt: Any, rank: int, whole: Any) -> dict:
+    """One layout of one model loaded both ways on this rank: the tensors that differ."""
+    import torch
+
+    from veri_tui.trainer.model import build_policy, build_reference
+    from veri_tui.trainer.parallelize import unwrap, wrap_policy, wrap_reference
+
+    stage, lora, precision = layout.split()
+    c = cfg(int(stage), int(lora), precision, path)
+    got = {}
+    for load in ("meta", "from_pretrained"):
+        os.environ["VERI_LOAD"] = load
+        torch.manual_seed(42)
+        policy = unwrap(wrap_policy(build_policy(c, path), c, rt))
+        ref = wrap_reference(build_reference(path), c, rt) if not c.lora_rank else None
+        hf = policy.get_base_model() if hasattr(policy, "get_base_model") else policy
+        tied = hf.lm_head.weight is hf.model.embed_tokens.weight
+        got[load] = (whole(policy), whole(ref) if ref else {}, tied, policy.training)
+    (a, ra, tied, training), (b, rb, tied_b, _) = got["meta"], got["from_pretrained"]
+    differ = sorted(set(a) ^ set(b)) + sorted(set(ra) ^ set(rb))
+    for x, y in ((a, b), (ra, rb)):
+        differ += [k for k in x if k in y and not torch.equal(x[k], y[k])]
+    row = {"layout": layout, "rank": rank, "tensors": len(a), "differ": differ}
+    return {**row, "tied": tied and tied_b, "training": training}
 
 
 if __name__ == "__main__":

@@ -43,10 +43,12 @@ def write_job(
     gpu_count: int = 2,
     model: Path = TINY,
     plan_with: Path = TINY,
+    env: dict[str, str] | None = None,
     **hyperparameters: Any,
 ) -> Path:
     """Plan with veri_tui.plan (on `plan_with`: the bundled model unless given) and write
-    <job_dir>/job.json; returns its path."""
+    <job_dir>/job.json; returns its path. ``env``: set while `run_many` trains this job (the
+    trainer ignores the key)."""
     hp = {**FAST, **hyperparameters}
     record = plan(model=str(plan_with), method=method, gpu="L4-24GB", gpu_count=gpu_count, **hp)
     d = record.to_dict()
@@ -69,6 +71,8 @@ def write_job(
     job_dir.mkdir(parents=True, exist_ok=True)
     path = job_dir / "job.json"
     job = {"job_id": job_dir.name, "status": "running", "spec": spec, "error": None}
+    if env:
+        job["test_env"] = env
     path.write_text(json.dumps(job, indent=1))
     return path
 
@@ -149,12 +153,17 @@ def _train_each(paths: list[str]) -> None:
     from veri_tui.trainer.report import RankContext, RankLog
 
     for p in map(Path, paths):
+        env = json.loads(p.read_text()).get("test_env", {})
+        before = {k: os.environ.get(k) for k in env}
+        os.environ.update(env)
         ctx = RankContext.from_env(p.parent)
         log = RankLog(ctx)
         try:
             train(from_spec(load_spec(p), p.parent), ctx, log)
         finally:
             log.close()
+            for k, v in before.items():
+                os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
     dist.destroy_process_group()
 
 
