@@ -29,6 +29,7 @@
 # not build in the tree the main install is building), else of the checkout; the tests run
 # from the checkout either way.
 set -euo pipefail
+unset PYTHONDONTWRITEBYTECODE  # installed with --no-compile: imports write the caches
 cd "$(dirname "$0")/.."
 
 phase=${1:-all}

@@ -4,6 +4,7 @@
 # job must find the bundled model and datasets as package data (.ci/wheel_check.py).
 # It builds from $VERI_CI_SRC when set (.ci/run's copy of the tree), else from the checkout.
 set -euo pipefail
+unset PYTHONDONTWRITEBYTECODE  # installed with --no-compile: imports write the caches
 repo="$(cd "$(dirname "$0")/.." && pwd)"
 venv=${VERI_WHEEL_VENV:-/tmp/veri-ci-wheel}
 src=${VERI_CI_SRC:-$repo}
