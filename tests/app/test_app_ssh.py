@@ -81,8 +81,12 @@ async def test_unknown_host_key_dialog_then_trusted_preflight(
         expected = "SHA256:" + base64.b64encode(digest).decode().rstrip("=")
         assert dialog.fingerprint == expected
         assert str(sshd.port) in dialog.host
-        shown = " ".join(str(w.render()) for w in dialog.query(Static))
-        assert expected in shown and dialog.host in shown
+
+        def shown() -> str:  # the dialog is on screen before it has composed its text
+            return " ".join(str(w.render()) for w in dialog.query(Static))
+
+        await _wait(pilot, lambda: expected in shown(), 10, "the dialog's fingerprint")
+        assert dialog.host in shown()
         await pilot.press("y")
         await _wait(pilot, lambda: launch.ready, 60, "preflight to pass after trust")
         rows = str(launch.query_one("#preflight", Static).render())
