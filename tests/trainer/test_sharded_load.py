@@ -124,10 +124,8 @@ def test_training_losses_equal_the_from_pretrained_path(tmp_path: Path) -> None:
 def _worker(argv: list[str]) -> None:
     """torchrun mode: `equal LAYOUT... -- NAME=PATH...` or `memory PATH MODE`; one JSON line
     per case."""
-    import torch
     import torch.distributed as dist
 
-    from veri_tui.trainer.config import TrainConfig
     from veri_tui.trainer.measure import vm_status
     from veri_tui.trainer.model import build_policy
     from veri_tui.trainer.parallelize import init_runtime, wrap_policy
@@ -139,39 +137,45 @@ def _worker(argv: list[str]) -> None:
         with open(out, "a", encoding="utf-8") as fh:
             fh.write(json.dumps(row) + "\n")
 
-    def cfg(stage: int, lora: int, precision: str, path: Path) -> TrainConfig:
-        c = TrainConfig(Path("."), "sft_text", str(path), Path("d"), Path("."))
-        c.zero_stage, c.lora_rank, c.lora_alpha, c.precision = stage, lora, 2.0 * lora, precision
-        c.data_parallel_size = int(os.environ["WORLD_SIZE"])
-        return c
-
-    def whole(m: torch.nn.Module) -> dict[str, torch.Tensor]:
-        ts = [*m.named_parameters(), *m.named_buffers()]
-        return {n: (t.full_tensor() if hasattr(t, "full_tensor") else t).detach() for n, t in ts}
-
-    rt = init_runtime(cfg(3, 0, "bf16", Path(".")))
+    rt = init_runtime(_cfg(3, 0, "bf16", Path(".")))
     rank = dist.get_rank()
     if mode == "memory":
         path, load = Path(argv[1]), argv[2]
         os.environ["VERI_LOAD"] = load
-        c = cfg(3, 0, "bf16", path)
+        c = _cfg(3, 0, "bf16", path)
         build_policy(c, path)  # warm-up (not filled): imports, first-use caches
         before = vm_status()["VmRSS"]
         Path("/proc/self/clear_refs").write_text("5")  # VmHWM := VmRSS
         model = wrap_policy(build_policy(c, path), c, rt)
         peak = vm_status()["VmHWM"]
-        nbytes = sum(t.numel() * t.element_size() for t in whole(model).values())
+        nbytes = sum(t.numel() * t.element_size() for t in _whole(model).values())
         emit({"mode": load, "rank": rank, "load_bytes": peak - before, "model_bytes": nbytes})
         dist.destroy_process_group()
         return
     split = argv.index("--")
     for name, path in (arg.split("=", 1) for arg in argv[split + 1 :]):
         for layout in argv[1:split]:
-            emit({**_compare(layout, Path(path), cfg, rt, rank, whole), "model": name})
+            emit({**_compare(layout, Path(path), rt, rank), "model": name})
     dist.destroy_process_group()
 
 
-def _compare(layout: str, path: Path, cfg: Any, rt: Any, rank: int, whole: Any) -> dict:
+def _cfg(stage: int, lora: int, precision: str, path: Path) -> Any:
+    """The TrainConfig of one layout of the model at ``path`` on this world."""
+    from veri_tui.trainer.config import TrainConfig
+
+    c = TrainConfig(Path("."), "sft_text", str(path), Path("d"), Path("."))
+    c.zero_stage, c.lora_rank, c.lora_alpha, c.precision = stage, lora, 2.0 * lora, precision
+    c.data_parallel_size = int(os.environ["WORLD_SIZE"])
+    return c
+
+
+def _whole(m: Any) -> dict[str, Any]:
+    """Every parameter and buffer of ``m``, DTensors gathered whole."""
+    ts = [*m.named_parameters(), *m.named_buffers()]
+    return {n: (t.full_tensor() if hasattr(t, "full_tensor") else t).detach() for n, t in ts}
+
+
+def _compare(layout: str, path: Path, rt: Any, rank: int) -> dict:
     """One layout of one model loaded both ways on this rank: the tensors that differ."""
     import torch
 
@@ -179,7 +183,7 @@ def _compare(layout: str, path: Path, cfg: Any, rt: Any, rank: int, whole: Any) 
     from veri_tui.trainer.parallelize import unwrap, wrap_policy, wrap_reference
 
     stage, lora, precision = layout.split()
-    c = cfg(int(stage), int(lora), precision, path)
+    c = _cfg(int(stage), int(lora), precision, path)
     got = {}
     for load in ("meta", "from_pretrained"):
         os.environ["VERI_LOAD"] = load
@@ -188,7 +192,7 @@ def _compare(layout: str, path: Path, cfg: Any, rt: Any, rank: int, whole: Any) 
         ref = wrap_reference(build_reference(path), c, rt) if not c.lora_rank else None
         hf = policy.get_base_model() if hasattr(policy, "get_base_model") else policy
         tied = hf.lm_head.weight is hf.model.embed_tokens.weight
-        got[load] = (whole(policy), whole(ref) if ref else {}, tied, policy.training)
+        got[load] = (_whole(policy), _whole(ref) if ref else {}, tied, policy.training)
     (a, ra, tied, training), (b, rb, tied_b, _) = got["meta"], got["from_pretrained"]
     differ = sorted(set(a) ^ set(b)) + sorted(set(ra) ^ set(rb))
     for x, y in ((a, b), (ra, rb)):

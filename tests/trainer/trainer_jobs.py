@@ -163,7 +163,10 @@ def _train_each(paths: list[str]) -> None:
         finally:
             log.close()
             for k, v in before.items():
-                os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
+                if v is None:
+                    del os.environ[k]
+                else:
+                    os.environ[k] = v
     dist.destroy_process_group()
 
 
