@@ -9,7 +9,6 @@ them. `in_parallel`: every node of a job is asked at once, each on its own threa
 from __future__ import annotations
 
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
 from veri_tui.launch.slurm.options import SlurmOptions
@@ -23,6 +22,9 @@ R = TypeVar("R")
 
 def in_parallel(call: Callable[[T], R], items: list[T]) -> list[R | Exception]:
     """`call(item)` for every item on its own thread; results (or the exception) in order."""
+    # Imported here: the backend registry (so this module) loads in every command's parser,
+    # `veri-tui plan` included, and concurrent.futures with its logging costs it ~4 ms.
+    from concurrent.futures import ThreadPoolExecutor
 
     def safe(item: T) -> R | Exception:
         try:

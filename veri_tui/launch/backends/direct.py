@@ -13,10 +13,8 @@ from typing import TYPE_CHECKING, cast
 
 from veri_tui.errors import VeriError
 from veri_tui.jobfolder.layout import SUPERVISOR_LOG
-from veri_tui.jobfolder.lost import judge as judge_pid
 from veri_tui.launch.backends import Option
 from veri_tui.launch.backends.supervised import SupervisedBackend
-from veri_tui.launch.host import run_cancel, supervisor_argv
 
 if TYPE_CHECKING:
     from veri_tui.jobfolder.record import JobRecord, JobSpec
@@ -120,18 +118,27 @@ class DirectBackend(SupervisedBackend):
         return gpu_count, False
 
     # -- the job operations' steps (supervised.py) -----------------------------------------
+    # Their modules are imported in the steps: the registry loads this class in every
+    # command's parser, `veri-tui plan` included, and the lost rule's imports (the failure
+    # reading, the job lock) would be ~20 ms of a plan's ~65 ms (benchmarks/bench_plan.py).
 
     def start(self, host: Host, job_dir: str) -> int:
         """The supervisor started detached on ``host``; its pid."""
+        from veri_tui.launch.host import supervisor_argv
+
         log = posixpath.join(job_dir, SUPERVISOR_LOG)
         return host.start_detached(supervisor_argv(host, job_dir), log, job_dir)
 
     def judge(self, job: JobTarget, node: Node, record: JobRecord,
               reread: Callable[[], JobRecord]) -> JobRecord:  # fmt: skip
+        from veri_tui.jobfolder.lost import judge as judge_pid
+
         where = node.host.label or ""
         return judge_pid(record, job.supervisor_pid(node), node.host.alive, reread, where=where)
 
     def stop(self, job: JobTarget, node: Node, grace: float) -> None:
+        from veri_tui.launch.host import run_cancel
+
         run_cancel(node.host, node.job_dir, node.handle, grace)
 
     def tail(self, job: JobTarget, node: Node, path: str, offset: int,

@@ -31,9 +31,7 @@ from veri_tui.jobfolder.layout import LOG
 from veri_tui.jobfolder.record import JobRecord, format_problem
 from veri_tui.jobfolder.status import outcome_recorded
 from veri_tui.launch.backends.ref import JobRef, NodeRef, SubmitError
-from veri_tui.launch.gather import gather
 from veri_tui.launch.hostpool import all_or_raise, in_parallel
-from veri_tui.launch.measured import so_far
 
 if TYPE_CHECKING:
     from veri_tui.launch.host import Host, HostFacts
@@ -109,6 +107,11 @@ class SupervisedBackend:
         return self.judge(job, node, read(), read)
 
     def state(self, job: JobTarget) -> JobRecord:
+        # Imported here: the registry loads this module in every command's parser (`plan`
+        # too), and gathering reads the failure rules, ~10 ms of a plan's start-up.
+        from veri_tui.launch.gather import gather
+        from veri_tui.launch.measured import so_far
+
         nodes = job.nodes
         if len(nodes) == 1:
             record = self.node_state(job, nodes[0])
