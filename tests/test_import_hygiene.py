@@ -41,6 +41,24 @@ def test_plan_command_is_light() -> None:
 
 
 @pytest.mark.timeout(60)
+def test_plan_command_loads_the_backend_registry_but_no_job_operation() -> None:
+    """`plan` reads the backends' options (--host, --slurm) from the registry, but what only
+    a job's operations need stays unloaded: the lost rule and the failure reading, gathering
+    nodes, the thread pool (about a quarter of a plan's start-up, benchmarks/bench_plan.py)."""
+    code = (
+        "import contextlib, io\n"
+        "from veri_tui.cli import main\n"
+        "with contextlib.redirect_stdout(io.StringIO()):\n"
+        "    assert main(['plan', '--gpu-count', '2']) == 0\n"
+    )
+    ops = ("veri_tui.jobfolder.lost", "veri_tui.jobfolder.failures", "veri_tui.launch.gather",
+           "veri_tui.launch.host", "concurrent.futures")  # fmt: skip
+    assert _loaded(code, (*ops, "veri_tui.launch.backends.direct")) == [
+        "veri_tui.launch.backends.direct"
+    ]
+
+
+@pytest.mark.timeout(60)
 def test_a_jsonl_dataset_never_imports_datasets(tmp_path) -> None:
     """JSON Lines are read by the standard library (veri_tui/jobfolder/dataload.py): `datasets`
     (~1.4 s of imports) is loaded only for parquet, CSV and folders (issue 27)."""
