@@ -2,12 +2,14 @@
 evaluation of the saved model on the same rows. Two jobs in one 2-rank torchrun: a parquet
 dataset with eval_fraction held out (full fine-tune), and an eval_dataset of its own (LoRA).
 
-The first also reports to TensorBoard and trackio (`report_to`): what each wrote in the job
-folder is read back (TensorBoard's EventAccumulator, trackio's own local store) and equals
-metrics.jsonl, whose lines carry Hugging Face Trainer's names."""
+The first also reports to TensorBoard, trackio and wandb offline (`report_to`): what each
+wrote in the job folder is read back (TensorBoard's EventAccumulator, trackio's own local
+store, wandb's run file) and equals metrics.jsonl, whose lines carry Hugging Face Trainer's
+names. wandb is left out where it is not installed (the README's test command installs it)."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -17,6 +19,7 @@ from pathlib import Path
 import pytest
 import torch
 from support.datafiles import write_jsonl, write_parquet
+from support.wandbfile import read_run
 from trainer_jobs import DATASETS, TINY, metrics, run_many, write_job
 
 from veri_tui.jobfolder.dataload import eval_split, mixed_rows
@@ -25,6 +28,7 @@ from veri_tui.trainer.data import encode_row
 from veri_tui.trainer.losses import count_targets, sft_loss_sum
 
 pytestmark = pytest.mark.slow
+HAS_WANDB = importlib.util.find_spec("wandb") is not None
 
 
 @pytest.fixture(scope="module")
@@ -33,10 +37,11 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     rows = [json.loads(line) for line in DATASETS["text"].read_text().splitlines() if line]
     data = write_parquet(root / "train.parquet", rows)
     held = write_jsonl(root / "held.jsonl", rows[:6])
+    trackers = ["tensorboard", "trackio", *(["wandb"] if HAS_WANDB else [])]
     jobs = {
         "fraction": write_job(root / "fraction", dataset=data, max_steps=6, eval_steps=2,
-                              eval_fraction=0.25, micro_batch_size=1,
-                              report_to=["tensorboard", "trackio"]),
+                              eval_fraction=0.25, micro_batch_size=1, report_to=trackers,
+                              env={"WANDB_MODE": "offline"}),
         "dataset": write_job(root / "dataset", dataset=DATASETS["text"], max_steps=3,
                              lora_rank=4, micro_batch_size=1),
     }  # fmt: skip
@@ -44,7 +49,8 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     spec["spec"]["eval_datasets"] = [{"path": str(held)}]
     jobs["dataset"].write_text(json.dumps(spec))
     with pytest.MonkeyPatch.context() as env:
-        env.delenv("TRACKIO_DIR", raising=False)  # the default: the job folder's
+        for name in ("TRACKIO_DIR", "WANDB_DIR", "WANDB_SILENT"):  # the defaults
+            env.delenv(name, raising=False)
         run_many(list(jobs.values()))
     return {name: job.parent for name, job in jobs.items()}
 
@@ -122,3 +128,21 @@ def test_tensorboard_and_trackio_hold_what_metrics_jsonl_holds(runs: dict[str, P
     assert [r["step"] for r in logged] == [m["step"] for m in lines]
     assert [r["train/loss"] for r in logged] == [m["loss"] for m in lines]
     assert [r.get("eval/loss") for r in logged] == [m.get("eval_loss") for m in lines]
+
+
+@pytest.mark.skipif(not HAS_WANDB, reason="wandb is not installed (pip install 'veri-tui[wandb]')")
+def test_wandb_offline_holds_what_metrics_jsonl_holds(runs: dict[str, Path]) -> None:
+    job = runs["fraction"]
+    lines = metrics(job)
+    (run_dir,) = (job / "tracking" / "wandb").glob("offline-run-*")
+    run = read_run(run_dir)
+    assert (run["id"], run["project"]) == (job.name, "veri-tui")  # a resume continues this run
+    assert run["config"]["method"] == "sft_text" and run["config"]["eval_steps"] == 2
+    history = run["history"]
+    assert [r["_step"] for r in history] == [m["step"] for m in lines]
+    for tag, key in (("train/loss", "loss"), ("train/learning_rate", "learning_rate"),
+                     ("train/epoch", "epoch"), ("eval/loss", "eval_loss")):  # fmt: skip
+        assert [r.get(tag) for r in history] == [m.get(key) for m in lines]
+    # The rank's log says where the run is and how to upload it
+    log = (job / "log.txt").read_text()
+    assert f"report_to: wandb (offline: {run_dir}; `wandb sync` that folder uploads it)" in log

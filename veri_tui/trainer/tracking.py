@@ -11,7 +11,9 @@ only when named; where it writes, unless the user's environment says otherwise:
 - tensorboard: event files under `<job>/tracking/tensorboard` (torch's SummaryWriter);
 - trackio: its local store in `<job>/tracking/trackio` (TRACKIO_DIR, when set, wins),
   project `veri-tui` (TRACKIO_PROJECT), the run named after the job;
-- wandb: `<job>/tracking` as WANDB_DIR; online or offline as WANDB_MODE says;
+- wandb: `<job>/tracking` as WANDB_DIR; online or offline as WANDB_MODE says; its banners
+  silenced (WANDB_SILENT), the run's page (online) or folder and sync command (offline)
+  logged instead;
 - mlflow: MLFLOW_TRACKING_URI, else a file store `<job>/tracking/mlruns`, experiment
   `veri-tui` (MLFLOW_EXPERIMENT_NAME), Hugging Face's raw names.
 
@@ -33,7 +35,8 @@ from veri_tui.jobfolder.errors import ConfigError
 from veri_tui.jobfolder.trackers import MODULES, hf_log_names, missing_message, trackers_of
 from veri_tui.trainer.report import RankLog
 
-Sink = tuple[Callable[[dict[str, Any], int], None], Callable[[], None]]  # (log, close)
+#: (log, close, where it writes: a folder, a URI or a run's page, for the rank's log)
+Sink = tuple[Callable[[dict[str, Any], int], None], Callable[[], None], str]
 
 
 def metric_line(step: int, total: int, per_epoch: int, loss: float, lr: float,
@@ -56,7 +59,7 @@ def run_config(cfg: Any) -> dict[str, Any]:
 
 
 def _quiet() -> contextlib.AbstractContextManager[Any]:
-    """trackio and wandb print banners; the rank's log is for the job's own lines."""
+    """trackio prints banners; the rank's log is for the job's own lines."""
     return contextlib.redirect_stdout(io.StringIO())
 
 
@@ -70,7 +73,7 @@ def _tensorboard(folder: Path, run: str, config: dict[str, Any]) -> Sink:
             writer.add_scalar(name, value, step)
         writer.flush()  # a line is visible to a running TensorBoard at once
 
-    return log, writer.close
+    return log, writer.close, str(folder / "tensorboard")
 
 
 def _trackio(folder: Path, run: str, config: dict[str, Any]) -> Sink:
@@ -87,17 +90,29 @@ def _trackio(folder: Path, run: str, config: dict[str, Any]) -> Sink:
         with _quiet():
             finish()
 
-    return lambda metric, step: handle.log(hf_log_names(metric), step=step), close
+    def send(metric: dict[str, Any], step: int) -> None:
+        handle.log(hf_log_names(metric), step=step)
+
+    return send, close, os.environ["TRACKIO_DIR"]
 
 
 def _wandb(folder: Path, run: str, config: dict[str, Any]) -> Sink:
     os.environ.setdefault("WANDB_DIR", str(folder))
+    # Its banners and end-of-run summary would fill the ranks' stream log (torchrun.log);
+    # the line Tracking writes to log.txt says where the run is instead.
+    os.environ.setdefault("WANDB_SILENT", "true")
     import wandb
 
-    with _quiet():
-        handle = wandb.init(project=os.environ.get("WANDB_PROJECT", "veri-tui"), name=run,
-                            id=run, resume="allow", config=config)  # fmt: skip
-    return lambda metric, step: handle.log(hf_log_names(metric), step=step), handle.finish
+    handle = wandb.init(project=os.environ.get("WANDB_PROJECT", "veri-tui"), name=run,
+                        id=run, resume="allow", config=config)  # fmt: skip
+    where = handle.url  # None offline: the run's folder, uploaded later by `wandb sync`
+    if where is None:
+        where = f"offline: {Path(handle.dir).parent}; `wandb sync` that folder uploads it"
+
+    def send(metric: dict[str, Any], step: int) -> None:
+        handle.log(hf_log_names(metric), step=step)
+
+    return send, handle.finish, where
 
 
 def _mlflow(folder: Path, run: str, config: dict[str, Any]) -> Sink:
@@ -117,7 +132,7 @@ def _mlflow(folder: Path, run: str, config: dict[str, Any]) -> Sink:
         mlflow.log_metrics({k.replace("eval/", "eval_", 1): v for k, v in named.items()},
                            step=step, run_id=active.info.run_id)  # fmt: skip
 
-    return log, mlflow.end_run
+    return log, mlflow.end_run, mlflow.get_tracking_uri()
 
 
 OPEN: dict[str, Callable[[Path, str, dict[str, Any]], Sink]] = {
@@ -147,12 +162,12 @@ class Tracking:
                 first = (str(exc).strip().splitlines() or [""])[0]
                 raise ConfigError(f"report_to: {name} could not start ({type(exc).__name__}: "
                                   f"{first})") from None  # fmt: skip
-            log.info(f"report_to: {name} ({job_dir / 'tracking'})")
+            log.info(f"report_to: {name} ({self.sinks[name][2]})")
 
     def write(self, metric: dict[str, Any]) -> None:
         """One metric line: log.txt and metrics.jsonl (rank 0), then each tracker."""
         self.log.metric(metric)
-        for name, (send, close) in list(self.sinks.items()):
+        for name, (send, close, _) in list(self.sinks.items()):
             try:
                 send(metric, int(metric["step"]))
             except Exception as exc:  # noqa: BLE001 - a tracker's failure must not end the run
@@ -164,7 +179,7 @@ class Tracking:
 
     def close(self) -> None:
         """Flush and close every tracker (the end of the run, or a stop)."""
-        for close in [c for _, c in self.sinks.values()]:
+        for close in [c for _, c, _ in self.sinks.values()]:
             with contextlib.suppress(Exception):  # a closing tracker must not fail the job
                 close()
         self.sinks.clear()
