@@ -120,7 +120,8 @@ class DirectBackend(SupervisedBackend):
     # -- the job operations' steps (supervised.py) -----------------------------------------
     # Their modules are imported in the steps: the registry loads this class in every
     # command's parser, `veri-tui plan` included, and the lost rule's imports (the failure
-    # reading, the job lock) would be ~20 ms of a plan's ~65 ms (benchmarks/bench_plan.py).
+    # reading, the job lock) took 18 ms there, against a plan of 76 ms without them
+    # (`python -X importtime`; benchmarks/bench_plan.py).
 
     def start(self, host: Host, job_dir: str) -> int:
         """The supervisor started detached on ``host``; its pid."""
