@@ -46,7 +46,9 @@ class Stepper:
         self.cfg, self.rt, self.model, self.ref, self.opt = cfg, rt, model, ref, opt
         self.pad_id, self.rows, self.meter = pad_id, rows, meter
         self.params = [p for p in model.parameters() if p.requires_grad]
-        self.reference = _reference_fn(model, ref, rt.device)
+        # DPO's reference log-probs; an SFT job has none (under FSDP2 building it runs a
+        # warm-up forward: a wasted all-gather of every layer, found by a trace).
+        self.reference = _reference_fn(model, ref, rt.device) if cfg.method == "dpo" else None
 
     def _micro_batches(self, step: int) -> list[list[Any]]:
         cfg, rt = self.cfg, self.rt
