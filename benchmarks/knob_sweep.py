@@ -107,17 +107,16 @@ def terms(path: str) -> str:
     dropout (the terms other trainers' published runs are planned with,
     benchmarks/memory_accuracy.py), one line each."""
     from veri_tui.plan import read_model_info
-    from veri_tui.plan.activation_peak import LOSSES, activation_terms
+    from veri_tui.plan.activations import ActivationModel
+    from veri_tui.plan.losses import LOSSES
 
     info = read_model_info(path)
     lines = []
     for mode, lora, autocast, loss, dropout in itertools.product(
         ("none", "selective", "full"), (0, 16), (False, True), sorted(LOSSES), (False, True)
     ):
-        t = activation_terms(
-            info, mode=mode, tokens=4096, lora_rank=lora, autocast=autocast, loss=loss,
-            lora_dropout=dropout,
-        )  # fmt: skip
+        model = ActivationModel.of(info, mode, lora_rank=lora, autocast=autocast)
+        t = model.terms(4096, loss=loss, lora_dropout=dropout)
         lines.append(json.dumps([mode, lora, autocast, loss, dropout, list(t)]))
     return "\n".join(lines) + "\n"
 
