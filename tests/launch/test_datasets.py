@@ -180,7 +180,7 @@ def test_a_folder_that_is_no_dataset_is_one_line_without_walking_it_all(
 
 def test_the_eval_forward_is_in_the_planned_peak() -> None:
     from veri_tui.plan import plan
-    from veri_tui.plan.activations import loss_chunk_bytes
+    from veri_tui.plan.losses import loss_chunk_bytes
 
     assert plan().to_dict()["activations"]["peak"]["eval_bytes"] is None  # no eval rows
     rec = plan(eval_fraction=0.1, micro_batch_size=2, max_seq_length=64).to_dict()

@@ -119,7 +119,9 @@ def test_jobs_logs_and_cancel_read_the_folder(home: Path, capsys) -> None:
     rec["spec"].update(method="sft_text", gpu="L4-24GB", model="/m/tiny-model/")
     rec["error"] = {"code": "CUDA_OOM", "summary": "rank 1/2 (node 0, local_rank 1) failed: X"}
     (job_dir / "job.json").write_text(json.dumps(rec))
-    (job_dir / "log.txt").write_bytes(b'plan: dp=2\n{"step": 1}\nlast, no newline')
+    metric = '{"step": 1, "total_steps": 2, "loss": 2.5, "learning_rate": 9.96057350657239e-05}'
+    raw = f'plan: dp=2\n{{"step": 1}}\n{metric}\nlast, no newline'
+    (job_dir / "log.txt").write_text(raw)
     assert main(["jobs"]) == 0
     table = capsys.readouterr().out.splitlines()
     assert table[0].split() == ["JOB", "STATUS", "HOST", "METHOD", "GPUS", "MODEL", "ERROR"]
@@ -135,10 +137,16 @@ def test_jobs_logs_and_cancel_read_the_folder(home: Path, capsys) -> None:
     ]
     assert main(["jobs", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)[0]["error"]["code"] == "CUDA_OOM"
+    # The metric line as the app's row (no loss: not a metric line); --json keeps it raw.
+    rows = ["plan: dp=2", '{"step": 1}', "step 1/2  loss 2.5  lr 1.0e-04", "last, no newline"]
     assert main(["logs", "20261129-000001-aaaa"]) == 0
-    assert capsys.readouterr().out == 'plan: dp=2\n{"step": 1}\nlast, no newline'
+    assert capsys.readouterr().out == "\n".join(rows)
     assert main(["logs", "20261129-000001-aaaa", "-f"]) == 0  # ended: prints all, returns
-    assert capsys.readouterr().out.splitlines() == ["plan: dp=2", '{"step": 1}', "last, no newline"]
+    assert capsys.readouterr().out.splitlines() == rows
+    assert main(["logs", "20261129-000001-aaaa", "--json"]) == 0
+    assert capsys.readouterr().out == raw
+    assert main(["logs", "20261129-000001-aaaa", "-f", "--json"]) == 0
+    assert capsys.readouterr().out.splitlines() == raw.splitlines()
     assert main(["cancel", "20261129-000001-aaaa"]) == 0
     assert "had already ended: failed" in capsys.readouterr().out
 

@@ -95,7 +95,7 @@ def test_retry_then_resume_across_two_nodes(sshd, sshd2, tmp_path: Path, monkeyp
     env["VERI_REMOTE_PYTHON"] = _fault_python(tmp_path)
     reference = cli("launch", "--gpu-count", "2", "--wait", *JOB, env=env, timeout=240)
     assert reference.returncode == 0, reference.stderr[-3000:]
-    expected = losses(reference.stdout)
+    expected = losses(tmp_path / "local-veri" / "jobs" / reference.stdout.splitlines()[0])
     assert len(expected) == STEPS
 
     t0 = time.monotonic()
