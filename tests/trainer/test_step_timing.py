@@ -46,11 +46,9 @@ def test_nvml_sampling_stays_out_of_the_steps_tokens_per_s(tmp_path: Path) -> No
     lines = metrics(job.parent)
     assert len(lines) == 4
     measured = json.loads((job.parent / "measured" / "run-rank-0.json").read_text())
-    # The steady step time and rate (runstats.py: the median after the warm-up steps) are
-    # taken before the sample: the slow sample is in neither.
-    assert 0 < measured["step_time_s"] < SLOW_SAMPLE_S / 2, measured["step_time_s"]
-    # The metric lines time the same steps with the same clock: their median rate is the
-    # measured one (to the line's rounding). Before the fix each line also paid the 0.3 s
-    # sample (and the file write): tokens / (step + 0.3 s), a fraction of it.
+    # The measured steady rate (runstats.py: the median after the warm-up steps) is taken
+    # before the sample. The metric lines time the same steps with the same clock: their
+    # median rate is the measured one (to the line's rounding). Before the fix each line also
+    # paid the 0.3 s sample (and the file write): tokens / (step + 0.3 s), a fraction of it.
     rates = [m["tokens_per_s"] for m in lines][WARMUP_STEPS:]
     assert statistics.median(rates) == pytest.approx(measured["tokens_per_s"], abs=0.1)
