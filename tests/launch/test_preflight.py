@@ -14,6 +14,8 @@ from veri_tui.launch import jobs
 from veri_tui.launch.jobdata import BUNDLED_DATASETS
 from veri_tui.plan import load_job_config, plan_job
 
+SAMPLE = str(BUNDLED_DATASETS["sft_text"])  # a model of your own needs a dataset (issue 35)
+
 ASSETS = assets_dir()
 
 
@@ -53,13 +55,13 @@ def test_every_refusal_is_a_row(home: Path, tmp_path: Path) -> None:
         ("output", f"{out} already exists and is not empty"),
     ]
     assert [name for name, ok, _ in rows if ok] == ["torch"]
-    missing = load_job_config(None, model=str(tmp_path / "no-model"))
+    missing = load_job_config(None, model=str(tmp_path / "no-model"), dataset=SAMPLE)
     [(name, ok, detail)] = [r for r in jobs.preflight(missing, None) if not r[1]]
     assert name == "model" and detail.startswith(str(tmp_path / "no-model"))
 
 
 def test_launch_without_a_plan_plans_here_first(home: Path, tmp_path: Path) -> None:
-    job = load_job_config(None, model=str(tmp_path / "no-model"))
+    job = load_job_config(None, model=str(tmp_path / "no-model"), dataset=SAMPLE)
     with pytest.raises(VeriError) as exc:
         jobs.launch(job, None)
     assert [e.key for e in exc.value.errors] == ["model"]
