@@ -35,6 +35,7 @@ from veri_tui.launch.machine import Result
 from veri_tui.launch.memcheck import local_available
 from veri_tui.launch.records import LogLine, follow_lines
 from veri_tui.launch.spec import local_paths
+from veri_tui.plan.gpus import gpus_text
 
 if TYPE_CHECKING:
     from veri_tui.plan import JobConfig, PlanRecord
@@ -71,7 +72,7 @@ def device_problem(gpu_count: int, load_in_4bit: bool = False) -> Refusal | None
     if 0 < have < gpu_count:
         return Refusal(
             "gpu_count",
-            f"asks for {gpu_count} GPUs but this machine has {have} (nvidia-smi -L); "
+            f"asks for {gpus_text(gpu_count)} but this machine has {have} (nvidia-smi -L); "
             "lower --gpu-count or launch on a bigger machine with --host",
         )
     return None

@@ -7,7 +7,7 @@ collected as rows with ok False instead of raised, so a check passes here exactl
 
 - the plan, first (`plan: dp=...`);
 - what each host reported (`host` rows; several hosts: `node <k> (<host>)` rows, the
-  layout `nodes: 2 x 1 GPUs (a, b)`, the rendezvous probe, the nodes' bandwidth and GPU
+  layout `nodes: 2 x 1 GPU (a, b)`, the rendezvous probe, the nodes' bandwidth and GPU
   health probe (docs/probe.md), whether the nodes share storage);
 - where the job's files are (this machine: the model, dataset and output folder after a dry
   run of its paths; a host: the output dir there);
@@ -35,6 +35,7 @@ from veri_tui.launch.launching import own_checks, probe_all
 from veri_tui.launch.nodes import disk_of, node_label, probe_rendezvous, storage_row
 from veri_tui.launch.probe.fleet import ProbeChoice, fleet_probe, needs_probe
 from veri_tui.launch.probe.report import with_network
+from veri_tui.plan.gpus import gpus_text
 
 if TYPE_CHECKING:
     from veri_tui.plan import JobConfig, PlanRecord
@@ -61,7 +62,7 @@ def _node_rows(hosts: Sequence[Host], facts: list[HostFacts], job: JobConfig,
         rows += [(label, True, line.removeprefix(f"host {pf.host}: ")) for line in pf.summary()]
     per_node = job.gpu_count // len(hosts)
     if per_node:  # else the gpu_count that does not split is refused (check_job)
-        rows.append(("nodes", True, f"{len(hosts)} x {per_node} GPUs ({', '.join(names)})"))
+        rows.append(("nodes", True, f"{len(hosts)} x {gpus_text(per_node)} ({', '.join(names)})"))
     addr, port, _, found = probe_rendezvous(hosts, job.rdzv_port, job.rdzv_endpoint)
     problems += found
     if not found:
