@@ -54,7 +54,7 @@ def _node_rows(hosts: Sequence[Host], facts: list[HostFacts], job: JobConfig,
                problems: list[Refusal]) -> tuple[list[Row], JobConfig]:  # fmt: skip
     """Several hosts: each node's facts, the layout, the rendezvous, the launch's probe of
     the nodes (the job gets its measured network), the storage."""
-    names = [h.name for h in hosts]
+    names = [h.machine.name for h in hosts]
     rows: list[Row] = []
     for k, pf in enumerate(facts):
         label = node_label(k, names[k])
@@ -86,7 +86,7 @@ def preflight(job: JobConfig, plan_record: PlanRecord | None, names: Sequence[Ho
         head = hosts[0]
         checked = job.model_copy(update={"hosts": list(names)}) if many else job
         own = _collect(problems, lambda: own_checks(checked, hosts)) is None and problems
-        size = _collect(problems, lambda: 0 if head.local else data_bytes(job))
+        size = _collect(problems, lambda: 0 if head.machine.local else data_bytes(job))
         facts, job, found = probe_all(backend_of(head.kind), hosts, job, size or 0)
         problems += found
         if many:
@@ -109,17 +109,19 @@ def preflight(job: JobConfig, plan_record: PlanRecord | None, names: Sequence[Ho
                 where = posixpath.join(tmp, "job")
                 paths = _collect(problems, lambda: head.job_paths(job, plan, where, facts[0]))
         if out_job is not None:
-            rows += head.path_rows(job, paths, node_label(0, head.name) if many else head.where)
+            rows += head.path_rows(
+                job, paths, node_label(0, head.machine.name) if many else head.where
+            )
         if plan is not None:
             for k, (host, pf) in enumerate(zip(hosts, facts, strict=True)):
                 output = (paths[2] if paths else job.output) if k == 0 and job.output else None
-                label = node_label(k, host.name) if many else ""
+                label = node_label(k, host.machine.name) if many else ""
                 more, refused = host.capacity(pf, plan, disk_of(plan, len(hosts), k), output, label)
                 rows += more
                 problems += refused
         rows += head.tail_rows()
     finally:
         for host in hosts:
-            host.close()
+            host.machine.close()
     # A refusal found both by the job's own checks and by planning is shown once.
     return rows + [(e.key, False, e.message) for e in dict.fromkeys(problems)]
