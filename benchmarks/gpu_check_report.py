@@ -44,7 +44,7 @@ def summarize(expected: dict[str, Any], raw: dict[str, Any] | None) -> dict[str,
     for key in ("peak_bytes", "device_peak_bytes", "tokens_per_s_per_gpu", "mfu"):
         out.pop(key, None)
     if raw is None:
-        return {**out, "status": "skipped: not enough of the time budget left"}
+        return {**out, "status": "not run: not enough of the time budget left"}
     out.update({k: v for k, v in raw.items() if k != "metrics"})
     metrics = raw.get("metrics") or []
     out["steps_done"] = len(metrics)
@@ -79,6 +79,33 @@ def summarize(expected: dict[str, Any], raw: dict[str, Any] | None) -> dict[str,
         final_loss=metrics[-1]["loss"],
     )
     return out
+
+
+#: A run whose status starts so could not be judged on this machine (QLoRA without its
+#: bitsandbytes): reported, never failed. Every other status but PASSED fails the check,
+#: a run the time budget left out included (the budget is the check's to keep).
+NOT_JUDGED, PASSED = "not judged", "succeeded"
+
+
+def judge(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """{"passed", "not_judged", "failed": [names], "exit_code", "line"}: exit 0 when every
+    run that could be judged passed (and at least one did)."""
+    verdict: dict[str, Any] = {"passed": [], "not_judged": [], "failed": []}
+    for r in rows:
+        status = str(r.get("status"))
+        key = "passed" if status == PASSED else (
+            "not_judged" if status.startswith(NOT_JUDGED) else "failed")  # fmt: skip
+        verdict[key].append(r["name"])
+    ok = not verdict["failed"] and bool(verdict["passed"])
+    verdict["exit_code"] = 0 if ok else 1
+    verdict["line"] = (
+        f"gpu_check: {len(verdict['passed'])} passed, {len(verdict['not_judged'])} not judged"
+        + (f" ({', '.join(verdict['not_judged'])})" if verdict["not_judged"] else "")
+        + f", {len(verdict['failed'])} failed"
+        + (f" ({', '.join(verdict['failed'])})" if verdict["failed"] else "")
+        + f": exit {verdict['exit_code']}"
+    )
+    return verdict
 
 
 def _count(n: int) -> str:
