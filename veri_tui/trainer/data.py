@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from veri_tui.jobfolder.errors import DataError
-from veri_tui.jobfolder.rows import check_messages, read_rows
+from veri_tui.jobfolder.rows import check_messages, no_shape, read_rows
 from veri_tui.jobfolder.rows import text_field as _str
 
 IGNORE = -100
@@ -84,9 +84,7 @@ def encode_sft(tok: Any, row: dict[str, Any], where: str, max_len: int) -> Examp
             [(_ids(tok, _str(row, "text", where), True) + eos, True)], max_len
         )
     else:
-        raise DataError(
-            f"{where}: an sft_text row needs `text`, `messages` or `prompt`+`completion`"
-        )
+        raise no_shape(row, where)
     if sum(lab != IGNORE for lab in ex.labels[1:]) == 0:
         raise DataError(f"{where}: no tokens left to train on within max_seq_length={max_len}")
     return ex
