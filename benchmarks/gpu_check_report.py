@@ -6,8 +6,10 @@ divided by the GPU count. Memory comes from job.json's `measured` (veri_tui/trai
 allocated peak (torch.cuda.max_memory_allocated) and the reserved peak, each against the
 planner's allocated bytes (veri_tui/plan/peak.py, the optimizer step's temporary included),
 the driver's device figure (NVML / nvidia-smi) against that plus the plan's 2 GiB overhead,
-and the allocator's retries. On CPU the peak is the process's peak RSS, which includes the
-Python heap and libraries and so is no match for the plan; there is no device figure.
+the device figure beyond reserved against that overhead term, the allocator's retries and
+whether it ran with expandable segments (as the allocator says). On CPU the peak is the
+process's peak RSS, which includes the Python heap and libraries and so is no match for the
+plan; there is no device figure.
 MFU = tokens/s per GPU x the planner's model FLOPs per token (recompute excluded) / the
 GPU's dense bf16 peak from the catalog.
 Stdlib only: it runs on the GPU machine.
@@ -55,6 +57,16 @@ def summarize(expected: dict[str, Any], raw: dict[str, Any] | None) -> dict[str,
         (m.get("peak_reserved_bytes") or 0 for m in metrics), default=0
     ) or None  # fmt: skip
     device = meas.get("device_memory_bytes")
+    # Beyond the allocator's segments: the CUDA context, cuBLAS' workspaces, NCCL's buffers
+    # (the plan's overhead term). Both figures are peaks (NVML's the largest sample): an
+    # estimate of the term, the one a single GPU gives.
+    overhead = device - reserved if device and reserved else None
+    planned_overhead = (expected.get("peak_parts") or {}).get("overhead")
+    out.update(
+        measured_overhead_bytes=overhead,
+        overhead_ratio=_ratio(overhead, planned_overhead),
+        expandable_segments=meas.get("expandable_segments"),
+    )
     out.update(
         measured_peak_bytes=peak, measured_reserved_bytes=reserved,
         measured_device_bytes=device,

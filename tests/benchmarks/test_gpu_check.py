@@ -122,6 +122,7 @@ def test_summary_sets_each_memory_figure_beside_the_planners_term() -> None:
     expected = {
         "name": "x", "shape": "tiny", "parameter_count": 10**6, "micro_batch_size": 1,
         "gradient_checkpointing": True, "gpu_count": 2, "peak_bytes": 1000,
+        "peak_parts": {"overhead": 2000},
         "device_peak_bytes": 3000, "tokens_per_s_per_gpu": 100.0,
         "model_flops_per_token": 10**9, "peak_tflops": 100.0, "mfu": 0.001,
     }  # fmt: skip
@@ -138,6 +139,8 @@ def test_summary_sets_each_memory_figure_beside_the_planners_term() -> None:
     assert (row["measured_peak_bytes"], row["peak_ratio"]) == (1500, 1.5)
     assert (row["measured_reserved_bytes"], row["reserved_ratio"]) == (1800, 1.8)
     assert (row["measured_device_bytes"], row["device_ratio"]) == (3300, 1.1)
+    # The device beyond the allocator's reserve against the plan's overhead term.
+    assert (row["measured_overhead_bytes"], row["overhead_ratio"]) == (1500, 0.75)
     assert row["tokens_ratio"] == pytest.approx(1.2)
     assert row["measured_mfu"] == pytest.approx(120 * 1e9 / 100e12)
     # Without job.json's measurements (CPU; a run that ended early): the metric lines' peak.
