@@ -26,7 +26,7 @@ def test_a_bad_row_is_refused_before_anything_is_submitted(
     code, out, err = cli(capsys, "launch", "--slurm", "local", "--partition", "debug",
                          "--dataset", str(bad))  # fmt: skip
     assert (code, out) == (2, "")
-    assert err == f"error: dataset: {bad} line 3: `prompt` must be a non-empty string\n"
+    assert err == f"error: dataset: {bad} line 3: `prompt` is empty (fill it in or drop the row)\n"
     assert not home.exists() or not list(home.glob("**/jobs/*"))
     assert slurm.jobs() == []
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from veri_tui.jobfolder.errors import DataError
-from veri_tui.jobfolder.rows import check_messages, text_field
+from veri_tui.jobfolder.rows import check_messages, no_shape, text_field
 
 IGNORE = -100
 
@@ -111,9 +111,7 @@ def encode_sft(tok: Any, row: dict[str, Any], where: str, max_len: int) -> Examp
         text = text_field(row, "text", where)
         ex = _segments_to_example([(_ids(tok, text, True) + eos, True)], max_len)
     else:
-        raise DataError(
-            f"{where}: an sft_text row needs `text`, `messages` or `prompt`+`completion`"
-        )
+        raise no_shape(row, where)
     if not _trains(ex):
         raise NothingToTrain(
             f"{where}: no tokens left to train on within max_seq_length={max_len}", where

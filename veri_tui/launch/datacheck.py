@@ -45,6 +45,8 @@ class Shipped(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     def find_spec(self, name, path=None, target=None):
         if name in code:
             return importlib.machinery.ModuleSpec(name, self, is_package=code[name][0])
+        if name.split(".")[0] == "veri_tui":  # never another copy's: SHIPPED must be whole
+            raise ImportError(name + " is not sent with the check (datacheck.SHIPPED)")
     def create_module(self, spec):
         return None
     def exec_module(self, module):
@@ -85,7 +87,8 @@ def _payload(model: str, job: JobConfig, data: JobData, inline: bool) -> dict[st
         if not sources:
             continue
         if inline:  # read here: the host has no copy of them yet
-            out[name] = {"rows": [[w, r] for w, r in mixed_rows(list(sources))]}
+            rows = mixed_rows(list(sources), method=job.method)
+            out[name] = {"rows": [[w, r] for w, r in rows]}
         else:
             out[name] = {"sources": [s.to_dict() for s in sources]}
     if inline:

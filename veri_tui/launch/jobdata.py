@@ -124,7 +124,7 @@ def check_rows(data: JobData, method: str) -> Refusal | None:
             found = None
             try:
                 n = 0
-                for where, row in mixed_rows(list(sources)):
+                for where, row in mixed_rows(list(sources), method=method):
                     check_row(row, method, where)
                     n += 1
                 if n == 0:

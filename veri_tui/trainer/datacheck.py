@@ -74,14 +74,14 @@ def tokenizer_problem(tok: Any, model: str) -> str | None:
     return None
 
 
-def _rows(part: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
+def _rows(part: dict[str, Any], method: str) -> Iterator[tuple[str, dict[str, Any]]]:
     if "rows" in part:
         yield from ((str(where), row) for where, row in part["rows"])
         return
     from veri_tui.jobfolder.dataload import mixed_rows
     from veri_tui.jobfolder.datasource import sources_of
 
-    yield from mixed_rows(sources_of(part["sources"]))
+    yield from mixed_rows(sources_of(part["sources"]), method=method)
 
 
 def places(wheres: list[str]) -> str:
@@ -121,7 +121,7 @@ def check_part(tok: Any, part: dict[str, Any], key: str, data: dict[str, Any]) -
     count = total = 0
     problems = []
     try:
-        for where, row in _rows(part):
+        for where, row in _rows(part, data["method"]):
             total += 1
             try:
                 ex = encode_row(tok, row, where, data["method"], data["max_length"])

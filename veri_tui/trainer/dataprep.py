@@ -117,7 +117,7 @@ def build_part(
     sources = as_sources(dataset)
     writer, total = PartWriter(folder, part), 0
     try:
-        rows = mixed_rows(sources)
+        rows = mixed_rows(sources, method=method)
         while True:
             try:
                 where, row = next(rows)
