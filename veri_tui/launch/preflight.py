@@ -105,7 +105,7 @@ def preflight(job: JobConfig, plan_record: PlanRecord | None, names: Sequence[Ho
         plan = (
             _collect(problems, lambda: head.plan(job, facts[0], plan_record)[1]) if known else None
         )
-        paths, data_rows = None, []
+        paths, data_rows = None, list[Row]()
         if plan is not None and not problems:  # the rows, with the model's tokenizer there
             data_rows, refused = check_data(head, facts[0], job, plan)
             problems += refused
