@@ -83,7 +83,7 @@ def _as_ran(run: MemRun, info: Any, rec: dict[str, Any], loss: str | None = None
     for f in facts:
         if f.quant_bytes_per_param is not None:
             nf4 = (8192 + 256 + 4) / 16384
-            states += int((f.quant_bytes_per_param - nf4) * info.lora_target_parameters)
+            states += int((f.quant_bytes_per_param - nf4) * info.quantized_parameters)
         states += int(f.extra_bytes)
     loss = loss or next((f.loss for f in facts if f.loss), "chunked")
     dropout = any(f.lora_dropout for f in facts)

@@ -19,6 +19,7 @@ from launch_helpers import leftover_pids, wait_ended, wait_for
 from veri_tui.bundled import assets_dir
 from veri_tui.jobfolder.procs import pid_alive, read_pid
 from veri_tui.launch import jobs
+from veri_tui.launch.jobdata import BUNDLED_DATASETS
 from veri_tui.launch.metrics import log_row
 from veri_tui.plan import load_job_config, plan_job
 
@@ -152,7 +153,13 @@ def test_a_data_error_in_a_run_is_one_line_naming_file_and_line(home: Path, tmp_
 def test_missing_model_file_is_model_load_error(home: Path, tmp_path: Path) -> None:
     model = tmp_path / "model"
     shutil.copytree(TINY, model)
-    job = load_job_config(None, model=str(model), gpu_count=2, sets=["max_steps=2"])
+    job = load_job_config(
+        None,
+        model=str(model),
+        gpu_count=2,
+        sets=["max_steps=2"],
+        dataset=str(BUNDLED_DATASETS["sft_text"]),
+    )
     record = plan_job(job)  # planned from the headers while the weights were there
     (model / "model.safetensors").unlink()
     job_id = jobs.launch(job, record, wait=True)

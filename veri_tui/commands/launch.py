@@ -44,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if host is None:
         check_job(job)  # every refusal at once, before the model is even read
-        # Planned with the dataset it will train on (the bundled one when none is given),
+        # Planned with the dataset it will train on (the bundled sample for a bundled model),
         # so job.json's predicted GPU-hours and price count its tokens.
         record = plan_job(with_data(job))
     else:
