@@ -6,7 +6,9 @@
    0's rendezvous must be reachable from the others (nodes.py). Every problem is refused
    together.
 3. The output dir checked where it is (node 0), the plan made for node 0's host (this
-   machine: the plan given, or made here; a host: from its GPUs and the model read there).
+   machine: the plan given, or made here; a host: from its GPUs and the model read there),
+   then the job's rows encoded with the model's tokenizer there and the global batch
+   against them (datacheck.py).
 4. Each node's job.json (`spec.make_record` with that host's paths; a multi-node job's
    layout in each spec), then its host memory and disk against the plan: refused before
    anything is created anywhere.
@@ -38,6 +40,7 @@ from veri_tui.jobfolder.layout import MADE_WITH, node_folder_name
 from veri_tui.jobfolder.record import JobRecord, JobSpec
 from veri_tui.launch.backends import Backend, backend_of, open_hosts
 from veri_tui.launch.backends.ref import SubmitError
+from veri_tui.launch.datacheck import check_data
 from veri_tui.launch.host import Host, HostFacts, check_disk, check_memory
 from veri_tui.launch.hostpool import HostName, all_or_raise, in_parallel
 from veri_tui.launch.jobdata import data_bytes
@@ -92,7 +95,12 @@ def plan_on(job: JobConfig, names: Sequence[HostName], trust: str | None = None
         facts, job, problems = probe_all(backend_of(hosts[0].kind), hosts, job, 0)
         if problems:
             raise VeriError(list(dict.fromkeys(problems)))
-        return hosts[0].plan(with_cached_network(job, facts[0].spec), facts[0])[1]
+        job, rec = hosts[0].plan(with_cached_network(job, facts[0].spec), facts[0])
+        if job.dataset:  # the rows launch would train on, checked there
+            refused = check_data(hosts[0], facts[0], job, rec)[1]
+            if refused:
+                raise VeriError(refused)
+        return rec
     finally:
         for host in hosts:
             host.close()
@@ -223,6 +231,9 @@ def launch(
             job = with_cached_network(job, facts[0].spec)
         job = hosts[0].output_for(job, facts[0])
         job, plan = hosts[0].plan(job, facts[0], plan_record)
+        refused = check_data(hosts[0], facts[0], job, plan)[1]  # the rows, with its tokenizer
+        if refused:
+            raise VeriError(refused)
         job_id = new_job_id()
         while hosts[0].exists(posixpath.join(facts[0].jobs_dir, job_id)):
             job_id = new_job_id()  # same second, same random suffix: draw again

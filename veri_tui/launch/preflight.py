@@ -9,6 +9,8 @@ collected as rows with ok False instead of raised, so a check passes here exactl
 - what each host reported (`host` rows; several hosts: `node <k> (<host>)` rows, the
   layout `nodes: 2 x 1 GPUs (a, b)`, the rendezvous probe, the nodes' bandwidth and GPU
   health probe (docs/probe.md), whether the nodes share storage);
+- the model's tokenizer and the job's rows encoded with it where the job will run, and the
+  global batch against them (datacheck.py: once nothing else is refused);
 - where the job's files are (this machine: the model, dataset and output folder after a dry
   run of its paths; a host: the output dir there);
 - each node's host memory and disk against the plan (host order: this machine shows disk
@@ -28,6 +30,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 from veri_tui.errors import Refusal, VeriError
 from veri_tui.launch.backends import backend_of, open_hosts
+from veri_tui.launch.datacheck import check_data
 from veri_tui.launch.host import Host, HostFacts, Row
 from veri_tui.launch.hostpool import HostName
 from veri_tui.launch.jobdata import data_bytes
@@ -102,7 +105,10 @@ def preflight(job: JobConfig, plan_record: PlanRecord | None, names: Sequence[Ho
         plan = (
             _collect(problems, lambda: head.plan(job, facts[0], plan_record)[1]) if known else None
         )
-        paths = None
+        paths, data_rows = None, list[Row]()
+        if plan is not None and not problems:  # the rows, with the model's tokenizer there
+            data_rows, refused = check_data(head, facts[0], job, plan)
+            problems += refused
         if plan is not None:
             rows.insert(0, ("plan", True, plan.plan_line.removeprefix("plan: ")))
             with tempfile.TemporaryDirectory() as tmp:  # a dry run: the folder is thrown away
@@ -110,6 +116,7 @@ def preflight(job: JobConfig, plan_record: PlanRecord | None, names: Sequence[Ho
                 paths = _collect(problems, lambda: head.job_paths(job, plan, where, facts[0]))
         if out_job is not None:
             rows += head.path_rows(job, paths, node_label(0, head.name) if many else head.where)
+        rows += data_rows
         if plan is not None:
             for k, (host, pf) in enumerate(zip(hosts, facts, strict=True)):
                 output = (paths[2] if paths else job.output) if k == 0 and job.output else None
