@@ -143,7 +143,7 @@ def test_retry_then_resume_across_two_nodes(sshd, sshd2, tmp_path: Path, monkeyp
             ), skipped
     finally:
         for conn in conns:
-            conn.close()
+            conn.machine.close()
 
     refused = cli("resume", job_id, "--gpu-count", "1", env=env)
     assert refused.returncode == 2 and refused.stdout == ""

@@ -100,7 +100,9 @@ def _resume(target: JobTarget, retry: str | None) -> JobRecord:
     records: list[JobRecord] = []
     for node, rec in zip(nodes, read, strict=True):
         if isinstance(rec, Exception):
-            raise VeriError(f"cannot resume {job_id}: node {node.host.name} ({rec})", key="job")
+            raise VeriError(
+                f"cannot resume {job_id}: node {node.host.machine.name} ({rec})", key="job"
+            )
         records.append(rec)
     hosts = [n.host for n in nodes]
     dirs = [n.job_dir for n in nodes]
@@ -110,7 +112,7 @@ def _resume(target: JobTarget, retry: str | None) -> JobRecord:
     count = len(nodes)
     storage = (
         f"resume: the {count} node folders are on one shared filesystem: checked from node "
-        f"0 ({hosts[0].name})" if shared else
+        f"0 ({hosts[0].machine.name})" if shared else
         f"resume: checkpoints checked on each of the {count} nodes (no shared filesystem)"
     )  # fmt: skip
     where = (
@@ -137,7 +139,7 @@ def _resume(target: JobTarget, retry: str | None) -> JobRecord:
         entry.retry_refused = None
         target.entry = entry
         registry.save(entry)
-    record["host"] = ", ".join(h.name for h in hosts)
+    record["host"] = ", ".join(h.machine.name for h in hosts)
     return record
 
 

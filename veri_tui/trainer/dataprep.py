@@ -53,7 +53,7 @@ TOKENIZER_FILES = (
 #: The code that turns rows into tokens: a change to it makes every old cache stale.
 #: Beside this module: the trainer's; in the job folder's package (uploaded with it): its own.
 ENCODERS = ("data.py", "tokencache.py")
-ROW_RULES = ("rows.py", "columns.py", "dataload.py")
+ROW_RULES = ("rows.py", "columns.py", "dataload.py", "encode.py")
 Sources = list[Source] | Path | str
 
 
