@@ -8,7 +8,7 @@ targets, fp32 weights under autocast at stage 0, the chunked loss, backward) und
 FakeTensorMode: shapes decide the bytes, so nothing is allocated (tests/plan/
 test_saved_tensors.py checks on small shapes that fake tensors count what real ones do).
 It prints what is kept once the loss is computed and the peak after any op, measured and
-planned (veri_tui/plan/activation_peak.py), in decimal GB. Results: docs/trainer.md.
+planned (veri_tui/plan/activations.py), in decimal GB. Results: docs/trainer.md.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from support.saved_bytes import measure_step  # noqa: E402
 from support.synthetic import QWEN3_0_6B, write_checkpoint  # noqa: E402
 
 from veri_tui.plan import read_model_info  # noqa: E402
-from veri_tui.plan.activation_peak import activation_terms  # noqa: E402
+from veri_tui.plan.activations import ActivationModel  # noqa: E402
 
 # (label, LoRA rank, autocast): bf16 full fine-tune, LoRA rank 16, fp32 weights at stage 0.
 VARIANTS = [("full bf16", 0, False), ("LoRA r16", 16, False), ("full fp32 (stage 0)", 0, True)]
@@ -47,7 +47,7 @@ def rows(seqs: list[int]) -> list[dict]:
                     QWEN3_0_6B, mode=mode, tokens=seq, lora_rank=lora, autocast=autocast,
                     fake=True,
                 )  # fmt: skip
-                p = activation_terms(info, mode=mode, tokens=seq, lora_rank=lora, autocast=autocast)
+                p = ActivationModel.of(info, mode, lora_rank=lora, autocast=autocast).terms(seq)
                 out.append({
                     "seq": seq, "variant": label, "mode": mode, "kept": m["kept"],
                     "peak": m["peak"], "plan_kept": p.kept, "plan_peak": p.peak,

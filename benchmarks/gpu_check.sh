@@ -1,17 +1,18 @@
 #!/usr/bin/env bash
 # One-GPU check of the bundled trainer against the plan (benchmarks/gpu_check.py says what it
 # measures): feature runs (stage 3 on one rank, cpu_offload, LoRA + DPO + selective
-# checkpointing + checkpoint save and resume, fp32, MoE, QLoRA when a bitsandbytes wheel is
-# carried) and two performance runs. On the GPU machine (python with torch, transformers,
-# peft, safetensors; no veri-tui needed there):
-#   OUT=/some/dir benchmarks/gpu_check.sh DIR
-# where DIR was written where veri-tui is installed by
-#   pip download --no-deps bitsandbytes -d benchmarks/wheels   # optional: QLoRA's wheel
-#   python benchmarks/gpu_check.py --prepare DIR               # copies benchmarks/wheels/*.whl
-# (if DIR has no plan.json and veri-tui imports here, it is prepared first). The whole run is
-# capped at 8 minutes; the table and gpu_check.json are rewritten in $OUT after every run,
-# and each run's log.txt, torchrun.log, supervisor.log, job.json and failure records are
-# copied into $OUT/runs/<name>/.
+# checkpointing + checkpoint save and resume, fp32, MoE, QLoRA) and two performance runs,
+# judged against the plan of the GPU it finds (H100-80GB or H200-141GB).
+#
+# Here, where veri-tui is installed (plans both GPUs, fetches QLoRA's bitsandbytes wheel):
+#   python benchmarks/gpu_check.py --prepare
+# which writes benchmarks/gpu-check-prepared/: untracked and not git-ignored, so it travels
+# with the working tree to a lent GPU machine. There (python with torch, transformers, peft,
+# safetensors; no veri-tui dependencies needed):
+#   OUT=/some/dir bash benchmarks/gpu_check.sh [DIR]
+# The whole run is capped at 8 minutes. $OUT gets four files, rewritten after every run:
+# gpu_check.json, gpu_check.md, gpu_check.log and gpu_check_runs.tar.gz (every run's logs
+# and records). Exit 0 when every run it could judge passed; 2 when DIR is not prepared.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY="${PYTHON:-python3}"
@@ -25,13 +26,9 @@ if missing:
 PY
 if [ ! -f "$DIR/plan.json" ]; then
   "$PY" benchmarks/gpu_check.py --prepare "$DIR" || {
-    echo "error: $DIR: no plan.json; run 'python benchmarks/gpu_check.py --prepare $DIR' where veri-tui is installed and copy $DIR here" >&2
+    echo "error: $DIR/plan.json missing and veri-tui cannot plan here: run 'python benchmarks/gpu_check.py --prepare $DIR' where veri-tui is installed, in the tree that travels (or name $DIR in the device run's carry)" >&2
     exit 2
   }
-fi
-if [ -n "${OUT:-}" ]; then
-  mkdir -p "$OUT"
-  nvidia-smi > "$OUT/nvidia-smi.txt" 2>&1 || true
 fi
 # The python side budgets 430 s for everything; this outer cap (TERM, then KILL 20 s later)
 # is the guarantee. On TERM it stops the running job's whole process tree before exiting.

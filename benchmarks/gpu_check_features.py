@@ -32,7 +32,7 @@ class Feature:
     knobs: dict[str, Any] = field(default_factory=dict)  # planned (valid on one GPU)
     layout: dict[str, Any] = field(default_factory=dict)  # run (the planner refuses it there)
     fault: str | None = None  # VERI_FAULT for a first attempt that fails, then a resume
-    needs: str | None = None  # a module the GPU machine must import (else: skipped)
+    needs: str | None = None  # a module the GPU machine must import (else: not judged)
 
 
 FEATURES = (

@@ -8,8 +8,9 @@ Stdlib only (the GPU machine has no veri-tui dependencies beyond torch and Huggi
   there), which the jobs get on PYTHONPATH; `importable` asks a child Python, so this
   process never imports torch or CUDA;
 - results: each job's log.txt, torchrun.log, supervisor.log, job.json, failure records
-  (also of archived attempts), elastic error files and measured files are copied into
-  $OUT/runs/<name>/, each at most LOG_CAP bytes (the tail).
+  (also of archived attempts), elastic error files and measured files are copied into a
+  staging folder's runs/<name>/ (outside $OUT: gpu_check_out.pack puts them all in one
+  archive there), each at most LOG_CAP bytes (the tail).
 """
 
 from __future__ import annotations
@@ -64,7 +65,8 @@ def build_datasets(work: Path, runs: list[dict]) -> None:
 
 
 def unpack_wheels(prep: Path, work: Path) -> Path | None:
-    """DIR/wheels/*.whl unpacked into work/site; None when none was carried."""
+    """DIR/wheels/*.whl unpacked into work/site; None when none was carried (the QLoRA run
+    is then reported as not judged)."""
     wheels = sorted((prep / "wheels").glob("*.whl"))
     if not wheels:
         return None
@@ -74,7 +76,7 @@ def unpack_wheels(prep: Path, work: Path) -> Path | None:
         try:
             with zipfile.ZipFile(wheel) as zf:
                 zf.extractall(site)
-        except (OSError, zipfile.BadZipFile) as exc:  # its runs are then skipped, named
+        except (OSError, zipfile.BadZipFile) as exc:  # its runs are then not judged, named
             print(f"wheel {wheel.name}: not unpacked ({exc})", flush=True)
     return site
 
@@ -102,11 +104,12 @@ def _tail_copy(src: Path, dst: Path) -> None:
         dst.write_bytes(b"[... %d bytes cut ...]\n" % (size - LOG_CAP) + fh.read())
 
 
-def bring_back(job_dir: Path, out: Path | None, name: str) -> list[str]:
-    """Copy the job's logs and records into out/runs/<name>/; the paths copied (relative)."""
-    if out is None or not job_dir.is_dir():
+def bring_back(job_dir: Path, staging: Path, name: str) -> list[str]:
+    """Copy the job's logs and records into staging/runs/<name>/; the paths copied (as the
+    archive names them)."""
+    if not job_dir.is_dir():
         return []
-    dest, copied = out / "runs" / name, []
+    dest, copied = staging / "runs" / name, []
     paths = [job_dir / k for k in KEEP] + [p for g in KEEP_GLOBS for p in job_dir.glob(g)]
     for src in paths:
         if src.is_file():

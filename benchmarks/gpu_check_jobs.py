@@ -98,11 +98,13 @@ def run_feature(job: Path, expected: dict[str, Any], timeout: float) -> dict[str
 
 
 def missing(expected: dict[str, Any]) -> str | None:
-    """Why a run that needs a module (QLoRA: bitsandbytes) is skipped, or None."""
+    """Why a run that needs a module (QLoRA: bitsandbytes) cannot be judged here, or None:
+    a status starting "not judged" (gpu_check_report.NOT_JUDGED), which fails nothing."""
     module = expected.get("needs")
     if not module:
         return None
     ok, why = importable(module, SITE_ENV.get("PYTHONPATH", str(REPO)))
     if ok:
         return None
-    return f"skipped: {module} does not import here ({why or 'no wheel carried'})"
+    carried = "no wheel carried: --prepare fetches it where a registry answers"
+    return f"not judged: {module} does not import here ({why or carried})"

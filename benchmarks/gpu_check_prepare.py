@@ -1,14 +1,16 @@
 """The GPU check's preparing half: plans and job specs, made where veri-tui is installed.
 
-    python benchmarks/gpu_check.py --prepare DIR [--gpu H200-141GB] [--device cpu]
+    python benchmarks/gpu_check.py --prepare [DIR] [--gpu H100-80GB,H200-141GB] [--device cpu]
 
 The GPU machine has torch, transformers, peft and safetensors but not pydantic, textual or
 paramiko, so everything that needs the planning core happens here: each run is planned with
 `veri_tui.plan.plan_job` on a header-only checkpoint of the shape (nothing downloaded), its
-job.json is written by the launcher's own `make_record`, and the figures the plan predicts
-go into DIR/plan.json: the planner's own peak terms (veri_tui/plan/peak.py: allocated bytes
-with the optimizer step's temporary when it is the larger moment, and with the 2 GiB
-overhead), tokens/s, the planner's FLOPs per token, the GPU's dense bf16 peak. The feature
+job.json is written by the launcher's own `make_record`, once for each GPU the check may find
+(`GPUS`: it runs the plan of the GPU it finds, by the name CUDA gives it: gpu_check_device.py),
+and the figures the plan predicts go into DIR/plan.json: the planner's own peak terms
+(veri_tui/plan/peak.py: allocated bytes with the optimizer step's temporary when it is the
+larger moment, and with the 2 GiB overhead), tokens/s, the planner's FLOPs per token, the
+GPU's dense bf16 peak. The feature
 runs (gpu_check_features.py) come first, then the performance grid. Paths that only exist
 on the GPU machine are written as `@WORK@/...` and filled in there (benchmarks/gpu_check.py).
 """
@@ -146,6 +148,10 @@ def plan_run(
     return {"name": name, "record": record, "expected": expected}
 
 
+#: The GPUs a device machine may be: the check picks the plan of the one it finds (by name).
+GPUS = ("H100-80GB", "H200-141GB")
+
+
 def prepare(
     out: Path,
     *,
@@ -154,7 +160,7 @@ def prepare(
     gc_list: list[bool],
     seq: int,
     steps: int,
-    gpu: str,
+    gpus: list[str],
     gpu_count: int,
     device: str,
     features: list[str] | None = None,
@@ -162,18 +168,21 @@ def prepare(
     feature_steps: int = 6,
     feature_shape: str | None = None,
     wheels: list[Path] | None = None,
+    wheel_note: str = "",
 ) -> dict[str, Any]:
-    """Write DIR/plan.json, DIR/models/<shape>/config.json and DIR/runs/<name>/job.json:
+    """Write the prepared folder `out`, for each GPU of `gpus` (the check runs the plan of the
+    GPU it finds): DIR/plan.json ({"gpus", "device", "wheels", "wheel_note", "plans": {gpu:
+    that GPU's summary}}), DIR/models/<shape>/config.json and DIR/runs/<gpu>/<name>/job.json:
     the performance grid (shapes x mbs x gc), then the feature runs named (`features`, None
     for none; gpu_check_features.FEATURES), on `feature_shape` ("tiny": the small stand-ins)
-    at `feature_seq` for `feature_steps` steps; `wheels` are copied into DIR/wheels (the
-    GPU machine unpacks them: bitsandbytes for QLoRA)."""
+    at `feature_seq` for `feature_steps` steps; `wheels` go into DIR/wheels (the GPU machine
+    unpacks them: bitsandbytes for QLoRA, gpu_check_wheels.slim). Written beside and moved
+    into place whole: a folder of an earlier preparation is replaced, never mixed."""
     # The header-only checkpoint writer is test support (tests/support/synthetic.py).
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+    from gpu_check_wheels import slim
     from support.synthetic import write_checkpoint
 
-    tmp = Path(tempfile.mkdtemp(prefix="gpu-check-headers-"))
-    runs = []
     chosen = [f for f in FEATURES if f.name in (features or [])]
     unknown = sorted(set(features or []) - {f.name for f in FEATURES})
     if unknown:
@@ -184,37 +193,44 @@ def prepare(
         return TINY_FOR.get(f.shape, f.shape) if feature_shape == "tiny" else f.shape
 
     all_shapes = list(dict.fromkeys([*shapes, *map(shape_of, chosen)]))
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    new = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    new.chmod(0o755)  # mkdtemp makes it 700: a folder to share like the tree
+    tmp = Path(tempfile.mkdtemp(prefix="gpu-check-headers-"))
+    plans: dict[str, Any] = {}
     try:
         for shape in all_shapes:
             write_checkpoint(tmp / shape, SHAPES[shape])  # header-only: kilobytes on disk
-            (out / "models" / shape).mkdir(parents=True, exist_ok=True)
-            shutil.copy(tmp / shape / "config.json", out / "models" / shape / "config.json")
-        for f in chosen:
-            runs.append(plan_run(tmp / shape_of(f), shape_of(f), gpu=gpu, gpu_count=gpu_count,
-                                 mbs=1, gc=True, seq=feature_seq, steps=feature_steps,
-                                 device=device, feature=f))  # fmt: skip
-        for shape in shapes:
-            for mbs in mbs_list:
-                for gc in gc_list:
-                    runs.append(
-                        plan_run(tmp / shape, shape, gpu=gpu, gpu_count=gpu_count, mbs=mbs,
-                                 gc=gc, seq=seq, steps=steps, device=device)
-                    )  # fmt: skip
+            (new / "models" / shape).mkdir(parents=True)
+            shutil.copy(tmp / shape / "config.json", new / "models" / shape / "config.json")
+        for gpu in gpus:
+            runs = [plan_run(tmp / shape_of(f), shape_of(f), gpu=gpu, gpu_count=gpu_count,
+                             mbs=1, gc=True, seq=feature_seq, steps=feature_steps,
+                             device=device, feature=f) for f in chosen]  # fmt: skip
+            runs += [plan_run(tmp / shape, shape, gpu=gpu, gpu_count=gpu_count, mbs=mbs, gc=gc,
+                              seq=seq, steps=steps, device=device)
+                     for shape in shapes for mbs in mbs_list for gc in gc_list]  # fmt: skip
+            for run in runs:
+                folder = new / "runs" / gpu / run["name"]
+                folder.mkdir(parents=True)
+                (folder / "job.json").write_text(json.dumps(run["record"], indent=1) + "\n")
+            plans[gpu] = {
+                "gpu": gpu, "gpu_count": gpu_count, "device": device, "seq": seq,
+                "steps": steps, "shapes": all_shapes,
+                "coverage": sorted(covered([f.name for f in chosen])),
+                "runs": [r["expected"] for r in runs],
+            }  # fmt: skip
+        carried = [slim(w, new / "wheels").name for w in wheels or []]
+        index = {"gpus": list(gpus), "device": device, "shapes": all_shapes,
+                 "wheels": carried, "wheel_note": wheel_note, "plans": plans}  # fmt: skip
+        for summary in plans.values():
+            summary["wheels"] = carried
+        (new / "plan.json").write_text(json.dumps(index, indent=1) + "\n")
+        if out.exists():
+            shutil.rmtree(out)
+        new.rename(out)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    for run in runs:
-        folder = out / "runs" / run["name"]
-        folder.mkdir(parents=True, exist_ok=True)
-        (folder / "job.json").write_text(json.dumps(run["record"], indent=1) + "\n")
-    carried = []
-    for wheel in wheels or []:
-        (out / "wheels").mkdir(parents=True, exist_ok=True)
-        shutil.copy(wheel, out / "wheels" / wheel.name)
-        carried.append(wheel.name)
-    summary = {
-        "gpu": gpu, "gpu_count": gpu_count, "device": device, "seq": seq, "steps": steps,
-        "shapes": all_shapes, "wheels": carried, "coverage": sorted(covered(
-            [f.name for f in chosen])), "runs": [r["expected"] for r in runs],
-    }  # fmt: skip
-    (out / "plan.json").write_text(json.dumps(summary, indent=1) + "\n")
-    return summary
+        shutil.rmtree(new, ignore_errors=True)
+    return index

@@ -6,8 +6,10 @@ divided by the GPU count. Memory comes from job.json's `measured` (veri_tui/trai
 allocated peak (torch.cuda.max_memory_allocated) and the reserved peak, each against the
 planner's allocated bytes (veri_tui/plan/peak.py, the optimizer step's temporary included),
 the driver's device figure (NVML / nvidia-smi) against that plus the plan's 2 GiB overhead,
-and the allocator's retries. On CPU the peak is the process's peak RSS, which includes the
-Python heap and libraries and so is no match for the plan; there is no device figure.
+the device figure beyond reserved against that overhead term, the allocator's retries and
+whether it ran with expandable segments (as the allocator says). On CPU the peak is the
+process's peak RSS, which includes the Python heap and libraries and so is no match for the
+plan; there is no device figure.
 MFU = tokens/s per GPU x the planner's model FLOPs per token (recompute excluded) / the
 GPU's dense bf16 peak from the catalog.
 Stdlib only: it runs on the GPU machine.
@@ -44,7 +46,7 @@ def summarize(expected: dict[str, Any], raw: dict[str, Any] | None) -> dict[str,
     for key in ("peak_bytes", "device_peak_bytes", "tokens_per_s_per_gpu", "mfu"):
         out.pop(key, None)
     if raw is None:
-        return {**out, "status": "skipped: not enough of the time budget left"}
+        return {**out, "status": "not run: not enough of the time budget left"}
     out.update({k: v for k, v in raw.items() if k != "metrics"})
     metrics = raw.get("metrics") or []
     out["steps_done"] = len(metrics)
@@ -55,6 +57,16 @@ def summarize(expected: dict[str, Any], raw: dict[str, Any] | None) -> dict[str,
         (m.get("peak_reserved_bytes") or 0 for m in metrics), default=0
     ) or None  # fmt: skip
     device = meas.get("device_memory_bytes")
+    # Beyond the allocator's segments: the CUDA context, cuBLAS' workspaces, NCCL's buffers
+    # (the plan's overhead term). Both figures are peaks (NVML's the largest sample): an
+    # estimate of the term, the one a single GPU gives.
+    overhead = device - reserved if device and reserved else None
+    planned_overhead = (expected.get("peak_parts") or {}).get("overhead")
+    out.update(
+        measured_overhead_bytes=overhead,
+        overhead_ratio=_ratio(overhead, planned_overhead),
+        expandable_segments=meas.get("expandable_segments"),
+    )
     out.update(
         measured_peak_bytes=peak, measured_reserved_bytes=reserved,
         measured_device_bytes=device,
@@ -79,6 +91,33 @@ def summarize(expected: dict[str, Any], raw: dict[str, Any] | None) -> dict[str,
         final_loss=metrics[-1]["loss"],
     )
     return out
+
+
+#: A run whose status starts so could not be judged on this machine (QLoRA without its
+#: bitsandbytes): reported, never failed. Every other status but PASSED fails the check,
+#: a run the time budget left out included (the budget is the check's to keep).
+NOT_JUDGED, PASSED = "not judged", "succeeded"
+
+
+def judge(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """{"passed", "not_judged", "failed": [names], "exit_code", "line"}: exit 0 when every
+    run that could be judged passed (and at least one did)."""
+    verdict: dict[str, Any] = {"passed": [], "not_judged": [], "failed": []}
+    for r in rows:
+        status = str(r.get("status"))
+        key = "passed" if status == PASSED else (
+            "not_judged" if status.startswith(NOT_JUDGED) else "failed")  # fmt: skip
+        verdict[key].append(r["name"])
+    ok = not verdict["failed"] and bool(verdict["passed"])
+    verdict["exit_code"] = 0 if ok else 1
+    verdict["line"] = (
+        f"gpu_check: {len(verdict['passed'])} passed, {len(verdict['not_judged'])} not judged"
+        + (f" ({', '.join(verdict['not_judged'])})" if verdict["not_judged"] else "")
+        + f", {len(verdict['failed'])} failed"
+        + (f" ({', '.join(verdict['failed'])})" if verdict["failed"] else "")
+        + f": exit {verdict['exit_code']}"
+    )
+    return verdict
 
 
 def _count(n: int) -> str:

@@ -60,7 +60,7 @@ def _knobs(run: MemRun) -> dict[str, Any]:
 def _as_ran(run: MemRun, info: Any, rec: dict[str, Any], loss: str | None = None) -> dict[str, int]:
     """The plan with the run's stated facts applied (`loss`: another loss in its stead):
     the peak and allocated bytes."""
-    from veri_tui.plan.activation_peak import activation_terms
+    from veri_tui.plan.activations import ActivationModel
     from veri_tui.plan.gpus import RESERVE_BYTES
     from veri_tui.plan.memory import ADAPTER_BYTES_PER_PARAM, BYTES_PER_PARAM
 
@@ -83,15 +83,13 @@ def _as_ran(run: MemRun, info: Any, rec: dict[str, Any], loss: str | None = None
     for f in facts:
         if f.quant_bytes_per_param is not None:
             nf4 = (8192 + 256 + 4) / 16384
-            states += int((f.quant_bytes_per_param - nf4) * info.lora_target_parameters)
+            states += int((f.quant_bytes_per_param - nf4) * info.quantized_parameters)
         states += int(f.extra_bytes)
     loss = loss or next((f.loss for f in facts if f.loss), "chunked")
     dropout = any(f.lora_dropout for f in facts)
     # The runs with facts hold bf16/fp16 weights under autocast or none: no autocast casts.
-    terms = activation_terms(
-        info, mode=run.checkpointing, tokens=run.micro_batch_size * run.seq,
-        lora_rank=run.lora_rank, autocast=False, loss=loss, lora_dropout=dropout,
-    )  # fmt: skip
+    model = ActivationModel.of(info, run.checkpointing, lora_rank=run.lora_rank)
+    terms = model.terms(run.micro_batch_size * run.seq, loss=loss, lora_dropout=dropout)
     allocated = states + act["in_flight_bytes"] + terms.peak
     return {"peak": allocated + RESERVE_BYTES, "allocated": allocated}
 

@@ -67,7 +67,7 @@ class Fact(NamedTuple):
     source: tuple[str, str, str] | str  # (repository, file, commit) or a URL
     quote: str
     sentence: str
-    loss: str | None = None  # veri_tui.plan.activation_peak.LOSSES key
+    loss: str | None = None  # veri_tui.plan.losses.LOSSES key
     lora_dropout: bool = False
     trainable_bytes: int | None = None  # per trainable parameter, as its optimizer holds them
     extra_bytes: float = 0.0  # buffers beside the states (DeepSpeed's gradient buckets)

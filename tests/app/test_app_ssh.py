@@ -29,6 +29,7 @@ from veri_tui.app.screens.launch import LaunchScreen
 from veri_tui.app.screens.monitor import MonitorScreen
 from veri_tui.jobfolder.status import has_ended
 from veri_tui.launch import jobs, registry
+from veri_tui.launch.jobdata import BUNDLED_DATASETS
 from veri_tui.launch.registry import RegistryEntry
 from veri_tui.plan import read_model_info
 from veri_tui.plan.sources import bundled_tiny_model
@@ -118,7 +119,8 @@ async def test_a_model_only_the_host_has_is_planned_and_launched_there(
             assert editor.info is None and "plan: none here" in str(
                 editor.query_one("#plan-line", Static).render()
             )
-            for key, value in (("max_steps", "1"), ("max_seq_length", "32")):
+            sample = str(BUNDLED_DATASETS["sft_text"])  # a model of your own needs one (issue 35)
+            for key, value in (("max_steps", "1"), ("max_seq_length", "32"), ("dataset", sample)):
                 editor.query_one(f"#knob-{key}", Input).value = value
             await pilot.pause()
             await pilot.press("ctrl+l")

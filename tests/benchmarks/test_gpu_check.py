@@ -6,6 +6,7 @@ is test_gpu_check_cpu.py."""
 from __future__ import annotations
 
 import json
+import zipfile
 from pathlib import Path
 
 import gpu_check
@@ -64,15 +65,24 @@ def test_mfu_uses_the_planners_flops_with_heads_times_head_dim(tmp_path: Path) -
 
 
 def test_prepare_writes_launcher_records_and_expected_figures(tmp_path: Path) -> None:
-    summary = gpu_check_prepare.prepare(
+    index = gpu_check_prepare.prepare(
         tmp_path, shapes=["qwen3-0.6b", "qwen3-1.7b"], mbs_list=[1, 4], gc_list=[True, False],
-        seq=2048, steps=12, gpu="H200-141GB", gpu_count=1, device="cuda",
+        seq=2048, steps=12, gpus=["H100-80GB", "H200-141GB"], gpu_count=1, device="cuda",
     )  # fmt: skip
-    runs = summary["runs"]
+    assert json.loads((tmp_path / "plan.json").read_text()) == index
+    # One plan per GPU a device machine may be: the same runs, each GPU's own figures (the
+    # H200's faster memory: its tokens/s are higher).
+    h100, h200 = (index["plans"][g]["runs"] for g in ("H100-80GB", "H200-141GB"))
+    assert [r["name"] for r in h100] == [r["name"] for r in h200]
+    pairs = zip(h100, h200, strict=True)
+    assert all(a["tokens_per_s_per_gpu"] < b["tokens_per_s_per_gpu"] for a, b in pairs)
+    spec = json.loads((tmp_path / "runs/H100-80GB/qwen3-0.6b-mbs1-gc/job.json").read_text())
+    assert spec["spec"]["gpu"] == "H100-80GB"
+    runs = h200
     assert len(runs) == 8
     assert {r["parameter_count"] for r in runs} == {596_049_920, 1_720_574_976}
     for r in runs:
-        job = json.loads((tmp_path / "runs" / r["name"] / "job.json").read_text())
+        job = json.loads((tmp_path / "runs/H200-141GB" / r["name"] / "job.json").read_text())
         spec = job["spec"]
         assert spec["model_path"] == f"@WORK@/models/{r['shape']}"
         assert spec["resolved_parallelism"]["micro_batch_size"] == r["micro_batch_size"]
@@ -102,7 +112,8 @@ def test_prepare_writes_launcher_records_and_expected_figures(tmp_path: Path) ->
     assert by["qwen3-1.7b-mbs4-gc"]["peak_bytes"] < by["qwen3-1.7b-mbs4-nogc"]["peak_bytes"]
     assert by["qwen3-1.7b-mbs1-gc"]["peak_bytes"] < by["qwen3-1.7b-mbs4-gc"]["peak_bytes"]
     filled = gpu_check.fill_paths(
-        json.loads((tmp_path / "runs/qwen3-0.6b-mbs1-gc/job.json").read_text()), Path("/w")
+        json.loads((tmp_path / "runs/H200-141GB/qwen3-0.6b-mbs1-gc/job.json").read_text()),
+        Path("/w"),
     )
     assert filled["spec"]["dataset"] == "/w/text-2048.jsonl"
 
@@ -111,6 +122,7 @@ def test_summary_sets_each_memory_figure_beside_the_planners_term() -> None:
     expected = {
         "name": "x", "shape": "tiny", "parameter_count": 10**6, "micro_batch_size": 1,
         "gradient_checkpointing": True, "gpu_count": 2, "peak_bytes": 1000,
+        "peak_parts": {"overhead": 2000},
         "device_peak_bytes": 3000, "tokens_per_s_per_gpu": 100.0,
         "model_flops_per_token": 10**9, "peak_tflops": 100.0, "mfu": 0.001,
     }  # fmt: skip
@@ -127,13 +139,15 @@ def test_summary_sets_each_memory_figure_beside_the_planners_term() -> None:
     assert (row["measured_peak_bytes"], row["peak_ratio"]) == (1500, 1.5)
     assert (row["measured_reserved_bytes"], row["reserved_ratio"]) == (1800, 1.8)
     assert (row["measured_device_bytes"], row["device_ratio"]) == (3300, 1.1)
+    # The device beyond the allocator's reserve against the plan's overhead term.
+    assert (row["measured_overhead_bytes"], row["overhead_ratio"]) == (1500, 0.75)
     assert row["tokens_ratio"] == pytest.approx(1.2)
     assert row["measured_mfu"] == pytest.approx(120 * 1e9 / 100e12)
     # Without job.json's measurements (CPU; a run that ended early): the metric lines' peak.
     cpu = gpu_check_report.summarize(expected, {"status": "failed", "metrics": metrics})
     assert cpu["measured_peak_bytes"] == 1500 and cpu["measured_device_bytes"] is None
     skipped = gpu_check_report.summarize(expected, None)
-    assert skipped["status"].startswith("skipped")
+    assert skipped["status"].startswith("not run: not enough of the time budget")
     plan = {"gpu": "H200-141GB", "gpu_count": 2, "device": "cuda", "seq": 8, "steps": 6,
             "runs": [expected, {**expected, "name": "y", "covers": ["moe"]}]}  # fmt: skip
     table = gpu_check_report.render(plan, [row])
@@ -146,19 +160,22 @@ def test_summary_sets_each_memory_figure_beside_the_planners_term() -> None:
 
 def test_preparation_covers_every_feature(tmp_path: Path) -> None:
     wheel = tmp_path / "bitsandbytes-0.0-py3-none-any.whl"
-    wheel.write_bytes(b"PK")  # copied as it is: the GPU machine unpacks it
-    summary = gpu_check_prepare.prepare(
+    with zipfile.ZipFile(wheel, "w") as zf:  # the GPU machine unpacks it with zipfile
+        zf.writestr("bitsandbytes/__init__.py", "")
+    index = gpu_check_prepare.prepare(
         tmp_path / "prep", shapes=["qwen3-1.7b"], mbs_list=[4], gc_list=[True], seq=2048,
-        steps=12, gpu="H200-141GB", gpu_count=1, device="cuda",
+        steps=12, gpus=["H200-141GB"], gpu_count=1, device="cuda",
         features=[f.name for f in gpu_check_features.FEATURES], wheels=[wheel],
     )  # fmt: skip
+    summary = index["plans"]["H200-141GB"]
     assert set(summary["coverage"]) == set(gpu_check_features.COVERAGE)
     assert summary["wheels"] == [wheel.name] and (tmp_path / "prep/wheels" / wheel.name).is_file()
     by = {r["name"]: r for r in summary["runs"]}
     assert {r["kind"] for r in summary["runs"]} == {"feature", "performance"}
 
     def spec(name: str) -> dict:
-        return json.loads((tmp_path / "prep/runs" / name / "job.json").read_text())["spec"]
+        path = tmp_path / "prep/runs/H200-141GB" / name / "job.json"
+        return json.loads(path.read_text())["spec"]
 
     # Layouts the planner refuses on one GPU run as written, with the planner's terms at dp=1.
     for name, stage, offload in (("stage3-1rank", 3, False), ("cpu-offload", 3, True)):
@@ -200,7 +217,7 @@ def test_datasets_and_logs_for_the_gpu_machine(tmp_path: Path) -> None:
     (job / "failures").mkdir(parents=True)
     (job / "failures" / "rank-1.json").write_text("{}")
     (job / "torchrun.log").write_bytes(b"x" * (gpu_check_files.LOG_CAP + 10))
-    copied = gpu_check_files.bring_back(job, tmp_path / "out", "r")
+    copied = gpu_check_files.bring_back(job, tmp_path / "back", "r")
     assert sorted(copied) == ["runs/r/failures/rank-1.json", "runs/r/torchrun.log"]
-    kept = (tmp_path / "out/runs/r/torchrun.log").read_bytes()
+    kept = (tmp_path / "back/runs/r/torchrun.log").read_bytes()
     assert kept.startswith(b"[... 10 bytes cut ...]") and kept.endswith(b"x" * 100)

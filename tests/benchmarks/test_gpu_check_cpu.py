@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import sys
+import tarfile
 import time
 import zipfile
 from pathlib import Path
@@ -61,7 +62,27 @@ def cpu_check(tmp_path_factory: pytest.TempPathFactory) -> dict:
 def test_cpu_mode_trains_and_compares_with_the_plan(cpu_check: dict) -> None:
     root = cpu_check["root"]
     assert cpu_check["rc"] == 0
-    (row,) = json.loads((root / "out" / "gpu_check.json").read_text())
+    result = json.loads((root / "out" / "gpu_check.json").read_text())
+    (row,) = result["runs"]
+    assert (result["device"], result["planned_for"]) == ("cpu", "L4-24GB")
+    assert result["verdict"]["line"] == "gpu_check: 1 passed, 0 not judged, 0 failed: exit 0"
+    # The attention-kernel probe (gpu_check_kernels.py) ran the tiny model's step: on CPU,
+    # SDPA's own flash kernel, forward and backward.
+    ops = result["kernels"]["tiny"]
+    assert {
+        "aten::_scaled_dot_product_flash_attention_for_cpu",
+        "aten::_scaled_dot_product_flash_attention_for_cpu_backward",
+    } <= set(ops), ops
+    assert "attention kernels: tiny: flash" in (root / "out" / "gpu_check.log").read_text()
+    # $OUT as a lent GPU machine gives it back: four files, every run's logs in one archive.
+    assert sorted(p.name for p in (root / "out").iterdir()) == [
+        "gpu_check.json",
+        "gpu_check.log",
+        "gpu_check.md",
+        "gpu_check_runs.tar.gz",
+    ]
+    with tarfile.open(root / "out" / "gpu_check_runs.tar.gz") as tar:
+        assert "runs/tiny-mbs1-nogc/log.txt" in tar.getnames()
     assert row["status"] == "succeeded" and row["steps_done"] == 5 and row["left_running"] == []
     # The trainer's measured states against the plan (AdamW's step scalars aside).
     assert abs(row["states_measured"]["total"] / row["states_bytes"] - 1) < 0.001
@@ -80,7 +101,7 @@ def test_overrunning_runs_are_ended_whole_and_the_next_still_runs(cpu_check: dic
     rc = gpu_check.main([str(root / "prep-long"), "--out", str(out), "--work", str(root / "work"),
                          "--budget-s", "60", "--floor-s", "3", "--cap-s", "3"])  # fmt: skip
     assert rc == 1
-    rows = json.loads((out / "gpu_check.json").read_text())
+    rows = json.loads((out / "gpu_check.json").read_text())["runs"]
     assert [r["status"] for r in rows] == ["timeout", "timeout"]  # the second run still ran
     for r in rows:
         assert r["timeout_s"] == 3.0 and r["left_running"] == []
@@ -145,7 +166,7 @@ def test_cpu_mode_feature_run_fails_once_then_resumes(cpu_check: dict) -> None:
     assert gpu_check.main(args) == 0
     out = root / "out-feat"
     rc = gpu_check.main([str(root / "prep-feat"), "--out", str(out), "--work", str(root / "work")])
-    (row,) = json.loads((out / "gpu_check.json").read_text())
+    (row,) = json.loads((out / "gpu_check.json").read_text())["runs"]
     assert rc == 0 and row["status"] == "succeeded", row
     assert row["first_attempt"]["status"] == "failed"
     assert [a["resumed_from_step"] for a in row["attempts"]] == [None, 3]
@@ -156,5 +177,7 @@ def test_cpu_mode_feature_run_fails_once_then_resumes(cpu_check: dict) -> None:
         "runs/lora-dpo-selective-resume/torchrun.log",
         "runs/lora-dpo-selective-resume/attempts/1/failures/rank-0.json",
     } <= kept, kept
-    log = (out / "runs/lora-dpo-selective-resume/log.txt").read_text()
-    assert "resume: from checkpoint step-3" in log
+    with tarfile.open(out / "gpu_check_runs.tar.gz") as tar:
+        assert set(row["files"]) <= set(tar.getnames())
+        log = tar.extractfile("runs/lora-dpo-selective-resume/log.txt")
+        assert log is not None and b"resume: from checkpoint step-3" in log.read()

@@ -1,8 +1,8 @@
-"""docs/trainer.md's GPU-check table is what `python benchmarks/gpu_check.py DIR --prepare`
-plans now: every prepared run is listed with the plan's allocated and device peaks, tokens/s
-and MFU (the figures a GPU run is set beside). A planner change that moves them must move
-the doc too (it had drifted once: the LoRA runs' adapters changed and the table kept the old
-peaks)."""
+"""docs/trainer.md's GPU-check tables are what `python benchmarks/gpu_check.py --prepare`
+plans now, one per GPU a device machine may be: every prepared run is listed with the plan's
+allocated and device peaks, tokens/s and MFU (the figures a GPU run is set beside). A
+planner change that moves them must move the doc too (it had drifted once: the LoRA runs'
+adapters changed and the table kept the old peaks)."""
 
 from __future__ import annotations
 
@@ -30,12 +30,16 @@ def _rows(lines: list[str], header: str) -> dict[str, dict[str, str]]:
     return out
 
 
-def test_the_docs_table_is_the_default_preparation(tmp_path: Path) -> None:
-    assert gpu_check.main([str(tmp_path / "prep"), "--prepare"]) == 0
-    plan = json.loads((tmp_path / "prep" / "plan.json").read_text())
-    prepared = _rows(gpu_check_report.render(plan, []).splitlines(), "| run | covers | status")
-    documented = _rows(DOC.read_text().splitlines(), "| run | covers | alloc plan GB")
-    assert set(documented) == set(prepared), "python benchmarks/gpu_check.py DIR --prepare"
-    for name, row in prepared.items():
-        for column in KEPT:
-            assert documented[name][column] == row[column], (name, column, row[column])
+def test_the_docs_tables_are_the_default_preparation(tmp_path: Path) -> None:
+    assert gpu_check.main([str(tmp_path / "prep"), "--prepare", "--no-fetch"]) == 0
+    index = json.loads((tmp_path / "prep" / "plan.json").read_text())
+    assert index["gpus"] == ["H100-80GB", "H200-141GB"]
+    for gpu in index["gpus"]:
+        table = gpu_check_report.render(index["plans"][gpu], []).splitlines()
+        prepared = _rows(table, "| run | covers | status")
+        documented = _rows(DOC.read_text().splitlines(), f"| run ({gpu}) | covers | alloc plan")
+        assert set(documented) == set(prepared), "python benchmarks/gpu_check.py --prepare"
+        for name, row in prepared.items():
+            for column in KEPT:
+                got = documented[name][column]
+                assert got == row[column], (gpu, name, column, row[column])

@@ -121,6 +121,9 @@ def test_the_old_cancelled_job_resumes_cancels_and_resumes_to_the_end(home: Path
 
     out = cli("resume", job_id)
     assert out.returncode == 0, out.stderr
+    assert out.stdout == f"job {job_id} resumed: attempt 2\n"
+    assert out.stderr.startswith(f"job {job_id} attempt 2 started detached; it runs on without")
+    assert f"  follow it:  veri-tui logs {job_id} -f\n" in out.stderr
     log = job_dir / "log.txt"
     line = f"resume: attempt 2 from step-{step} (verified)"
     wait_for(lambda: line in log.read_text(), 120, line)

@@ -81,6 +81,9 @@ def test_column_mapping_and_its_errors(tmp_path: Path, hub: Path) -> None:
     table = {"path": str(path), "columns": {"prompt": "q", "completion": "answer"}}
     with pytest.raises(Exception, match=r"qa.parquet row 1: no column 'answer' \(the row has"):
         rows_of(table)
+    with pytest.raises(Exception, match=r"row 1: no column 'ids' \(the row has: a, id, q\); did "
+                       r"you mean 'id'\?"):  # fmt: skip
+        rows_of(f"{path},prompt=ids,completion=a")
     with pytest.raises(ValueError, match="columns: 'question' is not a row key"):
         parse_source({"path": "x", "columns": {"question": "q"}})
     with pytest.raises(ValueError, match=r"\[1\]: weight: must be a number above 0"):
@@ -147,7 +150,8 @@ def test_launch_refuses_a_bad_row_by_file_and_line_before_anything(
     assert main(["launch", "--dataset", str(bad), "--gpu-count", "2"]) == 2
     err = capsys.readouterr().err.splitlines()
     assert err == [f"error: dataset: {bad} line 5: an sft_text row needs `text`, `messages` "
-                   "or `prompt`+`completion`"]  # fmt: skip
+                   "or `prompt`+`completion`; the row has `txt`; `txt` looks like `text` "
+                   "misspelt"]  # fmt: skip
     assert not (home / "jobs").exists()  # nothing created, nothing started
     from veri_tui.launch import jobs
 
@@ -180,7 +184,7 @@ def test_a_folder_that_is_no_dataset_is_one_line_without_walking_it_all(
 
 def test_the_eval_forward_is_in_the_planned_peak() -> None:
     from veri_tui.plan import plan
-    from veri_tui.plan.activations import loss_chunk_bytes
+    from veri_tui.plan.losses import loss_chunk_bytes
 
     assert plan().to_dict()["activations"]["peak"]["eval_bytes"] is None  # no eval rows
     rec = plan(eval_fraction=0.1, micro_batch_size=2, max_seq_length=64).to_dict()
@@ -200,3 +204,66 @@ def test_the_eval_forward_is_in_the_planned_peak() -> None:
     top = peak_parts(big, est, get_gpu(rec["gpu"]["name"]), evaluating=True)
     assert top["moment"] == "eval" and top["allocated_bytes"] == top["eval_bytes"]
     assert not peak_parts(big, est, get_gpu(rec["gpu"]["name"]))["eval_bytes"]
+
+
+def _refusal(capsys, *argv: str) -> str:
+    """The one error line of a refused `launch` (nothing created)."""
+    assert main(["launch", *argv]) == 2
+    [line] = capsys.readouterr().err.splitlines()
+    return line
+
+
+def test_a_row_without_the_keys_names_its_columns_and_the_mapping_that_reads_them(
+    home: Path, tmp_path: Path, capsys
+) -> None:
+    qa = write_jsonl(tmp_path / "qa.jsonl", [{"question": f"q{i}?", "answer": f" a{i}"}
+                                              for i in range(4)])  # fmt: skip
+    fix = f"{qa},prompt=question,completion=answer"
+    assert _refusal(capsys, "--dataset", str(qa)) == (
+        f"error: dataset: {qa} line 1: an sft_text row needs `text`, `messages` or "
+        f"`prompt`+`completion`; the row has `question`, `answer`; map the columns: "
+        f"--dataset {fix}"
+    )
+    # Half a mapping: the rest found; the line pasted back reads every row.
+    assert _refusal(capsys, "--dataset", f"{qa},prompt=question").endswith(
+        "line 1: no `completion` column (the row has `question`, `answer`); map the columns: "
+        f"--dataset {fix}"
+    )
+    assert rows_of(fix)[1] == {"prompt": "q1?", "completion": " a1"}
+    # A DPO source under other names, and one with no likely names: the form to fill in.
+    pairs = write_jsonl(tmp_path / "p.jsonl", [{"query": "q", "preferred": "y", "loser": "n"}])
+    assert _refusal(capsys, "--method", "dpo", "--dataset", str(pairs)).endswith(
+        f"map the columns: --dataset {pairs},prompt=query,chosen=preferred,rejected=loser"
+    )
+    odd = write_jsonl(tmp_path / "my data.jsonl", [{"a": "x", "b": "y"}])
+    assert _refusal(capsys, "--dataset", str(odd)).endswith(
+        f"the row has `a`, `b`; name the columns to read: --dataset '{odd},prompt=COLUMN,"
+        "completion=COLUMN' (docs/datasets.md)"
+    )
+    assert not (home / "jobs").exists()
+
+
+def test_a_missing_column_and_an_empty_cell_are_told_apart(
+    home: Path, tmp_path: Path, capsys
+) -> None:
+    rows = [{"prompt": f"p{i}", "completoin": f"c{i}"} for i in range(3)]
+    typo = write_csv(tmp_path / "typo.csv", rows)
+    line = _refusal(capsys, "--dataset", str(typo))
+    assert line == (
+        f"error: dataset: {typo} row 1: no `completion` column (the row has `prompt`, "
+        f"`completoin`; `completoin` looks like `completion` misspelt); map the columns: --dataset "
+        f"{typo},prompt=prompt,completion=completoin"
+    )
+    assert rows_of(line.rsplit(" ", 1)[1])[2] == {"prompt": "p2", "completion": "c2"}
+    empty = write_csv(tmp_path / "empty.csv", [{"prompt": "p", "completion": c}
+                                               for c in ("a", "b", "", "d")])  # fmt: skip
+    assert _refusal(capsys, "--dataset", str(empty)) == (
+        f"error: dataset: {empty} row 3: `completion` is empty (fill it in or drop the row)"
+    )
+    # A later row that lacks a key: that row is wrong, not the names (no mapping offered).
+    later = write_jsonl(tmp_path / "later.jsonl", [{"prompt": "p", "completion": "c"},
+                                                   {"prompt": "p", "answer": "c"}])  # fmt: skip
+    assert _refusal(capsys, "--dataset", str(later)) == (
+        f"error: dataset: {later} line 2: no `completion` column (the row has `prompt`, `answer`)"
+    )
+    assert not (home / "jobs").exists()

@@ -19,6 +19,8 @@ from launch_helpers import leftover_pids, wait_ended, wait_for
 from veri_tui.bundled import assets_dir
 from veri_tui.jobfolder.procs import pid_alive, read_pid
 from veri_tui.launch import jobs
+from veri_tui.launch.jobdata import BUNDLED_DATASETS
+from veri_tui.launch.metrics import log_row
 from veri_tui.plan import load_job_config, plan_job
 
 ASSETS = assets_dir()
@@ -87,7 +89,15 @@ def test_launch_wait_succeeds_and_logs_plan_then_metrics(home: Path) -> None:
     metrics = [json.loads(ln) for ln in log if ln.startswith('{"step"')]
     assert [(m["step"], m["total_steps"]) for m in metrics] == [(1, 3), (2, 3), (3, 3)]
     assert log.index(next(ln for ln in log if ln.startswith('{"step"'))) > len(header) - 1
-    assert followed == log  # --wait printed the rank-0 log, every line once
+    # --wait printed the rank-0 log, every line once, each metric line as the app's row.
+    rows = [
+        f"step {m['step']}/3  loss {m['loss']:.4g}  lr {m['learning_rate']:.1e}  "
+        f"grad {m['grad_norm']:.3g}  {m['tokens_per_s']:,.0f} tok/s  mem "
+        for m in metrics
+    ]
+    assert followed == [log_row(ln) for ln in log] and not any('{"step' in ln for ln in followed)
+    shown = [ln for ln in followed if ln.startswith("step ")]
+    assert [ln[: len(row)] for ln, row in zip(shown, rows, strict=True)] == rows
     # Set-up time (veri_tui/trainer/runstats.py SetupClock): one rank-0 line, the same figures in
     # job.json.
     setup = measured["setup_s"]
@@ -101,8 +111,9 @@ def test_launch_wait_succeeds_and_logs_plan_then_metrics(home: Path) -> None:
         assert float(value) == pytest.approx(setup[name.replace(" ", "_")], abs=0.051)
     assert (Path(rec["spec"]["output_dir"]) / "config.json").is_file()
     # The other commands read the same folder from a fresh process.
-    assert cli("logs", job_id).stdout.splitlines() == log
-    assert cli("logs", job_id, "-f").stdout.splitlines() == log
+    assert cli("logs", job_id).stdout.splitlines() == followed
+    assert cli("logs", job_id, "-f").stdout.splitlines() == followed
+    assert cli("logs", job_id, "--json").stdout.splitlines() == log  # as the trainer wrote it
     listed = json.loads(cli("jobs", "--json").stdout)
     assert [(r["job_id"], r["status"]) for r in listed] == [(job_id, "succeeded")]
     assert "already ended: succeeded" in cli("cancel", job_id).stdout
@@ -142,7 +153,13 @@ def test_a_data_error_in_a_run_is_one_line_naming_file_and_line(home: Path, tmp_
 def test_missing_model_file_is_model_load_error(home: Path, tmp_path: Path) -> None:
     model = tmp_path / "model"
     shutil.copytree(TINY, model)
-    job = load_job_config(None, model=str(model), gpu_count=2, sets=["max_steps=2"])
+    job = load_job_config(
+        None,
+        model=str(model),
+        gpu_count=2,
+        sets=["max_steps=2"],
+        dataset=str(BUNDLED_DATASETS["sft_text"]),
+    )
     record = plan_job(job)  # planned from the headers while the weights were there
     (model / "model.safetensors").unlink()
     job_id = jobs.launch(job, record, wait=True)
@@ -192,7 +209,13 @@ def test_detached_job_survives_its_launcher_and_sighup(home: Path) -> None:
 
 def _running_job(home: Path) -> tuple[str, Path, list[int]]:
     out = cli("launch", "--gpu-count", "2", "--set", "max_steps=100000")
-    job_id = out.stdout.strip()
+    job_id = out.stdout.strip()  # stdout is the id alone; stderr says how to go on
+    assert out.stderr.splitlines() == [
+        f"job {job_id} started detached; it runs on without this terminal:",
+        f"  follow it:  veri-tui logs {job_id} -f",
+        f"  cancel it:  veri-tui cancel {job_id}",
+        f"  see it:     veri-tui jobs {job_id}   (or all jobs: veri-tui jobs; the app: veri-tui)",
+    ]
     job_dir = home / "jobs" / job_id
     wait_for(
         lambda: (

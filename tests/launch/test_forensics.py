@@ -220,7 +220,7 @@ def test_a_sigabrt_from_nccls_watchdog_is_comm_error_with_its_text(tmp_path: Pat
     # NCCL's own dump on timeout (TORCH_NCCL_DUMP_ON_TIMEOUT) names who never entered #57.
     (tmp_path / "forensics").mkdir()
     nccl = {"profiling_name": "nccl:all_reduce", "state": "started"}
-    dump = fr(entry(56, True, state="completed"), entry(57, False, **nccl))
+    dump = fr(entry(56, True, **{**nccl, "state": "completed"}), entry(57, False, **nccl))
     (tmp_path / "forensics" / "nccl-trace-rank-0").write_bytes(pickle.dumps(dump))
     err = ncclabort.with_dumps(tmp_path, err, [0, 1])
     assert err["summary"].endswith(
@@ -255,3 +255,62 @@ def test_an_answer_keeps_what_is_in_flight_and_the_newest_of_each_group() -> Non
     assert [(e["collective_seq_id"], e["process_group"][0]) for e in kept] == [
         (1, "0"), (37, "0"), (38, "0"), (39, "0"), (5, "3"),
     ]  # fmt: skip
+
+
+class TwoRings:
+    """torch's `_distributed_c10d` on a CUDA build, as the rank's thread calls it: NCCL's
+    ring (`_dump_nccl_trace`, CUDA builds only) and gloo's (`_dump_fr_trace`) dumped apart."""
+
+    def __init__(self, nccl: dict | Exception, gloo: dict) -> None:
+        self.nccl, self.gloo = nccl, gloo
+
+    def _dump_nccl_trace(self, includeStackTraces: bool = True) -> bytes:  # noqa: N803
+        if isinstance(self.nccl, Exception):
+            raise self.nccl
+        return pickle.dumps(self.nccl)
+
+    def _dump_fr_trace(self, includeStackTraces: bool = True) -> bytes:  # noqa: N803
+        return pickle.dumps(self.gloo)
+
+
+NCCL = {"profiling_name": "nccl:all_reduce", "state": "completed"}
+
+
+def test_a_cuda_rank_answers_with_nccls_ring_merged_with_gloos() -> None:
+    """A CUDA job records into NCCL's ring, which `_dump_fr_trace` (gloo's) never held: the
+    answer used to read gloo's alone, and an NCCL hang showed no collective."""
+    from veri_tui.trainer.forensics import flight_recorder
+
+    nccl = fr(entry(9, True, **NCCL), entry(10, False, **{**NCCL, "state": "started"}))
+    got, why = flight_recorder(TwoRings(nccl, fr()))
+    assert why == "" and got is not None and got["dumps"] == ["_dump_nccl_trace", "_dump_fr_trace"]
+    assert [(e["profiling_name"], e["collective_seq_id"]) for e in got["entries"]] == [
+        ("nccl:all_reduce", 9), ("nccl:all_reduce", 10)]  # fmt: skip
+    # An offload job (`cuda:nccl,cpu:gloo`): both rings, in the order created.
+    gloo = fr(entry(2, False, time_created_ns=1_009))
+    got, _ = flight_recorder(TwoRings(nccl, gloo))
+    assert got is not None
+    assert [e["profiling_name"] for e in got["entries"]] == [
+        "nccl:all_reduce", "gloo:all_reduce", "nccl:all_reduce"]  # fmt: skip
+    # A ring whose dump fails is named; the other's entries still come.
+    got, why = flight_recorder(TwoRings(RuntimeError("NCCL is gone"), gloo))
+    assert got is not None and len(got["entries"]) == 1
+    assert why == "_dump_nccl_trace: RuntimeError: NCCL is gone"
+
+
+def test_an_offload_hang_is_followed_per_backend() -> None:
+    """The offload group numbers its NCCL and its gloo collectives apart: rank 1 passed NCCL's
+    #10 but never entered gloo's #3 (the host-side grad-norm all-reduce), which rank 0 waits
+    in. Read as one sequence (the old reading), rank 1's #10 hid that it never entered #3."""
+    rank0 = [entry(10, True, **NCCL), entry(2, True), entry(3, False, time_created_ns=2_000)]
+    rank1 = [entry(10, True, **NCCL), entry(2, True)]
+    answers = Answers({0: answer(0, IN_ALL_REDUCE, *rank0), 1: answer(1, TRAINER_STACK, *rank1)},
+                      {})  # fmt: skip
+    found = explain(answers, [0, 1])
+    assert found.blamed == [1]
+    assert found.headline.startswith(
+        "rank 1 never entered all_reduce (gloo) #3 of the default group, which rank 0 waits in"
+    )
+    assert "  rank 1: never entered it (newest in the group: all_reduce #2, completed)" in (
+        found.lines
+    )

@@ -16,9 +16,12 @@ from launch_helpers import cli
 from support.synthetic import LLAMA_3_1_70B, write_checkpoint
 
 from veri_tui.launch import jobs
+from veri_tui.launch.jobdata import BUNDLED_DATASETS
 from veri_tui.launch.memcheck import local_available, mem_available
 from veri_tui.plan import load_job_config, plan_job
 from veri_tui.plan.memory import gb
+
+SAMPLE = str(BUNDLED_DATASETS["sft_text"])  # a model of your own needs a dataset (issue 35)
 
 pytestmark = pytest.mark.timeout(180)
 OFFLOAD = ["--set", "cpu_offload=true"]
@@ -44,7 +47,7 @@ def test_meminfo_is_read_from_this_machine() -> None:
 def test_a_job_above_this_machines_memory_is_refused_before_anything_starts(
     home: Path, big_model: Path
 ) -> None:
-    args = ["--model", str(big_model), "--gpu-count", "2", *OFFLOAD]
+    args = ["--model", str(big_model), "--dataset", SAMPLE, "--gpu-count", "2", *OFFLOAD]
     planned = cli("plan", *args, "--json")
     assert planned.returncode == 0, planned.stderr
     need = json.loads(planned.stdout)["host_bytes_per_node"]
@@ -67,8 +70,9 @@ def test_a_job_above_this_machines_memory_is_refused_before_anything_starts(
 
 
 def test_preflight_rows_show_host_memory(home: Path, big_model: Path) -> None:
-    refused = jobs.preflight(load_job_config(None, model=str(big_model), gpu_count=2,
-                                             sets=["cpu_offload=true"]))  # fmt: skip
+    job = load_job_config(None, model=str(big_model), dataset=SAMPLE, gpu_count=2,
+                          sets=["cpu_offload=true"])  # fmt: skip
+    refused = jobs.preflight(job)
     bad = [r for r in refused if r[0] == "host_memory"]
     assert len(bad) == 1 and bad[0][1] is False
     assert "available on this machine; use fewer ranks per node" in bad[0][2]

@@ -14,6 +14,8 @@ from veri_tui.launch import jobs
 from veri_tui.launch.jobdata import BUNDLED_DATASETS
 from veri_tui.plan import load_job_config, plan_job
 
+SAMPLE = str(BUNDLED_DATASETS["sft_text"])  # a model of your own needs a dataset (issue 35)
+
 ASSETS = assets_dir()
 
 
@@ -21,7 +23,10 @@ def test_a_good_job_passes_every_check(home: Path, tmp_path: Path) -> None:
     job = load_job_config(None, gpu_count=2, output=str(tmp_path / "out"))
     plan = plan_job(job)
     rows = jobs.preflight(job, plan)
-    disk, memory = rows.pop(4), rows.pop(4)  # what is free changes from run to run
+    disk, memory = rows.pop(6), rows.pop(6)  # what is free changes from run to run
+    tokenizer = rows.pop(4)  # the class transformers picks (TokenizersBackend in 5.x)
+    assert tokenizer[:2] == ("tokenizer", True)
+    assert tokenizer[2].endswith(f" from {ASSETS / 'tiny-model'}")
     assert disk[:2] == ("disk", True) and disk[2].endswith(f"({plan.disk.parts()})")
     assert memory[:2] == ("host_memory", True) and memory[2].startswith("no offloaded states")
     assert rows == [
@@ -29,6 +34,7 @@ def test_a_good_job_passes_every_check(home: Path, tmp_path: Path) -> None:
         ("model", True, str(ASSETS / "tiny-model")),
         ("dataset", True, str(BUNDLED_DATASETS["sft_text"])),
         ("output", True, str(tmp_path / "out")),
+        ("rows", True, "64 rows, each with tokens to train on within 2048 tokens"),
         ("torch", True, "installed"),
     ]
     assert importlib.util.find_spec("torch") is not None  # what the torch row says
@@ -53,13 +59,13 @@ def test_every_refusal_is_a_row(home: Path, tmp_path: Path) -> None:
         ("output", f"{out} already exists and is not empty"),
     ]
     assert [name for name, ok, _ in rows if ok] == ["torch"]
-    missing = load_job_config(None, model=str(tmp_path / "no-model"))
+    missing = load_job_config(None, model=str(tmp_path / "no-model"), dataset=SAMPLE)
     [(name, ok, detail)] = [r for r in jobs.preflight(missing, None) if not r[1]]
     assert name == "model" and detail.startswith(str(tmp_path / "no-model"))
 
 
 def test_launch_without_a_plan_plans_here_first(home: Path, tmp_path: Path) -> None:
-    job = load_job_config(None, model=str(tmp_path / "no-model"))
+    job = load_job_config(None, model=str(tmp_path / "no-model"), dataset=SAMPLE)
     with pytest.raises(VeriError) as exc:
         jobs.launch(job, None)
     assert [e.key for e in exc.value.errors] == ["model"]

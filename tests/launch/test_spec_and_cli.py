@@ -72,7 +72,7 @@ def test_remote_record_is_the_local_layout_with_the_host_paths(tmp_path: Path) -
 
 
 def test_model_known_only_from_hub_metadata_is_refused(tmp_path: Path) -> None:
-    job = load_job_config(None, gpu_count=1)
+    job = load_job_config(None, gpu_count=1, dataset=str(BUNDLED_DATASETS["sft_text"]))
     plan = plan_job(job)
     hub_only = SimpleNamespace(to_dict=lambda: dict(plan.to_dict(), model={"path": None}))
     with pytest.raises(VeriError) as exc:
@@ -99,10 +99,28 @@ def test_launch_refuses_every_problem_at_once_and_starts_nothing(home, tmp_path,
 
 
 def test_launch_refuses_a_missing_model_path(home: Path, tmp_path: Path, capsys) -> None:
-    assert main(["launch", "--model", str(tmp_path / "no-model"), "--gpu-count", "2"]) == 2
+    data = str(BUNDLED_DATASETS["sft_text"])
+    argv = ["launch", "--model", str(tmp_path / "no-model"), "--dataset", data, "--gpu-count", "2"]
+    assert main(argv) == 2
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 1 and err[0].startswith(f"error: model: {tmp_path / 'no-model'}")
     assert not (home / "jobs").exists()
+
+
+def test_launch_without_a_dataset_is_refused_for_your_model(home, tmp_path, capsys) -> None:
+    # Issue 35: a model of your own would train on the bundled 64-row toy sample and "succeed".
+    import shutil
+
+    mine = shutil.copytree(ASSETS / "tiny-model", tmp_path / "my-model")
+    assert main(["launch", "--model", str(mine)]) == 2
+    [line] = capsys.readouterr().err.splitlines()
+    assert line.startswith("error: dataset: no dataset given: pass --dataset FILE (JSONL, ")
+    assert not (home / "jobs").exists()
+    # The bundled models keep their sample: nothing refused for them (a dry run of the paths).
+    for model in (None, str(ASSETS / "tiny-model"), str(ASSETS / "tiny-moe")):
+        job = load_job_config(None, model=model)
+        record = build_record(job, plan_job(job), "x", tmp_path / "job")
+        assert record["spec"]["dataset"] == str(BUNDLED_DATASETS["sft_text"])
 
 
 @pytest.mark.parametrize("argv", [["logs", "nope"], ["logs", "nope", "-f"], ["cancel", "nope"]])
@@ -119,7 +137,9 @@ def test_jobs_logs_and_cancel_read_the_folder(home: Path, capsys) -> None:
     rec["spec"].update(method="sft_text", gpu="L4-24GB", model="/m/tiny-model/")
     rec["error"] = {"code": "CUDA_OOM", "summary": "rank 1/2 (node 0, local_rank 1) failed: X"}
     (job_dir / "job.json").write_text(json.dumps(rec))
-    (job_dir / "log.txt").write_bytes(b'plan: dp=2\n{"step": 1}\nlast, no newline')
+    metric = '{"step": 1, "total_steps": 2, "loss": 2.5, "learning_rate": 9.96057350657239e-05}'
+    raw = f'plan: dp=2\n{{"step": 1}}\n{metric}\nlast, no newline'
+    (job_dir / "log.txt").write_text(raw)
     assert main(["jobs"]) == 0
     table = capsys.readouterr().out.splitlines()
     assert table[0].split() == ["JOB", "STATUS", "HOST", "METHOD", "GPUS", "MODEL", "ERROR"]
@@ -135,10 +155,16 @@ def test_jobs_logs_and_cancel_read_the_folder(home: Path, capsys) -> None:
     ]
     assert main(["jobs", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)[0]["error"]["code"] == "CUDA_OOM"
+    # The metric line as the app's row (no loss: not a metric line); --json keeps it raw.
+    rows = ["plan: dp=2", '{"step": 1}', "step 1/2  loss 2.5  lr 1.0e-04", "last, no newline"]
     assert main(["logs", "20261129-000001-aaaa"]) == 0
-    assert capsys.readouterr().out == 'plan: dp=2\n{"step": 1}\nlast, no newline'
+    assert capsys.readouterr().out == "\n".join(rows)
     assert main(["logs", "20261129-000001-aaaa", "-f"]) == 0  # ended: prints all, returns
-    assert capsys.readouterr().out.splitlines() == ["plan: dp=2", '{"step": 1}', "last, no newline"]
+    assert capsys.readouterr().out.splitlines() == rows
+    assert main(["logs", "20261129-000001-aaaa", "--json"]) == 0
+    assert capsys.readouterr().out == raw
+    assert main(["logs", "20261129-000001-aaaa", "-f", "--json"]) == 0
+    assert capsys.readouterr().out.splitlines() == raw.splitlines()
     assert main(["cancel", "20261129-000001-aaaa"]) == 0
     assert "had already ended: failed" in capsys.readouterr().out
 

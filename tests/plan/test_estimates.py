@@ -10,7 +10,7 @@ import pytest
 
 from veri_tui.errors import VeriError
 from veri_tui.plan import get_gpu, job_from_fields, plan, throughput_sweep
-from veri_tui.plan.activations import LOSS_KEPT_PER_TOKEN
+from veri_tui.plan.losses import LOSS_KEPT_PER_TOKEN
 from veri_tui.plan.memory import estimate_states
 from veri_tui.plan.model_info import ModelInfo
 from veri_tui.plan.peak import estimate_peak

@@ -5,7 +5,7 @@ its checkpointing mode, LoRA on its targets, fp32 weights under autocast at stag
 chunked loss, backward) and counts storages (tests/support/saved_bytes.py): `kept`, what is
 alive once the loss is computed (what every layer keeps, the root's, the logits, the
 batch), and `peak`, the most alive after any op of forward and backward. The plan
-(veri_tui/plan/activation_peak.py) must give both: within 0.5%; the peak of a checkpointed
+(veri_tui/plan/activations.py) must give both: within 0.5%; the peak of a checkpointed
 layer's backward under autocast (fp32 weights at stage 0: peft's and autocast's casts around
 each adapter and the recast weights, counted as whole buffers) within 3.5%, and 5% for a
 mixture of experts, whose grouped experts then run their backward in fp32 (the plan counts
@@ -27,8 +27,8 @@ from support.saved_bytes import build_model, measure_loss, measure_step, saved_b
 from support.synthetic import write_checkpoint
 
 from veri_tui.plan import read_model_info
-from veri_tui.plan.activation_peak import LOSS_KEPT_PER_TOKEN, LOSSES, activation_terms
-from veri_tui.plan.activations import Layout, layer_saved, loss_chunk_bytes
+from veri_tui.plan.activations import ActivationModel
+from veri_tui.plan.losses import LOSS_KEPT_PER_TOKEN, LOSSES, loss_chunk_bytes
 from veri_tui.plan.model_info import ModelInfo
 
 REPO = Path(__file__).resolve().parents[2]
@@ -94,7 +94,7 @@ def test_plan_counts_what_the_model_keeps(
     _grouped_experts(arch)
     config, info = archs[arch]
     measured = measure_step(config, mode=mode, tokens=tokens, lora_rank=lora, autocast=autocast)
-    plan = activation_terms(info, mode=mode, tokens=tokens, lora_rank=lora, autocast=autocast)
+    plan = ActivationModel.of(info, mode, lora_rank=lora, autocast=autocast).terms(tokens)
     assert abs(_ratio(plan.kept, measured["kept"])) <= 0.005, (plan, measured)
     loose = autocast and plan.phase == "layer"
     tolerance = (0.05 if info.moe_layer_count else 0.035) if loose else 0.005
@@ -112,10 +112,10 @@ def test_without_checkpointing_autograd_packs_the_planned_layers(
     ids = torch.randint(0, config["vocab_size"], (1, 64))
     mask = torch.ones_like(ids)  # as the trainer passes it (a full-length sample)
     saved = saved_by_autograd(model, layers, lambda: model(input_ids=ids, attention_mask=mask))
-    lay = Layout.of(info)
+    kinds = {kind.moe: kind for kind in ActivationModel.of(info, "none").kinds}
     for i in range(1, len(layers)):  # layer 0 also keeps the shared rotary tables
         moe = arch == "tiny-moe" and i not in config["mlp_only_layers"]
-        want = layer_saved(lay, lora_rank=0, autocast=False, moe=moe)
+        want = kinds[moe].saved
         got = saved[f"layer{i}"] / 64
         # The MoE block's fp32 top-k weights and their sum, 12 of 1,100 bytes, are left out
         # of its terms (tests/trainer/test_moe_training.py).

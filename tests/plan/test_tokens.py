@@ -107,7 +107,7 @@ def test_cache_hit_plans_without_importing_tokenizers(tmp_path: Path) -> None:
 
 def test_bad_rows_name_file_and_line(tmp_path: Path) -> None:
     cases = [
-        ('{"text": ""}', "line 1: `text` must be a non-empty string"),
+        ('{"text": ""}', "line 1: `text` is empty"),
         ('{"messages": [{"role": "user", "content": "hi"}]}', "no assistant turn"),
         ('{"other": 1}', "needs `text`, `messages` or `prompt`+`completion`"),
         ("[1, 2]", "a row must be a JSON object"),
@@ -117,7 +117,7 @@ def test_bad_rows_name_file_and_line(tmp_path: Path) -> None:
         path.write_text(row + "\n")
         with pytest.raises(DataError, match=problem.replace("+", r"\+").replace("[", r"\[")):
             count_tokens(path, TINY, "sft_text")
-    with pytest.raises(DataError, match="`chosen` must be a non-empty string"):
+    with pytest.raises(DataError, match="line 1: no `chosen` column"):
         path = tmp_path / "dpo.jsonl"
         path.write_text('{"prompt": "p", "rejected": "r"}\n')
         count_tokens(path, TINY, "dpo")

@@ -58,7 +58,7 @@ def test_a_job_through_an_ssh_login_node(
     )
     assert code == 0, err + out
     job_id = out.splitlines()[0]
-    assert '"step": 3' in out  # the log followed from here, to its end
+    assert "\nstep 3/3  loss " in out  # the log followed from here, to its end (rows)
     job_dir = ssh_home / "slurm" / "jobs" / job_id
     assert (job_dir / "pkg" / "veri_tui" / "jobfolder").is_dir() and (
         job_dir / "sbatch.sh"

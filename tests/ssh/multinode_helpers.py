@@ -27,6 +27,8 @@ def two_node_env(sshd, sshd2, tmp_path: Path, probe: bool = False) -> dict[str, 
     return env
 
 
-def losses(log: str) -> list[float]:
-    """The loss of every metric line in a rank-0 log."""
+def losses(job_dir: Path) -> list[float]:
+    """The loss of every metric line in a job folder's rank-0 log (the terminal shows them
+    rounded, as rows)."""
+    log = (job_dir / "log.txt").read_text()
     return [json.loads(ln)["loss"] for ln in log.splitlines() if ln.startswith('{"step"')]

@@ -29,13 +29,13 @@ def test_two_node_job_succeeds_and_trains_as_one_node(sshd, sshd2, tmp_path: Pat
               timeout=240)  # fmt: skip
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     job_id = out.stdout.splitlines()[0]
-    assert "nodes: 2 x 1 GPUs (veri-test, veri-test-2)" in out.stdout
+    assert "nodes: 2 x 1 GPU (veri-test, veri-test-2)" in out.stdout
     assert "dp=2" in out.stdout
-    two_nodes = losses(out.stdout)
-    assert len(two_nodes) == 4
     # Each node has its own folder; node 0 holds rank 0's log and the artifact.
     remote = tmp_path / "remote-veri" / "jobs"
     node0, node1 = remote / f"{job_id}-node0", remote / f"{job_id}-node1"
+    two_nodes = losses(node0)
+    assert len(two_nodes) == 4
     assert (node0 / "output" / "config.json").is_file()
     assert (node0 / "pids" / "rank-0").is_file() and (node1 / "pids" / "rank-1").is_file()
     # The launch probed the nodes first: the plan's network is the measured one, recorded.
@@ -51,7 +51,7 @@ def test_two_node_job_succeeds_and_trains_as_one_node(sshd, sshd2, tmp_path: Pat
     # The same job on one machine, two processes.
     local = cli("launch", "--gpu-count", "2", "--wait", *JOB, env=env, timeout=240)
     assert local.returncode == 0, local.stderr[-3000:]
-    one_node = losses(local.stdout)
+    one_node = losses(tmp_path / "local-veri" / "jobs" / local.stdout.splitlines()[0])
     assert one_node[0] == pytest.approx(two_nodes[0], abs=1e-4)
     assert one_node[-1] == pytest.approx(two_nodes[-1], rel=2e-3)
     print(f"final loss: 2 nodes {two_nodes[-1]:.6f}, 1 node x 2 {one_node[-1]:.6f}")

@@ -16,6 +16,7 @@ import pytest
 from ssh_helpers import cli, fake_gpu_pythons
 
 from veri_tui.launch import registry
+from veri_tui.launch.jobdata import BUNDLED_DATASETS
 from veri_tui.launch.jobs import list_jobs
 from veri_tui.plan import read_model_info
 from veri_tui.plan.sources import bundled_tiny_model
@@ -87,6 +88,7 @@ def test_launch_host_uses_a_model_and_output_only_the_host_has(ssh_env, tmp_path
     (local_home / name / "out" / "old.bin").write_bytes(b"x")
     env = dict(os.environ, HOME=str(local_home))
     job = ["--model", f"~/{name}/model", "--output", f"~/{name}/out", "--gpu-count", "1"]
+    job += ["--dataset", str(BUNDLED_DATASETS["sft_text"])]
     job += ["--set", "max_steps=1", "--set", "max_seq_length=32"]
     try:
         shutil.copytree(bundled_tiny_model(), remote_home / name / "model")
@@ -166,5 +168,5 @@ def test_two_unknown_hosts_are_trusted_in_one_rerun(sshd, sshd2, tmp_path: Path)
     assert rerun.count("--trust-host") == 2
     out = cli("plan", *job, *rerun, env=env)
     assert out.returncode == 0, out.stderr
-    assert f"nodes: 2 x 1 GPUs ({sshd.alias}, {sshd2.alias})" in out.stdout
+    assert f"nodes: 2 x 1 GPU ({sshd.alias}, {sshd2.alias})" in out.stdout
     assert len(kh.read_text().splitlines()) == 2  # both recorded

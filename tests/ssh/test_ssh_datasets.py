@@ -21,7 +21,7 @@ def test_a_bad_row_is_refused_before_any_upload(ssh_env, tmp_path: Path) -> None
     out = cli("launch", "--host", ssh_env.alias, "--dataset", str(bad), "--gpu-count", "1")
     assert out.returncode == 2
     assert out.stderr.splitlines() == [
-        f"error: dataset: {bad} line 4: `completion` must be a non-empty string"
+        f"error: dataset: {bad} line 4: no `completion` column (the row has `prompt`)"
     ]
     assert not (tmp_path / "remote-veri").exists()  # nothing was uploaded
 

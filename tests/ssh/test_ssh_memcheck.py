@@ -15,6 +15,7 @@ from support.synthetic import LLAMA_3_1_70B, write_checkpoint
 
 from veri_tui.errors import VeriError
 from veri_tui.launch import jobs
+from veri_tui.launch.jobdata import BUNDLED_DATASETS
 from veri_tui.launch.jobs import launch
 from veri_tui.launch.memcheck import local_available
 from veri_tui.launch.ssh.connection import Connection
@@ -41,7 +42,9 @@ def test_a_job_above_the_hosts_memory_is_refused(ssh_env, tmp_path: Path) -> Non
     # LoRA: the host's disk check wants room for a full fine-tune's copy of the model (141 GB
     # by its headers); the frozen base offloaded still needs about that much host memory.
     sets = ["cpu_offload=true", "lora_rank=8"]
-    job = load_job_config(None, model=str(model), gpu_count=2, sets=sets)
+    job = load_job_config(
+        None, model=str(model), gpu_count=2, sets=sets, dataset=str(BUNDLED_DATASETS["sft_text"])
+    )
     need = plan_job(job).host_bytes_per_node
     with pytest.raises(VeriError) as err:
         launch(job, None, host=ssh_env.alias)

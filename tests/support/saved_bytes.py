@@ -150,8 +150,8 @@ def measure_step(
 
 
 def _reference_loss(kind: str, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """The loss of `kind` as the code it stands for computes it (veri_tui/plan/
-    activation_peak.py LOSSES); `logits` (1, T, V) bf16."""
+    """The loss of `kind` as the code it stands for computes it (veri_tui/plan/losses.py
+    LOSSES); `logits` (1, T, V) bf16."""
     import torch.nn.functional as F
 
     from veri_tui.trainer.losses import token_logps

@@ -44,7 +44,13 @@ def cuda(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda d=None: "NVIDIA H200")
     props = types.SimpleNamespace(pci_domain_id=0, pci_bus_id=0x1B, pci_device_id=0)
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda d=None: props)
-    monkeypatch.setenv("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
+    # The allocator's own settings (what torch.cuda.memory._snapshot() reports on a GPU); the
+    # environment says otherwise, and is not what is recorded.
+    settings = {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True", "max_split_size": -1,
+                "expandable_segments": True}  # fmt: skip
+    snapshot = {"segments": [], "allocator_settings": settings}
+    monkeypatch.setattr(torch.cuda.memory, "_snapshot", lambda d=None: snapshot)
+    monkeypatch.setenv("PYTORCH_CUDA_ALLOC_CONF", "max_split_size_mb:64")
 
 
 def _fake_nvml(monkeypatch: pytest.MonkeyPatch, used: list[int], see_pid: bool = True) -> list:
@@ -77,6 +83,8 @@ def test_cuda_records_allocated_reserved_retries_and_nvml(
     got = stats.write()
     assert (got["peak_bytes"], got["peak_reserved_bytes"]) == (30 * GIB, 34 * GIB)
     assert got["alloc_retries"] == 3 and got["alloc_conf"] == "expandable_segments:True"
+    assert got["expandable_segments"] is True
+    assert got["allocator_source"] == "torch.cuda.memory._snapshot()"
     # The largest sample (37 GiB at the final forced read), this process's own line.
     assert got["device_memory_bytes"] == 37 * GIB
     assert got["device_memory_source"] == "nvml (this process)"
@@ -84,6 +92,7 @@ def test_cuda_records_allocated_reserved_retries_and_nvml(
     meas = gather(tmp_path, {"gpu": "H200-141GB"})
     assert meas is not None and meas["device_memory_bytes"] == 37 * GIB
     assert meas["peak_per_rank"][0]["peak_reserved_bytes"] == 34 * GIB
+    assert meas["expandable_segments"] is True
     pred = {"gpu": "H200-141GB", "peak_bytes": 28e9, "allocated_bytes": 32e9,
             "device_peak_bytes": 32e9 + 2 * GIB}  # fmt: skip
     rows = {r[0]: r[1:] for r in comparison({"predicted": pred, "measured": meas})}
@@ -113,3 +122,23 @@ def test_without_nvml_nvidia_smi_answers_else_not_measured(
 def test_nvml_blind_to_our_pid_reads_the_whole_gpu(cuda: None, monkeypatch) -> None:
     _fake_nvml(monkeypatch, used=[5 * GIB], see_pid=False)  # a container's pid namespace
     assert devmem.device_memory_now(CUDA) == (80 * GIB, "nvml (whole GPU)")
+
+
+def test_without_a_snapshot_the_allocators_settings_string_is_read(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """No snapshot (fake CUDA, an older torch): the string the allocator parsed, from the
+    device-generic config (torch 2.13 here: what PYTORCH_CUDA_ALLOC_CONF gave it)."""
+
+    def no_snapshot(d: object = None) -> dict:
+        raise RuntimeError("no CUDA")
+
+    monkeypatch.setattr(torch.cuda.memory, "_snapshot", no_snapshot)
+    monkeypatch.setattr(torch._C, "_accelerator_getAllocatorSettings",
+                        lambda: "max_split_size_mb:64,expandable_segments:True")  # fmt: skip
+    got = devmem.allocator_settings()
+    assert got == {"alloc_conf": "max_split_size_mb:64,expandable_segments:True",
+                   "expandable_segments": True,
+                   "allocator_source": "torch._C._accelerator_getAllocatorSettings()"}  # fmt: skip
+    monkeypatch.setattr(torch._C, "_accelerator_getAllocatorSettings", lambda: "")
+    assert devmem.allocator_settings()["expandable_segments"] is False

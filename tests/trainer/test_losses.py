@@ -19,7 +19,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from veri_tui.plan.activations import LOSS_CHUNK_BYTES
+from veri_tui.plan.losses import LOSS_CHUNK_BYTES
 from veri_tui.trainer import losses
 from veri_tui.trainer.data import IGNORE, Example, collate
 

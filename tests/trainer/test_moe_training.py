@@ -49,7 +49,7 @@ def test_moe_layer_saves_what_the_activation_model_counts() -> None:
     import transformers
     from transformers import AutoModelForCausalLM
 
-    from veri_tui.plan.activations import mlp_bytes_per_token
+    from veri_tui.plan.activations import ActivationModel
 
     if int(transformers.__version__.split(".")[0]) < 5:
         pytest.skip("transformers 4 runs the experts one by one (2h more per routed copy)")
@@ -72,8 +72,9 @@ def test_moe_layer_saves_what_the_activation_model_counts() -> None:
     per_token = sum(saved.values()) / tokens
     # The residual (12.1 of 1136 bytes here): norm_topk_prob's fp32 top-k weights and their
     # sum (4k + 4) and the int32 expert offsets, which the model leaves out.
-    assert per_token == pytest.approx(mlp_bytes_per_token(info, moe=True), rel=0.02)
-    assert per_token > mlp_bytes_per_token(info, moe=True)
+    planned = next(k for k in ActivationModel.of(info, "none").kinds if k.moe).mlp_saved()
+    assert per_token == pytest.approx(planned, rel=0.02)
+    assert per_token > planned
 
 
 def test_full_fine_tune_of_per_expert_modules_is_refused_on_several_ranks() -> None:

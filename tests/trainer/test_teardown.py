@@ -20,7 +20,7 @@ import torch.distributed as dist
 
 import veri_tui.trainer.__main__ as entry
 import veri_tui.trainer.loop
-from veri_tui.trainer.__main__ import cuda_alloc_conf
+from veri_tui.jobfolder.torchrun_cmd import alloc_conf, rank_environment
 
 REPO = Path(__file__).resolve().parents[2]
 SPEC = {"method": "sft_text", "model": "m", "dataset": "d.jsonl"}
@@ -79,14 +79,42 @@ def test_a_clean_run_destroys_its_group(
     assert group == ["destroy"]
 
 
-def test_cuda_jobs_get_expandable_segments_unless_the_user_chose() -> None:
+def test_ranks_get_expandable_segments_unless_the_user_chose() -> None:
     env: dict[str, str] = {}
-    cuda_alloc_conf(env)
+    alloc_conf(env)
     assert env == {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}
     for key in ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF"):
         mine = {key: "max_split_size_mb:128"}
-        cuda_alloc_conf(mine)
+        alloc_conf(mine)
         assert mine == {key: "max_split_size_mb:128"}
+    # The supervisor puts it in torchrun's environment, which every rank inherits.
+    assert rank_environment({})["PYTORCH_CUDA_ALLOC_CONF"] == "expandable_segments:True"
+    assert "PYTORCH_CUDA_ALLOC_CONF" not in rank_environment({"PYTORCH_ALLOC_CONF": "x:1"})
+
+
+# Records the allocator setting in the environment at the moment torch is first imported.
+FIRST_TORCH_IMPORT = """
+import os, sys
+seen = []
+class Watch:
+    def find_spec(self, name, path=None, target=None):
+        if name == "torch" and not seen:
+            seen.append(os.environ.get("PYTORCH_CUDA_ALLOC_CONF"))
+        return None
+sys.meta_path.insert(0, Watch())
+import veri_tui.trainer.__main__
+print(seen)
+"""
+
+
+def test_the_rank_sets_the_allocator_before_it_imports_torch() -> None:
+    """A rank started without the supervisor's environment (plain torchrun) still has the
+    setting in place before torch is imported (it used to be set once torch was in)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTORCH_")}
+    env["PYTHONPATH"] = str(REPO)
+    out = subprocess.run([sys.executable, "-c", FIRST_TORCH_IMPORT], env=env, cwd=REPO,
+                         capture_output=True, text=True, timeout=120, check=True)  # fmt: skip
+    assert out.stdout.split() == ["['expandable_segments:True']"]
 
 
 @pytest.mark.slow

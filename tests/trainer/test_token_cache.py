@@ -182,3 +182,13 @@ def test_a_bad_row_leaves_no_cache(tmp_path: Path, tok, group: None) -> None:
     assert not (job / "tokens").exists() and not (job / "tokens.tmp").exists()
     with pytest.raises(DataError, match="dataset file not found"):
         _prepare(job, tmp_path / "missing.jsonl", tok)
+    # Other names than the trainer's: the columns found and the mapping, as the preflight says.
+    qa = tmp_path / "qa.jsonl"
+    qa.write_text('{"question": "q?", "answer": "a"}\n')
+    with pytest.raises(DataError) as err:
+        _prepare(job, qa, tok)
+    assert err.value.message.endswith(
+        "the row has `question`, `answer`; map the columns: --dataset "
+        f"{qa},prompt=question,completion=answer"
+    )
+    assert not (job / "tokens").exists() and not (job / "tokens.tmp").exists()

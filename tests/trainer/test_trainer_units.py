@@ -106,15 +106,20 @@ def test_truncation_and_rows_left_without_targets(tok) -> None:
         ("[1, 2]", "line 2: a row must be a JSON object"),
         (
             '{"txt": "a"}',
-            "line 2: an sft_text row needs `text`, `messages` or `prompt`+`completion`",
+            "line 2: an sft_text row needs `text`, `messages` or `prompt`+`completion`; the row "
+            "has `txt`",
         ),
-        ('{"text": ""}', "line 2: `text` must be a non-empty string"),
+        ('{"text": ""}', "line 2: `text` is empty (fill it in or drop the row)"),
+        ('{"text": 7}', "line 2: `text` must be a string, not int"),
         ('{"messages": [{"role": "bot", "content": "x"}]}', "line 2: messages[0] needs a role"),
         (
             '{"messages": [{"role": "user", "content": "x"}]}',
             "line 2: `messages` has no assistant turn",
         ),
-        ('{"prompt": "a"}', "line 2: `completion` must be a non-empty string"),
+        (
+            '{"prompt": "a", "completoin": "b"}',
+            "line 2: no `completion` column (the row has `prompt`, `completoin`)",
+        ),
     ],
 )
 def test_malformed_rows_name_file_and_line(tmp_path: Path, tok, line: str, message: str) -> None:
@@ -128,7 +133,8 @@ def test_malformed_rows_name_file_and_line(tmp_path: Path, tok, line: str, messa
 def test_dpo_rows_need_all_three_keys(tmp_path: Path, tok) -> None:
     f = tmp_path / "p.jsonl"
     f.write_text('\n{"prompt": "a", "chosen": "b"}\n')
-    with pytest.raises(DataError, match=r"line 2: `rejected` must be a non-empty string"):
+    lacks = r"line 2: no `rejected` column \(the row has `prompt`, `chosen`\)"
+    with pytest.raises(DataError, match=lacks):
         data.load_dataset(f, "dpo", tok, 64)
     with pytest.raises(DataError, match="dataset file not found"):
         data.read_rows(tmp_path / "missing.jsonl")

@@ -1,4 +1,7 @@
-"""`veri-tui jobs`, `veri-tui logs JOB [-f]` and `veri-tui cancel JOB`.
+"""`veri-tui jobs`, `veri-tui logs JOB [-f] [--json]` and `veri-tui cancel JOB`.
+
+`logs` shows the trainer's metric lines as the app's monitor does (`step 3/5  loss 5.685
+lr 6.5e-04  grad 2.47  820 tok/s  mem 394.9 MB`); `--json` prints the log as written.
 
 All three read the job folder through the launch facade, so they work from any process at any
 time after launch (the CLI that launched a job may be long gone). An unknown job id is a
@@ -27,7 +30,7 @@ def run(args: argparse.Namespace) -> int:
             return show_job(args.job, args.json)
         return list_jobs(args.json)
     if args.command == "logs":
-        return show_log(args.job, args.follow)
+        return show_log(args.job, args.follow, raw=args.json)
     return cancel(args.job)
 
 
@@ -180,14 +183,23 @@ def gpu_hours_lines(rec: JobRecord) -> list[str]:
     return lines
 
 
-def show_log(job_id: str, follow: bool) -> int:
-    """Print the rank-0 log; with follow, keep printing complete lines until the job ends."""
+def show_log(job_id: str, follow: bool, raw: bool = False) -> int:
+    """Print the rank-0 log, metric lines as the app's rows (`jobs.log_row`) unless ``raw``
+    (the JSON lines as the trainer wrote them); with follow, keep printing complete lines
+    until the job ends."""
     if not follow:
-        sys.stdout.buffer.write(jobs.read_log(job_id, 0))
+        data = jobs.read_log(job_id, 0)
+        if raw:
+            sys.stdout.buffer.write(data)
+        else:
+            text = data.decode("utf-8", "replace")
+            *complete, last = text.split("\n")  # a last line still being written: as is
+            rows = [jobs.log_row(line) + "\n" for line in complete]
+            sys.stdout.write("".join(rows) + last)
         sys.stdout.flush()
         return 0
     for line in jobs.follow_log(job_id):
-        print(line.text, flush=True)
+        print(line.text if raw else jobs.log_row(line.text), flush=True)
     return 0
 
 

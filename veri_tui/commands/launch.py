@@ -1,11 +1,14 @@
 """`veri-tui launch`: validate, plan and start a job detached; print its id.
 
-With --wait the rank-0 log is followed to the end and the exit status tells the outcome
-(0 succeeded, 1 failed or cancelled; the last stderr line is
-`job ID failed: CODE (attribution): summary`). With --json, stdout is
-one JSON job record instead (the final one with --wait). Interrupting the wait
-leaves the job running: it is detached, and `veri-tui cancel` ends it. With --slurm it is
-submitted with sbatch (docs/slurm.md); --dry-run prints the batch script instead.
+Detached, stdout is the job id alone (for `job=$(veri-tui launch ...)`) and stderr says how
+to follow, cancel and see the job. With --wait the rank-0 log is followed to the end, its
+metric lines shown as the app's monitor shows them (`step 3/5  loss 5.685  lr 6.5e-04
+...`: veri_tui/launch/metrics.py; `veri-tui logs JOB --json` prints them raw), and the exit
+status tells the outcome (0 succeeded, 1 failed or cancelled; the last stderr line is
+`job ID failed: CODE (attribution): summary`). With --json, stdout is one JSON job record
+instead (the final one with --wait). Interrupting the wait leaves the job running: it is
+detached, and `veri-tui cancel` ends it. With --slurm it is submitted with sbatch
+(docs/slurm.md); --dry-run prints the batch script instead.
 
 With --canary [K] the log is followed until the canary's gate has decided (its table is in
 the log, docs/canary.md): go leaves the job running detached (exit 0; --wait follows it to
@@ -41,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if host is None:
         check_job(job)  # every refusal at once, before the model is even read
-        # Planned with the dataset it will train on (the bundled one when none is given),
+        # Planned with the dataset it will train on (the bundled sample for a bundled model),
         # so job.json's predicted GPU-hours and price count its tokens.
         record = plan_job(with_data(job))
     else:
@@ -60,7 +63,21 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(final))
         return 0 if not args.wait or final["status"] == SUCCEEDED else 1
     print(job_id, flush=True)
-    return follow_to_end(job_id) if args.wait else 0
+    if not args.wait:
+        print(how_to_follow(job_id, "started detached"), file=sys.stderr)
+        return 0
+    return follow_to_end(job_id)
+
+
+def how_to_follow(job_id: str, what: str) -> str:
+    """`job ID started detached` and the commands that follow, cancel and show it (stderr:
+    stdout stays the job id alone)."""
+    return (
+        f"job {job_id} {what}; it runs on without this terminal:\n"
+        f"  follow it:  veri-tui logs {job_id} -f\n"
+        f"  cancel it:  veri-tui cancel {job_id}\n"
+        f"  see it:     veri-tui jobs {job_id}   (or all jobs: veri-tui jobs; the app: veri-tui)"
+    )
 
 
 def canary_of(args: argparse.Namespace) -> dict[str, Any] | None:
@@ -78,7 +95,7 @@ def follow_canary(job_id: str, wait: bool, as_json: bool) -> int:
     try:
         for line in jobs.follow_log(job_id):
             if not as_json:
-                print(line.text, flush=True)
+                print(jobs.log_row(line.text), flush=True)
             # The gate's own line ends its table (veri_tui/jobfolder/canarytable.py).
             if decision is None and line.text.startswith(("canary: go", "canary: no-go")):
                 decision = (jobs.get_job(job_id).get("canary") or {}).get("decision")
@@ -93,7 +110,7 @@ def follow_canary(job_id: str, wait: bool, as_json: bool) -> int:
         print(json.dumps(final))
     if decision == "go" and not wait:
         if not as_json:
-            print(f"job {job_id} goes on detached (veri-tui logs {job_id} -f)", file=sys.stderr)
+            print(how_to_follow(job_id, "goes on detached"), file=sys.stderr)
         return 0
     if final["status"] == SUCCEEDED:
         return 0
@@ -103,11 +120,12 @@ def follow_canary(job_id: str, wait: bool, as_json: bool) -> int:
 
 
 def follow_to_end(job_id: str, offset: int = 0) -> int:
-    """Print the rank-0 log from ``offset`` until the job ends; 0 when it succeeded, else
+    """Print the rank-0 log from ``offset`` until the job ends, metric lines as rows
+    (`jobs.log_row`); 0 when it succeeded, else
     1 with the outcome line on stderr (130 when interrupted: the job keeps running)."""
     try:
         for line in jobs.follow_log(job_id, offset):
-            print(line.text, flush=True)
+            print(jobs.log_row(line.text), flush=True)  # a metric line as the app's row
     except KeyboardInterrupt:
         print(f"stopped following; job {job_id} keeps running (veri-tui cancel {job_id})",
               file=sys.stderr)  # fmt: skip

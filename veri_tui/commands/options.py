@@ -80,6 +80,11 @@ def _jobs_options(p: argparse.ArgumentParser) -> None:
 def _logs_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("job", help="job id")
     p.add_argument("-f", "--follow", action="store_true", help="follow until the job ends")
+    p.add_argument(
+        "--json", action="store_true",
+        help="print the log as written: each step's metrics as the trainer's raw JSON line "
+        "(default: one readable row per step, as the app shows them)",
+    )  # fmt: skip
 
 
 def _cancel_options(p: argparse.ArgumentParser) -> None:

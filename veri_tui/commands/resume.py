@@ -5,7 +5,8 @@ log says `resume: attempt N from step-S (verified)`, and names any corrupt step 
 with the job's plan, or a new one for `--gpu-count N` / `--set KEY=VALUE` (the global batch
 is kept), or for a Slurm job `--nodes N` (its one global checkpoint, in the folder every
 node shares, is resharded over the new layout). It prints `job ID resumed: attempt N`;
-with --wait it follows the log from where it stood and exits as `launch --wait` does (0
+and on stderr how to follow, cancel and see it; with --wait it follows the log from where it
+stood (metric lines as rows) and exits as `launch --wait` does (0
 succeeded, 1 otherwise, with the outcome line on stderr); --json prints the job record
 instead (the final one with --wait). A running or succeeded job is refused: one
 `error: job: ...` line, exit 2.
@@ -15,8 +16,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 
-from veri_tui.commands.launch import follow_to_end, wait_quietly
+from veri_tui.commands.launch import follow_to_end, how_to_follow, wait_quietly
 from veri_tui.jobfolder.attempts import attempts_of
 from veri_tui.jobfolder.status import SUCCEEDED
 from veri_tui.launch import jobs
@@ -33,4 +35,7 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(final))
         return 0 if not args.wait or final["status"] == SUCCEEDED else 1
     print(f"job {job_id} resumed: attempt {attempt}", flush=True)
-    return follow_to_end(job_id, offset) if args.wait else 0
+    if not args.wait:
+        print(how_to_follow(job_id, f"attempt {attempt} started detached"), file=sys.stderr)
+        return 0
+    return follow_to_end(job_id, offset)

@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from veri_tui.jobfolder.errors import DataError
+from veri_tui.jobfolder.rows import text_field
 
 SHAREGPT_ROLES = {"system": "system", "human": "user", "user": "user", "gpt": "assistant",
                   "assistant": "assistant", "chatgpt": "assistant", "bing": "assistant",
@@ -39,9 +40,7 @@ def _sharegpt(turns: Any, where: str) -> list[dict[str, Any]]:
 
 
 def _alpaca(row: dict[str, Any], where: str) -> dict[str, Any]:
-    instruction, extra = row.get("instruction"), row.get("input")
-    if not isinstance(instruction, str) or not instruction:
-        raise DataError(f"{where}: `instruction` must be a non-empty string")
+    instruction, extra = text_field(row, "instruction", where), row.get("input")
     if extra is not None and not isinstance(extra, str):
         raise DataError(f"{where}: `input` must be a string")
     prompt = f"{instruction}\n\n{extra}\n\n" if extra else f"{instruction}\n\n"
@@ -55,8 +54,12 @@ def map_row(row: dict[str, Any], columns: tuple[tuple[str, str], ...], where: st
     if columns:
         missing = [col for _, col in columns if col not in row]
         if missing:
+            import difflib  # only for this error
+
             have = ", ".join(sorted(row)) or "none"
-            raise DataError(f"{where}: no column {missing[0]!r} (the row has: {have})")
+            near = difflib.get_close_matches(missing[0], list(row), n=1, cutoff=0.75)
+            typo = f"; did you mean {near[0]!r}?" if near else ""
+            raise DataError(f"{where}: no column {missing[0]!r} (the row has: {have}){typo}")
         row = {key: row[col] for key, col in columns}
     msgs = row.get("messages")
     if isinstance(msgs, list) and msgs and isinstance(msgs[0], dict) and "from" in msgs[0]:

@@ -6,7 +6,9 @@ bundled datasets never import `datasets` (about 1.4 s). Parquet, CSV, a `save_to
 folder and a folder of data files (a Hub dataset's cached snapshot is one; its README's
 configs and the file names' splits are read as on the Hub) go through Hugging Face
 `datasets`, imported only then; their rows are named `row N` (1-based). Every row goes
-through the column mapping (veri_tui/jobfolder/columns.py) before anyone checks or tokenizes it.
+through the column mapping (veri_tui/jobfolder/columns.py) before anyone checks or tokenizes it;
+a row still without the keys its method reads is refused with the mapping that would read it
+(veri_tui/jobfolder/colhint.py).
 
 A mixture is its sources one after another, each row of a source taken `weight` times: the
 whole part of the weight as repeats, the fractional part as a seeded choice of rows (the
@@ -21,6 +23,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from veri_tui.jobfolder.colhint import check_keys
 from veri_tui.jobfolder.columns import map_row
 from veri_tui.jobfolder.datasource import Source
 from veri_tui.jobfolder.errors import DataError
@@ -136,10 +139,16 @@ def _raw_rows(src: Source, loads: Loads = json.loads) -> Iterator[tuple[str, dic
             yield f"{src.label} row {no}", dict(zip(names, values, strict=True))
 
 
-def source_rows(src: Source, loads: Loads = json.loads) -> Iterator[tuple[str, dict[str, Any]]]:
-    """(where, row) of one source, mapped to the trainer's keys."""
-    for where, row in _raw_rows(src, loads):
-        yield where, map_row(row, src.columns, where)
+def source_rows(src: Source, loads: Loads = json.loads, method: str | None = None
+                ) -> Iterator[tuple[str, dict[str, Any]]]:  # fmt: skip
+    """(where, row) of one source, mapped to the trainer's keys; with `method`, a row
+    without the keys it reads is refused with the columns found (and, on the first row, the
+    mapping that would read them: veri_tui/jobfolder/colhint.py)."""
+    for no, (where, raw) in enumerate(_raw_rows(src, loads)):
+        row = map_row(raw, src.columns, where)
+        if method is not None:
+            check_keys(raw, row, src, method, where, first=no == 0)
+        yield where, row
 
 
 def count_source(src: Source) -> int:
@@ -175,15 +184,16 @@ def mixed_count(sources: list[Source]) -> int:
     return total
 
 
-def mixed_rows(sources: list[Source], loads: Loads = json.loads
+def mixed_rows(sources: list[Source], loads: Loads = json.loads, method: str | None = None
                ) -> Iterator[tuple[str, dict[str, Any]]]:  # fmt: skip
-    """(where, row) of the mixture, in the order the trainer numbers its rows."""
+    """(where, row) of the mixture, in the order the trainer numbers its rows; `method`: the
+    keys each row needs checked (`source_rows`)."""
     for index, src in enumerate(sources):
         if src.weight == 1.0:
-            yield from source_rows(src, loads)
+            yield from source_rows(src, loads, method)
             continue
         times = repeats(count_source(src), src.weight, index)
-        for k, (where, row) in enumerate(source_rows(src, loads)):
+        for k, (where, row) in enumerate(source_rows(src, loads, method)):
             for _ in range(times[k] if k < len(times) else 0):
                 yield where, row
 

@@ -57,6 +57,15 @@ class Source:
             out["columns"] = dict(self.columns)
         return out
 
+    def as_text(self) -> str:
+        """The string form `parse_source` reads back (what --dataset takes):
+        `PATH[,config=C][,split=S][,weight=W][,<key>=<column>...]`, a Hub id as its id."""
+        parts = [self.hub or self.path]
+        parts += [f"{k}={v}" for k in ("config", "split") if (v := getattr(self, k))]
+        if self.weight != 1.0:
+            parts.append(f"weight={self.weight:g}")
+        return ",".join(parts + [f"{key}={column}" for key, column in self.columns])
+
     def moved(self, path: str | os.PathLike[str], hub: str | None = None) -> Source:
         """The same source read from another path (resolved, or uploaded to a host)."""
         return replace(self, path=str(path), hub=hub or self.hub)

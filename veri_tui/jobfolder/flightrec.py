@@ -4,10 +4,12 @@ Each answer (veri_tui/jobfolder/forensics.py) holds a rank's Flight Recorder dum
 collective the process entered, with its process group (``process_group``: name and
 description, ``default_pg`` for the default group), its sequence number in that group
 (``collective_seq_id``), its kind (``profiling_name``, e.g. ``gloo:all_reduce``), input sizes
-and dtypes, and whether it completed (``retired``, or NCCL's ``state`` ``completed``). The
-collective a hung job waits in is the oldest one still in flight on some rank; its members
-that never entered it (their newest sequence number in that group is lower) are the ranks
-that held everyone up:
+and dtypes, and whether it completed (``retired``, or NCCL's ``state`` ``completed``). A rank
+answers with NCCL's and gloo's recorders merged (a cpu_offload job's group runs both:
+``cuda:nccl,cpu:gloo``); each backend numbers its own collectives, so a group's sequence is
+followed per backend (the prefix of ``profiling_name``). The collective a hung job waits in is
+the oldest one still in flight on some rank; its members that never entered it (their newest
+sequence number in that group and backend is lower) are the ranks that held everyone up:
 
     rank 1 never entered all_reduce #57 of the default group, which rank 0 waits in;
     rank 1 at veri_tui/trainer/data.py:88 in rank_slice
@@ -20,7 +22,7 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 OURS = ("trainer", "jobfolder", "veri_tui")  # a stack is placed at its innermost frame of these
@@ -37,6 +39,13 @@ def short_path(filename: str) -> str:
         if part in OURS:
             return "/".join(parts[i:])
     return filename
+
+
+def backend_of(entry: Mapping[str, Any]) -> str:
+    """``nccl`` or ``gloo``: the backend a Flight Recorder entry was recorded by (the prefix
+    of its ``profiling_name``); "" when it names none."""
+    name = str(entry.get("profiling_name") or "")
+    return name.split(":", 1)[0] if ":" in name else ""
 
 
 def where(stack: Sequence[Sequence[Any]]) -> str:
@@ -68,6 +77,13 @@ class Collective:
     done: bool
     created_ns: int
     frames: list[dict[str, Any]] = field(default_factory=list, compare=False)
+    backend: str = ""  # nccl, gloo: each numbers its own collectives (`seq`)
+    named: bool = False  # say the backend: the group ran collectives on both
+
+    @property
+    def key(self) -> tuple[str, str]:
+        """What a sequence number counts within: the group and the backend."""
+        return (self.group, self.backend)
 
     def group_name(self) -> str:
         if self.desc == "default_pg" or (not self.desc and self.group in ("0", "")):
@@ -75,7 +91,8 @@ class Collective:
         return f"process group {self.group}" + (f" ({self.desc})" if self.desc else "")
 
     def title(self) -> str:
-        return f"{self.kind} #{self.seq} of {self.group_name()}"
+        over = f" ({self.backend})" if self.named and self.backend else ""
+        return f"{self.kind}{over} #{self.seq} of {self.group_name()}"
 
     def shape(self) -> str:
         return f"input sizes {self.sizes} {','.join(map(str, self.dtypes))}".rstrip()
@@ -100,6 +117,7 @@ def collectives(fr: Mapping[str, Any] | None) -> list[Collective]:
                 done=bool(e.get("retired")) or e.get("state") == "completed",
                 created_ns=int(e.get("time_created_ns") or 0),
                 frames=list(e.get("frames") or []),
+                backend=backend_of(e),
             )
         )
     return out
@@ -144,12 +162,14 @@ def stuck_collective(
     if not flight:
         return None
     oldest = min(flight, key=lambda c: (c.created_ns, c.seq))
-    seq = min(c.seq for c in flight if c.group == oldest.group)
-    coll = next(c for c in flight if c.group == oldest.group and c.seq == seq)
+    seq = min(c.seq for c in flight if c.key == oldest.key)
+    coll = next(c for c in flight if c.key == oldest.key and c.seq == seq)
+    both = {c.backend for cs in per_rank.values() for c in cs if c.group == coll.group}
+    if len(both) > 1:  # a group with two backends: say which one's #seq
+        coll = replace(coll, named=True)
     members = _members(fr_by_rank, coll.group, ranks)
     newest = {
-        r: max((c.seq for c in cs if c.group == coll.group), default=0)
-        for r, cs in per_rank.items()
+        r: max((c.seq for c in cs if c.key == coll.key), default=0) for r, cs in per_rank.items()
     }
     return Finding(
         collective=coll,

@@ -93,9 +93,7 @@ def _rank_line(answers: Answers, rank: int, f: Finding | None) -> str:
     if f is None or f.collective is None:
         return f"  rank {rank}: at {where(answers.dumps[rank].get('stack') or [])}"
     c = f.collective
-    mine = [
-        x for x in collectives(answers.dumps[rank].get("flight_recorder")) if x.group == c.group
-    ]
+    mine = [x for x in collectives(answers.dumps[rank].get("flight_recorder")) if x.key == c.key]
     last = "none"
     if mine:
         last = f"{mine[-1].kind} #{mine[-1].seq}, {'completed' if mine[-1].done else 'in flight'}"

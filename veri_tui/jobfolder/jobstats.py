@@ -16,7 +16,9 @@ the first optimizer step, its peak memory and its steady-state tokens/s. The job
   the rank's device only; `host_states_bytes` the largest of what lived on the host instead
   (cpu_offload's shards, gradients and moments), `offloaded` whether any rank offloaded;
 - `gpu`: the planned GPU type on CUDA, "cpu" when the ranks ran on CPU (a CPU run is
-  calibrated apart and never changes a GPU plan); `device_name` what CUDA called it.
+  calibrated apart and never changes a GPU plan); `device_name` what CUDA called it;
+  `alloc_conf` and `expandable_segments`: the caching allocator's settings as it reports
+  them (veri_tui/trainer/devmem.py), rank 0's.
 
 Stdlib only: imported by veri_tui/jobfolder/supervise.py, uploaded to GPU hosts.
 """
@@ -115,7 +117,8 @@ def gather_ranks(ranks: list[dict[str, Any]], spec: Mapping[str, Any]) -> dict[s
         for key in ("peak_reserved_bytes", "alloc_retries", "cuda_ooms"):
             out[key] = _max([r.get(key) for r in ranks])
         out["device_name"] = first.get("device_name")
-        out["alloc_conf"] = first.get("alloc_conf")
+        out["alloc_conf"] = first.get("alloc_conf")  # as the allocator parsed it (devmem.py)
+        out["expandable_segments"] = first.get("expandable_segments")
     out["peak_per_rank"] = [
         {k: r.get(k) for k in PEAK_KEYS if r.get(k) is not None} | {"rank": r["rank"]}
         for r in ranks

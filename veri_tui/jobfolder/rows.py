@@ -73,12 +73,44 @@ def numbered_lines(path: Path) -> Iterator[tuple[int, str]]:
                     yield no, line
 
 
+#: What an sft_text row must hold (veri_tui/trainer/data.py reads these shapes).
+SFT_SHAPES = "an sft_text row needs `text`, `messages` or `prompt`+`completion`"
+
+
+def columns_text(row: dict[str, Any]) -> str:
+    """The row's columns as found: "`question`, `answer`" (or "no columns")."""
+    return ", ".join(f"`{k}`" for k in row) or "no columns"
+
+
+def no_shape(row: dict[str, Any], where: str) -> DataError:
+    """The error of an sft_text row with none of the shapes, naming the columns it has."""
+    return DataError(f"{where}: {SFT_SHAPES}; the row has {columns_text(row)}")
+
+
 def text_field(row: dict[str, Any], key: str, where: str) -> str:
-    """`row[key]` as a non-empty string, else DataError naming the key."""
+    """`row[key]` as a non-empty string, else DataError telling a missing column (and the
+    columns there are), an empty cell and a value of another type apart."""
     value = row.get(key)
-    if not isinstance(value, str) or not value:
-        raise DataError(f"{where}: `{key}` must be a non-empty string")
-    return value
+    if isinstance(value, str) and value:
+        return value
+    if key not in row:
+        raise DataError(f"{where}: no `{key}` column (the row has {columns_text(row)})")
+    if value is None or value == "":
+        raise DataError(f"{where}: `{key}` is empty (fill it in or drop the row)")
+    raise DataError(f"{where}: `{key}` must be a string, not {type(value).__name__}")
+
+
+def lacking(row: dict[str, Any], method: str) -> tuple[str, ...] | None:
+    """The keys `row` lacks to be read as a row of `method`: () none; the keys its shape
+    misses (dpo's of `prompt`, `chosen`, `rejected`; `prompt` or `completion` beside the
+    other); None for an sft_text row with no shape at all."""
+    if method == "dpo":
+        return tuple(k for k in ("prompt", "chosen", "rejected") if k not in row)
+    if "messages" in row:
+        return ()
+    if "prompt" in row or "completion" in row:
+        return tuple(k for k in ("prompt", "completion") if k not in row)
+    return () if "text" in row else None
 
 
 def check_messages(msgs: Any, where: str) -> list[dict[str, Any]]:
@@ -111,6 +143,4 @@ def check_row(row: dict[str, Any], method: str, where: str) -> None:
     elif "text" in row:
         text_field(row, "text", where)
     else:
-        raise DataError(
-            f"{where}: an sft_text row needs `text`, `messages` or `prompt`+`completion`"
-        )
+        raise no_shape(row, where)

@@ -4,16 +4,21 @@ One node: ``--standalone`` (a free rendezvous port per job). Several (a multi-no
 each node's supervisor starting its own torchrun): torchrun's c10d rendezvous with node 0
 hosting the store. The trainer runs as ``-m veri_tui.trainer --job <job.json>`` in every rank.
 A Slurm job's command is srun's instead (slurm.py). The ranks' environment: unbuffered output
-(the log is followed live) and one thread per CPU rank unless the user set it. Stdlib only, as
-the whole package.
+(the log is followed live), one thread per CPU rank and CUDA's expandable segments, each unless
+the user set it. Stdlib only, as the whole package.
 """
 
 from __future__ import annotations
 
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, MutableMapping
 from pathlib import Path
 from typing import Any
+
+#: The caching allocator's setting for every rank (`alloc_conf`): without it fragmentation can
+#: run a GPU out of memory with its allocated bytes well under the plan (reserved grows past
+#: allocated). CPU runs ignore it.
+EXPANDABLE = "expandable_segments:True"
 
 
 def torchrun_command(spec: Mapping[str, Any], job_path: Path, log_dir: Path) -> list[str]:
@@ -55,4 +60,16 @@ def rank_environment(base: Mapping[str, str]) -> dict[str, str]:
         # Marked as ours: a cpu_offload rank on a GPU takes its share of the cores instead
         # (veri_tui/trainer/parallelize.py offload_threads); a user's own setting is kept.
         env.update(OMP_NUM_THREADS="1", VERI_OMP_DEFAULT="1")
+    alloc_conf(env)
     return env
+
+
+def alloc_conf(env: MutableMapping[str, str]) -> None:
+    """`PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True` unless the user set an allocator
+    config (either name). It must be in the environment before the process imports torch:
+    the allocator reads it once, at CUDA's first use, and an import that touches CUDA (a
+    quantization library probing the device) would settle it early. Here it is in torchrun's
+    environment, which the ranks inherit (the rank's entry sets it too, before its first
+    import of torch, for ranks started some other way: veri_tui/trainer/__main__.py)."""
+    if not env.get("PYTORCH_CUDA_ALLOC_CONF") and not env.get("PYTORCH_ALLOC_CONF"):
+        env["PYTORCH_CUDA_ALLOC_CONF"] = EXPANDABLE

@@ -1,6 +1,7 @@
 """The job's datasets on this machine: the training mixture and the eval sources named by a
-JobConfig (`dataset`, `eval_dataset`; the method's bundled dataset when none is given),
-resolved here and every row checked before anything is uploaded or submitted.
+JobConfig (`dataset`, `eval_dataset`; the method's bundled dataset when none is given and
+the model is a bundled one, else refused), resolved here and every row checked before
+anything is uploaded or submitted.
 
 JobData is what a launch carries to the record (veri_tui/launch/spec.py writes its
 `spec()` into job.json) and to an upload (its `files()`); a remote job's paths are the
@@ -13,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from veri_tui.bundled import bundled_dataset
+from veri_tui.bundled import assets_dir, bundled_dataset
 from veri_tui.errors import Refusal, VeriError
 from veri_tui.jobfolder.datasource import Source, files_of
 from veri_tui.jobfolder.errors import DataError
@@ -23,6 +24,25 @@ BUNDLED_DATASETS = {
     "sft_text": bundled_dataset("sft.jsonl"),
     "dpo": bundled_dataset("dpo.jsonl"),
 }
+
+
+#: Your model on the bundled 64-row toy sample would "succeed" and teach it nothing.
+NO_DATASET = (
+    "no dataset given: pass --dataset FILE (JSONL, Parquet, CSV, a save_to_disk folder or a "
+    "Hub id org/name; veri.toml: dataset = ...); only the bundled tiny model trains on the "
+    "bundled sample"
+)
+
+
+def is_bundled_model(model: str | None) -> bool:
+    """No model given (the bundled tiny one), or a model folder of the bundled assets
+    (tiny-model, tiny-moe): the models the bundled samples are for."""
+    if not model:
+        return True
+    try:
+        return Path(model).expanduser().resolve().is_relative_to(assets_dir().resolve())
+    except OSError:
+        return False
 
 
 @dataclass(frozen=True)
@@ -73,6 +93,8 @@ def job_data(job: Any) -> tuple[JobData | None, Refusal | None]:
         key = "eval_dataset" if str(exc).startswith("eval_dataset") else "dataset"
         return None, Refusal(key, str(exc).removeprefix(f"{key}: "))
     if not train:
+        if not is_bundled_model(job.model):
+            return None, Refusal("dataset", NO_DATASET)
         bundled = BUNDLED_DATASETS.get(job.method)
         if bundled is None or not bundled.is_file():
             return None, Refusal("dataset", f"no bundled dataset for {job.method}; pass --dataset")
@@ -102,7 +124,7 @@ def check_rows(data: JobData, method: str) -> Refusal | None:
             found = None
             try:
                 n = 0
-                for where, row in mixed_rows(list(sources)):
+                for where, row in mixed_rows(list(sources), method=method):
                     check_row(row, method, where)
                     n += 1
                 if n == 0:

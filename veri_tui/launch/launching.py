@@ -6,7 +6,9 @@
    0's rendezvous must be reachable from the others (nodes.py). Every problem is refused
    together.
 3. The output dir checked where it is (node 0), the plan made for node 0's host (this
-   machine: the plan given, or made here; a host: from its GPUs and the model read there).
+   machine: the plan given, or made here; a host: from its GPUs and the model read there),
+   then the job's rows encoded with the model's tokenizer there and the global batch
+   against them (datacheck.py).
 4. Each node's job.json (`spec.make_record` with that host's paths; a multi-node job's
    layout in each spec), then its host memory and disk against the plan: refused before
    anything is created anywhere.
@@ -38,6 +40,7 @@ from veri_tui.jobfolder.layout import MADE_WITH, node_folder_name
 from veri_tui.jobfolder.record import JobRecord, JobSpec
 from veri_tui.launch.backends import Backend, backend_of, open_hosts
 from veri_tui.launch.backends.ref import SubmitError
+from veri_tui.launch.datacheck import check_data
 from veri_tui.launch.host import Host, HostFacts, check_disk, check_memory
 from veri_tui.launch.hostpool import HostName, all_or_raise, in_parallel
 from veri_tui.launch.jobdata import data_bytes
@@ -53,7 +56,7 @@ if TYPE_CHECKING:
 def own_checks(job: JobConfig, hosts: Sequence[Host]) -> None:
     """Raise VeriError with the job's own refusals; on another machine the output dir is a
     path there, checked there."""
-    check_job(job, output_here=hosts[0].local)
+    check_job(job, output_here=hosts[0].machine.local)
 
 
 def probe_all(
@@ -72,7 +75,7 @@ def probe_all(
         problems += agreement(facts)
         if not given:
             per_node = len(facts[0].gpus) or 1  # detected: nodes x GPUs per node
-        hosts_list = [h.name for h in hosts]
+        hosts_list = [h.machine.name for h in hosts]
         job = job.model_copy(update={"gpu_count": nodes * per_node, "hosts": hosts_list})
     return facts, job, problems
 
@@ -92,10 +95,15 @@ def plan_on(job: JobConfig, names: Sequence[HostName], trust: str | None = None
         facts, job, problems = probe_all(backend_of(hosts[0].kind), hosts, job, 0)
         if problems:
             raise VeriError(list(dict.fromkeys(problems)))
-        return hosts[0].plan(with_cached_network(job, facts[0].spec), facts[0])[1]
+        job, rec = hosts[0].plan(with_cached_network(job, facts[0].spec), facts[0])
+        if job.dataset:  # the rows launch would train on, checked there
+            refused = check_data(hosts[0], facts[0], job, rec)[1]
+            if refused:
+                raise VeriError(refused)
+        return rec
     finally:
         for host in hosts:
-            host.close()
+            host.machine.close()
 
 
 def replan(host: Host, record: JobRecord, gpu_count: int | None, sets: Sequence[str],
@@ -147,7 +155,7 @@ def node_records(
             record["spec"].update({
                 "nnodes": nodes, "node_rank": k, "nproc_per_node": job.gpu_count // nodes,
                 "rdzv_id": job_id, "rdzv_endpoint": f"{addr}:{listen if k == 0 else port}",
-                "rdzv_local_addr": addr, "hosts": [h.name for h in hosts],
+                "rdzv_local_addr": addr, "hosts": [h.machine.name for h in hosts],
             })  # fmt: skip
         out.append((job_dir, record))
     return out
@@ -166,7 +174,7 @@ def check_capacity(hosts: Sequence[Host], facts: list[HostFacts], plan: PlanReco
     for k, (host, pf) in enumerate(zip(hosts, facts, strict=True)):
         disk = disk_of(plan, len(hosts), k)
         refused += host.capacity(
-            pf, plan, disk, output if k == 0 else None, node_label(k, host.name)
+            pf, plan, disk, output if k == 0 else None, node_label(k, host.machine.name)
         )[1]
     if refused:
         raise VeriError(refused)
@@ -178,12 +186,12 @@ def create(host: Host, job: JobConfig, job_dir: str, record: JobRecord) -> None:
     parent, name = posixpath.split(job_dir)
     tmp = posixpath.join(parent, f".{name}.tmp")  # named after the folder: homes may be shared
     for sub in MADE_WITH:
-        host.makedirs(posixpath.join(tmp, sub))
+        host.machine.makedirs(posixpath.join(tmp, sub))
     host.stage(job, tmp)
-    host.write_atomic(
+    host.machine.write_atomic(
         posixpath.join(tmp, "job.json"), (json.dumps(record, indent=2) + "\n").encode()
     )
-    host.rename(tmp, job_dir)
+    host.machine.rename(tmp, job_dir)
 
 
 def launch(
@@ -203,7 +211,7 @@ def launch(
     backend = backend_of(hosts[0].kind)
     try:
         own_checks(job.model_copy(update={"hosts": list(names)}) if len(names) > 1 else job, hosts)
-        size = 0 if hosts[0].local else data_bytes(job)
+        size = 0 if hosts[0].machine.local else data_bytes(job)
         facts, job, problems = probe_all(backend, hosts, job, size)
         rdzv = None
         if len(hosts) > 1:
@@ -223,8 +231,11 @@ def launch(
             job = with_cached_network(job, facts[0].spec)
         job = hosts[0].output_for(job, facts[0])
         job, plan = hosts[0].plan(job, facts[0], plan_record)
+        refused = check_data(hosts[0], facts[0], job, plan)[1]  # the rows, with its tokenizer
+        if refused:
+            raise VeriError(refused)
         job_id = new_job_id()
-        while hosts[0].exists(posixpath.join(facts[0].jobs_dir, job_id)):
+        while hosts[0].machine.exists(posixpath.join(facts[0].jobs_dir, job_id)):
             job_id = new_job_id()  # same second, same random suffix: draw again
         nodes = node_records(hosts, facts, job, plan, job_id, rdzv)
         for _dir, rec in nodes:
@@ -241,7 +252,7 @@ def launch(
         if dry_run:
             return backend.script(hosts[0], *nodes[0])
         for host, pf in zip(hosts, facts, strict=True):
-            host.makedirs(pf.jobs_dir)
+            host.machine.makedirs(pf.jobs_dir)
         # Every folder built before any node starts: one that cannot be starts nothing.
         all_or_raise(in_parallel(lambda k: create(hosts[k], job, *nodes[k]),
                                  list(range(len(hosts)))))  # fmt: skip
@@ -257,4 +268,4 @@ def launch(
         return job_id
     finally:
         for host in hosts:
-            host.close()
+            host.machine.close()

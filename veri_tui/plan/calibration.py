@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from veri_tui.jobfolder.layout import veri_home
+from veri_tui.plan.activations import ActivationModel
 from veri_tui.plan.model_info import ModelInfo
 
 CALIBRATION_FILE = "calibration.json"
@@ -144,8 +145,6 @@ class Calibration(NamedTuple):
         if f is None or not act.get("known"):
             return act
         out = dict(act)
-        from veri_tui.plan.peak import largest_micro_batch  # peak.py builds on this module's users
-
         keys = (
             "bytes_per_gpu",
             "with_checkpointing_bytes",
@@ -156,10 +155,11 @@ class Calibration(NamedTuple):
             out[key] = int(round(act[key] * f))
         out["fits"] = out["bytes_per_gpu"] <= act["available_bytes"]
         available = act["available_bytes"] / f  # f x activations(mbs) <= available
-        out["max_micro_batch_size"] = largest_micro_batch(
-            info, act["sequence_length"], act["activation_checkpointing"], act["lora_rank"],
-            act["autocast"], available,
+        model = ActivationModel.of(
+            info, act["activation_checkpointing"], lora_rank=act["lora_rank"],
+            autocast=act["autocast"],
         )  # fmt: skip
+        out["max_micro_batch_size"] = model.largest_micro_batch(act["sequence_length"], available)
         out["calibration"] = {**self._meta("activation"), "model_bytes": act["bytes_per_gpu"]}
         return out
 

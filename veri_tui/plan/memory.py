@@ -14,9 +14,11 @@ N: whole on every GPU at stage 0; at stages 2 and 3 sharded per decoder layer li
 policy and resharded after each layer's forward, so 2 x N / dp, its layers in flight being
 transient like the policy's (contracts s.3; the seed counts the reference "in full": ours
 holds less, and tests/trainer/test_state_bytes.py measures it).
-QLoRA (load_in_4bit, one GPU): the linears LoRA adapts are stored as bitsandbytes NF4 with
-double quantisation, 0.5 byte per weight + one uint8 absmax per block of 64 + one fp32 per
-256 blocks (NF4_NUM / NF4_DEN); everything else of the base stays bf16.
+QLoRA (load_in_4bit, one GPU): every linear of the decoder layers is stored as bitsandbytes
+NF4 with double quantisation, whether LoRA adapts it or not (transformers hands each
+nn.Linear but the head to bitsandbytes: model_info.py `quantized_weight`), 0.5 byte per
+weight + one uint8 absmax per block of 64 + one fp32 per 256 blocks (NF4_NUM / NF4_DEN);
+embeddings, norms, the head and a mixture of experts' fused experts and router stay bf16.
 cpu_offload: the GPU holds only what is gathered (in_flight_bytes: the root unit, two layers,
 one layer's unsharded gradient); the shards live on the host.
 Divisions are exact (rounded up once, at the end). FSDP2 pads each parameter's dim 0 to a
@@ -98,10 +100,11 @@ def in_flight_bytes(info: ModelInfo, *, zero_stage: int, precision: str, lora_ra
 
 
 def frozen_base_bytes(info: ModelInfo, load_in_4bit: bool) -> int:
-    """The frozen base of a LoRA job: bf16, or NF4 for the adapted linears (QLoRA)."""
+    """The frozen base of a LoRA job: bf16, or NF4 for every linear transformers quantises
+    (QLoRA: `quantized_parameters`, adapted or not)."""
     if not load_in_4bit:
         return FROZEN_BYTES * info.parameter_count
-    quantized = info.lora_target_parameters
+    quantized = info.quantized_parameters
     nf4 = -(-quantized * NF4_NUM // NF4_DEN)
     return FROZEN_BYTES * (info.parameter_count - quantized) + nf4
 

@@ -17,7 +17,15 @@ from typing import Any, NamedTuple
 # The LoRA rule, shared with the trainer (a stdlib module uploaded with it to GPU hosts).
 from veri_tui.jobfolder.lora_targets import ATTENTION_TARGETS, chosen, targets
 from veri_tui.plan.headers import TensorInfo
-from veri_tui.plan.moe import LayerExperts, attention_figures, cfg_int, logical_numel, moe_figures
+from veri_tui.plan.moe import (
+    ROUTED,
+    ROUTERS,
+    LayerExperts,
+    attention_figures,
+    cfg_int,
+    logical_numel,
+    moe_figures,
+)
 
 _TARGETS, _ATTENTION = targets(moe=False), frozenset(ATTENTION_TARGETS)
 _LAYER = re.compile(r"(?:^|\.)(?:layers|h|blocks|block)\.(\d+)\.")
@@ -32,6 +40,20 @@ _HEAD_ENDS = tuple("." + h for h in _HEADS)
 def _is_head(name: str) -> bool:
     """An output head: a whole name segment (`model.output.weight`, not `mlp_output...`)."""
     return name in _HEADS or name.endswith(_HEAD_ENDS)
+
+
+def quantized_weight(name: str, parts: list[str], shape: tuple[int, ...]) -> bool:
+    """Whether load_in_4bit stores this decoder-layer tensor in NF4: the weight of a linear
+    (2-D), as transformers hands every `nn.Linear` but the head to bitsandbytes
+    (`replace_with_bnb_linear`, skipping `get_keys_to_not_convert`'s head and tied keys),
+    whether LoRA adapts it or not. A mixture of experts' routed experts and router are
+    3-D / bare parameters in transformers 5 (`Qwen3MoeExperts.gate_up_proj`,
+    `...TopKRouter.weight`), no nn.Linear, so they stay bf16, as the checkpoint's per-expert
+    2-D names would not tell (contracts section 3; tests/plan/test_qlora_quantized.py reads
+    transformers' own selection)."""
+    if len(shape) != 2 or parts[-1] != "weight":
+        return False
+    return f".{ROUTED}." not in f".{name}" and parts[-2] not in ROUTERS
 
 
 class ModelInfo(NamedTuple):
@@ -91,8 +113,11 @@ class ModelInfo(NamedTuple):
     # Per-head RMSNorms on q and k inside attention (Qwen3's q_norm / k_norm): they keep
     # their own inputs for backward (veri_tui/plan/activations.py).
     qk_norm: bool = False
-    # Weights of the linears LoRA adapts (what QLoRA stores in 4 bits), parameters.
+    # Weights of the linears LoRA adapts, parameters.
     lora_target_parameters: int = 0
+    # Weights QLoRA stores in 4 bits: every linear transformers builds as nn.Linear in the
+    # decoder layers, adapted or not (quantized_weight below), parameters.
+    quantized_parameters: int = 0
     # Per adaptable module name: (name, in + out sum, linears, weight parameters), what
     # `with_lora_targets` narrows the three figures above to (lora_target_modules).
     lora_modules: tuple[tuple[str, int, int, int], ...] = ()
@@ -173,6 +198,7 @@ def build_model_info(
     per_module: dict[str, list[int]] = {}
     target_params = {True: 0, False: 0}
     qk_norm = False
+    quantized = 0
     for name, t in by_name.items():
         if name in skip:
             continue
@@ -198,6 +224,8 @@ def build_model_info(
         # veri_tui.jobfolder.lora_targets.adapts on the module name, unrolled (it runs per tensor).
         parts = name.rsplit(".", 2)
         qk_norm = qk_norm or parts[-2] == "q_norm"
+        if quantized_weight(name, parts, t.shape):
+            quantized += n
         if len(t.shape) == 2 and parts[-1] == "weight" and parts[-2] in _TARGETS:
             is_attention = parts[-2] in _ATTENTION
             out_f, in_f = t.shape
@@ -240,6 +268,7 @@ def build_model_info(
         **moe,
         qk_norm=qk_norm,
         lora_target_parameters=sum(target_params[k] for k in kinds),
+        quantized_parameters=quantized,
         lora_modules=tuple(
             (name, f[0], f[1], f[2])
             for name, f in sorted(per_module.items())

@@ -25,15 +25,19 @@ holds (docs/planning.md, Peak memory):
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from veri_tui.jobfolder.canary import KNOB_FOR_PART as CANARY_KNOBS
 from veri_tui.jobfolder.knobs import CHECKPOINTING
-from veri_tui.plan.activation_peak import ActivationTerms, activation_terms
-from veri_tui.plan.activations import Layout, loss_chunk_bytes, sequence_length
+from veri_tui.plan.activations import ActivationModel, ActivationTerms, sequence_length
 from veri_tui.plan.gpus import GPU, RESERVE_BYTES
+from veri_tui.plan.layout import Layout
+from veri_tui.plan.losses import loss_chunk_bytes
 from veri_tui.plan.memory import MemoryEstimate, in_flight_bytes, trained_weight_bytes
 from veri_tui.plan.model_info import ModelInfo
+
+if TYPE_CHECKING:
+    from veri_tui.jobfolder.knobs.fields import Checkpointing
 
 # veri_tui/trainer/adamw.py's CHUNK and STEP_TEMP_BYTES (tests/trainer/test_adamw.py checks they
 # agree).
@@ -62,10 +66,6 @@ def optimizer_step_bytes(est: MemoryEstimate) -> int:
     return trained_weight_bytes(est.precision, est.lora_rank) * share
 
 
-def _terms(info: ModelInfo, mode: str, tokens: int, lora: int, autocast: bool) -> ActivationTerms:
-    return activation_terms(info, mode=mode, tokens=tokens, lora_rank=lora, autocast=autocast)
-
-
 def _peak_of(terms: ActivationTerms | None) -> int:
     """A mode's activation peak; 0 for a model without the widths to count one."""
     return terms.peak if terms is not None else 0
@@ -80,7 +80,7 @@ def estimate_peak(
     micro_batch_size: int,
     max_seq_length: int,
     max_length: int,
-    activation_checkpointing: str,
+    activation_checkpointing: Checkpointing,
 ) -> dict[str, Any]:
     """The activation estimate (with and without checkpointing, the largest mbs that fits)
     and the step's peak per GPU by part. Keys kept from before: bytes_per_gpu (activations
@@ -92,13 +92,15 @@ def estimate_peak(
     # fp32 trained weights (fp32 masters; LoRA's fp32 adapters in either precision) compute
     # under autocast at stage 0 (veri_tui/trainer/parallelize.py); FSDP2 gathers bf16 copies.
     autocast = (est.precision == "fp32" or lora > 0) and stage == 0
-    by_mode = {m: _terms(info, m, tokens, lora, autocast) if known else None for m in CHECKPOINTING}
+    lay = Layout.of(info)
+    models = {m: ActivationModel(lay, m, lora_rank=lora, autocast=autocast) for m in CHECKPOINTING}
+    by_mode = {m: model.terms(tokens) if known else None for m, model in models.items()}
     terms = by_mode[activation_checkpointing]
     transient = 0 if est.cpu_offload else in_flight_bytes(
         info, zero_stage=stage, precision=est.precision, lora_rank=lora
     )  # fmt: skip
     if est.load_in_4bit:  # bitsandbytes dequantizes one NF4 weight at a time to bf16
-        transient += 2 * max(i * o for i, o, _ in Layout.of(info).linears()) if known else 0
+        transient += 2 * max(i * o for i, o, _ in lay.linears()) if known else 0
     # With cpu_offload the states on the GPU are the units in flight (memory.py).
     in_flight = est.states_bytes_per_gpu if est.cpu_offload else transient
     states = 0 if est.cpu_offload else est.states_bytes_per_gpu
@@ -135,8 +137,8 @@ def estimate_peak(
         "in_flight_bytes": in_flight,
         "available_bytes": available,
         "fits": known and current <= available,
-        "max_micro_batch_size": largest_micro_batch(
-            info, seq, activation_checkpointing, lora, autocast, available
+        "max_micro_batch_size": models[activation_checkpointing].largest_micro_batch(
+            seq, available
         ) if known else None,
     }  # fmt: skip
 
@@ -180,23 +182,6 @@ def peak_parts(
         "eval_bytes": eval_bytes,  # the eval forward's allocated bytes (None: no eval)
         "optimizer_step_bytes": step,  # AdamW's temporary, whichever moment is the peak
     }
-
-
-def largest_micro_batch(
-    info: ModelInfo, seq: int, mode: str, lora: int, autocast: bool, available: float
-) -> int:
-    """The largest mbs whose activations fit `available` (0: not even one sample)."""
-
-    def fits(mbs: int) -> bool:
-        return _terms(info, mode, mbs * seq, lora, autocast).peak <= available
-
-    lo, hi = 0, 1
-    while fits(hi) and hi < 2**20:
-        lo, hi = hi, hi * 2
-    while hi - lo > 1:  # fits(lo), not fits(hi)
-        mid = (lo + hi) // 2
-        lo, hi = (mid, hi) if fits(mid) else (lo, mid)
-    return lo
 
 
 PART_LABELS = {

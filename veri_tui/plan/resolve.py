@@ -7,15 +7,15 @@ warning names the ways out, each priced in `suggestions`.
 
 from __future__ import annotations
 
-from typing import Any, TypedDict
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from veri_tui.errors import Refusal, VeriError
-from veri_tui.plan.activations import Layout, selective_recompute_flops, sequence_length
+from veri_tui.plan.activations import ActivationModel, sequence_length
 from veri_tui.plan.calibration import calibration_for
 from veri_tui.plan.cost import estimate_cost
 from veri_tui.plan.decide import batch_sizes, choose_stage, states_for
 from veri_tui.plan.disk import disk_for
-from veri_tui.plan.gpus import GPU, get_gpu
+from veri_tui.plan.gpus import GPU, get_gpu, gpus_text
 from veri_tui.plan.knobs import JobConfig
 from veri_tui.plan.memory import MemoryEstimate, gb
 from veri_tui.plan.model_info import ModelInfo
@@ -26,6 +26,9 @@ from veri_tui.plan.sources import read_model_info
 from veri_tui.plan.suggest import Suggestion, suggestions_for
 from veri_tui.plan.throughput import estimate_throughput, flops_per_token
 from veri_tui.plan.validate import NETWORK_GBPS, validate
+
+if TYPE_CHECKING:
+    from veri_tui.jobfolder.knobs.fields import Checkpointing
 
 __all__ = ["batch_sizes", "choose_stage", "human_count", "plan_job", "states_for"]
 
@@ -79,21 +82,22 @@ def _layout(job: JobConfig) -> list[str]:
     how = "set" if hp.internode_bandwidth_gbps else f"{hp.network} default"
     if hp.network_measured and hp.internode_bandwidth_gbps:
         how = f"measured {hp.network_measured}"
-    per_node = job.gpu_count // job.nodes or "? (detected at the preflight)"
+    per_node = job.gpu_count // job.nodes
+    gpus = gpus_text(per_node) if per_node else "? GPUs (detected at the preflight)"
     names = f" ({', '.join(job.hosts)})" if job.hosts else ""
     return [
-        f"nodes: {job.nodes} x {per_node} GPUs{names}"
+        f"nodes: {job.nodes} x {gpus}{names}"
         f"; NVLink within a node, {gbps:g} Gb/s per node across ({how})"
     ]
 
 
-def _recompute(mode: str, info: ModelInfo, lora_rank: int, seq: int) -> dict[str, Any]:
+def _recompute(mode: Checkpointing, info: ModelInfo, lora_rank: int, seq: int) -> dict[str, Any]:
     """The throughput model's checkpointing arguments: full recomputes the whole forward;
     selective the matmuls its policy does not keep and every elementwise op."""
     args: dict[str, Any] = {"gradient_checkpointing": mode == "full"}
     if mode == "selective" and info.hidden_size:
         fwd = flops_per_token(info, seq, lora=bool(lora_rank), gc=False, dpo=False)["forward"]
-        recomputed = selective_recompute_flops(Layout.of(info), lora_rank)
+        recomputed = ActivationModel.of(info, mode, lora_rank=lora_rank).recompute_flops
         args["recompute_fraction"] = recomputed / fwd if fwd else 0.0
         args["recompute_elementwise"] = 1.0
     return args

@@ -26,7 +26,7 @@ from pydantic_core import from_json
 from veri_tui.jobfolder.datasource import Source, as_sources, fingerprint, stat_key
 from veri_tui.jobfolder.errors import DataError
 from veri_tui.jobfolder.layout import veri_home
-from veri_tui.jobfolder.rows import text_field
+from veri_tui.jobfolder.rows import no_shape, text_field
 
 if TYPE_CHECKING:
     from veri_tui.plan.chat import ChatTemplate
@@ -216,7 +216,7 @@ def _count(sources: list[Source], model_dir: Path, method: str) -> TokenCount:
     rests: list[str] = []
     plan: list[tuple[Any, ...]] = []
     template: ChatTemplate | None = None
-    for where, row in mixed_rows(sources, from_json):
+    for where, row in mixed_rows(sources, from_json, method):
         if method == "dpo":
             texts = [text_field(row, key, where) for key in ("prompt", "chosen", "rejected")]
             plan.append(("dpo", len(firsts), len(rests)))
@@ -237,9 +237,7 @@ def _count(sources: list[Source], model_dir: Path, method: str) -> TokenCount:
             plan.append(("text", len(firsts)))
             firsts.append(text_field(row, "text", where))
         else:
-            raise DataError(
-                f"{where}: an sft_text row needs `text`, `messages` or `prompt`+`completion`"
-            )
+            raise no_shape(row, where)
     if not plan:
         raise DataError(f"{describe_sources(sources)}: the dataset has no rows")
     first = _lengths(tok, firsts, special=True)

@@ -4,22 +4,34 @@ Each rank writes its pid, runs the loop, and on any failure writes its own failu
 (failures/rank-<r>.json, nanosecond time) before the exception propagates to torch
 elastic's `record`, which writes the elastic error file for `Exception`s. A clean run
 destroys its process group; a failed one aborts it (`_leave_group`), so the rank exits.
-CUDA jobs get `PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True` unless the user set one.
+Every rank gets `PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True` unless the user set one,
+before this module imports torch (the supervisor already put it in torchrun's environment:
+veri_tui/jobfolder/torchrun_cmd.py); what the allocator then runs with is recorded from the
+allocator itself (veri_tui/trainer/devmem.py).
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import sys
-from collections.abc import MutableMapping
 from pathlib import Path
 from typing import NoReturn
 
-from torch.distributed.elastic.multiprocessing.errors import record
+from veri_tui.jobfolder.torchrun_cmd import alloc_conf
 
-from veri_tui.trainer.config import from_spec, load_spec
-from veri_tui.trainer.report import RankContext, RankLog, write_failure, write_pid
+alloc_conf(os.environ)  # before the first import of torch (next line): the allocator's setting
+
+from torch.distributed.elastic.multiprocessing.errors import record  # noqa: E402
+
+from veri_tui.trainer.config import from_spec, load_spec  # noqa: E402
+from veri_tui.trainer.report import (  # noqa: E402
+    RankContext,
+    RankLog,
+    write_failure,
+    write_pid,
+)
 
 M_MMAP_THRESHOLD = -3  # mallopt's parameter number (malloc.h)
 
@@ -42,7 +54,6 @@ def _return_freed_memory() -> None:
     nothing is done.
     """
     import ctypes
-    import os
 
     if "MALLOC_MMAP_THRESHOLD_" in os.environ:
         return
@@ -52,22 +63,10 @@ def _return_freed_memory() -> None:
         pass
 
 
-def cuda_alloc_conf(env: MutableMapping[str, str]) -> None:
-    """`PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True` unless the user set an allocator
-    config (either name): without it fragmentation can run a GPU out of memory with its
-    allocated bytes well under the plan (reserved grows past allocated). Set before torch
-    touches CUDA (the allocator reads it once); CPU runs ignore it."""
-    if not env.get("PYTORCH_CUDA_ALLOC_CONF") and not env.get("PYTORCH_ALLOC_CONF"):
-        env["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"
-
-
 @record
 def main(argv: list[str] | None = None) -> int:
     """Run one rank; failures are recorded, then re-raised for torchrun to see."""
-    import os
-
     _return_freed_memory()
-    cuda_alloc_conf(os.environ)
     args = _parse(argv)
     job_dir = args.job.resolve().parent
     ctx = RankContext.from_env(job_dir)
@@ -97,8 +96,6 @@ def main(argv: list[str] | None = None) -> int:
 
 def _start_memory_log(ctx: RankContext) -> None:
     """VERI_MEASURE_MEMORY=1: the `imports` phase ends with transformers and peft imported."""
-    import os
-
     if os.environ.get("VERI_MEASURE_MEMORY") == "1":
         import peft  # noqa: F401 - imported to be counted in the phase
         import transformers  # noqa: F401
@@ -150,7 +147,6 @@ def leave(code: int) -> NoReturn:
     `main` and exits the usual way, with its traceback.
     """
     import logging
-    import os
 
     logging.shutdown()
     for stream in (sys.stdout, sys.stderr):

@@ -172,7 +172,7 @@ def _checkpointing(cfg: TrainConfig, hp: dict[str, Any]) -> None:
                 f"activation_checkpointing: {mode!r} contradicts gradient_checkpointing="
                 f"{str(cfg.gradient_checkpointing).lower()}; drop one of them"
             )
-    cfg.activation_checkpointing = checkpointing_mode(mode, cfg.gradient_checkpointing)  # type: ignore[assignment]
+    cfg.activation_checkpointing = checkpointing_mode(mode, cfg.gradient_checkpointing)
     cfg.gradient_checkpointing = cfg.activation_checkpointing != "none"
 
 

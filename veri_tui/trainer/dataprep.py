@@ -53,7 +53,7 @@ TOKENIZER_FILES = (
 #: The code that turns rows into tokens: a change to it makes every old cache stale.
 #: Beside this module: the trainer's; in the job folder's package (uploaded with it): its own.
 ENCODERS = ("data.py", "tokencache.py")
-ROW_RULES = ("rows.py", "columns.py", "dataload.py")
+ROW_RULES = ("rows.py", "columns.py", "dataload.py", "encode.py")
 Sources = list[Source] | Path | str
 
 
@@ -117,7 +117,7 @@ def build_part(
     sources = as_sources(dataset)
     writer, total = PartWriter(folder, part), 0
     try:
-        rows = mixed_rows(sources)
+        rows = mixed_rows(sources, method=method)
         while True:
             try:
                 where, row = next(rows)

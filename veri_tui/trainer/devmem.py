@@ -13,7 +13,9 @@
   high-water mark; cached blocks are not given back) and the largest sample kept. Not
   available: recorded as None with the reason in `device_memory_source`, never estimated;
 - host: VmHWM, the process's resident peak, on CPU (where it is `peak_bytes`) and on CUDA
-  (cpu_offload's host-side states live there).
+  (cpu_offload's host-side states live there);
+- the allocator's settings as the allocator itself holds them (`allocator_settings`), not as
+  the environment asked: `expandable_segments` and the settings string it parsed.
 """
 
 from __future__ import annotations
@@ -165,6 +167,48 @@ def peak_memory(device: torch.device, sampler: DeviceMemory | None = None) -> di
         "device_memory_bytes": sampler.peak if sampler else None,
         "device_memory_source": sampler.source if sampler else "not measured (not sampled)",
         "host_rss_peak_bytes": host,
-        "alloc_conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF")
-        or os.environ.get("PYTORCH_ALLOC_CONF"),
+        **allocator_settings(),
     }  # fmt: skip
+
+
+def allocator_settings() -> dict[str, Any]:
+    """What the CUDA caching allocator runs with, read from the allocator: {"alloc_conf" (the
+    settings string it parsed), "expandable_segments" (bool, None when unknown),
+    "allocator_source"}.
+
+    torch.cuda.memory._snapshot()'s `allocator_settings` first (the allocator's parsed
+    config, c10's AllocatorConfigInfo: `expandable_segments` and `last_allocator_settings`, in
+    torch 2.11 and 2.13): it says whether expandable segments are on, whatever the variable
+    said (a name the allocator does not know, a setting made after CUDA started). Else the
+    device-generic config string (`torch._C._accelerator_getAllocatorSettings`: 2.13 has it,
+    2.11 not), with expandable_segments read from it. Read at each record (milliseconds)."""
+    out: dict[str, Any] = {"alloc_conf": None, "expandable_segments": None}
+    try:
+        settings = torch.cuda.memory._snapshot().get("allocator_settings") or {}
+    except Exception as exc:  # noqa: BLE001 - a figure never ends the run
+        settings, why = {}, f"{type(exc).__name__}"
+    else:
+        why = "no allocator_settings in the snapshot"
+    if "expandable_segments" in settings:
+        out.update(
+            alloc_conf=settings.get("PYTORCH_CUDA_ALLOC_CONF") or None,
+            expandable_segments=bool(settings["expandable_segments"]),
+            allocator_source="torch.cuda.memory._snapshot()",
+        )
+    else:
+        get = getattr(torch._C, "_accelerator_getAllocatorSettings", None)
+        try:
+            text = get() if get is not None else None
+        except Exception:  # noqa: BLE001
+            text = None
+        if text is None:
+            out["allocator_source"] = f"not available (snapshot: {why}; no settings string)"
+        else:
+            pairs = dict(p.split(":", 1) for p in text.replace(" ", "").split(",") if ":" in p)
+            flag = pairs.get("expandable_segments", "False")
+            out.update(
+                alloc_conf=text or None,
+                expandable_segments=flag.lower() == "true",
+                allocator_source="torch._C._accelerator_getAllocatorSettings()",
+            )
+    return out

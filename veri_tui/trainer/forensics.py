@@ -5,9 +5,12 @@ to `forensics/request` in the job folder (veri_tui/jobfolder/forensics.py) BEFOR
 Every rank runs one daemon thread, started before the rank joins its process group, that checks that
 file four times a second and answers a new id with `forensics/rank-<r>.json`: the main
 thread's Python stack (where the rank stands: in a collective, in its data, in a wait of its
-own) and torch's Flight Recorder dump (the collectives this process entered, per process group,
-with sequence numbers, sizes and whether each completed; gloo records it as NCCL does, when
-`TORCH_FR_BUFFER_SIZE` is set, which the supervisor does).
+own) and torch's Flight Recorder dumps (the collectives this process entered, per process group,
+with sequence numbers, sizes and whether each completed): NCCL's and gloo's, merged, since each
+backend records into a ring of its own (`DUMPS`), when `TORCH_FR_BUFFER_SIZE` is set, which the
+supervisor does. This is the NCCL dump a hang report reads: the watchdog asks before the
+process groups' timeout (veri_tui/jobfolder/watchdog.py keeps it below), so NCCL's own dump on
+timeout never comes.
 
 A thread rather than a signal handler: a Python signal handler runs only between bytecodes of
 the main thread, which a rank blocked in a collective never reaches, while this thread runs
@@ -30,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from veri_tui.jobfolder.atomic import write_text_atomic
+from veri_tui.jobfolder.flightrec import backend_of
 from veri_tui.jobfolder.forensics import load_fr_pickle, read_request_id, request_path
 from veri_tui.jobfolder.layout import JobLayout
 from veri_tui.jobfolder.stackdump import STACK_SIGNAL, header, stack_path
@@ -46,38 +50,75 @@ def main_stack() -> list[list[Any]]:
     return [[f.filename, f.lineno, f.name] for f in traceback.extract_stack(frame)]
 
 
-def flight_recorder() -> tuple[dict[str, Any] | None, str]:
-    """torch's Flight Recorder dump (the collectives of every process group of this
-    process), or (None, why not). `_dump_fr_trace` is what torch's own debug tooling calls
-    (older CUDA builds: `_dump_nccl_trace`). Without the collectives' call sites: resolving
+#: torch's Flight Recorder dumps, each its own ring (read in torch's source, 2.11 and 2.13):
+#: `_dump_nccl_trace` the NCCL process groups' (FlightRecorder<at::cuda::CUDAEvent>, only in
+#: builds with NCCL), `_dump_fr_trace` gloo's (FlightRecorder<c10::Event>). A CUDA job records
+#: into the first; a cpu_offload job runs `cuda:nccl,cpu:gloo` and records into both.
+DUMPS = ("_dump_nccl_trace", "_dump_fr_trace")
+
+
+def flight_recorder(c10d: Any = None) -> tuple[dict[str, Any] | None, str]:
+    """Every Flight Recorder this torch has (`DUMPS`), merged: the collectives of every
+    process group of this process and both backends, or (None, why not). ``c10d``: torch's
+    `_distributed_c10d` (imported when None). Without the collectives' call sites: resolving
     them took 8.0 s for 2000 entries on this 2-core machine, against 0.12 s without
-    (benchmarks/bench_flight_recorder.py), and the main thread's stack says where it waits."""
-    if "torch" not in sys.modules:  # never the first import of torch, from this thread
-        return None, "torch is not imported yet"
-    try:
-        import torch._C._distributed_c10d as c10d
-    except Exception as exc:
-        return None, f"torch.distributed unavailable: {type(exc).__name__}: {exc}"
-    dump = getattr(c10d, "_dump_fr_trace", None) or getattr(c10d, "_dump_nccl_trace", None)
-    if dump is None:
+    (benchmarks/bench_flight_recorder.py), and the main thread's stack says where it waits.
+    A dump that fails is named in the reason while the others' entries are kept."""
+    if c10d is None:
+        if "torch" not in sys.modules:  # never the first import of torch, from this thread
+            return None, "torch is not imported yet"
+        try:
+            import torch._C._distributed_c10d as c10d
+        except Exception as exc:
+            return None, f"torch.distributed unavailable: {type(exc).__name__}: {exc}"
+    found = [(name, fn) for name in DUMPS if (fn := getattr(c10d, name, None)) is not None]
+    if not found:
         return None, "this torch has no Flight Recorder dump"
-    try:
-        fr = load_fr_pickle(dump(includeStackTraces=False))
-    except Exception as exc:  # a dump must never take the rank down
-        return None, f"{type(exc).__name__}: {exc}"
-    if fr is None:
-        return None, "the Flight Recorder dump could not be read"
+    parts, why = [], []
+    for name, dump in found:
+        try:
+            fr = load_fr_pickle(dump(includeStackTraces=False))
+        except Exception as exc:  # a dump must never take the rank down
+            why.append(f"{name}: {type(exc).__name__}: {exc}")
+            continue
+        if fr is None:
+            why.append(f"{name}: the dump could not be read")
+        else:
+            parts.append((name, fr))
+    if not parts:
+        return None, "; ".join(why)
+    fr = merge(parts)
     fr["entries"] = recent(fr.get("entries") or [])
-    return fr, ""
+    return fr, "; ".join(why)
+
+
+def merge(parts: list[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
+    """One dump of several rings: their entries in the order created (each keeps its
+    backend in `profiling_name`, e.g. `nccl:all_reduce`: sequence numbers count per backend),
+    their process groups' configs together, `dumps` naming where they came from. An entry
+    two rings both hold (a torch that records a backend twice) is kept once."""
+    out: dict[str, Any] = {"version": parts[0][1].get("version"), "pg_config": {},
+                           "entries": [], "dumps": [name for name, _ in parts]}  # fmt: skip
+    seen = set()
+    for _, fr in parts:
+        out["pg_config"].update(fr.get("pg_config") or {})
+        for e in fr.get("entries") or []:
+            key = (str(e.get("process_group")), e.get("profiling_name"),
+                   e.get("collective_seq_id"), e.get("p2p_seq_id"), e.get("is_p2p"))  # fmt: skip
+            if key not in seen:
+                seen.add(key)
+                out["entries"].append(e)
+    out["entries"].sort(key=lambda e: int(e.get("time_created_ns") or 0))
+    return out
 
 
 def recent(entries: list[dict[str, Any]], keep: int = KEEP_PER_GROUP) -> list[dict[str, Any]]:
-    """Every collective still in flight and the newest ``keep`` of each process group (what
-    the report reads: a full ring of 2000 entries is about 1 MB of JSON)."""
+    """Every collective still in flight and the newest ``keep`` of each process group and
+    backend (what the report reads: a full ring of 2000 entries is about 1 MB of JSON)."""
     seen: dict[Any, int] = {}
     out = []
     for e in reversed(entries):
-        group = tuple(e.get("process_group") or ())
+        group = (*(e.get("process_group") or ()), backend_of(e))  # each backend's own count
         seen[group] = seen.get(group, 0) + 1
         if seen[group] <= keep or not e.get("retired"):
             out.append(e)

@@ -97,7 +97,10 @@ def train(cfg: TrainConfig, ctx: RankContext, log: RankLog) -> None:
         canary.begin(step, model, opt)
         loss, grad_norm, tokens, rewards = stepper.step(step)
         canary.end(step, tokens, opt)
-        stats.step_done(tokens, time.perf_counter() - t0)
+        # The step alone is timed: NVML's sample (an init, a query and a shutdown, in
+        # step_done), the stats file, the scheduler and the evaluation come after it.
+        seconds = time.perf_counter() - t0
+        stats.step_done(tokens, seconds)
         if step == start:
             log.info(stats.setup.line())  # this attempt's set-up, once its first step is done
         lr = sched.get_last_lr()[0]
@@ -106,7 +109,7 @@ def train(cfg: TrainConfig, ctx: RankContext, log: RankLog) -> None:
                                 stepper.reference, progress)  # fmt: skip
         if (step + 1) % cfg.logging_steps == 0 or step + 1 == total or evaluated is not None:
             metric = metric_line(step + 1, total, per_epoch, loss, float(lr), grad_norm, evaluated)
-            metric["tokens_per_s"] = round(tokens / (time.perf_counter() - t0), 1)
+            metric["tokens_per_s"] = round(tokens / seconds, 1) if seconds > 0 else 0.0
             metric.update(window_peak(rt.device))  # a collective: every rank logs here
             tracking.write({**metric, **rewards})
         if canary.due(step + 1):  # saves step K itself, loads it back, waits for the gate

@@ -24,7 +24,7 @@ DEFAULT_GPU = "L4-24GB"
 
 #: What a layer keeps for backward (veri_tui/trainer/checkpointing.py): nothing, a selection, all.
 Checkpointing = Literal["none", "selective", "full"]
-CHECKPOINTING: tuple[str, ...] = get_args(Checkpointing)
+CHECKPOINTING: tuple[Checkpointing, ...] = get_args(Checkpointing)
 #: The learning-rate schedule after the linear warmup (veri_tui/trainer/schedule.py).
 LrScheduler = Literal["cosine", "linear", "constant"]
 LR_SCHEDULERS: tuple[str, ...] = get_args(LrScheduler)
@@ -182,7 +182,7 @@ class Hyperparameters:
     # fmt: on
 
     @property
-    def checkpointing(self) -> str:
+    def checkpointing(self) -> Checkpointing:
         """The checkpointing mode: activation_checkpointing, else gradient_checkpointing's
         alias (on = full, off = none)."""
         return checkpointing_mode(self.activation_checkpointing, self.gradient_checkpointing)

@@ -15,10 +15,13 @@ from __future__ import annotations
 import types
 import typing
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from veri_tui.jobfolder.errors import ConfigError
 from veri_tui.jobfolder.knobs.schema import Knob, literal_values, table
+
+if TYPE_CHECKING:
+    from veri_tui.jobfolder.knobs.fields import Checkpointing
 
 _TRUE = ("on", "true", "1", "yes")
 _FALSE = ("off", "false", "0", "no")
@@ -48,7 +51,9 @@ def pin_keys(cls: type) -> tuple[str, ...]:
     return tuple(k.name for k in table(cls) if k.pin)
 
 
-def checkpointing_mode(activation_checkpointing: str | None, gradient_checkpointing: bool) -> str:
+def checkpointing_mode(
+    activation_checkpointing: Checkpointing | None, gradient_checkpointing: bool
+) -> Checkpointing:
     """The checkpointing mode: activation_checkpointing, else its alias gradient_checkpointing
     (on = full, off = none)."""
     if activation_checkpointing is not None:
