@@ -230,9 +230,7 @@ def restore(model: nn.Module, optimizer: Any, msd: dict[str, Any], osd: Any, lor
     if lora:  # the adapters were loaded in place (views); the base is the model directory
         set_optimizer_state_dict(model, optimizer, optim_state_dict=osd, options=opts)
     else:
-        set_state_dict(
-            model, optimizer, model_state_dict=msd, optim_state_dict=osd, options=opts
-        )
+        set_state_dict(model, optimizer, model_state_dict=msd, optim_state_dict=osd, options=opts)
 
 
 class _RankLocalReader(FileSystemReader):

@@ -15,7 +15,6 @@ import math
 import os
 from typing import Any
 
-import torch
 from torch.distributed.checkpoint.metadata import Metadata
 from torch.distributed.checkpoint.planner import SavePlan, SavePlanner, WriteItem
 from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
@@ -28,7 +27,7 @@ def _item_bytes(item: WriteItem) -> int:
     tensor_storage_size counts the global tensor), or its serialized bytes."""
     if item.tensor_data is not None:
         numel = math.prod(item.tensor_data.chunk.sizes)
-        return numel * torch._utils._element_size(item.tensor_data.properties.dtype)
+        return numel * item.tensor_data.properties.dtype.itemsize
     return item.bytes_io_data.nbytes if item.bytes_io_data else 0
 
 
