@@ -3,10 +3,10 @@
 The GPU image has torch, transformers (with its own requirements), peft and safetensors, and
 no veri-tui, pydantic, textual or paramiko (docs/trainer.md, GPU check). The check's own
 process, its model builds, the supervisor and the ranks import the trainer, jobfolder and
-benchmarks/gpu_check{,_run,_device,_files,_jobs,_out,_report}.py from the carried tree.
-Every import statement in those (function bodies included) must name the standard library,
-the image's packages, the carried code, or an optional package imported inside a function
-whose absence the caller handles (bitsandbytes: a carried wheel, QLoRA only; pynvml: else
+benchmarks/gpu_check{,_run,_device,_files,_jobs,_kernels,_out,_report}.py from the carried
+tree. Every import statement in those (function bodies included) must name the standard
+library, the image's packages, the carried code, or an optional package imported inside a
+function whose absence the caller handles (bitsandbytes: a carried wheel, QLoRA only; pynvml: else
 nvidia-smi; datasets: only for a parquet, CSV, save_to_disk or Hub dataset, else one
 DataError line; the trackers: only when `report_to` names them, else one ConfigError line).
 `ABSENT` makes those four missing for real in a process (test_gpu_check_cpu.py's SIGTERM run
@@ -26,13 +26,15 @@ DEVICE_SIDE = [
     *sorted((REPO / "veri_tui" / "jobfolder").rglob("*.py")),
     *(REPO / "benchmarks" / f"{n}.py" for n in ("gpu_check", "gpu_check_run", "gpu_check_device",
                                                  "gpu_check_files", "gpu_check_jobs",
-                                                 "gpu_check_out", "gpu_check_report")),
+                                                 "gpu_check_kernels", "gpu_check_out",
+                                                 "gpu_check_report")),
 ]  # fmt: skip
 # transformers requires huggingface_hub and tokenizers: they come with it.
 IMAGE = {"torch", "transformers", "peft", "safetensors", "huggingface_hub", "tokenizers"}
 # veri_tui's own __init__ imports nothing; of its packages only these two are the device's.
 CARRIED = {"veri_tui.trainer", "veri_tui.jobfolder", "gpu_check_run", "gpu_check_device",
-           "gpu_check_files", "gpu_check_jobs", "gpu_check_out", "gpu_check_report"}  # fmt: skip
+           "gpu_check_files", "gpu_check_jobs", "gpu_check_kernels", "gpu_check_out",
+           "gpu_check_report"}  # fmt: skip
 OPTIONAL = {"bitsandbytes", "pynvml", "datasets", "trackio", "wandb", "mlflow"}
 # Imported by gpu_check.py only to prepare (where veri-tui is installed): never on the GPU box
 # once DIR holds plan.json (the run's path, which the SIGTERM test takes under ABSENT).

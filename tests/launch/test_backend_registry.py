@@ -18,7 +18,8 @@ from veri_tui.errors import VeriError
 from veri_tui.jobfolder.procs import pid_alive
 from veri_tui.launch import backends
 from veri_tui.launch.backends.ref import JobRef, SubmitError
-from veri_tui.launch.local_host import LocalHost, reap
+from veri_tui.launch.local_host import LocalHost
+from veri_tui.launch.local_machine import reap
 
 ROOT = Path(__file__).resolve().parents[2]
 #: A choice between backends outside the registry: the issue's grep (`kind ==`,

@@ -65,6 +65,12 @@ def merged(jobs: dict[str, Path]) -> Path:
     proc = cli("export", jobs["lora"].name, "--merge", env=os.environ.copy(), timeout=300)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert f"export: merged checkpoint in {jobs['lora'] / 'export'}" in proc.stdout
+    # Where it writes: the export folder; the base is only read.
+    base = json.loads((jobs["lora"] / "job.json").read_text())["spec"]["model_path"]
+    assert proc.stdout.startswith(
+        f"export: merging the LoRA adapter with its base {base} (read, not changed) into "
+        f"{jobs['lora'] / 'export'}, one tensor at a time\n"
+    )
     return jobs["lora"] / "export"
 
 

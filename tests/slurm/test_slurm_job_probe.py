@@ -133,7 +133,7 @@ def test_a_sick_node_stops_the_step_or_is_recorded_with_allow(
     assert (stopped["status"], stopped["error"]["code"]) == ("failed", "HARDWARE_ERROR")
     assert sick in stopped["error"]["message"]
     assert [r[: len(sick)] for r in stopped["probe"]["refused"]] == [sick]
-    assert any(ln.startswith("gpu health: 127.0.0.2: SICK: 1 GPUs, driver 550.54.15")
+    assert any(ln.startswith("gpu health: 127.0.0.2: SICK: 1 GPU, driver 550.54.15")
                for ln in stopped["probe"]["lines"])  # fmt: skip
     went_on = json.loads(allow.read_text())
     assert went_on["status"] == "pending" and went_on.get("error") is None

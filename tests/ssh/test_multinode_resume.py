@@ -143,11 +143,11 @@ def test_retry_then_resume_across_two_nodes(sshd, sshd2, tmp_path: Path, monkeyp
             ), skipped
     finally:
         for conn in conns:
-            conn.close()
+            conn.machine.close()
 
     refused = cli("resume", job_id, "--gpu-count", "1", env=env)
     assert refused.returncode == 2 and refused.stdout == ""
-    assert refused.stderr.startswith(f"error: gpu_count: {job_id} runs on 2 nodes x 1 GPUs; ")
+    assert refused.stderr.startswith(f"error: gpu_count: {job_id} runs on 2 nodes x 1 GPU; ")
     assert "Traceback" not in refused.stderr
 
     t0 = time.monotonic()

@@ -168,5 +168,5 @@ def test_two_unknown_hosts_are_trusted_in_one_rerun(sshd, sshd2, tmp_path: Path)
     assert rerun.count("--trust-host") == 2
     out = cli("plan", *job, *rerun, env=env)
     assert out.returncode == 0, out.stderr
-    assert f"nodes: 2 x 1 GPUs ({sshd.alias}, {sshd2.alias})" in out.stdout
+    assert f"nodes: 2 x 1 GPU ({sshd.alias}, {sshd2.alias})" in out.stdout
     assert len(kh.read_text().splitlines()) == 2  # both recorded

@@ -45,7 +45,11 @@ KNOB_FOR_PART = {
     "optimizer_step": "lora_rank or gpu_count (zero_stage 3)",
     "overhead": "nothing (fixed per GPU)",
 }
+#: What shortens the run (more GPUs do), and what cuts its cost (more GPUs do not: the
+#: GPU-hours stay the same at best, and grow with any scaling loss).
 TIME_KNOB = "lower max_steps or num_epochs, or add GPUs"
+COST_KNOB = ("lower max_steps or num_epochs, or a cheaper GPU type (more GPUs shorten the run, "
+             "not its cost)")  # fmt: skip
 
 
 def rank_file(job_dir: Path, rank: int) -> Path:
@@ -166,7 +170,7 @@ def gate(block: dict[str, Any], limits: Mapping[str, Any], ranks: list[dict[str,
             lo, hi = ext["cost_band"]
             band = f"band {money(lo)}-{money(hi)}"
             failed.append(f"--max-cost {max_cost:g}: extrapolated {money(ext['cost'])} ({band}); "
-                          f"{TIME_KNOB}, or raise --max-cost")  # fmt: skip
+                          f"{COST_KNOB}; or raise --max-cost")  # fmt: skip
     if max_hours is not None and ext.get("known") and ext["hours"] > max_hours:
         lo, hi = ext["hours_band"]
         failed.append(f"--max-hours {max_hours:g}: extrapolated {ext['hours']:.3g} h (band "

@@ -107,7 +107,8 @@ def summary(labels: list[str], facts: list[dict[str, Any]]) -> list[str]:
         dcgm = "" if f.get("dcgm") is None else ", dcgmi diag -r 1 " + (
             "passed" if f["dcgm"].get("passed") else "FAILED")  # fmt: skip
         state = "SICK" if bad else "ok"
-        out.append(f"gpu health: {label}: {state}: {f.get('count')} GPUs, driver "
+        gpus = f"{f.get('count')} GPU" + ("s" if f.get("count") != 1 else "")
+        out.append(f"gpu health: {label}: {state}: {gpus}, driver "
                    f"{f.get('driver')}, CUDA {f.get('cuda')}{dcgm}"
                    + "".join(f"; {n}" for n in bad + notes))  # fmt: skip
     return out

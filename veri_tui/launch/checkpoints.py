@@ -58,10 +58,10 @@ class NodeCheck:
             host, own, folders = group
             what = [mode, str(step)] if mode == "verify" else [mode]
             argv = jobfolder_argv(host, own, "checkpoints", *what, *folders)
-            res = host.run(argv, timeout=3600)  # hashing a large step
+            res = host.machine.run(argv, timeout=3600)  # hashing a large step
             if res.exit_status != 0:
                 why = res.error_line()
-                raise VeriError(f"checking checkpoints on {host.name} failed: {why}", "job")
+                raise VeriError(f"checking checkpoints on {host.machine.name} failed: {why}", "job")
             answer: dict[str, Any] = json.loads(res.stdout)
             return answer
 

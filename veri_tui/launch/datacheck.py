@@ -39,6 +39,7 @@ SHIPPED = ("veri_tui", "veri_tui.jobfolder", "veri_tui.jobfolder.status",
            "veri_tui.trainer", "veri_tui.trainer.datacheck")  # fmt: skip
 PACKAGES = ("veri_tui", "veri_tui.jobfolder", "veri_tui.trainer")
 WEIGHTS = (".safetensors", ".bin", ".pt", ".pth", ".gguf", ".h5", ".msgpack")
+MODULE = "veri_tui.trainer.datacheck"  # run with -m on this machine
 TIMEOUT_S = 1800.0  # every row encoded in one process: a large dataset takes minutes
 
 # The shipped modules imported from memory, then the check run on the payload.
@@ -102,17 +103,16 @@ def _payload(model: str, job: JobConfig, data: JobData, inline: bool) -> dict[st
 
 
 def _ask(host: Host, payload: dict[str, Any], inline: bool) -> dict[str, Any]:
-    argv = (
-        [host.python, "-c", BOOT] if inline else [host.python, "-m", "veri_tui.trainer.datacheck"]
-    )
-    res = host.run(argv, timeout=TIMEOUT_S, stdin=zlib.compress(json.dumps(payload).encode()))
+    machine = host.machine
+    argv = [machine.python, "-c", BOOT] if inline else [machine.python, "-m", MODULE]
+    res = machine.run(argv, timeout=TIMEOUT_S, stdin=zlib.compress(json.dumps(payload).encode()))
     try:
         answer: dict[str, Any] = json.loads(res.stdout.decode("utf-8").strip().splitlines()[-1])
         return answer
     except (ValueError, IndexError):
         line = res.error_line()
         if "No module named 'transformers'" in line:
-            line = f"transformers is not installed for {host.python} (pip install transformers)"
+            line = f"transformers is not installed for {machine.python} (pip install transformers)"
         return {"problems": [["model", f"the tokenizer check on {host.where} failed: {line}"]]}
 
 
@@ -158,14 +158,14 @@ def check_data(host: Host, facts: HostFacts | None, job: JobConfig, plan: PlanRe
         model = plan.to_dict()["model"].get("path")
         if model is None:
             return [], []  # only its Hub metadata here: refused by the job's paths
-        if not host.local:
+        if not host.machine.local:
             host = LocalHost()  # the bundled model, uploaded with the job: checked here
-    if not tokenizer_files(host.listdir(model)):
+    if not tokenizer_files(host.machine.listdir(model)):
         return [], [Refusal("model", NO_TOKENIZER.format(model=model))]
     data = local_data(job)
-    inline = not host.local
+    inline = not host.machine.local
     hp = job.hyperparameters
-    key = (host.name, model, _stamp(host, model), str(data), _stats(data), job.method,
+    key = (host.machine.name, model, _stamp(host, model), str(data), _stats(data), job.method,
            hp.max_length, hp.max_seq_length)  # fmt: skip
     if key not in _MEMO:
         stored = None if inline else _stored(model, job, data)
@@ -247,8 +247,8 @@ def _write(path: Path, answer: dict[str, Any]) -> None:
 
 def _stamp(host: Host, model: str) -> tuple[Any, ...]:
     """The model's tokenizer files (names; here also their sizes and times)."""
-    names = tuple(host.listdir(model))
-    if not host.local:
+    names = tuple(host.machine.listdir(model))
+    if not host.machine.local:
         return names
     return tuple((n, (st := (Path(model) / n).stat()).st_size, st.st_mtime_ns) for n in names)
 

@@ -70,7 +70,7 @@ def register(ref: JobRef, hosts: Sequence[Host], record: JobRecord) -> JobTarget
     nodes = [Node(h, n.job_dir, n.handle) for h, n in zip(hosts, ref.nodes, strict=True)]
     if hosts[0].label is None:
         return JobTarget(ref.job_id, nodes, None)  # this machine: its folder is the entry
-    entry = registry.entry_of(ref, hosts[0].python, record)
+    entry = registry.entry_of(ref, hosts[0].machine.python, record)
     registry.save(entry)
     return JobTarget(ref.job_id, nodes, entry)
 

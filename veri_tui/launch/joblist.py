@@ -36,7 +36,7 @@ def list_jobs(settle: bool = False) -> list[JobRecord]:
             jobs.append(cached)
             continue
         try:
-            if entry is not None and {n.host.name for n in target.nodes} & down:
+            if entry is not None and {n.host.machine.name for n in target.nodes} & down:
                 raise UnreachableError("unreachable")
             jobs.append(JobHandle(target).poll() if settle else target.backend.state(target))
         except VeriError:
@@ -47,7 +47,7 @@ def list_jobs(settle: bool = False) -> list[JobRecord]:
             cached["stale"] = True
             jobs.append(cached)
     for host in pool.values():
-        host.close()
+        host.machine.close()
     return jobs
 
 

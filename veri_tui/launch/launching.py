@@ -57,7 +57,7 @@ if TYPE_CHECKING:
 def own_checks(job: JobConfig, hosts: Sequence[Host]) -> None:
     """Raise VeriError with the job's own refusals; on another machine the output dir is a
     path there, checked there."""
-    check_job(job, output_here=hosts[0].local)
+    check_job(job, output_here=hosts[0].machine.local)
 
 
 def probe_all(
@@ -76,7 +76,7 @@ def probe_all(
         problems += agreement(facts)
         if not given:
             per_node = len(facts[0].gpus) or 1  # detected: nodes x GPUs per node
-        hosts_list = [h.name for h in hosts]
+        hosts_list = [h.machine.name for h in hosts]
         job = job.model_copy(update={"gpu_count": nodes * per_node, "hosts": hosts_list})
     return facts, job, problems
 
@@ -85,7 +85,7 @@ def device_rows(hosts: Sequence[Host], facts: list[HostFacts], plan: PlanRecord)
     """Where each node's ranks run against the plan's GPUs, named by node when there are
     several."""
     many = len(hosts) > 1
-    return [device_row(pf, plan.job, host.where, node_label(k, host.name) if many else "")
+    return [device_row(pf, plan.job, host.where, node_label(k, host.machine.name) if many else "")
             for k, (host, pf) in enumerate(zip(hosts, facts, strict=True))]  # fmt: skip
 
 
@@ -112,7 +112,7 @@ def plan_on(job: JobConfig, names: Sequence[HostName], trust: str | None = None
         return rec
     finally:
         for host in hosts:
-            host.close()
+            host.machine.close()
 
 
 def replan(host: Host, record: JobRecord, gpu_count: int | None, sets: Sequence[str],
@@ -164,7 +164,7 @@ def node_records(
             record["spec"].update({
                 "nnodes": nodes, "node_rank": k, "nproc_per_node": job.gpu_count // nodes,
                 "rdzv_id": job_id, "rdzv_endpoint": f"{addr}:{listen if k == 0 else port}",
-                "rdzv_local_addr": addr, "hosts": [h.name for h in hosts],
+                "rdzv_local_addr": addr, "hosts": [h.machine.name for h in hosts],
             })  # fmt: skip
         out.append((job_dir, record))
     return out
@@ -183,7 +183,7 @@ def check_capacity(hosts: Sequence[Host], facts: list[HostFacts], plan: PlanReco
     for k, (host, pf) in enumerate(zip(hosts, facts, strict=True)):
         disk = disk_of(plan, len(hosts), k)
         refused += host.capacity(
-            pf, plan, disk, output if k == 0 else None, node_label(k, host.name)
+            pf, plan, disk, output if k == 0 else None, node_label(k, host.machine.name)
         )[1]
     if refused:
         raise VeriError(refused)
@@ -195,12 +195,12 @@ def create(host: Host, job: JobConfig, job_dir: str, record: JobRecord) -> None:
     parent, name = posixpath.split(job_dir)
     tmp = posixpath.join(parent, f".{name}.tmp")  # named after the folder: homes may be shared
     for sub in MADE_WITH:
-        host.makedirs(posixpath.join(tmp, sub))
+        host.machine.makedirs(posixpath.join(tmp, sub))
     host.stage(job, tmp)
-    host.write_atomic(
+    host.machine.write_atomic(
         posixpath.join(tmp, "job.json"), (json.dumps(record, indent=2) + "\n").encode()
     )
-    host.rename(tmp, job_dir)
+    host.machine.rename(tmp, job_dir)
 
 
 def launch(
@@ -223,7 +223,7 @@ def launch(
     backend = backend_of(hosts[0].kind)
     try:
         own_checks(job.model_copy(update={"hosts": list(names)}) if len(names) > 1 else job, hosts)
-        size = 0 if hosts[0].local else data_bytes(job)
+        size = 0 if hosts[0].machine.local else data_bytes(job)
         facts, job, problems = probe_all(backend, hosts, job, size)
         rdzv = None
         if len(hosts) > 1:
@@ -249,7 +249,7 @@ def launch(
         for row in device_rows(hosts, facts, plan):  # CUDA GPUs, or CPU processes: said once
             say(device_line(row))
         job_id = new_job_id()
-        while hosts[0].exists(posixpath.join(facts[0].jobs_dir, job_id)):
+        while hosts[0].machine.exists(posixpath.join(facts[0].jobs_dir, job_id)):
             job_id = new_job_id()  # same second, same random suffix: draw again
         nodes = node_records(hosts, facts, job, plan, job_id, rdzv)
         for _dir, rec in nodes:
@@ -266,7 +266,7 @@ def launch(
         if dry_run:
             return backend.script(hosts[0], *nodes[0])
         for host, pf in zip(hosts, facts, strict=True):
-            host.makedirs(pf.jobs_dir)
+            host.machine.makedirs(pf.jobs_dir)
         # Every folder built before any node starts: one that cannot be starts nothing.
         all_or_raise(in_parallel(lambda k: create(hosts[k], job, *nodes[k]),
                                  list(range(len(hosts)))))  # fmt: skip
@@ -282,4 +282,4 @@ def launch(
         return job_id
     finally:
         for host in hosts:
-            host.close()
+            host.machine.close()

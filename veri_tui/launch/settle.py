@@ -42,7 +42,7 @@ def settle(target: JobTarget, record: JobRecord) -> None:
         more = ["--error", json.dumps(error)] if error else []
         argv = jobfolder_argv(node.host, node.job_dir, "close", node.job_file,
                               "--status", str(record.get("status")), *more)  # fmt: skip
-        node.host.run(argv, timeout=60)
+        node.host.machine.run(argv, timeout=60)
     if target.entry is not None:
         with job_lock(registry.entry_path(target.job_id)):
             target.remember(record)

@@ -69,17 +69,17 @@ class JobTarget:
         self.nodes = nodes
         self.entry = entry
         self.backend: Backend = backend_of(nodes[0].host.kind)
-        self.name = nodes[0].host.name if entry is None else f"{entry.kind}:{entry.host}"
+        self.name = nodes[0].host.machine.name if entry is None else f"{entry.kind}:{entry.host}"
 
     @property
     def ref(self) -> JobRef:
         """The job's typed handle as its nodes hold it now."""
-        nodes = tuple(NodeRef(n.host.name, n.job_dir, n.handle) for n in self.nodes)
+        nodes = tuple(NodeRef(n.host.machine.name, n.job_dir, n.handle) for n in self.nodes)
         return JobRef(self.backend.name, self.nodes[0].host.kind, self.job_id, nodes)
 
     def close(self) -> None:
         for node in self.nodes:
-            node.host.close()
+            node.host.machine.close()
 
     # -- reading: the backend's operations ------------------------------------------------
 
@@ -89,7 +89,7 @@ class JobTarget:
         if not self.backend.handle_is_pid:
             return node.handle
         try:
-            raw = node.host.read_bytes(posixpath.join(node.job_dir, SUPERVISOR_PID), 64)
+            raw = node.host.machine.read_bytes(posixpath.join(node.job_dir, SUPERVISOR_PID), 64)
             return int(raw.split()[0])
         except (FileNotFoundError, ValueError, IndexError):
             return node.handle
@@ -172,7 +172,7 @@ class JobTarget:
         node = self.nodes[k]
         more = ["--choice", json.dumps(choice)] if choice else []
         argv = jobfolder_argv(node.host, node.job_dir, "resume", node.job_file, *more)
-        res = node.host.run(argv, timeout=60, stdin=json.dumps(spec).encode())
+        res = node.host.machine.run(argv, timeout=60, stdin=json.dumps(spec).encode())
         if res.exit_status != 0:
             text = res.text.strip().splitlines()[-1] if res.text.strip() else ""
             key, _, message = text.removeprefix("error: ").partition(": ")
@@ -222,7 +222,7 @@ class JobTarget:
         """Add a line to rank 0's log (once its supervisor has ended: no writer races it)."""
         node = self.nodes[0]
         try:
-            node.host.append(posixpath.join(node.job_dir, LOG), (line + "\n").encode())
+            node.host.machine.append(posixpath.join(node.job_dir, LOG), (line + "\n").encode())
         except OSError:
             pass  # the log says less; the record still tells the outcome
 

@@ -68,8 +68,8 @@ class Watcher:
                 continue
             pid = self.target.supervisor_pid(node)
             if not has_ended(rec) and pid is not None:
-                node.host.write_atomic(posixpath.join(node.job_dir, PEER_FAILED), word)
-                node.host.run(["kill", "-TERM", str(pid)])
+                node.host.machine.write_atomic(posixpath.join(node.job_dir, PEER_FAILED), word)
+                node.host.machine.run(["kill", "-TERM", str(pid)])
 
     def step(self) -> bool:
         """One look at the job; True while there is more to watch."""

@@ -4,7 +4,7 @@ this machine): the job is submitted with sbatch for the partition, nodes and lim
 fields give (widgets/slurm_fields.py), planned for the partition's GPUs, and the monitor shows
 why it waits while Slurm keeps it pending (docs/slurm.md). With more hosts the job runs on
 every host named, one node each, the target first (node 0): the preflight shows every node's
-rows (`node 1 (b): ...`) and the layout (`nodes: 2 x 1 GPUs (a, b)`), and Launch starts the
+rows (`node 1 (b): ...`) and the layout (`nodes: 2 x 1 GPU (a, b)`), and Launch starts the
 multi-node job, all through the launch facade. That field and the dataset are checked on Enter,
 not on every key (each check opens SSH sessions to every host, or reads the whole dataset).
 

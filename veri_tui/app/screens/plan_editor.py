@@ -130,12 +130,15 @@ class PlanEditorScreen(Screen[None]):
         plan_line = self.query_one("#plan-line", Static)
         sweep: list[dict[str, Any]] = []
         current = None
+        without = ""  # why the panes under the plan line are empty (none: a plan to come)
         if self.errors:
             n = len(self.errors)
             show(plan_line, f"plan refused: {n} error{'s' * (n != 1)}; fix the marked fields")
+            without = "none while the plan is refused (fix the marked fields)"
         elif self.model_error is not None:
             show(plan_line, "plan: none here (the model cannot be read on this machine); "
                  "a launch host that has it plans it (ctrl+l)")  # fmt: skip
+            without = "none here (the model cannot be read on this machine)"
         elif self.info is None or self.job is None:  # (no job: its errors were shown above)
             show(plan_line, "plan: waiting for the model's parameter counts")
         else:
@@ -150,7 +153,7 @@ class PlanEditorScreen(Screen[None]):
             sweep = core.throughput_sweep(job, self.info, SWEEP_GPU_COUNTS)
             current = (job.gpu_count, rec.resolved_parallelism["zero_stage"])
         plan_line.set_class(bool(self.errors), "-refused")
-        view.show_record(self.record, sweep, current)
+        view.show_record(self.record, sweep, current, without)
         self.query_one("#launch", Button).disabled = not self.can_launch
 
     def count_later(self, job: core.JobConfig) -> None:

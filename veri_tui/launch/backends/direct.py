@@ -87,7 +87,7 @@ class DirectBackend(SupervisedBackend):
         failed = [e for e in opened if isinstance(e, Exception)]
         if failed:
             for host in hosts:
-                host.close()
+                host.machine.close()
             raise first_failure(failed)
         return hosts
 
@@ -128,14 +128,16 @@ class DirectBackend(SupervisedBackend):
         from veri_tui.launch.host import supervisor_argv
 
         log = posixpath.join(job_dir, SUPERVISOR_LOG)
-        return host.start_detached(supervisor_argv(host, job_dir), log, job_dir)
+        return host.machine.start_detached(supervisor_argv(host, job_dir), log, job_dir)
 
     def judge(self, job: JobTarget, node: Node, record: JobRecord,
               reread: Callable[[], JobRecord]) -> JobRecord:  # fmt: skip
         from veri_tui.jobfolder.lost import judge as judge_pid
 
         where = node.host.label or ""
-        return judge_pid(record, job.supervisor_pid(node), node.host.alive, reread, where=where)
+        return judge_pid(
+            record, job.supervisor_pid(node), node.host.machine.alive, reread, where=where
+        )
 
     def stop(self, job: JobTarget, node: Node, grace: float) -> None:
         from veri_tui.launch.host import run_cancel
@@ -144,4 +146,4 @@ class DirectBackend(SupervisedBackend):
 
     def tail(self, job: JobTarget, node: Node, path: str, offset: int,
              done: Callable[[], bool], **options: object) -> Iterator[LogLine]:  # fmt: skip
-        return node.host.follow(path, job.supervisor_pid(node), offset, done, **options)
+        return node.host.machine.follow(path, job.supervisor_pid(node), offset, done, **options)

@@ -131,7 +131,7 @@ class SlurmBackend(SupervisedBackend):
 
         def read(off: int) -> bytes:
             try:
-                return node.host.read_bytes(path, 1 << 30, off)
+                return node.host.machine.read_bytes(path, 1 << 30, off)
             except FileNotFoundError:
                 return b""
 

@@ -76,7 +76,7 @@ class SupervisedBackend:
 
     def submit(self, job_id: str, hosts: Sequence[Host], dirs: Sequence[str]) -> JobRef:
         started = in_parallel(lambda k: self.start(hosts[k], dirs[k]), list(range(len(hosts))))
-        nodes = tuple(NodeRef(h.name, d, s if isinstance(s, int) else None)
+        nodes = tuple(NodeRef(h.machine.name, d, s if isinstance(s, int) else None)
                       for h, d, s in zip(hosts, dirs, started, strict=True))  # fmt: skip
         ref = JobRef(self.name, hosts[0].kind, job_id, nodes)
         broken = [s for s in started if isinstance(s, Exception)]
@@ -89,12 +89,14 @@ class SupervisedBackend:
 
         def read() -> JobRecord:
             try:
-                raw = node.host.read_bytes(node.job_file, 16 * 2**20)
+                raw = node.host.machine.read_bytes(node.job_file, 16 * 2**20)
             except FileNotFoundError:
                 if node.host.label is None:
                     raise NotFoundError(f"no job {job.job_id}; `veri-tui jobs` lists them"
                                         ) from None  # fmt: skip
-                raise NotFoundError(f"{node.job_file} is gone from {node.host.name}") from None
+                raise NotFoundError(
+                    f"{node.job_file} is gone from {node.host.machine.name}"
+                ) from None
             try:
                 record = cast(JobRecord, json.loads(raw.decode("utf-8")))
             except (UnicodeDecodeError, ValueError) as exc:
@@ -120,9 +122,9 @@ class SupervisedBackend:
         else:
             read = in_parallel(lambda n: self.node_state(job, n), nodes)
             records = [r if isinstance(r, dict) else None for r in read]
-            whys = [f"cannot reach {n.host.name} ({r})" if isinstance(r, Exception) else ""
+            whys = [f"cannot reach {n.host.machine.name} ({r})" if isinstance(r, Exception) else ""
                     for n, r in zip(nodes, read, strict=True)]  # fmt: skip
-            record = gather(records, [n.host.name for n in nodes], whys)
+            record = gather(records, [n.host.machine.name for n in nodes], whys)
         measured = so_far(record, nodes)
         if measured is not None:
             record["measured"] = measured
@@ -139,7 +141,7 @@ class SupervisedBackend:
             one(job.nodes[0])
             return
         done = in_parallel(one, job.nodes)
-        unreachable = [f"{n.host.name}: {r}" for n, r in zip(job.nodes, done, strict=True)
+        unreachable = [f"{n.host.machine.name}: {r}" for n, r in zip(job.nodes, done, strict=True)
                        if isinstance(r, Exception)]  # fmt: skip
         if unreachable:
             raise VeriError(f"cancel did not reach every node ({'; '.join(unreachable)})", "job")
@@ -149,7 +151,9 @@ class SupervisedBackend:
         if node.host.label is None:
             self.state(job)  # unknown id -> VeriError
         try:
-            return node.host.read_bytes(posixpath.join(node.job_dir, LOG), MAX_LOG_READ, offset)
+            return node.host.machine.read_bytes(
+                posixpath.join(node.job_dir, LOG), MAX_LOG_READ, offset
+            )
         except FileNotFoundError:
             return b""
 

@@ -21,7 +21,8 @@ from collections.abc import Sequence
 
 from veri_tui.errors import VeriError
 from veri_tui.jobfolder.probe_verdict import HEALTH_MARK, PROBE_MARK, SRUN_TASK, marked, srun_names
-from veri_tui.launch.probe.fleet import PROBE_TIMEOUT_S, local_code, probe_env
+from veri_tui.launch.local_host import local_code
+from veri_tui.launch.probe.fleet import PROBE_TIMEOUT_S, probe_env
 from veri_tui.launch.probe.report import ProbeReport, slurm_key
 
 
@@ -30,7 +31,7 @@ def _default_partition() -> str:
     from veri_tui.launch.slurm.partition import read_partition
 
     host = LocalHost()
-    return read_partition(lambda argv: host.run(argv), None, "this machine").name
+    return read_partition(lambda argv: host.machine.run(argv), None, "this machine").name
 
 
 def _free_port() -> int:

@@ -35,7 +35,7 @@ LEAVE_S = 60.0
 def submit(host: SlurmHost, job_dir: str) -> int:
     """Write sbatch.sh, submit it; the Slurm job id (also in job.json). A cancel marker left
     by an earlier cancel goes first: this attempt's SIGTERM is a preemption."""
-    login = host.login_host
+    login = host.machine
     record = json.loads(login.read_bytes(posixpath.join(job_dir, JOB_FILE), 1 << 24))
     script = posixpath.join(job_dir, SCRIPT)
     login.write_atomic(script, host.batch_script(job_dir, record).encode())
@@ -61,9 +61,9 @@ def _jobfolder(host: SlurmHost, job_dir: str, command: str, *args: str) -> None:
     """`python -m veri_tui.jobfolder COMMAND JOB_JSON ARGS` on the login node: job.json changed
     under its lock by the job's own package."""
     job = posixpath.join(job_dir, JOB_FILE)
-    res = host.login_host.run(jobfolder_argv(host, job_dir, command, job, *args), timeout=60)
+    res = host.machine.run(jobfolder_argv(host, job_dir, command, job, *args), timeout=60)
     if res.exit_status != 0:
-        raise VeriError(f"job.json on {host.login_host.where}: {res.error_line()}", key="job")
+        raise VeriError(f"job.json on {host.login.where}: {res.error_line()}", key="job")
 
 
 def alive(host: SlurmHost, job_id: int) -> bool:
@@ -81,7 +81,7 @@ def judge(host: SlurmHost, record: JobRecord, job_id: int | None,
     if has_ended(record):
         return record
     if job_id is None:  # not submitted yet (or its submission failed): the lost rule's
-        return judge_pid(record, None, lambda i: alive(host, i), reread, where=host.name)
+        return judge_pid(record, None, lambda i: alive(host, i), reread, where=host.machine.name)
     state = query(host.slurm, job_id)
     if state is not None and state.alive:
         return with_state(record, state)
@@ -102,7 +102,7 @@ def cancel(host: SlurmHost, job_dir: str, job_id: int | None, grace: float) -> N
     """Mark the cancel, signal the batch job (its supervisor ends the ranks and records
     `cancelled`), scancel it after ``grace``, wait until it left; record `cancelled` if
     nothing did."""
-    host.login_host.write_atomic(posixpath.join(job_dir, CANCEL_REQUEST), b"cancel\n")
+    host.machine.write_atomic(posixpath.join(job_dir, CANCEL_REQUEST), b"cancel\n")
     state = query(host.slurm, job_id) if job_id is not None else None
     if job_id is not None and state is not None and state.alive:
         if state.status == PENDING:  # nothing runs yet: a pending job takes no signal
