@@ -83,7 +83,7 @@ def trainable_state(model: nn.Module) -> dict[str, Any]:
     }
 
 
-def _state(model: nn.Module, optimizer: Any, lora: bool) -> tuple[dict[str, Any], Any]:
+def state_dicts(model: nn.Module, optimizer: Any, lora: bool) -> tuple[dict[str, Any], Any]:
     """(model, optimizer) state dicts to save or load into: only what trains under LoRA."""
     opts = _options(lora)
     if not lora:
@@ -196,7 +196,7 @@ def save(
         root.mkdir(parents=True, exist_ok=True)
         shutil.rmtree(tmp, ignore_errors=True)  # a stale partial save: never save into it
     dist.barrier()
-    msd, osd = _state(model, optimizer, lora)
+    msd, osd = state_dicts(model, optimizer, lora)
     try:
         with warnings.catch_warnings():
             # Rank-local saves: a node's second rank sees its first rank's metadata file in
@@ -224,6 +224,15 @@ def save(
     return final
 
 
+def restore(model: nn.Module, optimizer: Any, msd: dict[str, Any], osd: Any, lora: bool) -> None:
+    """Put loaded state dicts into the model and optimizer (DCP filled them in place)."""
+    opts = _options(lora)
+    if lora:  # the adapters were loaded in place (views); the base is the model directory
+        set_optimizer_state_dict(model, optimizer, optim_state_dict=osd, options=opts)
+    else:
+        set_state_dict(model, optimizer, model_state_dict=msd, optim_state_dict=osd, options=opts)
+
+
 class _RankLocalReader(FileSystemReader):
     """Reads this rank's own `__<rank>.metadata` first. DCP would find it too, but only
     after logging the missing global `.metadata` as a warning with a traceback."""
@@ -246,22 +255,12 @@ def latest(root: Path) -> int | None:
 def load(root: Path, step: int, model: nn.Module, optimizer: Any, *, lora: bool) -> dict[str, Any]:
     """Load model and optimizer state of `step` in place; return its trainer_state."""
     folder = root / f"step-{step}"
-    opts = _options(lora)
-    msd, osd = _state(model, optimizer, lora)
+    msd, osd = state_dicts(model, optimizer, lora)
     state = {"model": msd, "optim": osd}
     if (folder / ".metadata").is_file():
         dcp_load(state, checkpoint_id=str(folder))
     else:  # a node's part of a multi-node checkpoint: each rank reads its own files
         dcp_load(state, storage_reader=_RankLocalReader(folder))
-    if lora:  # the adapters were loaded in place (views); the base is the model directory
-        set_optimizer_state_dict(model, optimizer, optim_state_dict=state["optim"], options=opts)
-    else:
-        set_state_dict(
-            model,
-            optimizer,
-            model_state_dict=state["model"],
-            optim_state_dict=state["optim"],
-            options=opts,
-        )
+    restore(model, optimizer, state["model"], state["optim"], lora)
     trainer_state: dict[str, Any] = json.loads((folder / "trainer_state.json").read_text())
     return trainer_state

@@ -158,7 +158,7 @@ def wrap_policy(model: nn.Module, cfg: TrainConfig, rt: Runtime) -> nn.Module:
     """Apply the planned parallelism to the trained model; returns the module to call."""
     if cfg.zero_stage == 0:
         materialize(model, rt.device)  # whole on every rank: straight onto its device
-        if not getattr(model, "is_loaded_in_4bit", False):  # QLoRA loads onto its GPU
+        if not getattr(model, "is_loaded_in_4bit", False) and _elsewhere(model, rt.device):
             model.to(rt.device)  # a model loaded whole (VERI_LOAD=from_pretrained)
         mark_memory("load_policy")
         if rt.world_size == 1:
@@ -189,6 +189,14 @@ def wrap_policy(model: nn.Module, cfg: TrainConfig, rt: Runtime) -> nn.Module:
     return model
 
 
+def _elsewhere(model: nn.Module, device: torch.device) -> bool:
+    """Whether a tensor of the model is not on `device` (a model loaded whole on the host).
+    Materialized ones are there already, and `.to` would only swap each tensor for itself,
+    which a fake tensor (a trace: veri_tui/trainer/fakecuda) cannot do."""
+    tensors = [*model.parameters(), *model.buffers()]
+    return any(t.device != device for t in tensors)
+
+
 def wrap_reference(ref: nn.Module, cfg: TrainConfig, rt: Runtime) -> nn.Module:
     """DPO full fine-tune reference: whole at stage 0, else sharded per decoder layer.
 
@@ -198,7 +206,7 @@ def wrap_reference(ref: nn.Module, cfg: TrainConfig, rt: Runtime) -> nn.Module:
     if cfg.zero_stage == 0:
         materialize(ref, rt.device)
         mark_memory("load_reference")
-        return ref.to(rt.device)
+        return ref.to(rt.device) if _elsewhere(ref, rt.device) else ref
     from torch.distributed.fsdp import fully_shard
 
     for layer in decoder_layers(ref):
