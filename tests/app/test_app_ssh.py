@@ -186,7 +186,7 @@ async def test_the_monitor_holds_one_ssh_connection_for_its_life(
     folder = write_job(tmp_path / "remote-veri", job_id, status="running", steps=1)
     (folder / "supervisor.pid").write_text(str(os.getpid()))
     record = json.loads((folder / "job.json").read_text())
-    registry.save(RegistryEntry(job_id, sshd.alias, str(folder), os.getpid(), sys.executable,
+    registry.save(RegistryEntry(job_id, sshd.alias, str(folder), str(os.getpid()), sys.executable,
                                 record))  # fmt: skip
     seen: set[int] = set()
     sampling = threading.Event()

@@ -6,12 +6,12 @@
    0's rendezvous must be reachable from the others (nodes.py). Every problem is refused
    together.
 3. The output dir checked where it is (node 0), the plan made for node 0's host (this
-   machine: the plan given, or made here; a host: from its GPUs and the model read there),
-   then the job's rows encoded with the model's tokenizer there and the global batch
-   against them (datacheck.py).
+   machine: the plan given, or made here; a host: from its GPUs and the model read there).
 4. Each node's job.json (`spec.make_record` with that host's paths; a multi-node job's
-   layout in each spec), then its host memory and disk against the plan: refused before
-   anything is created anywhere.
+   layout in each spec), then its host memory and disk against the plan, then the job's
+   rows encoded with the model's tokenizer there and the global batch against them
+   (datacheck.py): refused before anything is created anywhere. Where the ranks will run
+   (device.py) is said once it all passed.
 5. Each node's folder built aside (`.<name>.tmp`), filled (host.py `stage`) and renamed into
    place, hosts in parallel; then the job submitted by its backend (backends/: `submit`,
    every node's supervisor started; its typed handle, `JobRef`). A job over SSH hosts or
@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import json
 import posixpath
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, cast
 
 from veri_tui.errors import Refusal, VeriError
@@ -41,7 +41,8 @@ from veri_tui.jobfolder.record import JobRecord, JobSpec
 from veri_tui.launch.backends import Backend, backend_of, open_hosts
 from veri_tui.launch.backends.ref import SubmitError
 from veri_tui.launch.datacheck import check_data
-from veri_tui.launch.host import Host, HostFacts, check_disk, check_memory
+from veri_tui.launch.device import device_line, device_row
+from veri_tui.launch.host import Host, HostFacts, Row, check_disk, check_memory
 from veri_tui.launch.hostpool import HostName, all_or_raise, in_parallel
 from veri_tui.launch.jobdata import data_bytes
 from veri_tui.launch.nodes import agreement, disk_of, node_label, probe_rendezvous
@@ -78,6 +79,14 @@ def probe_all(
         hosts_list = [h.machine.name for h in hosts]
         job = job.model_copy(update={"gpu_count": nodes * per_node, "hosts": hosts_list})
     return facts, job, problems
+
+
+def device_rows(hosts: Sequence[Host], facts: list[HostFacts], plan: PlanRecord) -> list[Row]:
+    """Where each node's ranks run against the plan's GPUs, named by node when there are
+    several."""
+    many = len(hosts) > 1
+    return [device_row(pf, plan.job, host.where, node_label(k, host.machine.name) if many else "")
+            for k, (host, pf) in enumerate(zip(hosts, facts, strict=True))]  # fmt: skip
 
 
 def plan_on(job: JobConfig, names: Sequence[HostName], trust: str | None = None
@@ -199,9 +208,12 @@ def launch(
     trust: str | None, wait: bool,
     dry_run: bool = False, probe: ProbeChoice | None = None,
     canary: dict[str, object] | None = None,
+    say: Callable[[str], None] = lambda line: None,
 ) -> str:  # fmt: skip
     """Check, plan, create and start the job on these hosts (None: this machine); returns
     its id (``dry_run``: the batch script a Slurm host would submit, nothing created).
+    ``say`` gets where the ranks will run, a line per node (device.py), once every check
+    has passed and before anything is made.
     A multi-node job's nodes, or one machine's GPUs, are probed first (``probe``:
     fleet_probe, when needs_probe). Raises VeriError for
     every refusal, before anything is created."""
@@ -231,9 +243,6 @@ def launch(
             job = with_cached_network(job, facts[0].spec)
         job = hosts[0].output_for(job, facts[0])
         job, plan = hosts[0].plan(job, facts[0], plan_record)
-        refused = check_data(hosts[0], facts[0], job, plan)[1]  # the rows, with its tokenizer
-        if refused:
-            raise VeriError(refused)
         job_id = new_job_id()
         while hosts[0].machine.exists(posixpath.join(facts[0].jobs_dir, job_id)):
             job_id = new_job_id()  # same second, same random suffix: draw again
@@ -249,6 +258,11 @@ def launch(
         check_capacity(
             hosts, facts, plan, nodes[0][1]["spec"]["output_dir"] if job.output else None
         )
+        refused = check_data(hosts[0], facts[0], job, plan)[1]  # the rows, with its tokenizer
+        if refused:
+            raise VeriError(refused)
+        for row in device_rows(hosts, facts, plan):  # every check passed: where it runs, once
+            say(device_line(row))
         if dry_run:
             return backend.script(hosts[0], *nodes[0])
         for host, pf in zip(hosts, facts, strict=True):
