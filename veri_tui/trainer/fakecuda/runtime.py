@@ -8,7 +8,8 @@ restores, exactly these:
 
 - `torch.cuda`: available with `gpus` devices (a node's), device 0 current, streams and
   events that do nothing (one stream: fake tensors have no work to order), `synchronize`,
-  RNG state (checkpointed layers save and restore it), bf16 supported, the device's name;
+  RNG state (checkpointed layers save and restore it), bf16 supported, the device's name,
+  properties and compute capability (`properties`);
   `torch.Generator(device="cuda")` gives a CPU generator (no CUDA generator without CUDA:
   the bf16 AdamW draws its rounding bits with one; the draws are fake anyway);
 - `aten._pin_memory`: a fake CPU tensor (FakeTensorMode has no rule: "NYI", which the
@@ -21,7 +22,9 @@ restores, exactly these:
 - transformers takes fake tensors for a graph being traced (`is_tracing`), where a mask's
   values cannot be read, and then always passes SDPA its attention mask; on a GPU it reads
   the mask and, with no padding in it, drops it for SDPA's `is_causal` (the flash kernel).
-  Here it reads the values as a GPU run does (1: no padding, above);
+  Here it reads the values as a GPU run does (1: no padding, above), except where it asks
+  whether position ids restart inside a row (packing: the trace's packed rows hold two
+  samples each, so the answer is yes, as its tracing branch assumes);
 - DDP's start-up check that the ranks' parameter shapes agree (it reads tensor bytes in
   C++) is skipped: one process, nothing to disagree with; and the warning about a fake
   tensor's data pointer (the bf16 AdamW compares two, harmlessly: equal) is silenced;
@@ -34,6 +37,8 @@ restores, exactly these:
 from __future__ import annotations
 
 import contextlib
+import re
+import types
 import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -118,6 +123,20 @@ class Event:
         return 0.0
 
 
+class Device:
+    """`torch.cuda.device(i)`: a context that selects nothing (there is one device); a class,
+    since callers test `isinstance(x, torch.cuda.device)`."""
+
+    def __init__(self, device: Any = None) -> None:
+        self.idx = 0
+
+    def __enter__(self) -> Device:
+        return self
+
+    def __exit__(self, *_: Any) -> None:
+        return None
+
+
 _STREAM = Stream()
 _REAL_GENERATOR = torch.Generator
 
@@ -133,10 +152,25 @@ class _Generator(_REAL_GENERATOR):
         return _REAL_GENERATOR(device)
 
 
+def properties(name: str) -> types.SimpleNamespace:
+    """`torch.cuda.get_device_properties` of a GPU called `name` (a catalog name such as
+    H100-80GB: its memory from the name; compute capability 9.0 for Hopper, 8.x else, which
+    picks the same kernels here: transformers' grouped expert matmuls need 8.0)."""
+    gb = re.search(r"(\d+)\s*GB", name)
+    hopper = any(k in name.upper() for k in ("H100", "H200", "H800", "GH200"))
+    return types.SimpleNamespace(
+        name=name, major=9 if hopper else 8, minor=0, multi_processor_count=132,
+        total_memory=int(gb.group(1)) * 10**9 if gb else 80 * 10**9,
+    )  # fmt: skip
+
+
 def cuda_functions(gpus: int, name: str) -> dict[str, Any]:
     """torch.cuda's attributes as a node with `gpus` GPUs called `name` answers them."""
     rng = torch.zeros(16, dtype=torch.uint8)  # a CUDA generator's state is 16 bytes
+    props = properties(name)
     return {
+        "get_device_properties": lambda device=None: props,
+        "get_device_capability": lambda device=None: (props.major, props.minor),
         "is_available": lambda: True,
         "device_count": lambda: gpus,
         "current_device": lambda: 0,
@@ -155,7 +189,7 @@ def cuda_functions(gpus: int, name: str) -> dict[str, Any]:
         "set_rng_state": lambda state, device="cuda": None,
         "manual_seed": lambda seed: None,
         "manual_seed_all": lambda seed: None,
-        "device": lambda device=None: contextlib.nullcontext(),
+        "device": Device,
     }
 
 
@@ -231,7 +265,17 @@ def patched(gpus: int, name: str) -> Iterator[None]:
         stack.enter_context(_attributes(ddp, verify))
         stack.enter_context(warnings.catch_warnings())
         warnings.filterwarnings("ignore", "Accessing the data pointer of FakeTensor")
+        import transformers.masking_utils as masking
         import transformers.utils.import_utils as hf_utils
 
         stack.enter_context(_attributes(hf_utils, {"is_fake_tensor": lambda t: False}))
+        find = masking.find_packed_sequence_indices
+
+        def packed(position_ids: torch.Tensor) -> Any:
+            # Its values say whether a row holds several samples; a trace's packed rows do
+            # (trace.py), which the tracing branch answers without reading them.
+            with _attributes(hf_utils, {"is_fake_tensor": lambda t: True}):
+                return find(position_ids)
+
+        stack.enter_context(_attributes(masking, {"find_packed_sequence_indices": packed}))
         yield
