@@ -9,15 +9,17 @@
 # which writes benchmarks/gpu-check-prepared/: untracked and not git-ignored, so it travels
 # with the working tree to a lent GPU machine. There (python with torch, transformers, peft,
 # safetensors; no veri-tui dependencies needed):
-#   OUT=/some/dir bash benchmarks/gpu_check.sh [DIR]
+#   OUT=/some/dir bash benchmarks/gpu_check.sh [DIR] [--rehearse]
 # The whole run is capped at 8 minutes. $OUT gets four files, rewritten after every run:
 # gpu_check.json, gpu_check.md, gpu_check.log and gpu_check_runs.tar.gz (every run's logs
 # and records). Exit 0 when every run it could judge passed; 2 when DIR is not prepared.
+# --rehearse runs every run here on fake CUDA, no GPU (benchmarks/gpu_check_rehearse.py):
+# the same code, the same $OUT, within the same 8 minutes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY="${PYTHON:-python3}"
-DIR="${1:-benchmarks/gpu-check-prepared}"
-shift || true
+DIR=benchmarks/gpu-check-prepared
+if [ $# -gt 0 ] && [ "${1#--}" = "$1" ]; then DIR="$1"; shift; fi
 "$PY" - <<'PY'
 import importlib.util, sys
 missing = [m for m in ("torch", "transformers", "peft", "safetensors") if importlib.util.find_spec(m) is None]
