@@ -86,3 +86,27 @@ def test_rows_with_nothing_to_train_on_and_a_batch_too_big(home, qa, capsys) -> 
     rows = {name: (ok, detail) for name, ok, detail in jobs.preflight(job, None)}
     assert rows["tokenizer"][0] and rows["tokenizer"][1].endswith(f" from {TINY}")
     assert rows["rows"] == (True, "50 rows, each with tokens to train on within 256 tokens")
+
+
+def test_a_check_made_here_is_kept_by_what_it_read(
+    home, qa: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from veri_tui.launch import datacheck
+    from veri_tui.launch.local_host import LocalHost
+    from veri_tui.plan import plan_job
+
+    monkeypatch.setenv("VERI_DATACHECK_CACHE", str(tmp_path / "kept"))
+    job = load_job_config(None, dataset=str(qa), sets=["max_seq_length=64"])
+    rec = plan_job(job)
+    first = datacheck.check_data(LocalHost(), None, job, rec)
+    assert [r.key for r in first[1]] == ["dataset"]
+    assert len(list((tmp_path / "kept").glob("*.json"))) == 1
+    # Another process (the memo emptied): the kept answer, the check not run again.
+    datacheck._MEMO.clear()
+    asked: list[object] = []
+    monkeypatch.setattr(datacheck, "_ask", lambda *args: asked.append(args) or {})
+    assert datacheck.check_data(LocalHost(), None, job, rec) == first and not asked
+    # Rows changed: checked again (the stand-in check answers nothing).
+    datacheck._MEMO.clear()
+    qa.write_text(qa.read_text().replace("What is 1 plus", "What is one plus"))
+    assert datacheck.check_data(LocalHost(), None, job, rec) == ([], []) and len(asked) == 1

@@ -56,15 +56,16 @@ def test_a_killed_rank_is_retried_and_the_job_succeeds(home: Path, reference: li
 @pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_a_data_error_is_never_retried(home: Path, tmp_path: Path) -> None:
-    # A row that passes the preflight (a bad JSON row is refused before the launch, so it
-    # never reaches a rank) and fails in the run: its prompt alone fills max_seq_length.
-    rows = [{"prompt": "hi", "completion": " yes"}] * 4 + [
-        {"prompt": "long " * 40, "completion": "x"}
-    ]
+    # A row the preflight never saw (it refuses a bad row, and one with nothing to train on,
+    # before the launch), written once the job started and failing in the run: its prompt
+    # alone fills max_seq_length. The ranks read the file seconds later (torch's imports).
+    rows = [{"prompt": "hi", "completion": " yes"}] * 5
     bad = tmp_path / "long.jsonl"
     bad.write_text("".join(json.dumps(r) + "\n" for r in rows))
     sets = ["--set", "max_restarts=3", "--set", "max_seq_length=16", "--set", "max_steps=2"]
     out = cli("launch", "--gpu-count", "2", "--dataset", str(bad), *sets)
+    rows[4] = {"prompt": "long " * 40, "completion": "x"}
+    bad.write_text("".join(json.dumps(r) + "\n" for r in rows))
     job_id = out.stdout.split()[0]
     rec = wait_ended(job_id, timeout=100)
     assert rec["status"] == "failed" and rec["error"]["code"] == "DATA_ERROR"

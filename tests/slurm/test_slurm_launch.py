@@ -74,6 +74,8 @@ def test_plan_reads_the_partition(slurm: SlurmCluster, home: Path, capsys) -> No
         "slurm: partition gpu: 1 node(s) (127.0.0.3), 2 x gres gpu:h100:2, 8 CPUs, 67.1 GB each",
     ) in rows
     assert "dp=2" in dict((k, d) for k, _, d in rows)["plan"]
+    # Where the ranks run, the partition's GPUs per node against the plan's (issue 35).
+    assert rows[1] == ("device", True, "2 CUDA GPUs on partition gpu for the plan's 2 x H100-80GB")
 
 
 def test_bad_partition_is_one_line_before_anything_is_made(

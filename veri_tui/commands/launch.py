@@ -1,5 +1,8 @@
 """`veri-tui launch`: validate, plan and start a job detached; print its id.
 
+Before it starts, stderr says where the ranks will run (`device: 2 CUDA GPUs on this machine
+... for the plan's 2 x H100-80GB`, or `warning: no CUDA GPU on this machine: the job runs 2
+CPU processes (gloo) instead of the planned 2 x H100-80GB; ...`: veri_tui/launch/device.py).
 Detached, stdout is the job id alone (for `job=$(veri-tui launch ...)`) and stderr says how
 to follow, cancel and see the job. With --wait the rank-0 log is followed to the end, its
 metric lines shown as the app's monitor shows them (`step 3/5  loss 5.685  lr 6.5e-04
@@ -54,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
         # would refuse a model only it holds.
         record = None
     job_id = jobs.launch(job, record, host=host, trust_host=args.trust_host, probe=probe,
-                         canary=canary)  # fmt: skip
+                         canary=canary, say=lambda line: print(line, file=sys.stderr))  # fmt: skip
     if canary is not None:
         return follow_canary(job_id, args.wait, args.json)
     if args.json:

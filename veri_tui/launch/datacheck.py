@@ -11,12 +11,16 @@ trainer's (veri_tui/trainer/datacheck.py, the ranks' encode rules): on this mach
 that module and the stdlib ones it imports sent on stdin beside the rows read here, so
 nothing is written there. A job over SSH on the bundled model (uploaded with the job) is
 checked here. One answer per process and inputs (`_MEMO`): a preflight and its launch pay
-once.
+once. A check on this machine (about 2 CPU-seconds, most of them transformers' imports) is
+also kept by what it read, `$VERI_DATACHECK_CACHE` (default `$VERI_HOME/cache/datacheck`)
+`/<sha256>.json`: the tokenizer's files, the rows' bytes, method, length, the check's code
+and the transformers and tokenizers versions; the same job launched again pays nothing.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import zlib
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -34,6 +38,7 @@ SHIPPED = ("veri_tui", "veri_tui.jobfolder", "veri_tui.jobfolder.status",
            "veri_tui.jobfolder.errors", "veri_tui.jobfolder.rows", "veri_tui.jobfolder.encode",
            "veri_tui.trainer", "veri_tui.trainer.datacheck")  # fmt: skip
 PACKAGES = ("veri_tui", "veri_tui.jobfolder", "veri_tui.trainer")
+WEIGHTS = (".safetensors", ".bin", ".pt", ".pth", ".gguf", ".h5", ".msgpack")
 MODULE = "veri_tui.trainer.datacheck"  # run with -m on this machine
 TIMEOUT_S = 1800.0  # every row encoded in one process: a large dataset takes minutes
 
@@ -163,7 +168,13 @@ def check_data(host: Host, facts: HostFacts | None, job: JobConfig, plan: PlanRe
     key = (host.machine.name, model, _stamp(host, model), str(data), _stats(data), job.method,
            hp.max_length, hp.max_seq_length)  # fmt: skip
     if key not in _MEMO:
-        _MEMO[key] = _ask(host, _payload(model, job, data, inline), inline)
+        stored = None if inline else _stored(model, job, data)
+        answer = _read(stored) if stored is not None else None
+        if answer is None:
+            answer = _ask(host, _payload(model, job, data, inline), inline)
+            if stored is not None and answer.get("checked"):
+                _write(stored, answer)
+        _MEMO[key] = answer
     answer = _MEMO[key]
     problems = [Refusal(k, m) for k, m in answer.get("problems", [])]
     rows: list[Row] = []
@@ -177,6 +188,61 @@ def check_data(host: Host, facts: HostFacts | None, job: JobConfig, plan: PlanRe
         found = batch_problem(job, plan, training_rows(job, train["rows"], train["lengths"]))
         problems += [found] if found is not None else []
     return rows, problems
+
+
+def cache_dir() -> Path:
+    """Where checks made on this machine are kept (see the module docstring)."""
+    from veri_tui.jobfolder.layout import veri_home
+
+    given = os.environ.get("VERI_DATACHECK_CACHE")
+    return Path(given) if given else veri_home() / "cache" / "datacheck"
+
+
+def _stored(model: str, job: JobConfig, data: JobData) -> Path | None:
+    """The cache file of this check: a sha256 over everything its answer depends on."""
+    import hashlib
+    import importlib.metadata
+
+    from veri_tui.jobfolder.datasource import fingerprint
+
+    hp = job.hyperparameters
+    digest = hashlib.sha256(b"veri-datacheck-v1\0")
+    try:
+        versions = [importlib.metadata.version(n) for n in ("transformers", "tokenizers")]
+    except importlib.metadata.PackageNotFoundError:
+        return None  # no check can run here: nothing to keep
+    parts = [
+        *versions,
+        job.method,
+        str(hp.max_length if job.method == "dpo" else hp.max_seq_length),
+        fingerprint(list(data.train)),
+        fingerprint(list(data.eval)),
+    ]
+    digest.update("\0".join(parts).encode())
+    for name in SHIPPED:
+        digest.update(_module_code(name)[1].encode())
+    for f in sorted(Path(model).iterdir()):  # the tokenizer's files and config, not weights
+        if f.is_file() and not f.name.endswith(WEIGHTS) and f.stat().st_size < 1 << 26:
+            digest.update(f.name.encode() + b"\0" + f.read_bytes() + b"\0")
+    return cache_dir() / f"{digest.hexdigest()}.json"
+
+
+def _read(path: Path) -> dict[str, Any] | None:
+    try:
+        answer: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+        return answer
+    except (OSError, ValueError):
+        return None  # none yet, or unreadable: checked again
+
+
+def _write(path: Path, answer: dict[str, Any]) -> None:
+    from veri_tui.jobfolder.atomic import write_json_atomic
+
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_json_atomic(path, answer)
+    except OSError:
+        pass  # a read-only home only costs the next launch the check
 
 
 def _stamp(host: Host, model: str) -> tuple[Any, ...]:

@@ -38,8 +38,17 @@ if TYPE_CHECKING:
     from veri_tui.plan.disk import DiskEstimate
     from veri_tui.plan.model_info import ModelInfo
 
-#: A preflight row: (check, ok, detail); the one row type every preflight returns.
+#: A preflight row: (check, ok, detail); the one row type every preflight returns. A passed
+#: row whose detail starts `warning: ` runs, but not as planned (device.py).
 Row = tuple[str, bool, str]
+
+
+def row_text(row: Row) -> str:
+    """`ok   plan: ...`, `WARN device: ...` or `FAIL model: ...`: a row as the app shows it."""
+    check, ok, detail = row
+    if ok and detail.startswith("warning: "):
+        return f"WARN {check}: {detail.removeprefix('warning: ')}"
+    return f"{'ok  ' if ok else 'FAIL'} {check}: {detail}"
 
 
 @dataclass
@@ -64,6 +73,10 @@ class HostFacts:
     notes: list[str] = field(default_factory=list)
     #: Keys the host adds to the job's spec (a Slurm job's layout and options).
     spec: dict[str, Any] = field(default_factory=dict)
+    #: The CUDA GPUs a node of the job gets when they are not the host's own `gpus` (a Slurm
+    #: partition's per node; 0: CPU ranks), and where its ranks run (device.py's row).
+    node_gpus: int | None = None
+    ranks_on: str | None = None
 
     @property
     def gpu_name(self) -> str | None:

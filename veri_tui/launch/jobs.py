@@ -25,7 +25,7 @@ from veri_tui.jobfolder.record import JobRecord
 from veri_tui.launch import backends, registry
 from veri_tui.launch.backends import Option
 from veri_tui.launch.handle import JobHandle
-from veri_tui.launch.host import Row
+from veri_tui.launch.host import Row, row_text
 from veri_tui.launch.hostpool import HostName
 from veri_tui.launch.jobindex import job_location, target_for
 from veri_tui.launch.joblist import list_jobs, local_jobs
@@ -44,8 +44,8 @@ __all__ = [
     "JobHandle", "LogLine", "ProbeChoice", "Row", "SlurmOptions", "backend_options", "cancel",
     "canary_spec", "comparison_lines", "dry_run", "follow_log", "get_job", "host_aliases",
     "job_location", "launch", "list_jobs", "local_jobs", "log_row", "metric_of", "open",
-    "pending_reason", "preflight", "read_log", "resume", "slurm_options", "slurm_state",
-    "target_for", "trust_key", "watch", "watcher_of",
+    "pending_reason", "preflight", "read_log", "resume", "row_text", "slurm_options",
+    "slurm_state", "target_for", "trust_key", "watch", "watcher_of",
 ]  # fmt: skip
 
 #: Where a job runs: this machine (None), an SSH host, several (a multi-node job), or Slurm.
@@ -71,6 +71,7 @@ def launch(
     wait: bool = False,
     probe: ProbeChoice | None = None,
     canary: dict[str, object] | None = None,
+    say: Callable[[str], None] = lambda line: None,
 ) -> str:
     """Validate, write the job folder(s) and start the job detached; returns the job id.
 
@@ -82,11 +83,13 @@ def launch(
     partition; the registry entry and job.json keep the Slurm job id. A multi-node job's
     nodes are probed first (``probe``: skip it, or go on past a slow node; docs/probe.md).
     ``canary``: the spec's `canary` (steps and the gate's limits, docs/canary.md).
+    ``say``: where the ranks will run (`device: 2 CUDA GPUs ...`, or `warning: no CUDA GPU
+    ...: the job runs 2 CPU processes (gloo) instead of the planned ...`), before it starts.
     """
     from veri_tui.launch.launching import launch as run_launch
 
     return run_launch(job_config, plan_record, _names(host), trust_host, wait,
-                      probe=probe or ProbeChoice(), canary=canary)  # fmt: skip
+                      probe=probe or ProbeChoice(), canary=canary, say=say)  # fmt: skip
 
 
 def dry_run(job_config: JobConfig, host: Where, trust_host: str | None = None,

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import json
 import posixpath
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, cast
 
 from veri_tui.errors import Refusal, VeriError
@@ -41,7 +41,8 @@ from veri_tui.jobfolder.record import JobRecord, JobSpec
 from veri_tui.launch.backends import Backend, backend_of, open_hosts
 from veri_tui.launch.backends.ref import SubmitError
 from veri_tui.launch.datacheck import check_data
-from veri_tui.launch.host import Host, HostFacts, check_disk, check_memory
+from veri_tui.launch.device import device_line, device_row
+from veri_tui.launch.host import Host, HostFacts, Row, check_disk, check_memory
 from veri_tui.launch.hostpool import HostName, all_or_raise, in_parallel
 from veri_tui.launch.jobdata import data_bytes
 from veri_tui.launch.nodes import agreement, disk_of, node_label, probe_rendezvous
@@ -78,6 +79,14 @@ def probe_all(
         hosts_list = [h.machine.name for h in hosts]
         job = job.model_copy(update={"gpu_count": nodes * per_node, "hosts": hosts_list})
     return facts, job, problems
+
+
+def device_rows(hosts: Sequence[Host], facts: list[HostFacts], plan: PlanRecord) -> list[Row]:
+    """Where each node's ranks run against the plan's GPUs, named by node when there are
+    several."""
+    many = len(hosts) > 1
+    return [device_row(pf, plan.job, host.where, node_label(k, host.machine.name) if many else "")
+            for k, (host, pf) in enumerate(zip(hosts, facts, strict=True))]  # fmt: skip
 
 
 def plan_on(job: JobConfig, names: Sequence[HostName], trust: str | None = None
@@ -199,9 +208,12 @@ def launch(
     trust: str | None, wait: bool,
     dry_run: bool = False, probe: ProbeChoice | None = None,
     canary: dict[str, object] | None = None,
+    say: Callable[[str], None] = lambda line: None,
 ) -> str:  # fmt: skip
     """Check, plan, create and start the job on these hosts (None: this machine); returns
     its id (``dry_run``: the batch script a Slurm host would submit, nothing created).
+    ``say`` gets where the ranks will run, a line per node (device.py), once the job is
+    planned and before anything is made.
     A multi-node job's nodes, or one machine's GPUs, are probed first (``probe``:
     fleet_probe, when needs_probe). Raises VeriError for
     every refusal, before anything is created."""
@@ -234,6 +246,8 @@ def launch(
         refused = check_data(hosts[0], facts[0], job, plan)[1]  # the rows, with its tokenizer
         if refused:
             raise VeriError(refused)
+        for row in device_rows(hosts, facts, plan):  # CUDA GPUs, or CPU processes: said once
+            say(device_line(row))
         job_id = new_job_id()
         while hosts[0].machine.exists(posixpath.join(facts[0].jobs_dir, job_id)):
             job_id = new_job_id()  # same second, same random suffix: draw again

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from veri_tui.errors import Refusal, VeriError
 from veri_tui.jobfolder.layout import veri_home
+from veri_tui.launch.device import local_cuda
 from veri_tui.launch.host import HostFacts, Row, capacity_rows, tracker_problems
 from veri_tui.launch.jobdata import JobData
 from veri_tui.launch.local_machine import LocalMachine
@@ -79,14 +80,17 @@ class LocalHost:
     # -- the job's steps ---------------------------------------------------------------------
 
     def probe(self, job: JobConfig, dataset_bytes: int) -> HostFacts:
-        """What this machine offers the job: its GPUs checked against gpu_count, its free
-        memory; the model is read here when the job is planned."""
+        """What this machine offers the job: its GPUs checked against gpu_count (and, beside
+        NVIDIA devices, torch's CUDA view of them: device.py), its free memory; the model is
+        read here when the job is planned."""
         facts: dict[str, Any] = {"mem_available_bytes": local_available()}
         home = str(Path.home())
         python = self.machine.python
         found = HostFacts(self.where, python, facts, home, str(self.home), shown=False)
         problem = device_problem(int(job.gpu_count), bool(job.hyperparameters.load_in_4bit))
         found.problems += [problem] if problem is not None else []
+        found.gpus, unusable = local_cuda()  # torch's view, asked only beside NVIDIA devices
+        found.problems += [unusable] if unusable is not None else []
         found.problems += tracker_problems(job)
         return found
 

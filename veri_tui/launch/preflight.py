@@ -5,7 +5,8 @@ The rows (`facts.Row`: check, ok, detail) the app's launch screen shows and the 
 collected as rows with ok False instead of raised, so a check passes here exactly when
 `launch` would pass it:
 
-- the plan, first (`plan: dp=...`);
+- the plan, first (`plan: dp=...`), then where each node's ranks run against it (`device`:
+  CUDA GPUs, or a `warning: ` of CPU processes instead of the planned GPUs; device.py);
 - what each host reported (`host` rows; several hosts: `node <k> (<host>)` rows, the
   layout `nodes: 2 x 1 GPU (a, b)`, the rendezvous probe, the nodes' bandwidth and GPU
   health probe (docs/probe.md), whether the nodes share storage);
@@ -34,7 +35,7 @@ from veri_tui.launch.datacheck import check_data
 from veri_tui.launch.host import Host, HostFacts, Row
 from veri_tui.launch.hostpool import HostName
 from veri_tui.launch.jobdata import data_bytes
-from veri_tui.launch.launching import own_checks, probe_all
+from veri_tui.launch.launching import device_rows, own_checks, probe_all
 from veri_tui.launch.nodes import disk_of, node_label, probe_rendezvous, storage_row
 from veri_tui.launch.probe.fleet import ProbeChoice, fleet_probe, needs_probe
 from veri_tui.launch.probe.report import with_network
@@ -111,7 +112,8 @@ def preflight(job: JobConfig, plan_record: PlanRecord | None, names: Sequence[Ho
             data_rows, refused = check_data(head, facts[0], job, plan)
             problems += refused
         if plan is not None:
-            rows.insert(0, ("plan", True, plan.plan_line.removeprefix("plan: ")))
+            rows[:0] = [("plan", True, plan.plan_line.removeprefix("plan: ")),
+                        *device_rows(hosts, facts, plan)]  # fmt: skip
             with tempfile.TemporaryDirectory() as tmp:  # a dry run: the folder is thrown away
                 where = posixpath.join(tmp, "job")
                 paths = _collect(problems, lambda: head.job_paths(job, plan, where, facts[0]))

@@ -145,8 +145,9 @@ def run(data: dict[str, Any]) -> dict[str, Any]:
         tok = _load(model)
     except Exception as exc:  # noqa: BLE001 - transformers raises many types here
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        return {"problems": [["model", f"{model}: cannot load the tokenizer ({first})"]]}
-    out: dict[str, Any] = {"tokenizer": type(tok).__name__, "problems": []}
+        failed = ["model", f"{model}: cannot load the tokenizer ({first})"]
+        return {"problems": [failed], "checked": True}
+    out: dict[str, Any] = {"tokenizer": type(tok).__name__, "problems": [], "checked": True}
     problem = tokenizer_problem(tok, model)
     if problem is not None:
         out["problems"].append(["model", problem])

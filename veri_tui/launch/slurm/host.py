@@ -89,6 +89,8 @@ class SlurmHost:
         nodes = self.options.nodes
         facts.problems += problems
         facts.gpus = []  # the login node's GPUs (if any) are not the job's
+        facts.node_gpus = per_node if part.gpus_per_node else 0
+        facts.ranks_on = f"partition {part.name}"
         facts.veri_home = posixpath.join(facts.veri_home, "slurm")
         facts.facts["mem_available_bytes"] = part.memory_bytes or None
         chosen = {
