@@ -134,7 +134,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--work", type=Path, default=None,
                    help="models, data, jobs (default: a temp dir)")  # fmt: skip
-    p.add_argument("--budget-s", type=float, default=430.0, help="the whole run, builds included")
+    p.add_argument(
+        "--budget-s",
+        type=float,
+        default=None,
+        help="the whole run, builds included (default 430; 550 rehearsing)",
+    )
     p.add_argument("--floor-s", type=float, default=30.0, help="time kept for each later run")
     p.add_argument("--cap-s", type=float, default=150.0, help="the most one run may take")
     p.add_argument(
@@ -167,13 +172,13 @@ def main(argv: list[str] | None = None) -> int:
     # The outer `timeout` sends SIGTERM: unwind so the running job is stopped, not orphaned.
     previous = signal.signal(signal.SIGTERM, lambda *_: sys.exit(124))
     work = args.work or Path(tempfile.mkdtemp(prefix="gpu-check-"))
-    dev = None
+    dev, budget = None, args.budget_s or (550.0 if args.rehearse else 430.0)
     if args.rehearse:  # here only: the fake-CUDA harness and the test support it needs
         from gpu_check_rehearse import FakeDevice
 
         dev = FakeDevice(args.rehearse_gpu)
     try:
-        return run_all(args.dir, args.out, work, args.budget_s, args.floor_s, args.cap_s, dev)
+        return run_all(args.dir, args.out, work, budget, args.floor_s, args.cap_s, dev)
     finally:
         signal.signal(signal.SIGTERM, previous)
         if args.work is None:

@@ -1,7 +1,7 @@
 """What runs on the GPU machine needs nothing that is not there or carried.
 
 The GPU image has torch, transformers (with its own requirements), peft and safetensors, and
-no veri-tui, pydantic, textual or paramiko (docs/trainer.md, GPU check). The check's own
+no veri-tui, pydantic, textual or paramiko (docs/gpu-check.md). The check's own
 process, its model builds, the supervisor and the ranks import the trainer, jobfolder and
 benchmarks/gpu_check{,_run,_device,_files,_jobs,_kernels,_out,_report}.py from the carried
 tree. Every import statement in those (function bodies included) must name the standard
