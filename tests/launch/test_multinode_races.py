@@ -28,6 +28,7 @@ from typing import Any
 import pytest
 from launch_helpers import wait_for
 
+from veri_tui.jobfolder.launcher import TorchrunLauncher
 from veri_tui.jobfolder.layout import PEER_FAILED
 from veri_tui.jobfolder.lost import judge
 from veri_tui.jobfolder.procs import pid_alive, read_pid
@@ -37,7 +38,7 @@ from veri_tui.launch.gather import gather
 from veri_tui.launch.registry import RegistryEntry
 from veri_tui.launch.retries import retry_due
 
-ENTRY = RegistryEntry("j", "a", "/x", 1, "python3", {}, [])
+ENTRY = RegistryEntry("j", "a", "/x", "1", "python3", {}, [])
 SPEC = {"gpu_count": 2, "nproc_per_node": 1, "nnodes": 2, "node_rank": 0,
         "hyperparameters": {"max_restarts": 1, "hang_timeout_s": 600}}  # fmt: skip
 
@@ -46,10 +47,10 @@ class Node0(Supervisor):
     """The real supervisor, with ``child`` run in torchrun's place."""
 
     def __init__(self, job_path: Path, child: str) -> None:
-        super().__init__(job_path)
+        super().__init__(job_path, TorchrunLauncher())
         self.child = child
 
-    def command(self, spec: Mapping[str, Any], log_dir: Path | None = None) -> list[str]:
+    def command(self, spec: Mapping[str, Any]) -> list[str]:
         return [sys.executable, "-c", self.child]
 
 
@@ -80,7 +81,10 @@ class Late(Node0):
     """The watcher's SIGTERM lands after torchrun ended on its own, before the supervisor
     looked: the first look in its loop waits for the child to be gone, then the flag."""
 
-    def on_slurm_signal(self, signum: int) -> None:
+    def read_signal(self) -> None:
+        if not self.signals:
+            return
+        self.signals.pop(0)
         pid = read_pid(self.layout.torchrun_pid)
         wait_for(lambda: pid is not None and not pid_alive(pid), 30, "the child to exit")
         self.cancel_requested = True

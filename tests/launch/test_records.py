@@ -133,3 +133,17 @@ def test_job_ids_sort_by_creation_time() -> None:
     for job_id in ids:
         assert re.fullmatch(r"\d{8}-\d{6}-[0-9a-f]{4}", job_id)
         assert before <= job_id[:15] <= after  # the UTC creation time leads, so ids sort by it
+
+
+def test_a_job_s_scheduler_reads_from_its_block_or_an_earlier_release_s_slurm_keys() -> None:
+    from veri_tui.jobfolder.record import pending_reason, scheduler_of
+
+    block = {"name": "slurm", "id": "12", "restarts": 2, "state": "PENDING", "reason": "Priority"}
+    old = {"slurm_job_id": "12", "slurm_restarts": 2, "slurm_state": "PENDING",
+           "slurm_reason": "Priority"}  # fmt: skip
+    assert scheduler_of({"scheduler": block}) == scheduler_of(old) == block
+    assert scheduler_of({"slurm_job_id": 12}) == {"name": "slurm", "id": "12"}
+    assert scheduler_of({"status": "running"}) is None
+    assert pending_reason({"status": "pending", "scheduler": block}) == "Priority"
+    assert pending_reason({"status": "running", "scheduler": block}) is None
+    assert pending_reason({"status": "pending", "scheduler": {**block, "reason": ""}}) is None

@@ -80,7 +80,7 @@ def test_a_slow_node_stops_the_job_before_training(
     assert not (job_dir / "metrics.jsonl").exists() and not list(job_dir.glob("pids/rank-*"))
     wait_for(lambda: slurm.jobs() == [], 30, "the Slurm job to end")
     assert processes_of(job_dir) == []
-    shown = slurm.run("scontrol", "show", "job", "-o", str(record["slurm_job_id"]))
+    shown = slurm.run("scontrol", "show", "job", "-o", record["scheduler"]["id"])
     assert re.search(r"JobState=FAILED .*ExitCode=3:0", shown), shown  # Slurm's own record
     code, shown, _ = cli(capsys, "jobs", job_id)
     with capsys.disabled():

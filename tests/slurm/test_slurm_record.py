@@ -28,7 +28,8 @@ def test_an_attempt_left_open_by_a_killed_allocation_is_closed_preempted(tmp_pat
     job = _job(tmp_path, "running", [open_one])
     assert begin_allocation(job, SlurmRun("77", 1, ["a", "b"], 2))
     rec = read_job(job)
-    assert (rec["status"], rec["slurm_job_id"], rec["slurm_restarts"]) == ("pending", "77", 1)
+    assert rec["status"] == "pending"
+    assert rec["scheduler"] == {"name": "slurm", "id": "77", "restarts": 1}
     first = rec["attempts"][0]
     assert (first["status"], first["error"]["code"]) == ("failed", "PREEMPTED")
     assert first["error"]["attribution"] == "platform"
@@ -58,4 +59,4 @@ def test_requeues_beyond_max_restarts_fail_the_job_naming_the_count(tmp_path: Pa
 def test_a_job_cancelled_while_pending_stays_cancelled(tmp_path: Path) -> None:
     job = _job(tmp_path, "cancelled", [])
     assert not begin_allocation(job, SlurmRun("79", 1, ["a"], 1))
-    assert read_job(job)["status"] == "cancelled" and "slurm_job_id" not in read_job(job)
+    assert read_job(job)["status"] == "cancelled" and "scheduler" not in read_job(job)

@@ -136,7 +136,7 @@ def test_requeue_mid_run_resumes_by_itself_with_the_uninterrupted_losses(
     print(f"requeue: the preempted attempts recorded {' and '.join(recorded)} after the signal")
 
     assert rec["status"] == "succeeded", rec.get("error")
-    assert (rec["slurm_job_id"], rec["slurm_restarts"]) == (job_id, 2)
+    assert (rec["scheduler"]["id"], rec["scheduler"]["restarts"]) == (job_id, 2)
     assert EVERY <= first < 3 * EVERY <= second < STEPS
     steps = [(a["status"], a["resumed_from_step"]) for a in rec["attempts"]]
     assert steps == [("failed", None), ("failed", first), ("succeeded", second)]
@@ -206,7 +206,7 @@ def test_a_sigkilled_rank_on_node_1_is_named_from_the_shared_folder(
         1,
     )
     assert err["summary"].startswith("rank 1/2 (node 1, local_rank 0) failed: killed by signal 9")
-    assert rec["slurm_job_id"] == job_id
+    assert rec["scheduler"]["id"] == job_id
     log = (job.parent / "log.txt").read_text().splitlines()
     assert err["summary"] in log and any(ln.startswith("plan: dp=2 ") for ln in log)
 

@@ -70,7 +70,7 @@ def test_common_steps_name_what_a_node_lacks() -> None:
 
 
 def test_a_retry_is_due_after_a_platform_failure_with_restarts_left() -> None:
-    entry = RegistryEntry("j", "a", "/x", 1, "python3", {}, [])
+    entry = RegistryEntry("j", "a", "/x", "1", "python3", {}, [])
     spec = {"nnodes": 2, "gpu_count": 2, "hyperparameters": {"max_restarts": 1}}
     lost = {"code": "RANK_LOST", "attribution": "platform"}
     rec = {"job_id": "j", "status": "failed", "error": lost, "spec": spec, "attempts": [{}]}

@@ -65,7 +65,7 @@ def test_unreachable_host_listed_stale(ssh_env) -> None:
     record = {"job_id": "20260101-000000-dead", "status": "running", "spec": {"gpu_count": 2}}
     registry.save(
         registry.RegistryEntry(
-            record["job_id"], "root@127.0.0.1:1", "/nowhere", 1, "python3", record
+            record["job_id"], "root@127.0.0.1:1", "/nowhere", "1", "python3", record
         )
     )
     [listed] = list_jobs()

@@ -110,6 +110,19 @@ class NodeState(TypedDict):
     status: str
 
 
+class Scheduler(TypedDict, total=False):
+    """`scheduler`: the job's scheduler, when one runs it (a Slurm batch job): its name, the
+    job's id there (the handle its launcher's submit got), how often it requeued the job
+    (its supervisor records it at every start), and, read-side only, never in job.json, the
+    state and reason it gives now (its backend's judge adds them to what a reader sees)."""
+
+    name: str
+    id: str
+    restarts: int
+    state: str
+    reason: str
+
+
 class JobRecord(TypedDict, total=False):
     """The job record: job.json. `lost`, `stale`, `nodes` and `host` on a multi-node job are
     only ever set by readers. The top-level status, error, started_at, ended_at and
@@ -135,8 +148,7 @@ class JobRecord(TypedDict, total=False):
     resumed_at: str | None
     resume_choice: ResumeChoice | None  # a multi-node resume's step, for its next attempt
     nodes: list[NodeState]  # a multi-node job's nodes, as gathered by the launcher
-    slurm_job_id: str  # a Slurm job's id (the launcher's sbatch, then its supervisor)
-    slurm_restarts: int  # $SLURM_RESTART_COUNT of its latest allocation: Slurm's requeues
+    scheduler: Scheduler  # the scheduler's id, requeues and (read-side) state
     lost: bool
     stale: bool
 
@@ -154,6 +166,34 @@ class RankFailure(TypedDict, total=False):
     message: str
     peer_failure: bool
     traceback: str
+
+
+def scheduler_of(record: Mapping[str, object]) -> Scheduler | None:
+    """The record's `scheduler`, or None when no scheduler runs the job. A Slurm job's folder
+    written before the block existed keeps `slurm_job_id` and `slurm_restarts` (and a view of
+    it `slurm_state`, `slurm_reason`): read as the block."""
+    found = record.get("scheduler")
+    if isinstance(found, dict):
+        return cast(Scheduler, found)
+    if "slurm_job_id" not in record:
+        return None
+    old: Scheduler = {"name": "slurm", "id": str(record["slurm_job_id"])}
+    restarts = record.get("slurm_restarts")
+    if isinstance(restarts, int):
+        old["restarts"] = restarts
+    if record.get("slurm_state") is not None:
+        old["state"] = str(record["slurm_state"])
+    if record.get("slurm_reason") is not None:
+        old["reason"] = str(record["slurm_reason"])
+    return old
+
+
+def pending_reason(record: Mapping[str, object]) -> str | None:
+    """Why a pending job waits in its scheduler's queue (the reason it gives: Slurm's
+    `Resources`, `Priority`, ...); None when it does not wait there or gives none."""
+    if record.get("status") != "pending":
+        return None
+    return (scheduler_of(record) or {}).get("reason") or None
 
 
 def now_iso() -> str:

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from veri_tui.jobfolder.layout import ELASTIC, TORCHRUN_LOG
+from veri_tui.jobfolder.record import Scheduler
 from veri_tui.jobfolder.stopping import (
     PREEMPTED,
     SHARED_ENV,
@@ -183,6 +184,6 @@ class SlurmRun:
         return None
 
 
-def slurm_job_keys(run: SlurmRun) -> dict[str, Any]:
-    """What job.json records of the allocation: `slurm_job_id`, `slurm_restarts`."""
-    return {"slurm_job_id": run.job_id, "slurm_restarts": run.restarts}
+def scheduler_block(run: SlurmRun) -> Scheduler:
+    """What job.json records of the allocation: its `scheduler` (id, requeues)."""
+    return {"name": "slurm", "id": run.job_id, "restarts": run.restarts}

@@ -1,9 +1,12 @@
-"""What a Slurm job's supervisor records: its allocation, requeues and stops (job.json, log).
+"""A Slurm job's supervisor: its launcher, `SrunLauncher` (launcher.py's protocol: srun per
+attempt, Slurm's signals, a stop's outcome, the requeue), and what it records of its
+allocation, requeues and stops (job.json, log).
 
-- `begin_allocation`, at every start of the batch script: job.json gets `slurm_job_id` and
-  `slurm_restarts` ($SLURM_RESTART_COUNT). An attempt the previous allocation left open (it
-  was killed before its supervisor recorded an outcome: `scontrol requeue` ends a job within
-  KillWait seconds) is closed as PREEMPTED (platform), ending when its log was last written.
+- `begin_allocation`, at every start of the batch script: job.json's `scheduler` gets the
+  Slurm job id and its restarts ($SLURM_RESTART_COUNT). An attempt the previous allocation
+  left open (it was killed before its supervisor recorded an outcome: `scontrol requeue`
+  ends a job within KillWait seconds) is closed as PREEMPTED (platform), ending when its
+  log was last written.
   When Slurm has requeued the job more often than `max_restarts` allows, the job fails
   naming the count, and nothing starts.
 - `stop_outcome`, once the ranks ended after a stop request: the attempt's outcome, from the
@@ -19,17 +22,26 @@ from __future__ import annotations
 
 import os
 import signal
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, NoReturn
 
 from veri_tui.jobfolder import attempts, failures
 from veri_tui.jobfolder.atomic import modify_job, write_text_atomic
+from veri_tui.jobfolder.launcher import CANCEL as CANCEL_STOP
 from veri_tui.jobfolder.layout import CANCEL_REQUEST, EXIT_CODE, JobLayout
 from veri_tui.jobfolder.record import JobError, JobRecord, now_iso, read_job
-from veri_tui.jobfolder.slurm import CANCEL, SlurmRun, node_log_dir, node_spec, slurm_job_keys
+from veri_tui.jobfolder.slurm import (
+    CANCEL,
+    SlurmRun,
+    node_log_dir,
+    node_logs,
+    node_spec,
+    scheduler_block,
+)
 from veri_tui.jobfolder.status import FAILED, PENDING, RUNNING, SUCCEEDED, FailureCode, has_ended
 from veri_tui.jobfolder.stopping import TIME_LIMIT, read_stopped, request_stop
+from veri_tui.jobfolder.torchrun_cmd import rank_environment, torchrun_command
 
 
 def begin_allocation(job_path: Path, run: SlurmRun) -> bool:
@@ -41,7 +53,7 @@ def begin_allocation(job_path: Path, run: SlurmRun) -> bool:
     def change(record: JobRecord) -> None:
         if has_ended(record):
             return  # cancelled while pending: that outcome stands
-        record.update(slurm_job_keys(run))  # type: ignore[typeddict-item]
+        record["scheduler"] = scheduler_block(run)
         spec = record["spec"]
         opened = attempts.attempts_of(record)[-1:]
         if opened and opened[0].get("status") == RUNNING:
@@ -112,80 +124,101 @@ def record_requeued(job_path: Path, code: int, error: JobError) -> None:
     failures.append_lines(JobLayout(Path(job_path).parent).log, [str(error.get("summary"))])
 
 
-class SlurmSupervision:
-    """The supervisor's Slurm mode (veri_tui/jobfolder/supervise.py's Supervisor inherits it): the
-    allocation's start, its signals, a stop's outcome, the requeue."""
+class SrunLauncher:
+    """The supervisor's launcher inside a Slurm allocation (launcher.py's protocol): the
+    allocation recorded at its start, srun per attempt, Slurm's signals read in the wait
+    loop, a stop's outcome, the requeue."""
 
-    job_path: Path
-    job_dir: Path
-    layout: JobLayout[Path]
-    cancel_requested: bool
-    slurm: SlurmRun | None
-    stop: tuple[str, bool, str] | None
+    read_signals: tuple[int, ...] = (signal.SIGTERM, signal.SIGUSR1)  # `--signal=B:USR1@120`
+    sees_every_node = True  # one folder for every node: this supervisor sees all ranks
 
-    def begin_slurm(self) -> int | None:
-        """Inside a Slurm allocation: record it, and count Slurm's requeues as restarts
-        (None: the job must not run). 0 elsewhere."""
-        self.slurm = SlurmRun.from_env(read_job(self.job_path)["spec"])
-        if self.slurm is None:
-            return 0
-        return self.slurm.restarts if begin_allocation(self.job_path, self.slurm) else None
+    def __init__(self) -> None:
+        self.run: SlurmRun | None = None
+        self.stop: tuple[str, bool, str] | None = None  # (reason, requeue it, signal name)
 
-    def on_slurm_signal(self, signum: int) -> None:
-        """A Slurm job's SIGTERM or SIGUSR1: a cancel, or ask the ranks to stop."""
-        assert self.slurm is not None
-        reason, requeue = self.slurm.classify(signum, self.job_dir)
+    def _run(self) -> SlurmRun:
+        assert self.run is not None, "begin() reads the allocation first"
+        return self.run
+
+    def begin(self, job_path: Path) -> int | None:
+        """Record the allocation, and count Slurm's requeues as restarts (None: the job
+        must not run)."""
+        self.run = SlurmRun.from_env(read_job(job_path)["spec"])
+        if self.run is None:
+            raise RuntimeError("srun runs a Slurm job's spec inside its allocation only")
+        return self.run.restarts if begin_allocation(job_path, self.run) else None
+
+    def command(self, spec: Mapping[str, Any], job_path: Path, log_dir: Path) -> list[str]:
+        return self._run().command(spec, job_path)
+
+    def environment(self) -> dict[str, str]:
+        return SlurmRun.environment(rank_environment(os.environ))
+
+    def node_logs(self, job_dir: Path) -> list[tuple[int, Path, Path]] | None:
+        return node_logs(job_dir, self._run().nnodes)
+
+    def heard(self, signum: int, log: Path) -> None:
+        # Said at once: the ranks got the signal too, and the line they log once they
+        # stopped must not come before its cause (the meaning follows).
+        job = self.run.job_id if self.run is not None else os.environ.get("SLURM_JOB_ID")
+        failures.append_lines(log, [f"signal: {signal.Signals(signum).name} from Slurm "
+                                    f"(job {job}); reading what it means"])  # fmt: skip
+
+    def on_signal(self, signum: int, job_dir: Path, log: Path) -> bool:
+        """A Slurm job's SIGTERM or SIGUSR1: a cancel (True), or ask the ranks to stop."""
+        reason, requeue = self._run().classify(signum, job_dir)
         if reason == CANCEL:
-            write_text_atomic(self.job_dir / CANCEL_REQUEST, "supervisor\n")  # ranks end at once
-            self.cancel_requested = True
-        elif self.stop is None:
+            write_text_atomic(job_dir / CANCEL_REQUEST, "supervisor\n")  # ranks end at once
+            return True
+        if self.stop is None:
             self.stop = (reason, requeue, signal.Signals(signum).name)
-            request_stop(self.job_dir, reason, self.stop[2])
-            failures.append_lines(self.layout.log, [f"stop: {self.stop[2]}: asked the ranks "
-                                  f"to stop at their next step boundary ({reason})"])  # fmt: skip
+            request_stop(job_dir, reason, self.stop[2])
+            failures.append_lines(log, [f"stop: {self.stop[2]}: asked the ranks to stop at "
+                                        f"their next step boundary ({reason})"])  # fmt: skip
+        return False
 
-    def ranks_stopped_themselves(self) -> None:
-        """The ranks stopped with a checkpoint although this supervisor got no signal: a
+    def stopped(self, code: int, world: int, job_dir: Path, log: Path
+                ) -> tuple[str, JobError | None] | str | None:  # fmt: skip
+        """The outcome of an attempt asked to stop: succeeded if it finished first. The ranks
+        may have stopped with a checkpoint although this supervisor got no signal: a
         preemption's grace signal (and `scancel --signal=TERM JOB`) reaches the job's steps,
-        torchrun and the ranks, not the batch shell. Read it as that SIGTERM."""
-        assert self.slurm is not None
-        reason, requeue = self.slurm.classify(signal.SIGTERM, self.job_dir)
-        if reason == CANCEL:
-            self.cancel_requested = True
-            return
-        self.stop = (reason, requeue, "SIGTERM")
-        failures.append_lines(self.layout.log, [
-            f"stop: the ranks got SIGTERM from Slurm, sent to the job's steps (not this batch "
-            f"shell): {reason}"])  # fmt: skip
-
-    def stopped(self, code: int, world: int) -> tuple[int, str, JobError | None]:
-        """The outcome of an attempt asked to stop: succeeded if it finished first."""
-        assert self.slurm is not None and self.stop is not None
-        if code == 0 and read_stopped(self.job_dir) is None:
-            return code, SUCCEEDED, None
-        status, error = stop_outcome(self.job_dir, self.stop[0], self.stop[2], self.slurm, world)
+        torchrun and the ranks, not the batch shell; that is read as its SIGTERM."""
+        if self.stop is None and read_stopped(job_dir) is not None:
+            reason, requeue = self._run().classify(signal.SIGTERM, job_dir)
+            if reason == CANCEL:
+                return CANCEL_STOP
+            self.stop = (reason, requeue, "SIGTERM")
+            failures.append_lines(log, [
+                f"stop: the ranks got SIGTERM from Slurm, sent to the job's steps (not this "
+                f"batch shell): {reason}"])  # fmt: skip
+        if self.stop is None:
+            return None
+        if code == 0 and read_stopped(job_dir) is None:
+            return SUCCEEDED, None
+        status, error = stop_outcome(job_dir, self.stop[0], self.stop[2], self._run(), world)
         if status == FAILED:
-            failures.append_lines(self.layout.log, [str(error["summary"])])
-        return code, status, error
+            failures.append_lines(log, [str(error["summary"])])
+        return status, error
 
-    def requeued(self, code: int, error: JobError) -> JobError | None:
+    def requeued(self, job_path: Path, code: int, error: JobError) -> JobError | None:
         """Record the preempted attempt; requeue the job when Slurm will not. The job's
         failure when that requeue failed (nothing would start it again), else None."""
-        assert self.slurm is not None and self.stop is not None
-        record_requeued(self.job_path, code, error)
-        failed = self.slurm.requeue() if self.stop[1] else None
+        record_requeued(job_path, code, error)
+        failed = self._run().requeue() if self.stop is not None and self.stop[1] else None
         if failed is None:
             return None
         message = f"{error.get('message')}; but it could not be requeued: {failed}"
         return failures.job_error(FailureCode.PREEMPTED, message, error.get("world_size"))
 
+    def cancelled(self) -> int | None:
+        """Slurm's accounting says cancelled too (the job scancels itself)."""
+        return self._run().end_cancelled()
 
-def slurm_task(
-    job_path: Path, endpoint: str, command: Callable[[Mapping[str, Any], Path], list[str]]
-) -> NoReturn:
-    """A Slurm job's srun task on node $SLURM_NODEID: `exec` that node's torchrun, the
-    command line the supervisor's ``command(spec, log_dir)`` makes for the node's spec."""
+
+def slurm_task(job_path: Path, endpoint: str) -> NoReturn:
+    """A Slurm job's srun task on node $SLURM_NODEID: `exec` that node's torchrun, for the
+    node's spec, its logs in `elastic/node<k>/`."""
     node = int(os.environ["SLURM_NODEID"])
     spec = node_spec(read_job(job_path)["spec"], endpoint, node, os.environ["SLURM_JOB_ID"])
-    argv = command(spec, node_log_dir(Path(job_path).parent, node))
+    argv = torchrun_command(spec, job_path, node_log_dir(Path(job_path).parent, node))
     os.execv(argv[0], argv)

@@ -12,9 +12,10 @@ SSH multi-node job, whose launcher resumes every node together and names the ste
 ``resume_choice``). SIGTERM or SIGINT means cancel: torchrun and every worker are ended (workers run
 in their own sessions, so signalling torchrun's group would miss them), SIGKILL after a grace
 period; with `peer_failed.json` there (a multi-node job's watcher: another node failed) a failure
-instead. Inside a Slurm allocation (spec `slurm`, $SLURM_JOB_ID) it runs srun, one torchrun per
-node, and SIGTERM/SIGUSR1 may mean a preemption or the time limit instead
-(veri_tui/jobfolder/slurm.py, veri_tui/jobfolder/slurmjob.py, docs/slurm.md).
+instead. How an attempt's ranks start, and what a signal means, is its launcher's
+(launcher.py): torchrun here, or inside a Slurm allocation (spec `slurm`, $SLURM_JOB_ID) srun
+starting one torchrun per node, where SIGTERM/SIGUSR1 may mean a preemption or the time limit
+instead (slurmjob.py, slurm.py, docs/slurm.md).
 
 Stdlib only: it must start fast and run on a GPU machine whose image has only the trainer's
 dependencies (no torch import here, no pydantic, paramiko or textual). The job folder's
@@ -38,66 +39,53 @@ from veri_tui.jobfolder.atomic import modify_job, write_text_atomic
 from veri_tui.jobfolder.canary import CanaryWatch
 from veri_tui.jobfolder.hostmem import MemoryWatch
 from veri_tui.jobfolder.jobstats import record_measured
+from veri_tui.jobfolder.launcher import CANCEL, Launcher, TorchrunLauncher
 from veri_tui.jobfolder.layout import ELASTIC, EXIT_CODE, JobLayout
 from veri_tui.jobfolder.procs import end_processes, job_processes, write_pid
 from veri_tui.jobfolder.record import JobError, JobRecord, plan_line_of, read_job
-from veri_tui.jobfolder.slurm import node_logs
-from veri_tui.jobfolder.slurmjob import SlurmSupervision, slurm_task
+from veri_tui.jobfolder.slurmjob import SrunLauncher, slurm_task
 from veri_tui.jobfolder.status import CANCELLED, FAILED, PENDING, RUNNING, SUCCEEDED, FailureCode
-from veri_tui.jobfolder.stopping import read_peer_failed, read_stopped
-from veri_tui.jobfolder.torchrun_cmd import rank_environment, torchrun_command
+from veri_tui.jobfolder.stopping import read_peer_failed
 from veri_tui.jobfolder.watchdog import HangWatch, end_job
 
 
-class Supervisor(SlurmSupervision):
-    """Runs one job's torchrun and records how it ended."""
+def launcher_for(spec: Mapping[str, Any]) -> Launcher:
+    """srun inside a Slurm allocation for a Slurm job's spec (`slurm`, $SLURM_JOB_ID set),
+    else torchrun."""
+    if spec.get("slurm") and os.environ.get("SLURM_JOB_ID"):
+        return SrunLauncher()
+    return TorchrunLauncher()
 
-    def __init__(self, job_path: Path) -> None:
+
+class Supervisor:
+    """Runs one job's attempts with its launcher and records how each ended."""
+
+    def __init__(self, job_path: Path, launcher: Launcher) -> None:
         self.job_path = job_path.resolve()
         self.job_dir = self.job_path.parent
         self.layout = JobLayout(self.job_dir)
+        self.launcher = launcher
         self.cancel_requested = False
-        self.slurm = None  # inside a Slurm allocation: veri_tui/jobfolder/slurm.py, slurmjob.py
-        self.signals: list[int] = []  # a Slurm job's signals, read in the wait loop
-        self.mode_known = False  # until begin_slurm: a SIGTERM waits in `signals`
-        self.stop = None  # a Slurm job's stop: (reason, requeue it, signal name)
+        self.signals: list[int] = []  # the launcher's to read, in the wait loop
 
     def _on_signal(self, signum: int, _frame: Any) -> None:
-        if signum == signal.SIGINT or (self.mode_known and self.slurm is None):
+        if signum != signal.SIGINT and signum in self.launcher.read_signals:
+            self.signals.append(signum)  # what it means may take a scheduler to tell
+            self.launcher.heard(signum, self.layout.log)
+        else:
             self.cancel_requested = True
-        else:  # what it means takes scontrol to tell: no handler's work
-            self.signals.append(signum)
-            if self.slurm is not None:
-                # Said at once: the ranks got the signal too, and the line they log once
-                # they stopped must not come before its cause (the meaning follows).
-                failures.append_lines(self.layout.log, [
-                    f"signal: {signal.Signals(signum).name} from Slurm "
-                    f"(job {self.slurm.job_id}); reading what it means"])  # fmt: skip
 
-    def command(self, spec: Mapping[str, Any], log_dir: Path | None = None) -> list[str]:
-        """The torchrun command line (torchrun_cmd.py); a Slurm job's: srun, starting one
-        torchrun per node (veri_tui/jobfolder/slurm.py)."""
-        if self.slurm is not None:
-            return self.slurm.command(spec, self.job_path)
-        return torchrun_command(spec, self.job_path, log_dir or self.job_dir / ELASTIC)
-
-    def environment(self) -> dict[str, str]:
-        """The ranks' environment (torchrun_cmd.py); a Slurm job's adds srun's."""
-        env = rank_environment(os.environ)
-        return env if self.slurm is None else self.slurm.environment(env)
+    def command(self, spec: Mapping[str, Any]) -> list[str]:
+        """The attempt's command line: its launcher's."""
+        return self.launcher.command(spec, self.job_path, self.job_dir / ELASTIC)
 
     def run(self) -> int:
         """Supervise the job to its end, attempt after attempt; returns the last torchrun's
         exit code (0 on success)."""
-        for sig in (signal.SIGTERM, signal.SIGINT):
+        for sig in {signal.SIGTERM, signal.SIGINT, *self.launcher.read_signals}:
             signal.signal(sig, self._on_signal)
         write_pid(self.layout.supervisor_pid)
-        restarts = self.begin_slurm()
-        if self.slurm is not None:
-            signal.signal(signal.SIGUSR1, self._on_signal)  # `--signal=B:USR1@120`
-        elif self.signals:  # a SIGTERM before the mode was known: a plain job's cancel
-            self.cancel_requested, self.signals = True, []
-        self.mode_known = True
+        restarts = self.launcher.begin(self.job_path)
         if restarts is None:  # a Slurm job whose requeues are spent, or that ended meanwhile
             return 1 if read_job(self.job_path).get("status") == FAILED else 0
         while True:
@@ -105,10 +93,11 @@ class Supervisor(SlurmSupervision):
             if record is None:
                 return 0  # started twice, or cancelled before it ran: that outcome stands
             code, status, error = self.run_attempt(record["spec"])
-            if status == PENDING and error is not None:  # preempted: Slurm starts it again
-                failed = self.requeued(code, error)
+            if status == PENDING and error is not None:  # preempted: its scheduler restarts it
+                failed = self.launcher.requeued(self.job_path, code, error)
                 return 0 if failed is None else self.finish(code, FAILED, failed)
-            limit = attempts.max_restarts(record["spec"], alone=self.slurm is None)
+            alone = not self.launcher.sees_every_node
+            limit = attempts.max_restarts(record["spec"], alone=alone)
             if status == FAILED and attempts.retryable(error) and restarts < limit:
                 if not self.cancel_requested:
                     restarts += 1
@@ -116,9 +105,8 @@ class Supervisor(SlurmSupervision):
                     end_processes(self.job_path)  # nothing of this attempt may linger
                     continue
             code = self.finish(code, status, error)
-            if status == CANCELLED and self.slurm is not None:
-                return self.slurm.end_cancelled()  # Slurm's accounting says cancelled too
-            return code
+            ended = self.launcher.cancelled() if status == CANCELLED else None
+            return code if ended is None else ended
 
     def begin_attempt(self) -> JobRecord | None:
         """Prepare and record the next attempt (veri_tui/jobfolder/nextattempt.py); None when the
@@ -130,7 +118,7 @@ class Supervisor(SlurmSupervision):
         watch = HangWatch(
             self.job_dir, spec
         )  # veri_tui/jobfolder/watchdog.py: ends a job that hangs
-        if self.slurm is not None:  # one folder for every node: this supervisor sees all ranks
+        if self.launcher.sees_every_node:  # one folder for every node: it sees all ranks
             watch.ranks = list(range(watch.world))
         canary = CanaryWatch(self.job_path, spec, watch.ranks)  # the gate of `--canary`
         with open(self.layout.torchrun_log, "ab") as log:
@@ -140,7 +128,7 @@ class Supervisor(SlurmSupervision):
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 cwd=self.job_dir,
-                env=watch.environment(self.environment()),
+                env=watch.environment(self.launcher.environment()),
             )
         write_pid(self.layout.torchrun_pid, child.pid)
         memory = MemoryWatch.for_this_process()  # explains a rank's SIGKILL by the OOM killer
@@ -149,11 +137,10 @@ class Supervisor(SlurmSupervision):
             memory.poll()
             hung = watch.poll()  # no rank advanced for hang_timeout_s: RANK_HUNG
             canary.poll()
-            if self.signals:
-                self.on_slurm_signal(self.signals.pop(0))
+            self.read_signal()
             time.sleep(0.2)
         while self.signals and not self.cancel_requested:  # srun can end before they are read
-            self.on_slurm_signal(self.signals.pop(0))
+            self.read_signal()
         if hung is not None:
             return end_job(self.job_path, child, hung, spec), FAILED, hung
         world = int(spec.get("gpu_count") or 1)
@@ -169,12 +156,12 @@ class Supervisor(SlurmSupervision):
                 failures.append_report(self.layout.log, said, "")
                 return child.wait(), FAILED, said
         code = child.returncode
-        if self.stop is None and self.slurm is not None and read_stopped(self.job_dir):
-            self.ranks_stopped_themselves()  # their own SIGTERM: a preemption's grace
-            if self.cancel_requested:
-                return self.cancelled(code)
-        if self.stop is not None:
-            return self.stopped(code, world)
+        stopped = self.launcher.stopped(code, world, self.job_dir, self.layout.log)
+        if stopped == CANCEL:
+            self.cancel_requested = True
+            return self.cancelled(code)
+        if isinstance(stopped, tuple):
+            return code, *stopped
         if code == 0:
             # A no-go canary's ranks end at its gate, without an artifact: stopped, not done.
             return code, CANCELLED if canary.stopped() else SUCCEEDED, None
@@ -197,13 +184,19 @@ class Supervisor(SlurmSupervision):
             code,
             memory,
             node=int(spec.get("node_rank") or 0),
-            logs=None if self.slurm is None else node_logs(self.job_dir, self.slurm.nnodes),
+            logs=self.launcher.node_logs(self.job_dir),
         )
         if error is None or found.get("rank") is not None:
             error = found
         error = ncclabort.with_dumps(self.job_dir, error, watch.ranks)  # NCCL's own dumps
         failures.append_report(self.layout.log, error, plan_line_of(spec))
         return code, FAILED, error
+
+    def read_signal(self) -> None:
+        """The first signal waiting for the launcher, read (a cancel, or a stop asked)."""
+        if self.signals and self.launcher.on_signal(self.signals.pop(0), self.job_dir,
+                                                    self.layout.log):  # fmt: skip
+            self.cancel_requested = True
 
     def fail_self(self, exc: Exception) -> None:
         """Record the supervisor's own crash as the job's failure, ending what it started."""
@@ -250,6 +243,15 @@ class Supervisor(SlurmSupervision):
         return code
 
 
+def _spec(job_path: Path) -> Mapping[str, Any]:
+    """The job's spec, for its launcher (an unreadable record: torchrun's, and the supervisor
+    records the record's own failure)."""
+    try:
+        return read_job(job_path).get("spec") or {}
+    except (OSError, ValueError):
+        return {}
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point: supervise the job whose job.json is given."""
     parser = argparse.ArgumentParser(
@@ -259,8 +261,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--slurm-task", metavar="HOST:PORT", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.slurm_task:  # a Slurm job's srun task: becomes its node's torchrun
-        slurm_task(Path(args.job).resolve(), args.slurm_task, Supervisor(Path(args.job)).command)
-    supervisor = Supervisor(Path(args.job))
+        slurm_task(Path(args.job).resolve(), args.slurm_task)
+    job = Path(args.job)
+    supervisor = Supervisor(job, launcher_for(_spec(job)))
     try:
         code = supervisor.run()
     except Exception as exc:

@@ -40,7 +40,8 @@ def target_for_job(job_id: str, pool: dict[str, Host] | None = None) -> JobTarge
 def local_node(local: LocalHost, folder: Path) -> Node:
     """A job folder on this machine as a node: its handle is the supervisor's pid file (the
     folder is its own registry entry)."""
-    return Node(local, str(folder), read_pid(folder / SUPERVISOR_PID))
+    pid = read_pid(folder / SUPERVISOR_PID)
+    return Node(local, str(folder), None if pid is None else str(pid))
 
 
 def target_of_entry(entry: registry.RegistryEntry, pool: dict[str, Host] | None = None

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 from veri_tui.errors import VeriError
 from veri_tui.jobfolder.procs import pid_alive
-from veri_tui.jobfolder.record import JobRecord
+from veri_tui.jobfolder.record import JobRecord, pending_reason, scheduler_of
 from veri_tui.launch import backends, registry
 from veri_tui.launch.backends import Option
 from veri_tui.launch.handle import JobHandle
@@ -34,7 +34,6 @@ from veri_tui.launch.metrics import log_row, metric_of
 from veri_tui.launch.probe.fleet import ProbeChoice
 from veri_tui.launch.records import LogLine
 from veri_tui.launch.slurm.options import SlurmOptions, slurm_options
-from veri_tui.launch.slurm.states import pending_reason, slurm_state
 from veri_tui.launch.spec import canary_spec
 
 if TYPE_CHECKING:
@@ -44,8 +43,8 @@ __all__ = [
     "JobHandle", "LogLine", "ProbeChoice", "Row", "SlurmOptions", "backend_options", "cancel",
     "canary_spec", "comparison_lines", "dry_run", "follow_log", "get_job", "host_aliases",
     "job_location", "launch", "list_jobs", "local_jobs", "log_row", "metric_of", "open",
-    "pending_reason", "preflight", "read_log", "resume", "row_text", "slurm_options",
-    "slurm_state", "target_for", "trust_key", "watch", "watcher_of",
+    "pending_reason", "preflight", "read_log", "resume", "row_text", "scheduler_of",
+    "slurm_options", "target_for", "trace", "trace_lines", "trust_key", "watch", "watcher_of",
 ]  # fmt: skip
 
 #: Where a job runs: this machine (None), an SSH host, several (a multi-node job), or Slurm.
@@ -232,3 +231,18 @@ def trust_key(hosts: Sequence[str], fingerprint: str) -> None:
             Connection.open(host, trust=fingerprint).close()
         except VeriError:
             pass
+
+
+def trace(job: JobConfig, rec: PlanRecord) -> dict[str, object]:
+    """The bundled trainer's own step traced at the job's real shapes on fake CUDA, in a
+    child process (veri_tui/launch/tracing.py); VeriError with one line when it cannot."""
+    from veri_tui.launch.tracing import trace_job
+
+    return trace_job(job, rec)
+
+
+def trace_lines(traced: dict[str, object], rec: PlanRecord) -> list[str]:
+    """The trace's summary line (beside the plan's peak) and its phase table."""
+    from veri_tui.launch.tracing import trace_line, trace_table
+
+    return [trace_line(traced, rec), *trace_table(traced)]

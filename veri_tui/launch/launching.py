@@ -6,12 +6,12 @@
    0's rendezvous must be reachable from the others (nodes.py). Every problem is refused
    together.
 3. The output dir checked where it is (node 0), the plan made for node 0's host (this
-   machine: the plan given, or made here; a host: from its GPUs and the model read there),
-   then the job's rows encoded with the model's tokenizer there and the global batch
-   against them (datacheck.py).
+   machine: the plan given, or made here; a host: from its GPUs and the model read there).
 4. Each node's job.json (`spec.make_record` with that host's paths; a multi-node job's
-   layout in each spec), then its host memory and disk against the plan: refused before
-   anything is created anywhere.
+   layout in each spec), then its host memory and disk against the plan, then the job's
+   rows encoded with the model's tokenizer there and the global batch against them
+   (datacheck.py): refused before anything is created anywhere. Where the ranks will run
+   (device.py) is said once it all passed.
 5. Each node's folder built aside (`.<name>.tmp`), filled (host.py `stage`) and renamed into
    place, hosts in parallel; then the job submitted by its backend (backends/: `submit`,
    every node's supervisor started; its typed handle, `JobRef`). A job over SSH hosts or
@@ -212,8 +212,8 @@ def launch(
 ) -> str:  # fmt: skip
     """Check, plan, create and start the job on these hosts (None: this machine); returns
     its id (``dry_run``: the batch script a Slurm host would submit, nothing created).
-    ``say`` gets where the ranks will run, a line per node (device.py), once the job is
-    planned and before anything is made.
+    ``say`` gets where the ranks will run, a line per node (device.py), once every check
+    has passed and before anything is made.
     A multi-node job's nodes, or one machine's GPUs, are probed first (``probe``:
     fleet_probe, when needs_probe). Raises VeriError for
     every refusal, before anything is created."""
@@ -243,11 +243,6 @@ def launch(
             job = with_cached_network(job, facts[0].spec)
         job = hosts[0].output_for(job, facts[0])
         job, plan = hosts[0].plan(job, facts[0], plan_record)
-        refused = check_data(hosts[0], facts[0], job, plan)[1]  # the rows, with its tokenizer
-        if refused:
-            raise VeriError(refused)
-        for row in device_rows(hosts, facts, plan):  # CUDA GPUs, or CPU processes: said once
-            say(device_line(row))
         job_id = new_job_id()
         while hosts[0].machine.exists(posixpath.join(facts[0].jobs_dir, job_id)):
             job_id = new_job_id()  # same second, same random suffix: draw again
@@ -263,6 +258,11 @@ def launch(
         check_capacity(
             hosts, facts, plan, nodes[0][1]["spec"]["output_dir"] if job.output else None
         )
+        refused = check_data(hosts[0], facts[0], job, plan)[1]  # the rows, with its tokenizer
+        if refused:
+            raise VeriError(refused)
+        for row in device_rows(hosts, facts, plan):  # every check passed: where it runs, once
+            say(device_line(row))
         if dry_run:
             return backend.script(hosts[0], *nodes[0])
         for host, pf in zip(hosts, facts, strict=True):

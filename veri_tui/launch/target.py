@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import cast
 
 from veri_tui.errors import VeriError
-from veri_tui.jobfolder.layout import JOB_FILE, LOG, SUPERVISOR_PID
+from veri_tui.jobfolder.layout import JOB_FILE, LOG
 from veri_tui.jobfolder.procs import GRACE_S, pid_alive
 from veri_tui.jobfolder.record import JobRecord, JobSpec, ResumeChoice
 from veri_tui.jobfolder.status import has_ended
@@ -49,12 +49,12 @@ REFUSED = 3  # `python -m veri_tui.jobfolder resume`'s exit status for a refusal
 
 @dataclass
 class Node:
-    """One node of a job: its host, its job folder there, its handle (the supervisor's pid
-    seen at its start, or the scheduler's job id; None: not started)."""
+    """One node of a job: its host, its job folder there, its handle (opaque: the supervisor's
+    pid seen at its start, or the scheduler's job id; None: not started)."""
 
     host: Host
     job_dir: str
-    handle: int | None = None
+    handle: str | None = None
 
     @property
     def job_file(self) -> str:
@@ -82,17 +82,6 @@ class JobTarget:
             node.host.machine.close()
 
     # -- reading: the backend's operations ------------------------------------------------
-
-    def supervisor_pid(self, node: Node) -> int | None:
-        """The pid the supervisor wrote itself, else the one seen when it was started. A
-        batch job's handle is its Slurm job id: its supervisor's pid is a compute node's."""
-        if not self.backend.handle_is_pid:
-            return node.handle
-        try:
-            raw = node.host.machine.read_bytes(posixpath.join(node.job_dir, SUPERVISOR_PID), 64)
-            return int(raw.split()[0])
-        except (FileNotFoundError, ValueError, IndexError):
-            return node.handle
 
     def node_record(self, node: Node) -> JobRecord:
         """One node's job.json as its backend judges it; VeriError when gone."""
@@ -205,8 +194,8 @@ class JobTarget:
             fresh = registry.load(self.job_id) or self.entry
             if fresh.nodes:
                 for saved, node in zip(fresh.nodes, self.nodes, strict=True):
-                    saved["pid"] = node.handle
-            fresh.pid = self.nodes[0].handle
+                    saved["handle"] = node.handle
+            fresh.handle = self.nodes[0].handle
             self.entry = fresh
             registry.save(fresh)
 

@@ -32,6 +32,7 @@ from veri_tui.jobfolder.record import JobRecord
 from veri_tui.jobfolder.status import FAILED, has_ended
 from veri_tui.jobfolder.stopping import peer_failed_bytes
 from veri_tui.launch import registry
+from veri_tui.launch.backends.supervised import supervisor_pid
 from veri_tui.launch.handle import JobHandle
 from veri_tui.launch.jobindex import target_of_entry
 from veri_tui.launch.restart import retry
@@ -66,7 +67,7 @@ class Watcher:
                 rec = self.target.node_record(node)
             except VeriError:
                 continue
-            pid = self.target.supervisor_pid(node)
+            pid = supervisor_pid(node)
             if not has_ended(rec) and pid is not None:
                 node.host.machine.write_atomic(posixpath.join(node.job_dir, PEER_FAILED), word)
                 node.host.machine.run(["kill", "-TERM", str(pid)])

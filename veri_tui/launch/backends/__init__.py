@@ -79,9 +79,6 @@ class Backend(Protocol):
     probes_one_host: bool
     #: How the CLI names its destination in a message (`--slurm`).
     given_as: str
-    #: Whether a launch's pid handle is the supervisor's pid on a node (False: the
-    #: scheduler's job id, the supervisor's pid being a compute node's).
-    handle_is_pid: bool
 
     def where_from(
         self,

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, cast
 from veri_tui.errors import VeriError
 from veri_tui.jobfolder.layout import SUPERVISOR_LOG
 from veri_tui.launch.backends import Option
-from veri_tui.launch.backends.supervised import SupervisedBackend
+from veri_tui.launch.backends.supervised import SupervisedBackend, supervisor_pid
 
 if TYPE_CHECKING:
     from veri_tui.jobfolder.record import JobRecord, JobSpec
@@ -41,7 +41,6 @@ class DirectBackend(SupervisedBackend):
     group: str | None = None
     given_as: str = "--host (or veri.toml's hosts)"
     probes_one_host: bool = True
-    handle_is_pid: bool = True
     options: tuple[Option, ...] = (
         Option(
             "host", str, metavar="SSH_HOST", many=True,
@@ -123,27 +122,25 @@ class DirectBackend(SupervisedBackend):
     # reading, the job lock) took 18 ms there, against a plan of 76 ms without them
     # (`python -X importtime`; benchmarks/bench_plan.py).
 
-    def start(self, host: Host, job_dir: str) -> int:
+    def start(self, host: Host, job_dir: str) -> str:
         """The supervisor started detached on ``host``; its pid."""
         from veri_tui.launch.host import supervisor_argv
 
         log = posixpath.join(job_dir, SUPERVISOR_LOG)
-        return host.machine.start_detached(supervisor_argv(host, job_dir), log, job_dir)
+        return str(host.machine.start_detached(supervisor_argv(host, job_dir), log, job_dir))
 
     def judge(self, job: JobTarget, node: Node, record: JobRecord,
               reread: Callable[[], JobRecord]) -> JobRecord:  # fmt: skip
         from veri_tui.jobfolder.lost import judge as judge_pid
 
         where = node.host.label or ""
-        return judge_pid(
-            record, job.supervisor_pid(node), node.host.machine.alive, reread, where=where
-        )
+        return judge_pid(record, supervisor_pid(node), node.host.machine.alive, reread, where=where)
 
     def stop(self, job: JobTarget, node: Node, grace: float) -> None:
         from veri_tui.launch.host import run_cancel
 
-        run_cancel(node.host, node.job_dir, node.handle, grace)
+        run_cancel(node.host, node.job_dir, supervisor_pid(node), grace)
 
     def tail(self, job: JobTarget, node: Node, path: str, offset: int,
              done: Callable[[], bool], **options: object) -> Iterator[LogLine]:  # fmt: skip
-        return node.host.machine.follow(path, job.supervisor_pid(node), offset, done, **options)
+        return node.host.machine.follow(path, supervisor_pid(node), offset, done, **options)

@@ -39,7 +39,6 @@ class SlurmBackend(SupervisedBackend):
     group: str | None = "Slurm (also veri.toml [slurm]; these win)"
     given_as: str = "--slurm"
     probes_one_host: bool = False
-    handle_is_pid: bool = False
     #: `[slurm]`'s keys, each spelled once: a field of `SlurmOptions` (slurm/options.py).
     options: tuple[Option, ...] = tuple(
         Option(k.name, k.type, k.doc.help, k.default, k.doc.metavar, k.doc.flag,
@@ -108,7 +107,7 @@ class SlurmBackend(SupervisedBackend):
 
     # -- the job operations' steps (supervised.py): the batch job, slurm/batch.py -----------
 
-    def start(self, host: Host, job_dir: str) -> int:
+    def start(self, host: Host, job_dir: str) -> str:
         from veri_tui.launch.slurm import batch
 
         return batch.submit(cast("SlurmHost", host), job_dir)

@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, cast
 
 from veri_tui.errors import NotFoundError, VeriError
-from veri_tui.jobfolder.layout import LOG
+from veri_tui.jobfolder.layout import LOG, SUPERVISOR_PID
 from veri_tui.jobfolder.record import JobRecord, format_problem
 from veri_tui.jobfolder.status import outcome_recorded
 from veri_tui.launch.backends.ref import JobRef, NodeRef, SubmitError
@@ -43,6 +43,17 @@ if TYPE_CHECKING:
 MAX_LOG_READ = 64 * 2**20
 
 
+def supervisor_pid(node: Node) -> int | None:
+    """The pid of the node's supervisor on its host: the one it wrote itself, else its
+    handle (a `direct` node's is the pid seen at its start). A batch job's supervisor runs
+    on a compute node: its backend never asks."""
+    try:
+        raw = node.host.machine.read_bytes(posixpath.join(node.job_dir, SUPERVISOR_PID), 64)
+        return int(raw.split()[0])
+    except (FileNotFoundError, ValueError, IndexError):
+        return int(node.handle) if node.handle and node.handle.isdigit() else None
+
+
 class SupervisedBackend:
     """The operations; a backend subclass gives `start`, `judge`, `stop` and `tail`."""
 
@@ -50,7 +61,7 @@ class SupervisedBackend:
 
     # -- what a backend gives --------------------------------------------------------------
 
-    def start(self, host: Host, job_dir: str) -> int:
+    def start(self, host: Host, job_dir: str) -> str:
         """Start the supervisor of the prepared folder ``job_dir`` on ``host``; its handle."""
         raise NotImplementedError
 
@@ -76,7 +87,7 @@ class SupervisedBackend:
 
     def submit(self, job_id: str, hosts: Sequence[Host], dirs: Sequence[str]) -> JobRef:
         started = in_parallel(lambda k: self.start(hosts[k], dirs[k]), list(range(len(hosts))))
-        nodes = tuple(NodeRef(h.machine.name, d, s if isinstance(s, int) else None)
+        nodes = tuple(NodeRef(h.machine.name, d, s if isinstance(s, str) else None)
                       for h, d, s in zip(hosts, dirs, started, strict=True))  # fmt: skip
         ref = JobRef(self.name, hosts[0].kind, job_id, nodes)
         broken = [s for s in started if isinstance(s, Exception)]
