@@ -89,7 +89,7 @@ async def test_unknown_host_key_dialog_then_trusted_preflight(
         await _wait(pilot, lambda: expected in shown(), 10, "the dialog's fingerprint")
         assert dialog.host in shown()
         await pilot.press("y")
-        await _wait(pilot, lambda: launch.ready, 60, "preflight to pass after trust")
+        await _wait(pilot, lambda: launch.ready, 90, "preflight to pass after trust")
         rows = str(launch.query_one("#preflight", Static).render())
         assert "host gpu-test: python" in rows
         assert host_pub in known_hosts.read_text()
@@ -132,7 +132,7 @@ async def test_a_model_only_the_host_has_is_planned_and_launched_there(
             target = launch.query_one("#target", Select)
             await _wait(pilot, lambda: len(target._options) > 1, 10, "hosts from the ssh config")
             target.value = sshd.alias
-            await _wait(pilot, lambda: launch.ready, 60, "the host's preflight to pass")
+            await _wait(pilot, lambda: launch.ready, 90, "the host's preflight to pass")
             rows = str(panel.render())
             assert rows.startswith("ok   plan: dp=1 ")
             assert f"model: {remote_home / name / 'model'}: {count} params" in rows

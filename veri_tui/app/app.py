@@ -117,6 +117,11 @@ class VeriApp(App[int]):
                 "Launch", "Choose target, dataset, output; preflight", screen.action_launch
             )
             yield SystemCommand(
+                "Trace",
+                "The trainer's own step on fake CUDA: its memory beside the plan's",
+                screen.action_trace,
+            )
+            yield SystemCommand(
                 "Pin resolved plan", "Copy resolved_parallelism into the knobs", screen.action_pin
             )
             yield SystemCommand(

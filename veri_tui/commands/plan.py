@@ -11,7 +11,7 @@ import os
 import sys
 
 from veri_tui.commands.common import hosts_of, job_from_args
-from veri_tui.errors import Refusal
+from veri_tui.errors import Refusal, VeriError
 from veri_tui.launch.memcheck import need_text
 from veri_tui.plan import plan_job
 from veri_tui.plan.calibration import calibrated_note
@@ -78,19 +78,35 @@ def run(args: argparse.Namespace) -> int:
     """
     job = job_from_args(args)
     host = hosts_of(args, job)
+    tracing = getattr(args, "trace", False)
+    if tracing and host is not None:  # before any connection is tried
+        raise VeriError("--trace runs here, on this machine's copy of the model; "
+                        "drop --host/--slurm", key="trace")  # fmt: skip
     if host is None:
         rec = plan_job(job)
     else:
         from veri_tui.launch import jobs  # paramiko only when a host is used
 
         rec = jobs.plan_on(job, host, getattr(args, "trust_host", None))
+    traced = None
+    if tracing:
+        from veri_tui.launch import jobs  # the child process and the spec: launch's side
+
+        traced = jobs.trace(job, rec)
     if args.json:
         import json  # only for --json: a plain `veri-tui plan` never needs it
 
-        json.dump(rec.to_dict(), sys.stdout, indent=2)
+        out = rec.to_dict()
+        if traced is not None:
+            out["trace"] = traced
+        json.dump(out, sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
         print("\n".join(rec.lines() + summary_lines(rec)))
+        if traced is not None:
+            from veri_tui.launch.jobs import trace_lines
+
+            print("\n".join(trace_lines(traced, rec)))
     if (rec.cost or {}).get("data_error"):
         # A dataset launch would refuse (a bad row, a missing file): the plan is shown, and
         # the exit says it cannot run (docs/planning.md, Cost).

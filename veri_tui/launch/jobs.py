@@ -43,7 +43,8 @@ __all__ = [
     "canary_spec", "comparison_lines", "dry_run", "follow_log", "get_job", "host_aliases",
     "job_location", "launch", "list_jobs", "local_jobs", "log_row", "metric_of", "open",
     "pending_reason", "preflight", "read_log", "resume", "row_text", "scheduler_of",
-    "slurm_options", "target_for", "trust_key", "watch", "watcher_of", "where_of",
+    "slurm_options", "target_for", "trace", "trace_lines", "trust_key", "watch", "watcher_of",
+    "where_of",
 ]  # fmt: skip
 
 #: Where a job runs: this machine (None), an SSH host, several (a multi-node job), or any
@@ -238,3 +239,18 @@ def trust_key(hosts: Sequence[str], fingerprint: str) -> None:
             Connection.open(host, trust=fingerprint).close()
         except VeriError:
             pass
+
+
+def trace(job: JobConfig, rec: PlanRecord) -> dict[str, object]:
+    """The bundled trainer's own step traced at the job's real shapes on fake CUDA, in a
+    child process (veri_tui/launch/tracing.py); VeriError with one line when it cannot."""
+    from veri_tui.launch.tracing import trace_job
+
+    return trace_job(job, rec)
+
+
+def trace_lines(traced: dict[str, object], rec: PlanRecord) -> list[str]:
+    """The trace's summary line (beside the plan's peak) and its phase table."""
+    from veri_tui.launch.tracing import trace_line, trace_table
+
+    return [trace_line(traced, rec), *trace_table(traced)]

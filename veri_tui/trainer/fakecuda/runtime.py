@@ -8,7 +8,8 @@ restores, exactly these:
 
 - `torch.cuda`: available with `gpus` devices (a node's), device 0 current, streams and
   events that do nothing (one stream: fake tensors have no work to order), `synchronize`,
-  RNG state (checkpointed layers save and restore it), bf16 supported, the device's name;
+  RNG state (checkpointed layers save and restore it), bf16 supported, the device's name,
+  properties and compute capability (a Hopper's: `Properties`);
   `torch.Generator(device="cuda")` gives a CPU generator (no CUDA generator without CUDA:
   the bf16 AdamW draws its rounding bits with one; the draws are fake anyway);
 - `aten._pin_memory`: a fake CPU tensor (FakeTensorMode has no rule: "NYI", which the
@@ -133,9 +134,26 @@ class _Generator(_REAL_GENERATOR):
         return _REAL_GENERATOR(device)
 
 
+#: Memory (bytes) of the GPUs a trace may be told it runs on, as CUDA reports them (an H100
+#: SXM and an H200, seen on the lent machines); any other name gets the H100's.
+MEMORY_OF = {"NVIDIA H100 80GB HBM3": 81559 << 20, "NVIDIA H200": 143771 << 20}
+
+
+class Properties:
+    """What `torch.cuda.get_device_properties` answers for the GPU played: a Hopper (compute
+    capability 9.0, 132 SMs) named `name` (transformers asks the capability before taking
+    grouped GEMMs for a mixture of experts' experts, as on an H100)."""
+
+    def __init__(self, name: str) -> None:
+        self.name, self.major, self.minor = name, 9, 0
+        self.total_memory = MEMORY_OF.get(name, MEMORY_OF["NVIDIA H100 80GB HBM3"])
+        self.multi_processor_count = 132
+
+
 def cuda_functions(gpus: int, name: str) -> dict[str, Any]:
     """torch.cuda's attributes as a node with `gpus` GPUs called `name` answers them."""
     rng = torch.zeros(16, dtype=torch.uint8)  # a CUDA generator's state is 16 bytes
+    props = Properties(name)
     return {
         "is_available": lambda: True,
         "device_count": lambda: gpus,
@@ -145,6 +163,8 @@ def cuda_functions(gpus: int, name: str) -> dict[str, Any]:
         "is_initialized": lambda: True,
         "is_bf16_supported": lambda *a, **k: True,
         "get_device_name": lambda device=None: name,
+        "get_device_properties": lambda device=None: props,
+        "get_device_capability": lambda device=None: (props.major, props.minor),
         "Stream": Stream,
         "Event": Event,
         "current_stream": lambda device=None: _STREAM,

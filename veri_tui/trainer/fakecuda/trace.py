@@ -79,9 +79,9 @@ def _vocab(model: torch.nn.Module) -> int:
 class Trace:
     """What one traced run did, besides the tracker's figures."""
 
-    def __init__(self, cfg: TrainConfig, world: int, rank: int) -> None:
+    def __init__(self, cfg: TrainConfig, world: int, rank: int, detail: bool = False) -> None:
         self.cfg, self.world, self.rank = cfg, world, rank
-        self.tracker = Tracker()
+        self.tracker = Tracker(detail)
         self.attention: dict[str, int] = {}
         self.parts: Parts | None = None
         self.rt: Runtime | None = None
@@ -115,12 +115,14 @@ def trace(
     evaluate: bool | None = None,
     save: bool = True,
     inspect: Callable[[Trace], None] | None = None,
+    detail: bool = False,
 ) -> Trace:
     """Trace the job `cfg` as rank `rank` of `world` (module docstring). `evaluate`: run
     eval_loss (default: when the job evaluates); `inspect` is called inside the fake rank
-    once the steps are done (tests look at devices there)."""
+    once the steps are done (tests look at devices there); `detail`: keep every storage
+    alive at the peak (Tracker.peak_detail; slow, for finding what a plan misses)."""
     t0 = time.perf_counter()
-    run = Trace(traced_config(cfg), world, rank)
+    run = Trace(traced_config(cfg), world, rank, detail)
     if evaluate is None:
         evaluate = bool(cfg.eval_fraction or cfg.eval_sources)
     with fake_rank(world, rank, gpus, gpu_name, run.attention):

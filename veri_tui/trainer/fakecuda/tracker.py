@@ -41,6 +41,7 @@ CATEGORY_OF_PHASE = {
     "optimizer step": "temporaries", "eval": "eval", "checkpoint": "temporaries",
 }  # fmt: skip
 _GATHER_NAMESPACES = ("fsdp", "_c10d_functional", "c10d")
+_FAKE = torch._C._TorchDispatchModeKey.FAKE
 
 
 class PhaseStats:
@@ -84,8 +85,11 @@ class Tracker(TorchDispatchMode):  # type: ignore[no-untyped-call]
     any stretch's peak afterwards), linear in the live tensors per op; a traced step runs
     80,000 ops over thousands of tensors. This keeps running totals only."""
 
-    def __init__(self) -> None:
+    def __init__(self, detail: bool = False) -> None:
         super().__init__()  # type: ignore[no-untyped-call]
+        self.detail = detail
+        #: With `detail`: at the CUDA peak, every live storage (bytes, holder, op, phase).
+        self.peak_detail: list[tuple[int, str, str, str]] = []
         self.phase = "load"
         self.in_step = False
         self.in_optimizer = False
@@ -97,8 +101,10 @@ class Tracker(TorchDispatchMode):  # type: ignore[no-untyped-call]
         self.peak_phase = "load"
         self.peak_op = ""
         self.last_op: Any = None  # the last op that ran (a failure between ops: after it)
-        self._live: dict[int, list[Any]] = {}  # id(storage) -> [bytes, device, category, ref]
+        # id(storage) -> [bytes, device, holder, weakref, the op that made it, its phase]
+        self._live: dict[int, list[Any]] = {}
         self._resize = torch.UntypedStorage.resize_
+        self._fake: Any = None
 
     # --- phases -----------------------------------------------------------------------
     def _phase(self) -> str:
@@ -109,12 +115,12 @@ class Tracker(TorchDispatchMode):  # type: ignore[no-untyped-call]
         return "optimizer step" if self.in_optimizer else "forward"
 
     # --- storages -----------------------------------------------------------------------
-    def _add(self, st: Any, device: str, category: str) -> None:
+    def _add(self, st: Any, device: str, category: str, op: str = "") -> None:
         key = id(st)
         if key in self._live:
             return
         size = -(-st.nbytes() // ROUND) * ROUND if device == "cuda" else st.nbytes()
-        entry = [size, device, category, None]
+        entry = [size, device, category, None, op, self._phase()]
         entry[3] = weakref.ref(st, functools.partial(self._freed, key))
         self._live[key] = entry
         self._count(entry, +1)
@@ -160,6 +166,11 @@ class Tracker(TorchDispatchMode):  # type: ignore[no-untyped-call]
         stats.peak = max(stats.peak, cuda)
         self.peak["cpu"] = max(self.peak["cpu"], self.current["cpu"])
         if cuda > self.peak["cuda"]:
+            if self.detail:  # what each live storage is, at every new peak (costly: tests)
+                self.peak_detail = sorted(
+                    ((e[0], e[2], e[4], e[5]) for e in self._live.values() if e[1] == "cuda"),
+                    reverse=True,
+                )
             self.peak["cuda"] = cuda
             self.peak_categories = {k: v for k, v in self.by_category.items() if v}
             self.peak_phase, self.peak_op = phase, op
@@ -170,6 +181,7 @@ class Tracker(TorchDispatchMode):  # type: ignore[no-untyped-call]
             self._resized(st, size)
 
         torch.UntypedStorage.resize_ = resize_  # type: ignore[method-assign,assignment]
+        self._fake = torch._C._get_dispatch_mode(_FAKE)  # the trace's mode, entered before
         super().__enter__()  # type: ignore[no-untyped-call]
         return self
 
@@ -181,6 +193,11 @@ class Tracker(TorchDispatchMode):  # type: ignore[no-untyped-call]
         if any(t is DTensor for t in types):
             return NotImplemented  # let DTensor turn it into local ops first
         kwargs = kwargs or {}
+        if torch._C._get_dispatch_mode(_FAKE) is not self._fake:
+            # DTensor's sharding propagation: global-shape shadow ops in its own fake mode
+            # (runtime.py), no memory and no kernel of the step's (cached after first use,
+            # so counting them would also make a process's first trace differ).
+            return func(*args, **kwargs)
         phase = self._phase()
         try:
             out = func(*args, **kwargs)
@@ -201,7 +218,7 @@ class Tracker(TorchDispatchMode):  # type: ignore[no-untyped-call]
         gathered = func.namespace in _GATHER_NAMESPACES
         category = "gathered" if gathered else CATEGORY_OF_PHASE[phase]
         for t in outs:
-            self._add(t.untyped_storage(), t.device.type, category)
+            self._add(t.untyped_storage(), t.device.type, category, name)
         self._peaks(name)
         return out
 
