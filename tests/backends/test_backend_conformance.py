@@ -129,7 +129,7 @@ def failed(backend: Backend) -> Iterator[Failed]:
 
 def test_submit_returns_a_typed_handle(backend: Backend, failed: Failed) -> None:
     ref = failed.ref
-    expected = backends.backend_for(backend.where)
+    expected = backends.destination(backend.where).backend
     assert (ref.backend, ref.job_id) == (expected.name, failed.job_id), ref
     assert ref.kind in expected.kinds, ref
     assert len(ref.nodes) == (2 if backend.name == "two-host" else 1), ref

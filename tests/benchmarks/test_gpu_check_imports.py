@@ -1,7 +1,7 @@
 """What runs on the GPU machine needs nothing that is not there or carried.
 
 The GPU image has torch, transformers (with its own requirements), peft and safetensors, and
-no veri-tui, pydantic, textual or paramiko (docs/trainer.md, GPU check). The check's own
+no veri-tui, pydantic, textual or paramiko (docs/gpu-check.md). The check's own
 process, its model builds, the supervisor and the ranks import the trainer, jobfolder and
 benchmarks/gpu_check{,_run,_device,_files,_jobs,_kernels,_out,_report}.py from the carried
 tree. Every import statement in those (function bodies included) must name the standard
@@ -36,9 +36,11 @@ CARRIED = {"veri_tui.trainer", "veri_tui.jobfolder", "gpu_check_run", "gpu_check
            "gpu_check_files", "gpu_check_jobs", "gpu_check_kernels", "gpu_check_out",
            "gpu_check_report"}  # fmt: skip
 OPTIONAL = {"bitsandbytes", "pynvml", "datasets", "trackio", "wandb", "mlflow"}
-# Imported by gpu_check.py only to prepare (where veri-tui is installed): never on the GPU box
-# once DIR holds plan.json (the run's path, which the SIGTERM test takes under ABSENT).
-PREPARE_ONLY = {"gpu_check_features", "gpu_check_prepare", "gpu_check_wheels"}
+# Imported by gpu_check.py only to prepare or rehearse (where veri-tui is installed): never on
+# the GPU box once DIR holds plan.json (the run's path, which the SIGTERM test takes under
+# ABSENT).
+PREPARE_ONLY = {"gpu_check_features", "gpu_check_prepare", "gpu_check_wheels",
+                "gpu_check_rehearse"}  # fmt: skip
 NOT_ON_THE_IMAGE = ("veri_tui.plan", "veri_tui.launch", "veri_tui.app", "pydantic", "textual",
                     "paramiko")  # fmt: skip
 

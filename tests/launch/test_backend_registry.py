@@ -71,9 +71,11 @@ def test_a_backend_table_that_is_not_a_table_is_one_line(capsys, tmp_path: Path)
 
 def test_destinations_and_kinds_find_their_backend() -> None:
     slurm = backends.where_from({"login": "local", "partition": "debug"}, {}, None)
-    assert backends.backend_for(slurm).name == "slurm"
-    assert [backends.backend_for(w).name for w in (None, "h", ["a", "b"])] == ["direct"] * 3
-    assert backends.host_names(None) == [None] and backends.host_names(["a", "b"]) == ["a", "b"]
+    assert backends.destination(slurm).backend.name == "slurm"
+    assert backends.destination(slurm).names == ["local"]
+    found = [backends.destination(w) for w in (None, "h", ["a", "b"])]
+    assert [d.backend.name for d in found] == ["direct"] * 3
+    assert [d.names for d in found] == [[], ["h"], ["a", "b"]]
     assert [backends.backend_of(k).name for k in ("local", "ssh", "slurm")] == [
         "direct", "direct", "slurm"]  # fmt: skip
     assert backends.backend_of("slurm").label("login") == "slurm:login"

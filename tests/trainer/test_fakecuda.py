@@ -28,6 +28,9 @@ def test_the_device_works_inside_and_is_gone_after() -> None:
     assert torch.accelerator.current_accelerator() is None
     with device.installed(), runtime.patched(8, "test GPU"), runtime.Mode(), Tracker():
         assert torch.cuda.is_available() and torch.cuda.device_count() == 8
+        # A Hopper (transformers asks before taking grouped GEMMs for MoE experts).
+        assert torch.cuda.get_device_capability() == (9, 0)
+        assert torch.cuda.get_device_properties(0).total_memory == 81559 << 20
         layer = torch.nn.Linear(8, 8, device="cuda")
         layer(torch.empty(2, 8, device="cuda")).sum().backward()
         assert layer.weight.grad is not None and layer.weight.grad.device.type == "cuda"

@@ -18,6 +18,7 @@ from veri_tui.jobfolder.layout import JOB_FILE, SUPERVISOR_PID
 from veri_tui.jobfolder.procs import read_pid
 from veri_tui.jobfolder.record import JobRecord
 from veri_tui.launch import registry
+from veri_tui.launch.backends import backend_of
 from veri_tui.launch.backends.ref import JobRef
 from veri_tui.launch.host import Host
 from veri_tui.launch.local_host import LocalHost
@@ -59,8 +60,6 @@ def target_of_entry(entry: registry.RegistryEntry, pool: dict[str, Host] | None 
 
 def _reopen(entry: registry.RegistryEntry, name: str) -> Host:
     """The host ``name`` of the entry's kind (its backend's), connected on first use."""
-    from veri_tui.launch.backends import backend_of
-
     return backend_of(entry.kind).reopen(name, entry.python)
 
 

@@ -23,10 +23,9 @@ from veri_tui.errors import VeriError
 from veri_tui.jobfolder.procs import pid_alive
 from veri_tui.jobfolder.record import JobRecord, pending_reason, scheduler_of
 from veri_tui.launch import backends, registry
-from veri_tui.launch.backends import Option
+from veri_tui.launch.backends import Destination, Option
 from veri_tui.launch.handle import JobHandle
 from veri_tui.launch.host import Row, row_text
-from veri_tui.launch.hostpool import HostName
 from veri_tui.launch.jobindex import job_location, target_for
 from veri_tui.launch.joblist import list_jobs, local_jobs
 from veri_tui.launch.measured import comparison_lines
@@ -45,16 +44,24 @@ __all__ = [
     "job_location", "launch", "list_jobs", "local_jobs", "log_row", "metric_of", "open",
     "pending_reason", "preflight", "read_log", "resume", "row_text", "scheduler_of",
     "slurm_options", "target_for", "trace", "trace_lines", "trust_key", "watch", "watcher_of",
+    "where_of",
 ]  # fmt: skip
 
-#: Where a job runs: this machine (None), an SSH host, several (a multi-node job), or Slurm.
-Where = str | Sequence[str] | SlurmOptions | None
+#: Where a job runs: this machine (None), an SSH host, several (a multi-node job), or any
+#: backend's destination (`where_of`: what its options make, `SlurmOptions` for Slurm).
+Where = object
 
 
-def _names(host: Where, job: JobConfig | None = None) -> list[HostName]:
-    """The job's hosts, as its backend names them (backends/): the Slurm login, the one
-    named, the list given, else the job's own (`hosts`), else this machine."""
-    return backends.host_names(host, job)
+def _dest(host: Where, job: JobConfig | None = None) -> Destination[object]:
+    """The job's destination (backends/): the backend that takes ``host`` (None: the job's
+    own `hosts`, else this machine)."""
+    return backends.destination(host, job)
+
+
+def where_of(name: str, values: dict[str, object]) -> Where:
+    """Backend ``name``'s destination from its options' values (the app's fields, by option
+    name; what the command line's flags give); VeriError for a bad value."""
+    return backends.named(name).where_from(values, None, None)
 
 
 def backend_options(name: str) -> tuple[Option, ...]:
@@ -87,7 +94,7 @@ def launch(
     """
     from veri_tui.launch.launching import launch as run_launch
 
-    return run_launch(job_config, plan_record, _names(host), trust_host, wait,
+    return run_launch(job_config, plan_record, _dest(host), trust_host, wait,
                       probe=probe or ProbeChoice(), canary=canary, say=say)  # fmt: skip
 
 
@@ -99,8 +106,9 @@ def dry_run(job_config: JobConfig, host: Where, trust_host: str | None = None,
     submits nothing (this machine, SSH)."""
     from veri_tui.launch.launching import launch as run_launch
 
-    backends.backend_for(host).check_dry_run()
-    return run_launch(job_config, None, _names(host, job_config), trust_host, wait=False,
+    dest = _dest(host, job_config)
+    dest.backend.check_dry_run()
+    return run_launch(job_config, None, dest, trust_host, wait=False,
                       dry_run=True, probe=probe)  # fmt: skip
 
 
@@ -116,7 +124,7 @@ def preflight(
     reached raises VeriError (UnknownHostKeyError for an unknown host key)."""
     from veri_tui.launch.preflight import preflight as run_preflight
 
-    return run_preflight(job_config, plan_record, _names(host, job_config), trust_host)
+    return run_preflight(job_config, plan_record, _dest(host, job_config), trust_host)
 
 
 def plan_on(job: JobConfig, host: Where, trust_host: str | None = None
@@ -125,7 +133,7 @@ def plan_on(job: JobConfig, host: Where, trust_host: str | None = None
     partition (`veri-tui plan --slurm LOGIN --partition P`)."""
     from veri_tui.launch.launching import plan_on as run_plan
 
-    plan: PlanRecord = run_plan(job, _names(host), trust_host)
+    plan: PlanRecord = run_plan(job, _dest(host), trust_host)
     return plan
 
 

@@ -38,12 +38,13 @@ from typing import TYPE_CHECKING, cast
 from veri_tui.errors import Refusal, VeriError
 from veri_tui.jobfolder.layout import MADE_WITH, node_folder_name
 from veri_tui.jobfolder.record import JobRecord, JobSpec
-from veri_tui.launch.backends import Backend, backend_of, open_hosts
+from veri_tui.launch.backends import Destination, backend_of
+from veri_tui.launch.backends.api import AnyBackend
 from veri_tui.launch.backends.ref import SubmitError
 from veri_tui.launch.datacheck import check_data
 from veri_tui.launch.device import device_line, device_row
 from veri_tui.launch.host import Host, HostFacts, Row, check_disk, check_memory
-from veri_tui.launch.hostpool import HostName, all_or_raise, in_parallel
+from veri_tui.launch.hostpool import all_or_raise, in_parallel
 from veri_tui.launch.jobdata import data_bytes
 from veri_tui.launch.nodes import agreement, disk_of, node_label, probe_rendezvous
 from veri_tui.launch.probe.fleet import ProbeChoice, fleet_probe, needs_probe
@@ -61,7 +62,7 @@ def own_checks(job: JobConfig, hosts: Sequence[Host]) -> None:
 
 
 def probe_all(
-    backend: Backend, hosts: Sequence[Host], job: JobConfig, dataset_bytes: int
+    backend: AnyBackend, hosts: Sequence[Host], job: JobConfig, dataset_bytes: int
 ) -> tuple[list[HostFacts], JobConfig, list[Refusal]]:
     """Every host's facts (in parallel), the job with its layout set (a multi-node job's
     gpu_count is nodes x GPUs per node: given, or each node's detected GPUs), and every
@@ -89,19 +90,19 @@ def device_rows(hosts: Sequence[Host], facts: list[HostFacts], plan: PlanRecord)
             for k, (host, pf) in enumerate(zip(hosts, facts, strict=True))]  # fmt: skip
 
 
-def plan_on(job: JobConfig, names: Sequence[HostName], trust: str | None = None
+def plan_on(job: JobConfig, dest: Destination[object], trust: str | None = None
             ) -> PlanRecord:  # fmt: skip
     """The plan `launch` would make for ``job`` on these hosts (None: this machine), every
     problem refused as launch refuses it; the job's own refusals before any host is asked."""
     from veri_tui.plan import validate
 
-    many = len(names) > 1
-    errors = validate(job.model_copy(update={"hosts": list(names)}) if many else job)
+    names = dest.names
+    errors = validate(job.model_copy(update={"hosts": names}) if len(names) > 1 else job)
     if errors:
         raise VeriError(errors)
-    hosts = open_hosts(names, trust)
+    hosts = dest.open(trust)
     try:
-        facts, job, problems = probe_all(backend_of(hosts[0].kind), hosts, job, 0)
+        facts, job, problems = probe_all(dest.backend, hosts, job, 0)
         if problems:
             raise VeriError(list(dict.fromkeys(problems)))
         job, rec = hosts[0].plan(with_cached_network(job, facts[0].spec), facts[0])
@@ -204,7 +205,7 @@ def create(host: Host, job: JobConfig, job_dir: str, record: JobRecord) -> None:
 
 
 def launch(
-    job: JobConfig, plan_record: PlanRecord | None, names: Sequence[HostName],
+    job: JobConfig, plan_record: PlanRecord | None, dest: Destination[object],
     trust: str | None, wait: bool,
     dry_run: bool = False, probe: ProbeChoice | None = None,
     canary: dict[str, object] | None = None,
@@ -219,10 +220,10 @@ def launch(
     every refusal, before anything is created."""
     from veri_tui.launch.jobindex import register
 
-    hosts = open_hosts(names, trust)
-    backend = backend_of(hosts[0].kind)
+    hosts = dest.open(trust)
+    backend, names = dest.backend, dest.names
     try:
-        own_checks(job.model_copy(update={"hosts": list(names)}) if len(names) > 1 else job, hosts)
+        own_checks(job.model_copy(update={"hosts": names}) if len(names) > 1 else job, hosts)
         size = 0 if hosts[0].machine.local else data_bytes(job)
         facts, job, problems = probe_all(backend, hosts, job, size)
         rdzv = None

@@ -30,10 +30,9 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, TypeVar
 
 from veri_tui.errors import Refusal, VeriError
-from veri_tui.launch.backends import backend_of, open_hosts
+from veri_tui.launch.backends import Destination
 from veri_tui.launch.datacheck import check_data
 from veri_tui.launch.host import Host, HostFacts, Row
-from veri_tui.launch.hostpool import HostName
 from veri_tui.launch.jobdata import data_bytes
 from veri_tui.launch.launching import device_rows, own_checks, probe_all
 from veri_tui.launch.nodes import disk_of, node_label, probe_rendezvous, storage_row
@@ -80,19 +79,20 @@ def _node_rows(hosts: Sequence[Host], facts: list[HostFacts], job: JobConfig,
     return rows, job
 
 
-def preflight(job: JobConfig, plan_record: PlanRecord | None, names: Sequence[HostName],
+def preflight(job: JobConfig, plan_record: PlanRecord | None, dest: Destination[object],
               trust: str | None) -> list[Row]:  # fmt: skip
     """The preflight rows of launching ``job`` on these hosts (None: this machine);
     ``plan_record``: the plan made here, used for this machine only."""
+    names = dest.names
     many = len(names) > 1
     problems: list[Refusal] = []
-    hosts = open_hosts(names, trust)
+    hosts = dest.open(trust)
     try:
         head = hosts[0]
-        checked = job.model_copy(update={"hosts": list(names)}) if many else job
+        checked = job.model_copy(update={"hosts": names}) if many else job
         own = _collect(problems, lambda: own_checks(checked, hosts)) is None and problems
         size = _collect(problems, lambda: 0 if head.machine.local else data_bytes(job))
-        facts, job, found = probe_all(backend_of(head.kind), hosts, job, size or 0)
+        facts, job, found = probe_all(dest.backend, hosts, job, size or 0)
         problems += found
         if many:
             rows, job = _node_rows(hosts, facts, job, problems)

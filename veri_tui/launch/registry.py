@@ -21,6 +21,7 @@ from typing import Any, TypedDict
 from veri_tui.jobfolder.atomic import write_json_atomic
 from veri_tui.jobfolder.layout import veri_home
 from veri_tui.jobfolder.record import JobRecord
+from veri_tui.launch.backends import backend_of
 from veri_tui.launch.backends.ref import JobRef, NodeRef
 
 
@@ -56,15 +57,11 @@ class RegistryEntry:
     @property
     def label(self) -> str:
         """The host as job records name it (`slurm:<login>` for a Slurm job): its backend's."""
-        from veri_tui.launch.backends import backend_of
-
         return backend_of(self.kind).label(self.host)
 
     @property
     def ref(self) -> JobRef:
         """The job's typed handle (what its backend's `submit` returned)."""
-        from veri_tui.launch.backends import backend_of
-
         nodes = tuple(NodeRef(n["host"], n["job_dir"], n["handle"]) for n in self.node_entries())
         return JobRef(backend_of(self.kind).name, self.kind, self.job_id, nodes)
 

@@ -38,7 +38,8 @@ from veri_tui.jobfolder.procs import GRACE_S, pid_alive
 from veri_tui.jobfolder.record import JobRecord, JobSpec, ResumeChoice
 from veri_tui.jobfolder.status import has_ended
 from veri_tui.launch import registry
-from veri_tui.launch.backends import Backend, backend_of
+from veri_tui.launch.backends import backend_of
+from veri_tui.launch.backends.api import AnyBackend
 from veri_tui.launch.backends.ref import JobRef, NodeRef, SubmitError
 from veri_tui.launch.host import Host, jobfolder_argv
 from veri_tui.launch.records import LogLine, wait_until_ended
@@ -68,7 +69,7 @@ class JobTarget:
         self.job_id = job_id
         self.nodes = nodes
         self.entry = entry
-        self.backend: Backend = backend_of(nodes[0].host.kind)
+        self.backend: AnyBackend = backend_of(nodes[0].host.kind)
         self.name = nodes[0].host.machine.name if entry is None else f"{entry.kind}:{entry.host}"
 
     @property

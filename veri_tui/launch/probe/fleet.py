@@ -26,9 +26,9 @@ from typing import Any
 
 from veri_tui.errors import VeriError
 from veri_tui.jobfolder.probe_verdict import HEALTH_MARK, PROBE_MARK, marked
-from veri_tui.launch.backends import open_hosts
+from veri_tui.launch.backends import Destination, backend_of
 from veri_tui.launch.host import Host, HostFacts
-from veri_tui.launch.hostpool import HostName, all_or_raise, in_parallel
+from veri_tui.launch.hostpool import all_or_raise, in_parallel
 from veri_tui.launch.machine import Result
 from veri_tui.launch.nodes import probe_rendezvous
 from veri_tui.launch.probe.report import ProbeReport, cached, from_dict, hosts_key, save
@@ -123,20 +123,20 @@ def measure(hosts: Sequence[Host], facts: list[HostFacts], *, ranks_per_node: in
     return report
 
 
-def probe_hosts(names: Sequence[HostName], trust: str | None = None, *,
+def probe_hosts(dest: Destination[object], trust: str | None = None, *,
                 ranks_per_node: int | None = None, sizes: Sequence[int] | None = None,
                 ) -> ProbeReport:  # fmt: skip
     """`veri-tui probe [--host ...]`: open the hosts, read their facts, probe them."""
     from veri_tui.plan import load_job_config
 
     job = load_job_config(None)
-    hosts = open_hosts(names, trust)
+    hosts = dest.open(trust)
     try:
         facts = all_or_raise(in_parallel(lambda h: h.probe(job, 0), list(hosts)))
         missing = [r for pf in facts for r in pf.problems if "torch" in r.message]
         if missing:
             raise VeriError(missing)
-        key = hosts_key([str(n) for n in names]) if names != [None] else "hosts:local"
+        key = hosts_key(dest.names) if dest.names else "hosts:local"
         return measure(hosts, facts, ranks_per_node=ranks_per_node, sizes=sizes, key=key)
     finally:
         for host in hosts:
@@ -151,8 +151,6 @@ def needs_probe(hosts: Sequence[Host], facts: list[HostFacts], job: Any) -> bool
     if len(hosts) > 1:
         return True
     gpus = len(facts[0].gpus) if facts else 0
-    from veri_tui.launch.backends import backend_of
-
     one_probed = backend_of(hosts[0].kind).probes_one_host
     return one_probed and gpus >= 2 and int(job.gpu_count or 0) >= 2
 

@@ -9,7 +9,7 @@ restores, exactly these:
 - `torch.cuda`: available with `gpus` devices (a node's), device 0 current, streams and
   events that do nothing (one stream: fake tensors have no work to order), `synchronize`,
   RNG state (checkpointed layers save and restore it), bf16 supported, the device's name,
-  properties and compute capability (`properties`);
+  properties and compute capability (a Hopper's: `Properties`);
   `torch.Generator(device="cuda")` gives a CPU generator (no CUDA generator without CUDA:
   the bf16 AdamW draws its rounding bits with one; the draws are fake anyway);
 - `aten._pin_memory`: a fake CPU tensor (FakeTensorMode has no rule: "NYI", which the
@@ -37,8 +37,6 @@ restores, exactly these:
 from __future__ import annotations
 
 import contextlib
-import re
-import types
 import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -152,22 +150,26 @@ class _Generator(_REAL_GENERATOR):
         return _REAL_GENERATOR(device)
 
 
-def properties(name: str) -> types.SimpleNamespace:
-    """`torch.cuda.get_device_properties` of a GPU called `name` (a catalog name such as
-    H100-80GB: its memory from the name; compute capability 9.0 for Hopper, 8.x else, which
-    picks the same kernels here: transformers' grouped expert matmuls need 8.0)."""
-    gb = re.search(r"(\d+)\s*GB", name)
-    hopper = any(k in name.upper() for k in ("H100", "H200", "H800", "GH200"))
-    return types.SimpleNamespace(
-        name=name, major=9 if hopper else 8, minor=0, multi_processor_count=132,
-        total_memory=int(gb.group(1)) * 10**9 if gb else 80 * 10**9,
-    )  # fmt: skip
+#: Memory (bytes) of the GPUs a trace may be told it runs on, as CUDA reports them (an H100
+#: SXM and an H200, seen on the lent machines); any other name gets the H100's.
+MEMORY_OF = {"NVIDIA H100 80GB HBM3": 81559 << 20, "NVIDIA H200": 143771 << 20}
+
+
+class Properties:
+    """What `torch.cuda.get_device_properties` answers for the GPU played: a Hopper (compute
+    capability 9.0, 132 SMs) named `name` (transformers asks the capability before taking
+    grouped GEMMs for a mixture of experts' experts, as on an H100)."""
+
+    def __init__(self, name: str) -> None:
+        self.name, self.major, self.minor = name, 9, 0
+        self.total_memory = MEMORY_OF.get(name, MEMORY_OF["NVIDIA H100 80GB HBM3"])
+        self.multi_processor_count = 132
 
 
 def cuda_functions(gpus: int, name: str) -> dict[str, Any]:
     """torch.cuda's attributes as a node with `gpus` GPUs called `name` answers them."""
     rng = torch.zeros(16, dtype=torch.uint8)  # a CUDA generator's state is 16 bytes
-    props = properties(name)
+    props = Properties(name)
     return {
         "get_device_properties": lambda device=None: props,
         "get_device_capability": lambda device=None: (props.major, props.minor),
