@@ -27,7 +27,7 @@ from veri_tui.app import create_app
 from veri_tui.app.screens.host_key import HostKeyScreen
 from veri_tui.app.screens.launch import LaunchScreen
 from veri_tui.app.screens.monitor import MonitorScreen
-from veri_tui.jobfolder.status import has_ended
+from veri_tui.jobfolder.contract.status import has_ended
 from veri_tui.launch import jobs, registry
 from veri_tui.launch.jobdata import BUNDLED_DATASETS
 from veri_tui.launch.registry import RegistryEntry

@@ -21,7 +21,7 @@ from collections.abc import Iterator
 import pytest
 from support.backends import BACKENDS, Backend, backend_env
 
-from veri_tui.jobfolder.procs import job_processes
+from veri_tui.jobfolder.contract.procs import job_processes
 
 
 @pytest.fixture(scope="module", params=BACKENDS)

@@ -30,9 +30,9 @@ import pytest
 from launch.launch_helpers import wait_for
 from support.backends import Backend
 
-from veri_tui.jobfolder.procs import GRACE_S, job_processes, pid_alive, read_pid
-from veri_tui.jobfolder.record import JobRecord
-from veri_tui.jobfolder.status import has_ended
+from veri_tui.jobfolder.contract.procs import GRACE_S, job_processes, pid_alive, read_pid
+from veri_tui.jobfolder.contract.record import JobRecord
+from veri_tui.jobfolder.contract.status import has_ended
 from veri_tui.launch import backends, jobs
 from veri_tui.launch.backends.ref import JobRef
 from veri_tui.plan import load_job_config

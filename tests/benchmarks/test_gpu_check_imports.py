@@ -110,6 +110,6 @@ def test_the_absent_hook_hides_what_the_image_lacks(tmp_path: Path) -> None:
         "        print(m)\n"
     )
     env = {"PYTHONPATH": f"{tmp_path}:{REPO}", "PATH": "/usr/bin:/bin"}
-    args = [sys.executable, "-c", code, *NOT_ON_THE_IMAGE, "veri_tui.jobfolder.atomic"]
+    args = [sys.executable, "-c", code, *NOT_ON_THE_IMAGE, "veri_tui.jobfolder.contract.atomic"]
     out = subprocess.run(args, capture_output=True, text=True, env=env, check=True, timeout=60)
     assert out.stdout.split() == list(NOT_ON_THE_IMAGE)

@@ -15,7 +15,7 @@ import pytest
 
 from veri_tui.cli import main
 from veri_tui.errors import VeriError
-from veri_tui.jobfolder.procs import pid_alive
+from veri_tui.jobfolder.contract.procs import pid_alive
 from veri_tui.launch import backends
 from veri_tui.launch.backends.ref import JobRef, SubmitError
 from veri_tui.launch.local_host import LocalHost

@@ -11,8 +11,14 @@ import pytest
 
 from veri_tui.commands.launch import canary_of, outcome_line
 from veri_tui.errors import VeriError
-from veri_tui.jobfolder.canary import CanaryWatch, judge, outcome_file, rank_file, read_decision
-from veri_tui.jobfolder.canarytable import canary_lines
+from veri_tui.jobfolder.canary.canary import (
+    CanaryWatch,
+    judge,
+    outcome_file,
+    rank_file,
+    read_decision,
+)
+from veri_tui.jobfolder.canary.canarytable import canary_lines
 from veri_tui.trainer.data import epoch_order, longest_first
 
 PREDICTED = {

@@ -1,7 +1,7 @@
 """Issue 35 on this machine: what would fail inside the run is refused by `plan` and by
 `launch`'s preflight, one line each naming the file and the way out, before any folder is made.
 
-The rows are encoded by the trainer's own rules (veri_tui/jobfolder/encode.py) with the
+The rows are encoded by the trainer's own rules (veri_tui/jobfolder/data/encode.py) with the
 model's tokenizer loaded as the ranks load it (veri_tui/trainer/datacheck.py, a real
 transformers in a child process). Over SSH: tests/ssh/test_ssh_data_preflight.py; on Slurm:
 tests/slurm/test_slurm_datasets.py.

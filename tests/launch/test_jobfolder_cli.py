@@ -11,9 +11,9 @@ from pathlib import Path
 
 from test_records import dead_pid, make_job
 
-from veri_tui.jobfolder import manifest
-from veri_tui.jobfolder.lost import START_TIMEOUT_S, judge
-from veri_tui.jobfolder.record import JobRecord
+from veri_tui.jobfolder.contract import manifest
+from veri_tui.jobfolder.contract.lost import START_TIMEOUT_S, judge
+from veri_tui.jobfolder.contract.record import JobRecord
 
 
 def jobfolder(*args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:

@@ -20,11 +20,10 @@ import pytest
 from launch_helpers import cli, leftover_pids, wait_ended, wait_for
 from resume_helpers import STEPS, killed_job, metrics, reference_run  # noqa: F401
 
-from veri_tui.jobfolder import attempts
-from veri_tui.jobfolder.atomic import write_json_atomic
-from veri_tui.jobfolder.failures import job_error
-from veri_tui.jobfolder.record import read_job
-from veri_tui.jobfolder.status import ATTRIBUTION, FAILED
+from veri_tui.jobfolder.contract import attempts
+from veri_tui.jobfolder.contract.atomic import write_json_atomic
+from veri_tui.jobfolder.contract.record import job_error, read_job
+from veri_tui.jobfolder.contract.status import ATTRIBUTION, FAILED
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -104,9 +103,9 @@ CYCLES = 40
 LIFECYCLE = """
 import sys, time
 from pathlib import Path
-from veri_tui.jobfolder import attempts
-from veri_tui.jobfolder.atomic import modify_job, record_cancel
-from veri_tui.jobfolder.status import FAILED
+from veri_tui.jobfolder.contract import attempts
+from veri_tui.jobfolder.contract.atomic import modify_job, record_cancel
+from veri_tui.jobfolder.contract.status import FAILED
 job, go = Path(sys.argv[1]), Path(sys.argv[2])
 lost = {"code": "RANK_LOST", "attribution": "platform"}
 while not go.exists():
@@ -121,7 +120,7 @@ for i in range(%d):
 APPENDS = """
 import sys, time
 from pathlib import Path
-from veri_tui.jobfolder.atomic import modify_job
+from veri_tui.jobfolder.contract.atomic import modify_job
 job, go = Path(sys.argv[1]), Path(sys.argv[2])
 while not go.exists():
     time.sleep(0.001)
@@ -152,15 +151,15 @@ def test_supervisor_cancel_and_resume_writes_lose_nothing(tmp_path: Path) -> Non
 
 def test_the_supervisor_runs_on_the_job_folder_package_alone() -> None:
     code = (
-        "import sys, json\nimport veri_tui.jobfolder.supervise\n"
+        "import sys, json\nimport veri_tui.jobfolder.supervise.supervisor\n"
         "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] == 'veri_tui')))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     modules = json.loads(out.stdout)
     assert {
-        "veri_tui.jobfolder.attempts",
-        "veri_tui.jobfolder.ckptindex",
-        "veri_tui.jobfolder.manifest",
+        "veri_tui.jobfolder.contract.attempts",
+        "veri_tui.jobfolder.contract.ckptindex",
+        "veri_tui.jobfolder.contract.manifest",
     } <= set(modules)
     assert [m for m in modules if not m.startswith(("veri_tui.jobfolder", "veri_tui"))] == []
     assert [m for m in modules if m.startswith("veri_tui.trainer")] == []

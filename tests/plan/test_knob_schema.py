@@ -11,8 +11,7 @@ from pydantic import Field, TypeAdapter, ValidationError
 
 from veri_tui.cli import main
 from veri_tui.jobfolder import knobs as schema
-from veri_tui.jobfolder.knobs import table
-from veri_tui.jobfolder.record import PIN_KEYS
+from veri_tui.jobfolder.knobs import PIN_KEYS, table
 from veri_tui.plan import Hyperparameters, JobConfig, load_job_config, plan_job
 from veri_tui.plan.config import parse_value
 from veri_tui.plan.knobcheck import KnobValueError, check, plain

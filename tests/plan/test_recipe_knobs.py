@@ -111,7 +111,7 @@ def test_packing_plans_the_trainers_packed_rows(
 ) -> None:
     from transformers import AutoTokenizer
 
-    from veri_tui.jobfolder.packing import pack
+    from veri_tui.jobfolder.data.packing import pack
     from veri_tui.trainer.data import load_dataset
 
     monkeypatch.setenv("VERI_HOME", str(tmp_path))

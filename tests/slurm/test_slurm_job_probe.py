@@ -1,10 +1,10 @@
-"""The Slurm batch job's probe of its allocation before training (veri_tui/jobfolder/slurmprobe.py),
-on the test cluster: `--dry-run` shows the step and `--exclude`; a node made slow on purpose
-(VERI_PROBE_DELAY, passed on by sbatch and srun) is named and the job stops before training
-with nothing left running; the step itself inside `salloc -N 2` with a fake nvidia-ml-py whose
-GPU on node 1 has a row remapping pending: the sick node stops a job, or is recorded and
-passed with --allow-slow-nodes' mode. The healthy 2-node job that probes and then trains is
-test_slurm_launch.py's `test_two_nodes_one_rank_each_match_a_local_run`.
+"""The Slurm batch job's probe of its allocation before training
+(veri_tui/jobfolder/probe/slurmprobe.py), on the test cluster: `--dry-run` shows the step and
+`--exclude`; a node made slow on purpose (VERI_PROBE_DELAY, passed on by sbatch and srun) is named
+and the job stops before training with nothing left running; the step itself inside `salloc -N 2`
+with a fake nvidia-ml-py whose GPU on node 1 has a row remapping pending: the sick node stops a job,
+or is recorded and passed with --allow-slow-nodes' mode. The healthy 2-node job that probes and then
+trains is test_slurm_launch.py's `test_two_nodes_one_rank_each_match_a_local_run`.
 """
 
 from __future__ import annotations
@@ -114,7 +114,7 @@ def test_a_sick_node_stops_the_step_or_is_recorded_with_allow(
     fake = write_fake_pynvml(tmp_path / "fake", count=1, pending=-1)
     fake.write_text(fake.read_text() + SICK_ON_NODE_1)
     stop, allow = _job(tmp_path / "stop", "stop"), _job(tmp_path / "allow", "allow")
-    step = f"{sys.executable} -m veri_tui.jobfolder.slurmprobe --job"
+    step = f"{sys.executable} -m veri_tui.jobfolder.probe.slurmprobe --job"
     root = Path(__file__).resolve().parents[2]
     env = {**os.environ, **slurm.env, "VERI_HOME": str(tmp_path / "veri"),
            "PYTHONPATH": f"{fake.parent}:{root}"}  # fmt: skip

@@ -248,13 +248,14 @@ def test_a_pending_job_shows_its_reason_and_cancel_and_resume_resubmit(
 
 
 def test_two_nodes_one_rank_each_match_a_local_run(slurm: SlurmCluster, home: Path, capsys) -> None:
-    # The batch job probes its two nodes first (veri_tui/jobfolder/slurmprobe.py), then trains.
+    # The batch job probes its two nodes first (veri_tui/jobfolder/probe/slurmprobe.py), then
+    # trains.
     job_id = _same_losses_as_local(capsys, home, "--nodes", "2", "--gpus-per-node", "1")
     record = jobs.get_job(job_id)
     spec = record["spec"]
     assert (spec["nnodes"], spec["nproc_per_node"], spec["gpu_count"]) == (2, 1, 2)
     job_dir = slurm_job_dir(home, job_id)
-    assert "veri_tui.jobfolder.slurmprobe --job" in (job_dir / "sbatch.sh").read_text()
+    assert "veri_tui.jobfolder.probe.slurmprobe --job" in (job_dir / "sbatch.sh").read_text()
     probe = record["probe"]
     assert probe["internode_gbps"] > 0 and probe["refused"] == [] and probe["slow"] == []
     report = json.loads((job_dir / "probe.json").read_text())

@@ -1,6 +1,7 @@
 """What a Slurm job's supervisor records at the start of an allocation
-(veri_tui/jobfolder/slurmjob.py), on real job folders and no cluster: the allocation's keys, an
-attempt the previous allocation left open, and requeues beyond `max_restarts`. The end-to-end cases
+(veri_tui/jobfolder/supervise/slurmjob.py), on real job folders and no cluster: the allocation's
+keys, an attempt the previous allocation left open, and requeues beyond `max_restarts`. The
+end-to-end cases
 are test_slurm_requeue.py's, on the real cluster."""
 
 from __future__ import annotations
@@ -8,10 +9,10 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from veri_tui.jobfolder.atomic import write_json_atomic
-from veri_tui.jobfolder.record import read_job
-from veri_tui.jobfolder.slurm import SlurmRun
-from veri_tui.jobfolder.slurmjob import begin_allocation
+from veri_tui.jobfolder.contract.atomic import write_json_atomic
+from veri_tui.jobfolder.contract.record import read_job
+from veri_tui.jobfolder.supervise.slurm import SlurmRun
+from veri_tui.jobfolder.supervise.slurmjob import begin_allocation
 
 
 def _job(tmp_path: Path, status: str, attempts: list[dict], restarts: int = 1) -> Path:

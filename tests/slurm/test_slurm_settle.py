@@ -16,7 +16,7 @@ from launch.launch_helpers import wait_for
 from slurm_helpers import home, slurm_job_dir
 from support.slurm_cluster import SlurmCluster
 
-from veri_tui.jobfolder.atomic import write_json_atomic
+from veri_tui.jobfolder.contract.atomic import write_json_atomic
 from veri_tui.launch import jobs, registry
 from veri_tui.launch.registry import RegistryEntry
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from support.synthetic import moe_tensors, write_checkpoint
-from veri_tui.jobfolder.record import PIN_KEYS
+from veri_tui.jobfolder.knobs import PIN_KEYS
 
 ARCHITECTURES = {
     "qwen3": "Qwen3ForCausalLM", "llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM",

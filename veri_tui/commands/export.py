@@ -26,8 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from veri_tui.errors import VeriError
-from veri_tui.jobfolder import manifest
-from veri_tui.jobfolder.layout import OUTPUT
+from veri_tui.jobfolder.contract import manifest
+from veri_tui.jobfolder.contract.layout import OUTPUT
 from veri_tui.launch import jobs
 
 #: Files of an adapter or model folder that the export writes anew (or leaves out).

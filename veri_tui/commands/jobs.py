@@ -17,9 +17,9 @@ import sys
 from typing import Any, cast
 
 from veri_tui.errors import VeriError
-from veri_tui.jobfolder.canarytable import no_go_line
-from veri_tui.jobfolder.record import NOT_RECORDED, JobRecord, plan_line_of
-from veri_tui.jobfolder.status import Attribution, FailureCode, has_ended, outcome_recorded
+from veri_tui.jobfolder.canary.canarytable import no_go_line
+from veri_tui.jobfolder.contract.record import NOT_RECORDED, JobRecord, plan_line_of
+from veri_tui.jobfolder.contract.status import Attribution, FailureCode, has_ended, outcome_recorded
 from veri_tui.launch import jobs
 
 

@@ -27,8 +27,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from veri_tui.commands.common import hosts_of, job_from_args
-from veri_tui.jobfolder.record import JobRecord
-from veri_tui.jobfolder.status import SUCCEEDED
+from veri_tui.jobfolder.contract.record import JobRecord
+from veri_tui.jobfolder.contract.status import SUCCEEDED
 from veri_tui.launch import jobs
 from veri_tui.launch.jobdata import with_data
 from veri_tui.launch.spec import check_job
@@ -99,7 +99,7 @@ def follow_canary(job_id: str, wait: bool, as_json: bool) -> int:
         for line in jobs.follow_log(job_id):
             if not as_json:
                 print(jobs.log_row(line.text), flush=True)
-            # The gate's own line ends its table (veri_tui/jobfolder/canarytable.py).
+            # The gate's own line ends its table (veri_tui/jobfolder/canary/canarytable.py).
             if decision is None and line.text.startswith(("canary: go", "canary: no-go")):
                 decision = (jobs.get_job(job_id).get("canary") or {}).get("decision")
                 if decision == "go" and not wait:
@@ -145,7 +145,7 @@ def outcome_line(job_id: str, record: Mapping[str, Any], followed: bool = False)
     attribution job.json gives, then its summary; `job ID cancelled` without an error.
     ``followed``: the log just printed ended with the summary of a one-line failure (a data
     error: its file and line), which is then not said again."""
-    from veri_tui.jobfolder.failures import ONE_LINE_CODES, TRACEBACK_FILE
+    from veri_tui.jobfolder.failures.failures import ONE_LINE_CODES, TRACEBACK_FILE
 
     error = record.get("error") or {}
     parts = [f"job {job_id} {record['status']}"]

@@ -128,7 +128,7 @@ def run(args: argparse.Namespace) -> int:
 def has_tokenizer(rec: PlanRecord) -> bool:
     """Whether the plan's model folder (none: only its Hub metadata was read) holds a
     tokenizer's files."""
-    from veri_tui.jobfolder.encode import tokenizer_files
+    from veri_tui.jobfolder.data.encode import tokenizer_files
 
     model = rec.model.get("path")
     return not model or bool(tokenizer_files(os.listdir(model)))

@@ -30,13 +30,19 @@ import sys
 import time
 from pathlib import Path
 
-from veri_tui.jobfolder import attempts, ckptindex
-from veri_tui.jobfolder.atomic import record_cancel, update_job
-from veri_tui.jobfolder.layout import JobLayout
-from veri_tui.jobfolder.lost import close_job, read_status
-from veri_tui.jobfolder.procs import GRACE_S, end_processes, job_processes, pid_alive, read_pid
-from veri_tui.jobfolder.record import JobRecord
-from veri_tui.jobfolder.status import ENDED, has_ended, is_lost, outcome_recorded
+from veri_tui.jobfolder.contract import attempts, ckptindex
+from veri_tui.jobfolder.contract.atomic import record_cancel, update_job
+from veri_tui.jobfolder.contract.layout import JobLayout
+from veri_tui.jobfolder.contract.lost import close_job, read_status
+from veri_tui.jobfolder.contract.procs import (
+    GRACE_S,
+    end_processes,
+    job_processes,
+    pid_alive,
+    read_pid,
+)
+from veri_tui.jobfolder.contract.record import JobRecord
+from veri_tui.jobfolder.contract.status import ENDED, has_ended, is_lost, outcome_recorded
 
 REFUSED = 3  # the exit status of a refusal (its one line is on stdout)
 

@@ -3,7 +3,7 @@ every node, asked of each node's host (or read in one place on shared storage).
 
 Each node's ranks save their own rank-local DCP files into their own node's folder
 (veri_tui/trainer/checkpoint.py), so a step is usable only when every node committed its part and
-that part verifies (veri_tui/jobfolder/ckptindex.py: `COMPLETE`, the manifest, each rank's
+that part verifies (veri_tui/jobfolder/contract/ckptindex.py: `COMPLETE`, the manifest, each rank's
 `__<rank>.metadata`, every file's size and sha256). The check runs on the host with the
 job's own jobfolder package (`python -m veri_tui.jobfolder checkpoints`): first every node lists its
 committed steps (cheap), then the newest step they all have is verified on every node, and

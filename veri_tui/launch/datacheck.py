@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from veri_tui.errors import Refusal
-from veri_tui.jobfolder.encode import tokenizer_files
+from veri_tui.jobfolder.data.encode import tokenizer_files
 from veri_tui.launch.host import Host, HostFacts, Row
 from veri_tui.launch.jobdata import JobData, local_data
 
@@ -34,10 +34,14 @@ if TYPE_CHECKING:
     from veri_tui.plan import JobConfig, PlanRecord
 
 #: What the check imports, sent to a host that has no veri_tui (veri_tui/trainer/datacheck.py).
-SHIPPED = ("veri_tui", "veri_tui.jobfolder", "veri_tui.jobfolder.status",
-           "veri_tui.jobfolder.errors", "veri_tui.jobfolder.rows", "veri_tui.jobfolder.encode",
-           "veri_tui.trainer", "veri_tui.trainer.datacheck")  # fmt: skip
-PACKAGES = ("veri_tui", "veri_tui.jobfolder", "veri_tui.trainer")
+SHIPPED = (
+    "veri_tui", "veri_tui.jobfolder", "veri_tui.jobfolder.contract",
+    "veri_tui.jobfolder.contract.status", "veri_tui.jobfolder.contract.errors",
+    "veri_tui.jobfolder.data", "veri_tui.jobfolder.data.rows", "veri_tui.jobfolder.data.encode",
+    "veri_tui.trainer", "veri_tui.trainer.datacheck",
+)  # fmt: skip
+PACKAGES = ("veri_tui", "veri_tui.jobfolder", "veri_tui.jobfolder.contract",
+            "veri_tui.jobfolder.data", "veri_tui.trainer")  # fmt: skip
 WEIGHTS = (".safetensors", ".bin", ".pt", ".pth", ".gguf", ".h5", ".msgpack")
 MODULE = "veri_tui.trainer.datacheck"  # run with -m on this machine
 TIMEOUT_S = 1800.0  # every row encoded in one process: a large dataset takes minutes
@@ -83,7 +87,7 @@ def _module_code(name: str) -> tuple[bool, str]:
 
 
 def _payload(model: str, job: JobConfig, data: JobData, inline: bool) -> dict[str, Any]:
-    from veri_tui.jobfolder.dataload import mixed_rows
+    from veri_tui.jobfolder.data.dataload import mixed_rows
 
     hp = job.hyperparameters
     dpo = job.method == "dpo"
@@ -119,8 +123,8 @@ def _ask(host: Host, payload: dict[str, Any], inline: bool) -> dict[str, Any]:
 def training_rows(job: JobConfig, rows: int, lengths: list[int]) -> int:
     """The rows a global batch is cut from, as the trainer makes them: less eval_fraction's
     held-out rows (veri_tui/trainer/evaluate.py), packed when the job packs."""
-    from veri_tui.jobfolder.dataload import eval_split
-    from veri_tui.jobfolder.packing import pack
+    from veri_tui.jobfolder.data.dataload import eval_split
+    from veri_tui.jobfolder.data.packing import pack
 
     hp = job.hyperparameters
     held = set() if job.eval_dataset else set(eval_split(rows, hp.eval_fraction, hp.seed))
@@ -192,7 +196,7 @@ def check_data(host: Host, facts: HostFacts | None, job: JobConfig, plan: PlanRe
 
 def cache_dir() -> Path:
     """Where checks made on this machine are kept (see the module docstring)."""
-    from veri_tui.jobfolder.layout import veri_home
+    from veri_tui.jobfolder.contract.layout import veri_home
 
     given = os.environ.get("VERI_DATACHECK_CACHE")
     return Path(given) if given else veri_home() / "cache" / "datacheck"
@@ -203,7 +207,7 @@ def _stored(model: str, job: JobConfig, data: JobData) -> Path | None:
     import hashlib
     import importlib.metadata
 
-    from veri_tui.jobfolder.datasource import fingerprint
+    from veri_tui.jobfolder.data.datasource import fingerprint
 
     hp = job.hyperparameters
     digest = hashlib.sha256(b"veri-datacheck-v1\0")
@@ -236,7 +240,7 @@ def _read(path: Path) -> dict[str, Any] | None:
 
 
 def _write(path: Path, answer: dict[str, Any]) -> None:
-    from veri_tui.jobfolder.atomic import write_json_atomic
+    from veri_tui.jobfolder.contract.atomic import write_json_atomic
 
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -254,6 +258,6 @@ def _stamp(host: Host, model: str) -> tuple[Any, ...]:
 
 
 def _stats(data: JobData) -> tuple[Any, ...]:
-    from veri_tui.jobfolder.datasource import stat_key
+    from veri_tui.jobfolder.data.datasource import stat_key
 
     return (stat_key(list(data.train)), stat_key(list(data.eval)))

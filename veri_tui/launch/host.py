@@ -216,7 +216,7 @@ def check_disk(host: Host, facts: HostFacts, disk: DiskEstimate, output: str | N
 def tracker_problems(job: JobConfig) -> list[Refusal]:
     """The job's `report_to` trackers this interpreter cannot import (found without
     importing them), each one refusal: the job would fail at its start."""
-    from veri_tui.jobfolder.trackers import missing, missing_message
+    from veri_tui.jobfolder.knobs.trackers import missing, missing_message
 
     found = missing(job.hyperparameters.report_to)
     return [Refusal("report_to", missing_message(name, "here")) for name in found]

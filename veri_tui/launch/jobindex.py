@@ -14,9 +14,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from veri_tui.errors import NotFoundError
-from veri_tui.jobfolder.layout import JOB_FILE, SUPERVISOR_PID
-from veri_tui.jobfolder.procs import read_pid
-from veri_tui.jobfolder.record import JobRecord
+from veri_tui.jobfolder.contract.layout import JOB_FILE, SUPERVISOR_PID
+from veri_tui.jobfolder.contract.procs import read_pid
+from veri_tui.jobfolder.contract.record import JobRecord
 from veri_tui.launch import registry
 from veri_tui.launch.backends import backend_of
 from veri_tui.launch.backends.ref import JobRef

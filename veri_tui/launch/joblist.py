@@ -9,9 +9,9 @@ a host found unreachable is not asked again for the next job of the list.
 from __future__ import annotations
 
 from veri_tui.errors import UnreachableError, VeriError
-from veri_tui.jobfolder.layout import JOB_FILE
-from veri_tui.jobfolder.record import JobRecord
-from veri_tui.jobfolder.status import outcome_recorded
+from veri_tui.jobfolder.contract.layout import JOB_FILE
+from veri_tui.jobfolder.contract.record import JobRecord
+from veri_tui.jobfolder.contract.status import outcome_recorded
 from veri_tui.launch import registry
 from veri_tui.launch.handle import JobHandle
 from veri_tui.launch.host import Host

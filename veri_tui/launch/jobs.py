@@ -20,8 +20,8 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
 from veri_tui.errors import VeriError
-from veri_tui.jobfolder.procs import pid_alive
-from veri_tui.jobfolder.record import JobRecord, pending_reason, scheduler_of
+from veri_tui.jobfolder.contract.procs import pid_alive
+from veri_tui.jobfolder.contract.record import JobRecord, pending_reason, scheduler_of
 from veri_tui.launch import backends, registry
 from veri_tui.launch.backends import Destination, Option
 from veri_tui.launch.handle import JobHandle

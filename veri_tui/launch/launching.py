@@ -36,8 +36,8 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, cast
 
 from veri_tui.errors import Refusal, VeriError
-from veri_tui.jobfolder.layout import MADE_WITH, node_folder_name
-from veri_tui.jobfolder.record import JobRecord, JobSpec
+from veri_tui.jobfolder.contract.layout import MADE_WITH, node_folder_name
+from veri_tui.jobfolder.contract.record import JobRecord, JobSpec
 from veri_tui.launch.backends import Destination, backend_of
 from veri_tui.launch.backends.api import AnyBackend
 from veri_tui.launch.backends.ref import SubmitError

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from veri_tui.errors import Refusal, VeriError
-from veri_tui.jobfolder.layout import veri_home
+from veri_tui.jobfolder.contract.layout import veri_home
 from veri_tui.launch.device import local_cuda
 from veri_tui.launch.host import HostFacts, Row, capacity_rows, tracker_problems
 from veri_tui.launch.jobdata import JobData

@@ -15,8 +15,8 @@ import sys
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from veri_tui.jobfolder.atomic import write_bytes_atomic
-from veri_tui.jobfolder.procs import pid_alive
+from veri_tui.jobfolder.contract.atomic import write_bytes_atomic
+from veri_tui.jobfolder.contract.procs import pid_alive
 from veri_tui.launch.diskcheck import Place, local_place
 from veri_tui.launch.machine import Result
 from veri_tui.launch.records import LogLine, follow_lines

@@ -1,6 +1,6 @@
 """A job's `predicted` (written at launch from its plan) against its `measured` (gathered by the
-supervisor from the ranks, veri_tui/jobfolder/jobstats.py): the figures, side by side with their
-ratios.
+supervisor from the ranks, veri_tui/jobfolder/supervise/jobstats.py): the figures, side by side
+with their ratios.
 
 `predicted` holds what the plan said for the fullest GPU: states, activations (the model's
 and, when calibrated, the plan's), the peak (states + activations + the stage-3 layers in
@@ -22,9 +22,9 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from veri_tui.errors import VeriError
-from veri_tui.jobfolder.jobstats import gather_ranks, parse_rank_stats, rank_of
-from veri_tui.jobfolder.layout import MEASURED
-from veri_tui.jobfolder.status import has_ended
+from veri_tui.jobfolder.contract.layout import MEASURED
+from veri_tui.jobfolder.contract.status import has_ended
+from veri_tui.jobfolder.supervise.jobstats import gather_ranks, parse_rank_stats, rank_of
 
 if TYPE_CHECKING:
     from veri_tui.launch.machine import Machine

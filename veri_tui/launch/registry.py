@@ -18,9 +18,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, TypedDict
 
-from veri_tui.jobfolder.atomic import write_json_atomic
-from veri_tui.jobfolder.layout import veri_home
-from veri_tui.jobfolder.record import JobRecord
+from veri_tui.jobfolder.contract.atomic import write_json_atomic
+from veri_tui.jobfolder.contract.layout import veri_home
+from veri_tui.jobfolder.contract.record import JobRecord
 from veri_tui.launch.backends import backend_of
 from veri_tui.launch.backends.ref import JobRef, NodeRef
 

@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from veri_tui.errors import Refusal, VeriError
-from veri_tui.jobfolder.record import JobRecord, JobSpec
+from veri_tui.jobfolder.contract.record import JobRecord, JobSpec
 
 if TYPE_CHECKING:
     from veri_tui.plan import JobConfig, PlanRecord

@@ -10,12 +10,12 @@
    its backend (`submit`: every supervisor, the same job id; its handle kept in the
    registry entry). A node that cannot be prepared or started cancels the others.
 
-Retries: no node's supervisor restarts a multi-node job by itself (it cannot know the other
-nodes' checkpoints; veri_tui.jobfolder.attempts.max_restarts). The job's watcher does (watcher.py):
-once the gathered record failed for the platform with restarts left (`retry_due`, in
-retries.py), it resumes every node as above, the attempt marked `retry`. One change at a
-time: a lock on the registry entry here, and node 0 refuses a second resume of the same
-attempt (`after_attempt`, under its job lock).
+Retries: no node's supervisor restarts a multi-node job by itself (it cannot know the other nodes'
+checkpoints; veri_tui.jobfolder.contract.attempts.max_restarts). The job's watcher does
+(watcher.py): once the gathered record failed for the platform with restarts left (`retry_due`, in
+retries.py), it resumes every node as above, the attempt marked `retry`. One change at a time: a
+lock on the registry entry here, and node 0 refuses a second resume of the same attempt
+(`after_attempt`, under its job lock).
 """
 
 from __future__ import annotations
@@ -25,10 +25,10 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from veri_tui.errors import VeriError
-from veri_tui.jobfolder.atomic import job_lock
-from veri_tui.jobfolder.attempts import attempts_of, max_restarts
-from veri_tui.jobfolder.record import JobRecord, JobSpec, ResumeChoice
-from veri_tui.jobfolder.status import FailureCode
+from veri_tui.jobfolder.contract.atomic import job_lock
+from veri_tui.jobfolder.contract.attempts import attempts_of, max_restarts
+from veri_tui.jobfolder.contract.record import JobRecord, JobSpec, ResumeChoice
+from veri_tui.jobfolder.contract.status import FailureCode
 from veri_tui.launch import registry
 from veri_tui.launch.checkpoints import NodeCheck, choose_step
 from veri_tui.launch.hostpool import in_parallel

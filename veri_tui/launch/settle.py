@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import json
 
-from veri_tui.jobfolder.atomic import job_lock
-from veri_tui.jobfolder.record import JobRecord, scheduler_of
-from veri_tui.jobfolder.status import has_ended
+from veri_tui.jobfolder.contract.atomic import job_lock
+from veri_tui.jobfolder.contract.record import JobRecord, scheduler_of
+from veri_tui.jobfolder.contract.status import has_ended
 from veri_tui.launch import registry
 from veri_tui.launch.host import jobfolder_argv
 from veri_tui.launch.target import JobTarget

@@ -33,10 +33,10 @@ from dataclasses import dataclass
 from typing import cast
 
 from veri_tui.errors import VeriError
-from veri_tui.jobfolder.layout import JOB_FILE, LOG
-from veri_tui.jobfolder.procs import GRACE_S, pid_alive
-from veri_tui.jobfolder.record import JobRecord, JobSpec, ResumeChoice
-from veri_tui.jobfolder.status import has_ended
+from veri_tui.jobfolder.contract.layout import JOB_FILE, LOG
+from veri_tui.jobfolder.contract.procs import GRACE_S, pid_alive
+from veri_tui.jobfolder.contract.record import JobRecord, JobSpec, ResumeChoice
+from veri_tui.jobfolder.contract.status import has_ended
 from veri_tui.launch import registry
 from veri_tui.launch.backends import backend_of
 from veri_tui.launch.backends.api import AnyBackend

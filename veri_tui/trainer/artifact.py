@@ -26,8 +26,8 @@ import torch.distributed as dist
 from torch import nn
 from torch.distributed.tensor import DTensor
 
-from veri_tui.jobfolder import manifest
-from veri_tui.jobfolder.atomic import fsync_dir
+from veri_tui.jobfolder.contract import manifest
+from veri_tui.jobfolder.contract.atomic import fsync_dir
 from veri_tui.trainer.experts import ATTR, split, unfused
 from veri_tui.trainer.measure import mark_memory
 from veri_tui.trainer.parallelize import unwrap

@@ -1,6 +1,6 @@
 """Datasets: tokenized rows and global batches.
 
-Rows become token ids by veri_tui/jobfolder/encode.py's rules (re-exported here: `Example`,
+Rows become token ids by veri_tui/jobfolder/data/encode.py's rules (re-exported here: `Example`,
 `encode_row`, ...), the ones the launch preflight checks every row by. Every row is checked
 before training: the first bad one raises DataError naming the file and line. Batches are cut
 from a seeded permutation per epoch, so every rank knows every global batch and reads only
@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 # The encoding rules live with the job folder (stdlib), so the launch preflight runs them too.
-from veri_tui.jobfolder.encode import (
+from veri_tui.jobfolder.data.encode import (
     IGNORE,
     Example,
     NothingToTrain,
@@ -25,7 +25,7 @@ from veri_tui.jobfolder.encode import (
     encode_row,
     encode_sft,
 )
-from veri_tui.jobfolder.rows import read_rows
+from veri_tui.jobfolder.data.rows import read_rows
 
 __all__ = [
     "IGNORE", "Example", "NothingToTrain", "collate", "encode_dpo", "encode_row", "encode_sft",

@@ -6,7 +6,7 @@ machine as `python -m veri_tui.trainer.datacheck`, on an SSH host or a Slurm log
 rows (nothing is written there). Its input is one zlib-compressed JSON object on stdin:
 `model` (the folder there), `method`, `max_length` (max_seq_length, or dpo's max_length),
 `limit` (how many bad rows to name), and per part (`train`, `eval`) either `sources`
-(veri_tui/jobfolder/datasource.py dicts, read here) or `rows` ([where, row] pairs read by the
+(veri_tui/jobfolder/data/datasource.py dicts, read here) or `rows` ([where, row] pairs read by the
 launcher). It prints one JSON line: the tokenizer's class, the problems (key, message), and
 per part the rows and each training row's tokens (what packing and the global batch count).
 
@@ -14,7 +14,7 @@ The tokenizer is loaded as the ranks load it (AutoTokenizer.from_pretrained, ver
 trainer/model.py `load_tokenizer`) and must give ids for a probe string and have an EOS
 (transformers 5 builds an empty tokenizer from a folder without tokenizer files: every row
 would encode to nothing); every row is then encoded by the ranks' own rules
-(veri_tui/jobfolder/encode.py). torch is kept out of this process (a tokenizer needs none;
+(veri_tui/jobfolder/data/encode.py). torch is kept out of this process (a tokenizer needs none;
 about a second of imports saved), unless transformers cannot load the tokenizer without it.
 """
 
@@ -26,8 +26,8 @@ import zlib
 from collections.abc import Iterator
 from typing import Any
 
-from veri_tui.jobfolder.encode import NothingToTrain, encode_row
-from veri_tui.jobfolder.errors import DataError
+from veri_tui.jobfolder.contract.errors import DataError
+from veri_tui.jobfolder.data.encode import NothingToTrain, encode_row
 
 PROBE = "Hello, world! 12 apples."
 SAVE_IT = "AutoTokenizer.from_pretrained(BASE_MODEL).save_pretrained"
@@ -78,8 +78,8 @@ def _rows(part: dict[str, Any], method: str) -> Iterator[tuple[str, dict[str, An
     if "rows" in part:
         yield from ((str(where), row) for where, row in part["rows"])
         return
-    from veri_tui.jobfolder.dataload import mixed_rows
-    from veri_tui.jobfolder.datasource import sources_of
+    from veri_tui.jobfolder.data.dataload import mixed_rows
+    from veri_tui.jobfolder.data.datasource import sources_of
 
     yield from mixed_rows(sources_of(part["sources"]), method=method)
 

@@ -12,8 +12,8 @@ from typing import Any
 
 import torch
 
-from veri_tui.jobfolder.errors import ConfigError
-from veri_tui.jobfolder.progress import Progress
+from veri_tui.jobfolder.contract.errors import ConfigError
+from veri_tui.jobfolder.supervise.progress import Progress
 from veri_tui.trainer import checkpoint
 from veri_tui.trainer.artifact import save_artifact
 from veri_tui.trainer.canary import Canary

@@ -23,15 +23,16 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from veri_tui.jobfolder.errors import ConfigError
-from veri_tui.jobfolder.watchdog import DIST_TIMEOUT_ENV, DIST_TIMEOUT_S
+from veri_tui.jobfolder.contract.errors import ConfigError
+from veri_tui.jobfolder.supervise.watchdog import DIST_TIMEOUT_ENV, DIST_TIMEOUT_S
 from veri_tui.trainer.config import TrainConfig
 from veri_tui.trainer.faults import FaultPlan
 from veri_tui.trainer.loading import materialize
 from veri_tui.trainer.measure import mark_memory
 from veri_tui.trainer.model import decoder_layers
 
-__all__ = ["DIST_TIMEOUT_S"]  # the watchdog's (veri_tui/jobfolder/watchdog.py): the one value
+# DIST_TIMEOUT_S: the watchdog's (veri_tui/jobfolder/supervise/watchdog.py): the one value
+__all__ = ["DIST_TIMEOUT_S"]
 
 
 @dataclass

@@ -17,7 +17,7 @@ from typing import Any, cast
 import torch
 import torch.distributed as dist
 
-from veri_tui.jobfolder.progress import NoProgress, Progress
+from veri_tui.jobfolder.supervise.progress import NoProgress, Progress
 from veri_tui.trainer import data, losses
 from veri_tui.trainer.config import TrainConfig
 from veri_tui.trainer.measure import StateMeter
@@ -32,7 +32,8 @@ class Stepper:
     """One optimizer step: forward/backward over this rank's micro-batches, clip, update."""
 
     stats: RunStats | None = None  # the run's always-on measurements (veri_tui/trainer/runstats.py)
-    progress: Progress = NoProgress()  # train() sets the rank's (veri_tui/jobfolder/progress.py)
+    # train() sets the rank's (veri_tui/jobfolder/supervise/progress.py)
+    progress: Progress = NoProgress()
     first_epoch: list[int] | None = None  # a canary's order of epoch 0 (veri_tui/trainer/canary.py)
 
     def __init__(

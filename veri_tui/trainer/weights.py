@@ -28,7 +28,7 @@ from pathlib import Path
 import torch
 from torch._subclasses.fake_tensor import is_fake
 
-from veri_tui.jobfolder.errors import ModelLoadError
+from veri_tui.jobfolder.contract.errors import ModelLoadError
 
 DTYPES = {
     "BF16": torch.bfloat16,

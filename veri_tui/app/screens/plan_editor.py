@@ -26,7 +26,7 @@ from veri_tui.app.messages import ModelInfoRead, TokensCounted
 from veri_tui.app.widgets.knob_form import FormValues, KnobForm
 from veri_tui.app.widgets.plan_view import PlanView, show
 from veri_tui.errors import Refusal, VeriError
-from veri_tui.jobfolder.atomic import write_text_atomic
+from veri_tui.jobfolder.contract.atomic import write_text_atomic
 
 SWEEP_GPU_COUNTS = (1, 2, 4, 8)
 
@@ -178,7 +178,7 @@ class PlanEditorScreen(Screen[None]):
     @work(thread=True, exclusive=True, group="tokens")
     def count_tokens(self, job: core.JobConfig, key: tuple[str, str | None, str]) -> None:
         """Fill the core's token cache (an error is remembered there and shown by the plan)."""
-        from veri_tui.jobfolder.errors import DataError
+        from veri_tui.jobfolder.contract.errors import DataError
         from veri_tui.plan.cost import job_tokens
 
         try:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 if TYPE_CHECKING:
-    from veri_tui.jobfolder.record import JobRecord, JobSpec
+    from veri_tui.jobfolder.contract.record import JobRecord, JobSpec
     from veri_tui.launch.backends.ref import JobRef
     from veri_tui.launch.host import Host, HostFacts
     from veri_tui.launch.probe.fleet import ProbeChoice

@@ -13,12 +13,12 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, cast
 
 from veri_tui.errors import VeriError
-from veri_tui.jobfolder.layout import SUPERVISOR_LOG
+from veri_tui.jobfolder.contract.layout import SUPERVISOR_LOG
 from veri_tui.launch.backends.api import Option
 from veri_tui.launch.backends.supervised import SupervisedBackend, supervisor_pid
 
 if TYPE_CHECKING:
-    from veri_tui.jobfolder.record import JobRecord, JobSpec
+    from veri_tui.jobfolder.contract.record import JobRecord, JobSpec
     from veri_tui.launch.host import Host
     from veri_tui.launch.probe.fleet import ProbeChoice
     from veri_tui.launch.records import LogLine
@@ -135,7 +135,7 @@ class DirectBackend(SupervisedBackend):
 
     def judge(self, job: JobTarget, node: Node, record: JobRecord,
               reread: Callable[[], JobRecord]) -> JobRecord:  # fmt: skip
-        from veri_tui.jobfolder.lost import judge as judge_pid
+        from veri_tui.jobfolder.contract.lost import judge as judge_pid
 
         where = node.host.label or ""
         return judge_pid(record, supervisor_pid(node), node.host.machine.alive, reread, where=where)

@@ -20,7 +20,7 @@ from veri_tui.launch.records import follow_lines
 from veri_tui.launch.slurm.options import SlurmOptions, keys, slurm_options
 
 if TYPE_CHECKING:
-    from veri_tui.jobfolder.record import JobRecord, JobSpec
+    from veri_tui.jobfolder.contract.record import JobRecord, JobSpec
     from veri_tui.launch.host import Host
     from veri_tui.launch.probe.fleet import ProbeChoice
     from veri_tui.launch.records import LogLine

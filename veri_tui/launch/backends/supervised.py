@@ -27,9 +27,9 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, cast
 
 from veri_tui.errors import NotFoundError, VeriError
-from veri_tui.jobfolder.layout import LOG, SUPERVISOR_PID
-from veri_tui.jobfolder.record import JobRecord, format_problem
-from veri_tui.jobfolder.status import outcome_recorded
+from veri_tui.jobfolder.contract.layout import LOG, SUPERVISOR_PID
+from veri_tui.jobfolder.contract.record import JobRecord, format_problem
+from veri_tui.jobfolder.contract.status import outcome_recorded
 from veri_tui.launch.backends.ref import JobRef, NodeRef, SubmitError
 from veri_tui.launch.hostpool import all_or_raise, in_parallel
 

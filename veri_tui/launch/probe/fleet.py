@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from veri_tui.errors import VeriError
-from veri_tui.jobfolder.probe_verdict import HEALTH_MARK, PROBE_MARK, marked
+from veri_tui.jobfolder.probe.probe_verdict import HEALTH_MARK, PROBE_MARK, marked
 from veri_tui.launch.backends import Destination, backend_of
 from veri_tui.launch.host import Host, HostFacts
 from veri_tui.launch.hostpool import all_or_raise, in_parallel

@@ -18,11 +18,11 @@ from collections.abc import Callable
 from typing import cast
 
 from veri_tui.errors import VeriError
-from veri_tui.jobfolder.layout import CANCEL_REQUEST, JOB_FILE
-from veri_tui.jobfolder.lost import closed, lost_record
-from veri_tui.jobfolder.lost import judge as judge_pid
-from veri_tui.jobfolder.record import JobRecord, scheduler_of
-from veri_tui.jobfolder.status import CANCELLED, PENDING, has_ended
+from veri_tui.jobfolder.contract.layout import CANCEL_REQUEST, JOB_FILE
+from veri_tui.jobfolder.contract.lost import closed, lost_record
+from veri_tui.jobfolder.contract.lost import judge as judge_pid
+from veri_tui.jobfolder.contract.record import JobRecord, scheduler_of
+from veri_tui.jobfolder.contract.status import CANCELLED, PENDING, has_ended
 from veri_tui.launch.host import jobfolder_argv
 from veri_tui.launch.slurm.host import SlurmHost
 from veri_tui.launch.slurm.script import SCRIPT

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import veri_tui.jobfolder
 from veri_tui.errors import Refusal, VeriError
-from veri_tui.jobfolder.record import JobRecord
+from veri_tui.jobfolder.contract.record import JobRecord
 from veri_tui.launch.host import Host, HostFacts, Row, supervisor_argv, tracker_problems
 from veri_tui.launch.machine import Machine, Result
 from veri_tui.launch.slurm.options import SlurmOptions
@@ -111,7 +111,7 @@ class SlurmHost:
         """The login node's facts; an SSH login node's are its host's probe for no GPU."""
         if not self.machine.local:
             return self.login.probe(job.model_copy(update={"gpu_count": 0}), dataset_bytes)
-        from veri_tui.jobfolder.layout import veri_home
+        from veri_tui.jobfolder.contract.layout import veri_home
 
         home, python = str(Path.home()), self.machine.python
         found = HostFacts(self.where, python, {}, home, str(veri_home()), shown=False)

@@ -20,9 +20,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from veri_tui.errors import VeriError
-from veri_tui.jobfolder.failures import job_error
-from veri_tui.jobfolder.record import JobError
-from veri_tui.jobfolder.status import CANCELLED, FAILED, PENDING, RUNNING, FailureCode, Status
+from veri_tui.jobfolder.contract.record import JobError, job_error
+from veri_tui.jobfolder.contract.status import (
+    CANCELLED,
+    FAILED,
+    PENDING,
+    RUNNING,
+    FailureCode,
+    Status,
+)
 from veri_tui.launch.slurm.partition import Run, fields
 
 #: Slurm job states by what they are for the job record (squeue(1), JOB STATE CODES).

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from veri_tui.errors import Refusal, VeriError
-from veri_tui.jobfolder.datasource import files_of
+from veri_tui.jobfolder.data.datasource import files_of
 from veri_tui.launch.host import HostFacts, Row, capacity_rows
 from veri_tui.launch.jobdata import JobData, local_data
 from veri_tui.launch.ssh import files

@@ -15,7 +15,7 @@ import os
 from typing import Any
 
 from veri_tui.errors import Refusal, VeriError
-from veri_tui.jobfolder.trackers import MODULES, missing_message, trackers_of
+from veri_tui.jobfolder.knobs.trackers import MODULES, missing_message, trackers_of
 from veri_tui.launch.device import cuda_problem
 from veri_tui.launch.host import HostFacts
 from veri_tui.launch.ssh.connection import Connection

@@ -13,7 +13,7 @@ import json
 import sys
 from pathlib import Path
 
-from veri_tui.jobfolder.errors import TrainerError
+from veri_tui.jobfolder.contract.errors import TrainerError
 from veri_tui.trainer.config import from_spec, load_spec
 from veri_tui.trainer.fakecuda.device import FakeCudaError, check_torch
 from veri_tui.trainer.fakecuda.session import DEFAULT_GPU_NAME

@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from veri_tui.errors import VeriError
-from veri_tui.jobfolder.layout import SUPERVISOR_LOG, SUPERVISOR_PID
-from veri_tui.jobfolder.lost import judge as judge_pid
+from veri_tui.jobfolder.contract.layout import SUPERVISOR_LOG, SUPERVISOR_PID
+from veri_tui.jobfolder.contract.lost import judge as judge_pid
 from veri_tui.launch.backends.api import Option
 from veri_tui.launch.backends.supervised import SupervisedBackend
 from veri_tui.launch.host import run_cancel, supervisor_argv
@@ -27,7 +27,7 @@ from veri_tui.launch.local_host import LocalHost
 from veri_tui.launch.local_machine import LocalMachine
 
 if TYPE_CHECKING:
-    from veri_tui.jobfolder.record import JobRecord, JobSpec
+    from veri_tui.jobfolder.contract.record import JobRecord, JobSpec
     from veri_tui.launch.host import Host
     from veri_tui.launch.probe.fleet import ProbeChoice
     from veri_tui.launch.records import LogLine
