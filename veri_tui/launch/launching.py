@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, cast
 
 from veri_tui.errors import Refusal, VeriError
 from veri_tui.jobfolder.contract.layout import MADE_WITH, node_folder_name
+from veri_tui.jobfolder.contract.procs import GRACE_S
 from veri_tui.jobfolder.contract.record import JobRecord, JobSpec
 from veri_tui.launch.backends import Destination, backend_of
 from veri_tui.launch.backends.api import AnyBackend
@@ -49,7 +50,9 @@ from veri_tui.launch.jobdata import data_bytes
 from veri_tui.launch.nodes import agreement, disk_of, node_label, probe_rendezvous
 from veri_tui.launch.probe.fleet import ProbeChoice, fleet_probe, needs_probe
 from veri_tui.launch.probe.report import with_cached_network, with_network
+from veri_tui.launch.retries import wait_settled
 from veri_tui.launch.spec import check_job, make_record, new_job_id
+from veri_tui.launch.watching import start_watcher
 
 if TYPE_CHECKING:
     from veri_tui.plan import JobConfig, PlanRecord
@@ -274,12 +277,12 @@ def launch(
         try:
             ref = backend.submit(job_id, hosts, [d for d, _ in nodes])
         except SubmitError as exc:
-            register(exc.ref, hosts, nodes[0][1]).cancel(job_id)  # none keeps running
+            backend.cancel(register(exc.ref, hosts, nodes[0][1]), GRACE_S)  # none keeps running
             raise exc.cause from None
         target = register(ref, hosts, nodes[0][1])
-        target.watch_if_needed()
+        start_watcher(target)
         if wait:
-            target.wait(job_id)
+            wait_settled(target, lambda: backend.state(target), 1.0)
         return job_id
     finally:
         for host in hosts:
