@@ -84,15 +84,18 @@ def test_destinations_and_kinds_find_their_backend() -> None:
 
 
 def test_no_dispatch_on_backends_outside_the_registry() -> None:
+    """Every package of veri_tui (the app, the planner and the job side included), but the
+    backends' own; `__getattr__` outside the trainer, whose comments name nn.Module's and
+    whose fake CUDA device forwards by it."""
     found = []
-    for folder in ("veri_tui/launch", "veri_tui/commands", "veri_tui/cli.py"):
-        path = ROOT / folder
-        for py in [path] if path.is_file() else sorted(path.rglob("*.py")):
-            if "backends" in py.relative_to(ROOT).parts:
-                continue
-            text = py.read_text(encoding="utf-8")
-            found += [f"{py.relative_to(ROOT)}: {ln.strip()}" for ln in text.splitlines()
-                      if DISPATCH.search(ln) or "__getattr__" in ln]  # fmt: skip
+    for py in sorted((ROOT / "veri_tui").rglob("*.py")):
+        parts = py.relative_to(ROOT).parts
+        if "backends" in parts:
+            continue
+        text = py.read_text(encoding="utf-8")
+        found += [f"{py.relative_to(ROOT)}: {ln.strip()}" for ln in text.splitlines()
+                  if DISPATCH.search(ln) or ("__getattr__" in ln and "trainer" not in parts)
+                  ]  # fmt: skip
     assert found == []
 
 

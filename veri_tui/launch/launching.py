@@ -108,7 +108,7 @@ def plan_on(job: JobConfig, dest: Destination[object], trust: str | None = None
         facts, job, problems = probe_all(dest.backend, hosts, job, 0)
         if problems:
             raise VeriError(list(dict.fromkeys(problems)))
-        job, rec = hosts[0].plan(with_cached_network(job, facts[0].spec), facts[0])
+        job, rec = hosts[0].plan(with_cached_network(job, facts[0].probed_as), facts[0])
         if job.dataset:  # the rows launch would train on, checked there
             refused = check_data(hosts[0], facts[0], job, rec)[1]
             if refused:
@@ -244,7 +244,7 @@ def launch(
         if measured is not None:
             job = with_network(job, measured.internode_gbps, measured.note())
         else:  # skipped, one CPU host, or a Slurm partition (its cached probe)
-            job = with_cached_network(job, facts[0].spec)
+            job = with_cached_network(job, facts[0].probed_as)
         job = hosts[0].output_for(job, facts[0])
         job, plan = hosts[0].plan(job, facts[0], plan_record)
         job_id = new_job_id()
