@@ -84,15 +84,18 @@ def test_destinations_and_kinds_find_their_backend() -> None:
 
 
 def test_no_dispatch_on_backends_outside_the_registry() -> None:
+    """Every package of veri_tui (the app, the planner and the job side included), but the
+    backends' own; `__getattr__` outside the trainer, whose comments name nn.Module's and
+    whose fake CUDA device forwards by it."""
     found = []
-    for folder in ("veri_tui/launch", "veri_tui/commands", "veri_tui/cli.py"):
-        path = ROOT / folder
-        for py in [path] if path.is_file() else sorted(path.rglob("*.py")):
-            if "backends" in py.relative_to(ROOT).parts:
-                continue
-            text = py.read_text(encoding="utf-8")
-            found += [f"{py.relative_to(ROOT)}: {ln.strip()}" for ln in text.splitlines()
-                      if DISPATCH.search(ln) or "__getattr__" in ln]  # fmt: skip
+    for py in sorted((ROOT / "veri_tui").rglob("*.py")):
+        parts = py.relative_to(ROOT).parts
+        if "backends" in parts:
+            continue
+        text = py.read_text(encoding="utf-8")
+        found += [f"{py.relative_to(ROOT)}: {ln.strip()}" for ln in text.splitlines()
+                  if DISPATCH.search(ln) or ("__getattr__" in ln and "trainer" not in parts)
+                  ]  # fmt: skip
     assert found == []
 
 
@@ -122,13 +125,13 @@ def test_a_submitted_jobs_handle_is_its_registry_entry(hosts: list[str], tmp_pat
     entry written before handles were strings (each node's `pid`, an int) reads as one."""
     import json
 
-    from veri_tui.launch import registry
+    from veri_tui.launch import jobindex, registry
     from veri_tui.launch.backends.ref import NodeRef
 
     monkeypatch.setenv("VERI_HOME", str(tmp_path))
     nodes = tuple(NodeRef(h, f"/j/{h}", str(100 + k)) for k, h in enumerate(hosts))
     ref = JobRef("direct", "ssh", "20260101-000000-abcd", nodes)
-    registry.save(registry.entry_of(ref, "python3", {"job_id": ref.job_id}))
+    registry.save(jobindex.entry_of(ref, "python3", {"job_id": ref.job_id}))
     saved = json.loads(registry.entry_path(ref.job_id).read_text())
     assert set(saved) == {"job_id", "host", "job_dir", "handle", "python", "record", "nodes",
                           "retry_refused", "watcher", "kind"}  # fmt: skip
@@ -137,8 +140,8 @@ def test_a_submitted_jobs_handle_is_its_registry_entry(hosts: list[str], tmp_pat
     many = [{"host": h, "job_dir": f"/j/{h}", "handle": str(100 + k)} for k, h in enumerate(hosts)]
     assert saved["nodes"] == (many if len(hosts) > 1 else None)
     entry = registry.load(ref.job_id)
-    assert entry is not None and entry.ref == ref
-    assert entry.ref.started(["7"] * len(hosts)).handles == ["7"] * len(hosts)
+    assert entry is not None and jobindex.ref_of(entry) == ref
+    assert jobindex.ref_of(entry).started(["7"] * len(hosts)).handles == ["7"] * len(hosts)
     # As an earlier release wrote it: `pid` ints.
     old = {k: v for k, v in saved.items() if k != "handle"} | {"pid": 100}
     if old["nodes"]:
@@ -146,7 +149,7 @@ def test_a_submitted_jobs_handle_is_its_registry_entry(hosts: list[str], tmp_pat
                         for k, h in enumerate(hosts)]  # fmt: skip
     registry.entry_path(ref.job_id).write_text(json.dumps(old))
     entry = registry.load(ref.job_id)
-    assert entry is not None and entry.ref == ref
+    assert entry is not None and jobindex.ref_of(entry) == ref
 
 
 def _gone(pid: int) -> bool:

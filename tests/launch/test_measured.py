@@ -153,6 +153,7 @@ def test_a_running_job_shows_what_its_ranks_measured_so_far(home: Path, capsys) 
 
 def test_a_multinode_jobs_measured_covers_every_node(tmp_path: Path) -> None:
     """Each node's supervisor gathers its own node's ranks; the job's record has them all."""
+    from veri_tui.launch import backends
     from veri_tui.launch.local_host import LocalHost
     from veri_tui.launch.target import JobTarget, Node
 
@@ -168,7 +169,8 @@ def test_a_multinode_jobs_measured_covers_every_node(tmp_path: Path) -> None:
         write_json_atomic(folder / "job.json", {"job_id": "j", "status": "succeeded",
                                                 "spec": spec, "measured": own})  # fmt: skip
         nodes.append(Node(LocalHost(), str(folder)))
-    record = JobTarget("j", nodes, None).get_job()
+    target = JobTarget("j", nodes, None, "direct")
+    record = backends.named("direct").state(target)
     measured = record["measured"]
     assert measured["ranks"] == 2 and measured["states_bytes_per_rank"] == [10**9, 2 * 10**9]
     assert measured["peak_bytes"] == 4 * 10**9  # node 1's, the fullest

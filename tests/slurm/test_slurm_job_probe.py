@@ -41,7 +41,7 @@ def test_dry_run_shows_the_probe_step_and_the_exclusion(
     assert "#SBATCH --exclude=n[3-4],n9" in lines
     step = lines.index("trap 'veri_usr1=1' USR1")
     probe, untrap, supervise = lines[step + 1 : step + 4]
-    assert re.fullmatch(r"env PYTHONPATH=\S+ \S+ -m veri_tui\.jobfolder\.slurmprobe "
+    assert re.fullmatch(r"env PYTHONPATH=\S+ \S+ -m veri_tui\.jobfolder\.probe\.slurmprobe "
                         r"--job \S+/job\.json \|\| exit \$\?", probe), probe  # fmt: skip
     assert untrap == "trap - USR1" and supervise.startswith("exec env PYTHONPATH=")
     assert supervise.split("--job")[1] == probe.split("--job")[1].removesuffix(" || exit $?")

@@ -19,6 +19,7 @@ from multinode_helpers import two_node_env
 from ssh_helpers import cli
 
 from veri_tui.jobfolder.contract.procs import pid_alive, read_pid
+from veri_tui.launch.handle import JobHandle
 from veri_tui.launch.jobs import launch
 from veri_tui.launch.jobs import target_for as target_for_job
 from veri_tui.plan import load_job_config
@@ -59,7 +60,7 @@ def test_sigkill_of_node_1s_rank_fails_the_job_naming_it(sshd, sshd2, tmp_path, 
     assert target is not None
     t0 = time.monotonic()
     os.kill(rank1, signal.SIGKILL)
-    record = target.wait(job_id, poll_s=0.5)
+    record = JobHandle(target).wait(poll_s=0.5)
     print(f"failed after {time.monotonic() - t0:.2f} s")
     error = record["error"]
     assert record["status"] == "failed", record

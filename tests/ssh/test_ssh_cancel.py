@@ -17,6 +17,7 @@ import pytest
 from ssh_helpers import cli
 
 from veri_tui.jobfolder.contract.procs import pid_alive, read_pid
+from veri_tui.launch.handle import JobHandle
 from veri_tui.launch.jobs import launch
 from veri_tui.launch.jobs import target_for as target_for_job
 from veri_tui.plan import load_job_config
@@ -40,7 +41,7 @@ def _running_job(alias: str) -> tuple[str, Path, list[int]]:
     job_id = launch(job, None, host=alias)
     target = target_for_job(job_id)
     assert target is not None
-    record = target.get_job(job_id)
+    record = JobHandle(target).get_job()
     job_dir = Path(record["spec"]["output_dir"]).parent
     log = job_dir / "log.txt"
     wait_for(

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from veri_tui.launch.handle import JobHandle
 from veri_tui.launch.jobs import launch
 from veri_tui.launch.jobs import target_for as target_for_job
 from veri_tui.plan import load_job_config
@@ -37,7 +38,7 @@ def test_sigstopped_rank_over_ssh_is_rank_hung(ssh_env) -> None:
     job_id = launch(job, None, host=ssh_env.alias)
     target = target_for_job(job_id)
     assert target is not None
-    job_dir = Path(target.get_job(job_id)["spec"]["output_dir"]).parent
+    job_dir = Path(JobHandle(target).get_job()["spec"]["output_dir"]).parent
     metrics = job_dir / "metrics.jsonl"
 
     def step() -> int:
@@ -48,7 +49,7 @@ def test_sigstopped_rank_over_ssh_is_rank_hung(ssh_env) -> None:
     pid = int((job_dir / "pids" / "rank-1").read_text())
     os.kill(pid, signal.SIGSTOP)
     stopped = time.monotonic()
-    record = target.wait(job_id)
+    record = JobHandle(target).wait()
     print(f"over SSH: RANK_HUNG seen {time.monotonic() - stopped:.1f} s after the SIGSTOP")
     target.close()
     err = record["error"]

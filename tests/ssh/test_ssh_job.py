@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from veri_tui.launch.handle import JobHandle
 from veri_tui.launch.jobs import launch, list_jobs
 from veri_tui.launch.jobs import target_for as target_for_job
 from veri_tui.plan import load_job_config, read_model_info
@@ -46,7 +47,7 @@ def test_sft_job_over_ssh_survives_killed_and_frozen_sessions(ssh_env, tmp_path:
             frozen.extend(pids)
 
     try:
-        for line in target.follow_log(job_id, on_reconnect=events.append):
+        for line in JobHandle(target).follow_log(0, on_reconnect=events.append):
             lines.append(line.text)
             if line.text.startswith("plan:") and not broken:
                 threading.Thread(target=break_session, args=(signal.SIGKILL,)).start()
@@ -55,7 +56,7 @@ def test_sft_job_over_ssh_survives_killed_and_frozen_sessions(ssh_env, tmp_path:
     finally:
         for pid in frozen:
             os.kill(pid, signal.SIGCONT)
-    record = target.wait(job_id)
+    record = JobHandle(target).wait()
     assert record["status"] == "succeeded", record
     job_dir = Path(record["spec"]["output_dir"]).parent
     remote_log = (job_dir / "log.txt").read_bytes()

@@ -21,6 +21,7 @@ from ssh_helpers import cli
 
 from veri_tui.jobfolder.contract.procs import read_pid
 from veri_tui.jobfolder.contract.status import has_ended
+from veri_tui.launch.handle import JobHandle
 from veri_tui.launch.jobs import launch
 from veri_tui.launch.jobs import target_for as target_for_job
 from veri_tui.plan import load_job_config
@@ -43,7 +44,7 @@ def test_remote_job_killed_then_resumed_over_ssh(ssh_env) -> None:
     job_id = launch(job, None, host=ssh_env.alias)
     target = target_for_job(job_id)
     assert target is not None
-    job_dir = Path(target.get_job(job_id)["spec"]["output_dir"]).parent
+    job_dir = Path(JobHandle(target).get_job()["spec"]["output_dir"]).parent
     target.close()
     wait_for(lambda: (job_dir / "checkpoints" / "step-10").is_dir(), 120, "step-10 committed")
     rank1 = read_pid(job_dir / "pids" / "rank-1")

@@ -20,9 +20,12 @@ from veri_tui.jobfolder.contract.attempts import resume_refusal
 from veri_tui.jobfolder.contract.procs import GRACE_S
 from veri_tui.jobfolder.contract.record import JobRecord, JobSpec
 from veri_tui.jobfolder.contract.status import has_ended
+from veri_tui.launch.backends import named
 from veri_tui.launch.records import LogLine, follow_lines
+from veri_tui.launch.retries import wait_settled
 from veri_tui.launch.settle import settle
 from veri_tui.launch.target import JobTarget
+from veri_tui.launch.watching import start_watcher, stop_watcher
 
 
 def _state(record: JobRecord) -> tuple[object, ...]:
@@ -36,7 +39,7 @@ class JobHandle:
 
     def __init__(self, target: JobTarget) -> None:
         self.target = target
-        self.backend = target.backend
+        self.backend = named(target.backend)
         self._seen: tuple[object, ...] | None = None
 
     def __enter__(self) -> JobHandle:
@@ -68,10 +71,11 @@ class JobHandle:
         """Rank 0's log from byte ``offset`` to its current end; writes nothing."""
         return self.backend.logs(self.target, offset)
 
-    def follow_log(self, offset: int = 0) -> Iterator[LogLine]:
+    def follow_log(self, offset: int = 0, **options: object) -> Iterator[LogLine]:
         """Complete rank-0 log lines from ``offset`` until the job has ended (VeriError for
-        a job that cannot be read, at once); its end is polled once it is drained."""
-        lines = self.backend.follow(self.target, offset)
+        a job that cannot be read, at once); its end is polled once it is drained.
+        ``options`` go to the host's tail (`on_reconnect`, `poll_s`)."""
+        lines = self.backend.follow(self.target, offset, **options)
 
         def gen() -> Iterator[LogLine]:
             yield from lines
@@ -103,7 +107,7 @@ class JobHandle:
 
     def wait(self, poll_s: float = 1.0) -> JobRecord:
         """Block until the job has ended with no retry to come; its final record."""
-        self.target.wait(self.job_id, poll_s)
+        wait_settled(self.target, self.get_job, poll_s)
         return self.poll()
 
     def cancel(self, grace: float = GRACE_S) -> JobRecord:
@@ -116,7 +120,7 @@ class JobHandle:
         """A new attempt of the ended job (the facade's `resume` says how); the record
         prepared, or the final one with ``wait``."""
         from veri_tui.launch.launching import replan
-        from veri_tui.launch.restart import layout_refusal, resume_nodes
+        from veri_tui.launch.restart import layout_refusal, resume_nodes, resume_one
 
         target, job_id = self.target, self.job_id
         many = len(target.nodes) > 1
@@ -133,14 +137,17 @@ class JobHandle:
         if not many:
             spec = replan(target.nodes[0].host, record, gpu_count, sets, nodes)
         try:
-            target.stop_watcher()
-            record = resume_nodes(target) if many else target.resume(job_id, spec)
+            stop_watcher(target)
+            if many:
+                record = resume_nodes(target)
+            else:
+                record = resume_one(target, spec)
         except VeriError:
             raise
         except Exception as exc:  # noqa: BLE001 - a host's I/O error: one error line
             raise VeriError(f"resume of {job_id} failed: {exc}", key="job") from exc
         settle(target, record)  # the registry's copy says pending again
-        target.watch_if_needed()
+        start_watcher(target)
         return self.wait() if wait else record
 
     def close(self) -> None:

@@ -73,6 +73,9 @@ class HostFacts:
     notes: list[str] = field(default_factory=list)
     #: Keys the host adds to the job's spec (a Slurm job's layout and options).
     spec: dict[str, Any] = field(default_factory=dict)
+    #: A host that stands for nodes it cannot name before the job runs (a Slurm partition):
+    #: the cache key of their probe (probe/report.py) and their count.
+    probed_as: tuple[str, int] | None = None
     #: The CUDA GPUs a node of the job gets when they are not the host's own `gpus` (a Slurm
     #: partition's per node; 0: CPU ranks), and where its ranks run (device.py's row).
     node_gpus: int | None = None

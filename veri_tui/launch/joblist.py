@@ -13,9 +13,10 @@ from veri_tui.jobfolder.contract.layout import JOB_FILE
 from veri_tui.jobfolder.contract.record import JobRecord
 from veri_tui.jobfolder.contract.status import outcome_recorded
 from veri_tui.launch import registry
+from veri_tui.launch.backends import backend_of, named
 from veri_tui.launch.handle import JobHandle
 from veri_tui.launch.host import Host
-from veri_tui.launch.jobindex import local_node, target_of_entry
+from veri_tui.launch.jobindex import label_of, local_node, target_of_entry
 from veri_tui.launch.local_host import LocalHost
 from veri_tui.launch.target import JobTarget
 
@@ -31,14 +32,14 @@ def list_jobs(settle: bool = False) -> list[JobRecord]:
     down: set[str] = set()
     for target in targets:
         entry = target.entry
-        cached: JobRecord = {**entry.record, "host": entry.label} if entry else {}
+        cached: JobRecord = {**entry.record, "host": label_of(entry)} if entry else {}
         if entry is not None and outcome_recorded(cached):
             jobs.append(cached)
             continue
         try:
             if entry is not None and {n.host.machine.name for n in target.nodes} & down:
                 raise UnreachableError("unreachable")
-            jobs.append(JobHandle(target).poll() if settle else target.backend.state(target))
+            jobs.append(JobHandle(target).poll() if settle else named(target.backend).state(target))
         except VeriError:
             if entry is None:
                 continue  # a foreign or damaged folder must not hide the other jobs
@@ -56,7 +57,8 @@ def _local_targets() -> list[JobTarget]:
     local = LocalHost()
     folder = local.home / "jobs"
     found = sorted(folder.iterdir(), reverse=True) if folder.is_dir() else []
-    return [JobTarget(d.name, [local_node(local, d)], None) for d in found
+    name = backend_of(local.kind).name
+    return [JobTarget(d.name, [local_node(local, d)], None, name) for d in found
             if not d.name.startswith(".") and (d / JOB_FILE).is_file()]  # fmt: skip
 
 
@@ -65,7 +67,7 @@ def local_jobs() -> list[JobRecord]:
     out: list[JobRecord] = []
     for target in _local_targets():
         try:
-            out.append(target.backend.state(target))
+            out.append(named(target.backend).state(target))
         except VeriError:
             continue  # a foreign or damaged folder must not hide the other jobs
     return out

@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, cast
 
 from veri_tui.errors import Refusal, VeriError
 from veri_tui.jobfolder.contract.layout import MADE_WITH, node_folder_name
+from veri_tui.jobfolder.contract.procs import GRACE_S
 from veri_tui.jobfolder.contract.record import JobRecord, JobSpec
 from veri_tui.launch.backends import Destination, backend_of
 from veri_tui.launch.backends.api import AnyBackend
@@ -49,7 +50,9 @@ from veri_tui.launch.jobdata import data_bytes
 from veri_tui.launch.nodes import agreement, disk_of, node_label, probe_rendezvous
 from veri_tui.launch.probe.fleet import ProbeChoice, fleet_probe, needs_probe
 from veri_tui.launch.probe.report import with_cached_network, with_network
+from veri_tui.launch.retries import wait_settled
 from veri_tui.launch.spec import check_job, make_record, new_job_id
+from veri_tui.launch.watching import start_watcher
 
 if TYPE_CHECKING:
     from veri_tui.plan import JobConfig, PlanRecord
@@ -105,7 +108,7 @@ def plan_on(job: JobConfig, dest: Destination[object], trust: str | None = None
         facts, job, problems = probe_all(dest.backend, hosts, job, 0)
         if problems:
             raise VeriError(list(dict.fromkeys(problems)))
-        job, rec = hosts[0].plan(with_cached_network(job, facts[0].spec), facts[0])
+        job, rec = hosts[0].plan(with_cached_network(job, facts[0].probed_as), facts[0])
         if job.dataset:  # the rows launch would train on, checked there
             refused = check_data(hosts[0], facts[0], job, rec)[1]
             if refused:
@@ -241,7 +244,7 @@ def launch(
         if measured is not None:
             job = with_network(job, measured.internode_gbps, measured.note())
         else:  # skipped, one CPU host, or a Slurm partition (its cached probe)
-            job = with_cached_network(job, facts[0].spec)
+            job = with_cached_network(job, facts[0].probed_as)
         job = hosts[0].output_for(job, facts[0])
         job, plan = hosts[0].plan(job, facts[0], plan_record)
         job_id = new_job_id()
@@ -274,12 +277,12 @@ def launch(
         try:
             ref = backend.submit(job_id, hosts, [d for d, _ in nodes])
         except SubmitError as exc:
-            register(exc.ref, hosts, nodes[0][1]).cancel(job_id)  # none keeps running
+            backend.cancel(register(exc.ref, hosts, nodes[0][1]), GRACE_S)  # none keeps running
             raise exc.cause from None
         target = register(ref, hosts, nodes[0][1])
-        target.watch_if_needed()
+        start_watcher(target)
         if wait:
-            target.wait(job_id)
+            wait_settled(target, lambda: backend.state(target), 1.0)
         return job_id
     finally:
         for host in hosts:

@@ -16,13 +16,14 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from veri_tui.jobfolder.contract.atomic import write_json_atomic
 from veri_tui.jobfolder.contract.layout import veri_home
 from veri_tui.jobfolder.contract.record import JobRecord
-from veri_tui.launch.backends import backend_of
-from veri_tui.launch.backends.ref import JobRef, NodeRef
+
+if TYPE_CHECKING:
+    from veri_tui.launch.target import JobTarget
 
 
 class NodeEntry(TypedDict):
@@ -54,33 +55,11 @@ class RegistryEntry:
     #: The host's kind (`ssh`, or `slurm`: `host` is the login node, `handle` the Slurm job id).
     kind: str = "ssh"
 
-    @property
-    def label(self) -> str:
-        """The host as job records name it (`slurm:<login>` for a Slurm job): its backend's."""
-        return backend_of(self.kind).label(self.host)
-
-    @property
-    def ref(self) -> JobRef:
-        """The job's typed handle (what its backend's `submit` returned)."""
-        nodes = tuple(NodeRef(n["host"], n["job_dir"], n["handle"]) for n in self.node_entries())
-        return JobRef(backend_of(self.kind).name, self.kind, self.job_id, nodes)
-
     def node_entries(self) -> list[NodeEntry]:
         """Every node, node 0 first (a one-host job is its one node)."""
         if self.nodes:
             return self.nodes
         return [{"host": self.host, "job_dir": self.job_dir, "handle": self.handle}]
-
-
-def entry_of(ref: JobRef, python: str, record: JobRecord) -> RegistryEntry:
-    """The entry of a job just submitted (``ref``): node 0's host, folder and handle at the
-    top, every node's in `nodes` when there are several (the shape entries always had)."""
-    first = ref.nodes[0]
-    nodes: list[NodeEntry] | None = None
-    if len(ref.nodes) > 1:
-        nodes = [{"host": n.host, "job_dir": n.job_dir, "handle": n.handle} for n in ref.nodes]
-    return RegistryEntry(ref.job_id, first.host, first.job_dir, first.handle, python, record,
-                         nodes, kind=ref.kind)  # fmt: skip
 
 
 def registry_dir() -> Path:
@@ -126,3 +105,17 @@ def all_jobs() -> list[RegistryEntry]:
         return []
     found = (load(p.stem) for p in sorted(folder.glob("*.json"), reverse=True))
     return [job for job in found if job is not None]
+
+
+def remember(job: JobTarget, record: JobRecord) -> None:
+    """Keep the record last read in the job's entry (handles another process wrote meanwhile,
+    a retry's, stay as written); no write when it holds that record. The caller holds the
+    entry's lock (settle.py)."""
+    if job.entry is None:
+        return
+    saved = load(job.job_id)
+    entry = saved if saved is not None else job.entry
+    job.entry.record = record
+    if entry.record != record:
+        entry.record = record
+        save(entry)

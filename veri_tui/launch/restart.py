@@ -27,16 +27,21 @@ from typing import TYPE_CHECKING
 from veri_tui.errors import VeriError
 from veri_tui.jobfolder.contract.atomic import job_lock
 from veri_tui.jobfolder.contract.attempts import attempts_of, max_restarts
+from veri_tui.jobfolder.contract.layout import LOG
+from veri_tui.jobfolder.contract.procs import GRACE_S
 from veri_tui.jobfolder.contract.record import JobRecord, JobSpec, ResumeChoice
 from veri_tui.jobfolder.contract.status import FailureCode
 from veri_tui.launch import registry
+from veri_tui.launch.backends import named
+from veri_tui.launch.backends.ref import JobRef, SubmitError
 from veri_tui.launch.checkpoints import NodeCheck, choose_step
 from veri_tui.launch.hostpool import in_parallel
+from veri_tui.launch.jobindex import adopt
 from veri_tui.launch.nodes import probe_rendezvous, shared_storage, split_endpoint
 from veri_tui.launch.retries import retries_done, retry_due
 from veri_tui.plan.gpus import gpus_text
 
-__all__ = ["layout_refusal", "resume_nodes", "retry", "retry_due"]
+__all__ = ["layout_refusal", "resume_nodes", "resume_one", "retry", "retry_due", "submit"]
 
 if TYPE_CHECKING:
     from veri_tui.launch.host import Host
@@ -89,14 +94,15 @@ def resume_nodes(target: JobTarget, retry: str | None = None) -> JobRecord:
         fresh = registry.load(target.job_id)
         if fresh is not None:
             target.entry = fresh
-            for node, n in zip(target.nodes, fresh.ref.nodes, strict=False):
-                node.handle = n.handle
+            for node, n in zip(target.nodes, fresh.node_entries(), strict=False):
+                node.handle = n["handle"]
         return _resume(target, retry)
 
 
 def _resume(target: JobTarget, retry: str | None) -> JobRecord:
     nodes, job_id = target.nodes, target.job_id
-    read = in_parallel(target.node_record, nodes)
+    backend = named(target.backend)
+    read = in_parallel(lambda n: backend.node_state(target, n), nodes)
     records: list[JobRecord] = []
     for node, rec in zip(nodes, read, strict=True):
         if isinstance(rec, Exception):
@@ -127,11 +133,12 @@ def _resume(target: JobTarget, retry: str | None) -> JobRecord:
     ]
     # Node 0 first, under its job lock: a second resume of the same attempt stops here.
     first: ResumeChoice = {**choice, "after_attempt": len(attempts_of(records[0]))}
-    record = target.prepare(0, specs[0], first)
+    record = backend.prepare(target, nodes[0], specs[0], first)
     others = list(range(1, count))
-    _or_cancel(target, in_parallel(lambda k: target.prepare(k, specs[k], choice), others))
+    _or_cancel(target, in_parallel(lambda k: backend.prepare(target, nodes[k], specs[k], choice),
+                                   others))  # fmt: skip
     try:
-        target.submit()  # every node's supervisor, by the job's backend
+        submit(target)  # every node's supervisor, by the job's backend
     except Exception as exc:  # noqa: BLE001 - every node is ended, then it is raised
         _or_cancel(target, [exc])
     if target.entry is not None:
@@ -148,7 +155,7 @@ def _or_cancel(target: JobTarget, results: Sequence[object]) -> None:
     broken = [r for r in results if isinstance(r, Exception)]
     if broken:
         try:
-            target.cancel()
+            named(target.backend).cancel(target, GRACE_S)
         except VeriError:
             pass  # the first failure is the one to report
         raise broken[0]
@@ -158,7 +165,8 @@ def retry(target: JobTarget) -> JobRecord:
     """Restart every node after a platform failure, if still due (the caller, the job's
     watcher, read it so); the record after. A retry that cannot start is said once in the
     job's log and kept in the registry, so it is not tried again for that attempt."""
-    record = target.get_job()
+    backend = named(target.backend)
+    record = backend.state(target)
     fresh = registry.load(target.job_id)
     if fresh is None or not retry_due(record, fresh):
         return record
@@ -172,6 +180,41 @@ def retry(target: JobTarget) -> JobRecord:
         fresh = registry.load(target.job_id) or fresh
         fresh.retry_refused = str(len(attempts_of(record)))
         registry.save(fresh)
-        target.append_log(f"retry: not possible ({exc}); the job stays failed")
+        _append_log(target, f"retry: not possible ({exc}); the job stays failed")
         return record
-    return target.get_job()
+    return backend.state(target)
+
+
+def submit(target: JobTarget) -> JobRef:
+    """Start every node's prepared attempt (the job's backend's `submit`); its handle, kept
+    in the registry entry. A node that cannot be started raises its failure (the handles of
+    the nodes that did start are kept too: the caller ends them)."""
+    hosts, dirs = [n.host for n in target.nodes], [n.job_dir for n in target.nodes]
+    try:
+        ref = named(target.backend).submit(target.job_id, hosts, dirs)
+    except SubmitError as exc:
+        adopt(target, exc.ref)
+        raise exc.cause from None
+    adopt(target, ref)
+    return ref
+
+
+def resume_one(target: JobTarget, spec: JobSpec | None) -> JobRecord:
+    """A new attempt of the ended one-node job (its backend's `resume`); the handle kept in
+    the registry entry. The record prepared."""
+    try:
+        record, ref = named(target.backend).resume(target, spec)
+    except SubmitError as exc:
+        adopt(target, exc.ref)
+        raise exc.cause from None
+    adopt(target, ref)
+    return record
+
+
+def _append_log(target: JobTarget, line: str) -> None:
+    """Add a line to rank 0's log (once its supervisor has ended: no writer races it)."""
+    node = target.nodes[0]
+    try:
+        node.host.machine.append(posixpath.join(node.job_dir, LOG), (line + "\n").encode())
+    except OSError:
+        pass  # the log says less; the record still tells the outcome

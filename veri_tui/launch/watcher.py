@@ -65,7 +65,7 @@ class Watcher:
         word = peer_failed_bytes(failed["node"], failed["host"], code)
         for node in self.target.nodes:
             try:
-                rec = self.target.node_record(node)
+                rec = self.job.backend.node_state(self.target, node)
             except VeriError:
                 continue
             pid = supervisor_pid(node)

@@ -7,10 +7,13 @@ checks a service makes before any GPU is billed.
 from __future__ import annotations
 
 from veri_tui.errors import Refusal, VeriError
+from veri_tui.jobfolder.knobs import Hyperparameters, table
 from veri_tui.plan.gpus import get_gpu, gpus_text
 from veri_tui.plan.knobs import METHODS, METHODS_OTHER, MULTI_GPU_KEYS, JobConfig
 
 PRECISIONS = ("bf16", "fp32")
+#: The knobs whose feature is not available: only their default runs (knobs/fields.py).
+UNAVAILABLE = tuple(k for k in table(Hyperparameters) if k.unavailable)
 NOT_AVAILABLE_PRECISIONS = ("fp16", "fp8")
 
 
@@ -54,15 +57,11 @@ def _parallel_errors(job: JobConfig) -> list[Refusal]:
                 f"set data_parallel_size to {n} (= gpu_count) or leave it unset",
             )
         )
-    for key, name in (
-        ("tensor_parallel_size", "tensor parallelism"),
-        ("context_parallel_size", "context parallelism"),
-        ("pipeline_parallel_size", "pipeline parallelism"),
-        ("expert_parallel_size", "expert parallelism"),
-    ):
-        value = getattr(hp, key)
-        if value != 1:
-            errs.append(Refusal(key, f"{name} is not available (got {value}); set it to 1"))
+    for knob in UNAVAILABLE:  # the schema's knobs that run at their default only
+        value = getattr(hp, knob.name)
+        if value != knob.default:
+            errs.append(Refusal(knob.name, f"{knob.unavailable} is not available (got {value}); "
+                                           f"set it to {knob.default}"))  # fmt: skip
     z = hp.zero_stage
     if z == 1:
         errs.append(

@@ -145,9 +145,10 @@ def from_spec(spec: dict[str, Any], job_dir: Path) -> TrainConfig:
     for key, tp in _types().items():
         if hp.get(key) is not None:
             setattr(cfg, key, coerce(key, tp, hp[key]))
-    for key in ("tensor_parallel_size", "context_parallel_size", "pipeline_parallel_size"):
-        if getattr(cfg, key) != 1:
-            raise ConfigError(f"{key}: the bundled trainer runs data parallel only; set it to 1")
+    for knob in table(Hyperparameters):  # a feature not available runs at its default only
+        if knob.unavailable and getattr(cfg, knob.name) != knob.default:
+            raise ConfigError(f"{knob.name}: the bundled trainer runs data parallel only; set "
+                              f"it to {knob.default}")  # fmt: skip
     _checkpointing(cfg, hp)
     if method == "sft_text":
         cfg.max_length = cfg.max_seq_length  # the method's length, as the trainer reads it

@@ -116,10 +116,6 @@ class JobLayout(Generic[P]):
         return self.root / TORCHRUN_PID
 
     @property
-    def supervisor_log(self) -> P:
-        return self.root / SUPERVISOR_LOG
-
-    @property
     def torchrun_log(self) -> P:
         return self.root / TORCHRUN_LOG
 

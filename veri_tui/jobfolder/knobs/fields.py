@@ -85,13 +85,16 @@ class Hyperparameters:
         "and MLP projection the model has; attention only in a mixture of experts)")
     lora_dropout: float = knob(0.0, "dropout on the LoRA adapters' input, in [0, 1)", ge=0, lt=1)
     tensor_parallel_size: int = knob(1, "only 1 (TP is not available)", multi_gpu=True,
+                                     unavailable="tensor parallelism",
                                      section=_NA, label="tensor_parallel", hint="only 1")
     context_parallel_size: int = knob(1, "only 1 (CP is not available)", multi_gpu=True,
+                                      unavailable="context parallelism",
                                       section=_NA, label="context_parallel", hint="only 1")
     pipeline_parallel_size: int = knob(
-        1, "only 1 (PP is not available)", multi_gpu=True,
+        1, "only 1 (PP is not available)", multi_gpu=True, unavailable="pipeline parallelism",
         section=_NA, label="pipeline_parallel", hint="only 1")
     expert_parallel_size: int = knob(1, "only 1 (EP is not available)", multi_gpu=True,
+                                     unavailable="expert parallelism",
                                      section=_NA, label="expert_parallel", hint="only 1")
     use_unsloth: bool = knob(False, "Unsloth kernels (single GPU only)", section=_ONE)
     load_in_4bit: bool = knob(

@@ -33,6 +33,7 @@ class Knob(NamedTuple):
     alias: str = ""  # another name the user may write (batch_size)
     pin: bool = False  # copied from the plan's resolved_parallelism: it pins the plan
     multi_gpu: bool = False  # a multi-GPU key (refused for methods with their own layout)
+    unavailable: str = ""  # what it would turn on, not available: only its default is run
     error: str = ""  # the one message for any bad value (else the type's own); bools refused
     section: str = ""
     label: str = ""

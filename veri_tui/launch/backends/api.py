@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 if TYPE_CHECKING:
-    from veri_tui.jobfolder.contract.record import JobRecord, JobSpec
+    from veri_tui.jobfolder.contract.record import JobRecord, JobSpec, ResumeChoice
     from veri_tui.launch.backends.ref import JobRef
     from veri_tui.launch.host import Host, HostFacts
     from veri_tui.launch.probe.fleet import ProbeChoice
@@ -128,6 +128,20 @@ class Backend(Protocol[D]):
     def state(self, job: JobTarget) -> JobRecord:
         """The job's record now (several nodes gathered); writes nothing, anywhere.
         NotFoundError when its folder is gone."""
+
+    def prepare(self, job: JobTarget, node: Node, spec: JobSpec | None,
+                choice: ResumeChoice | None = None) -> JobRecord:  # fmt: skip
+        """The node's job made `pending` for its next attempt (``spec`` replaces its spec;
+        ``choice``: a multi-node resume's step), starting nothing; VeriError with the
+        refusal its host gave."""
+
+    def resume(self, job: JobTarget, spec: JobSpec | None) -> tuple[JobRecord, JobRef]:
+        """A new attempt of the ended one-node job in its folder (prepared, then submitted):
+        the record prepared, and the handle it runs under."""
+
+    def keep_outcome(self, job: JobTarget, record: JobRecord) -> None:
+        """Keep in job.json the outcome its scheduler reported that ``record`` (a read of
+        the job) shows and job.json lacks; nothing when there is none (settle.py)."""
 
     def node_state(self, job: JobTarget, node: Node) -> JobRecord:
         """One node's record now, judged as `state` judges it; writes nothing."""

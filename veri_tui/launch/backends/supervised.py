@@ -28,8 +28,14 @@ from typing import TYPE_CHECKING, cast
 
 from veri_tui.errors import NotFoundError, VeriError
 from veri_tui.jobfolder.contract.layout import LOG, SUPERVISOR_PID
-from veri_tui.jobfolder.contract.record import JobRecord, format_problem
-from veri_tui.jobfolder.contract.status import outcome_recorded
+from veri_tui.jobfolder.contract.record import (
+    JobRecord,
+    JobSpec,
+    ResumeChoice,
+    format_problem,
+    scheduler_of,
+)
+from veri_tui.jobfolder.contract.status import has_ended, outcome_recorded
 from veri_tui.launch.backends.ref import JobRef, NodeRef, SubmitError
 from veri_tui.launch.hostpool import all_or_raise, in_parallel
 
@@ -39,6 +45,8 @@ if TYPE_CHECKING:
     from veri_tui.launch.target import JobTarget, Node
     from veri_tui.plan import JobConfig
 
+#: `python -m veri_tui.jobfolder resume`'s exit status for a refusal (one `error:` line).
+REFUSED = 3
 #: The most of the log one read returns (a follow reads on from where it stopped).
 MAX_LOG_READ = 64 * 2**20
 
@@ -95,6 +103,49 @@ class SupervisedBackend:
             raise SubmitError(ref, broken[0])
         return ref
 
+    def prepare(self, job: JobTarget, node: Node, spec: JobSpec | None,
+                choice: ResumeChoice | None = None) -> JobRecord:  # fmt: skip
+        """The node's job made `pending` for its next attempt (`python -m veri_tui.jobfolder
+        resume` on its host), starting nothing; VeriError with its refusal."""
+        from veri_tui.launch.host import jobfolder_argv  # an operation's: not in every parser
+
+        more = ["--choice", json.dumps(choice)] if choice else []
+        argv = jobfolder_argv(node.host, node.job_dir, "resume", node.job_file, *more)
+        res = node.host.machine.run(argv, timeout=60, stdin=json.dumps(spec).encode())
+        if res.exit_status != 0:
+            text = res.text.strip().splitlines()[-1] if res.text.strip() else ""
+            key, _, message = text.removeprefix("error: ").partition(": ")
+            if res.exit_status == REFUSED and message:
+                raise VeriError(message, key=key)
+            raise VeriError(f"resume on {node.host.where} failed: {res.error_line()}",
+                            key="job")  # fmt: skip
+        return cast(JobRecord, json.loads(res.text))
+
+    def resume(self, job: JobTarget, spec: JobSpec | None) -> tuple[JobRecord, JobRef]:
+        """A new attempt of the ended one-node job in its folder, from the newest verified
+        checkpoint (its supervisor chooses it); ``spec`` replaces its spec (a re-plan). The
+        record prepared, and the handle it was submitted under."""
+        record = self.prepare(job, job.nodes[0], spec)
+        return record, self.submit(job.job_id, [n.host for n in job.nodes],
+                                   [n.job_dir for n in job.nodes])  # fmt: skip
+
+    def keep_outcome(self, job: JobTarget, record: JobRecord) -> None:
+        """A batch job that ended unrecorded: the outcome its scheduler's state means (the
+        judge's view carries the scheduler's `state`), recorded by `python -m
+        veri_tui.jobfolder close` on its host, under the job lock (a no-op once one is
+        there); a lost verdict is a reader's, never written."""
+        state = (scheduler_of(record) or {}).get("state")
+        if len(job.nodes) > 1 or not has_ended(record) or state is None or record.get("lost"):
+            return
+        from veri_tui.launch.host import jobfolder_argv  # an operation's: not in every parser
+
+        node = job.nodes[0]
+        error = record.get("error")
+        more = ["--error", json.dumps(error)] if error else []
+        argv = jobfolder_argv(node.host, node.job_dir, "close", node.job_file,
+                              "--status", str(record.get("status")), *more)  # fmt: skip
+        node.host.machine.run(argv, timeout=60)
+
     def node_state(self, job: JobTarget, node: Node) -> JobRecord:
         """One node's job.json, judged on its host; NotFoundError when it is gone."""
 
@@ -142,7 +193,9 @@ class SupervisedBackend:
         return record
 
     def cancel(self, job: JobTarget, grace: float) -> None:
-        job.stop_watcher()  # a multi-node job's retries end first
+        from veri_tui.launch.watching import stop_watcher  # an operation's: not in every parser
+
+        stop_watcher(job)  # a multi-node job's retries end first
 
         def one(node: Node) -> None:
             if not outcome_recorded(self.node_state(job, node)):
@@ -172,9 +225,10 @@ class SupervisedBackend:
         node = job.nodes[0]
         self.state(job)  # unknown id -> VeriError, at once
         log = posixpath.join(node.job_dir, LOG)
+        from veri_tui.launch.retries import settled  # an operation's: not in every parser
 
         def ended() -> bool:
-            return job.settled(self.state(job))
+            return settled(job, self.state(job))
 
         def lines() -> Iterator[LogLine]:
             nonlocal offset

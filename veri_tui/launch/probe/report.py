@@ -30,11 +30,6 @@ def hosts_key(names: list[str]) -> str:
     return "hosts:" + ",".join(names)
 
 
-def slurm_key(partition: str) -> str:
-    """The cache key of a Slurm partition's nodes."""
-    return f"slurm:{partition}"
-
-
 @dataclass
 class ProbeReport:
     """One probe of N nodes."""
@@ -123,13 +118,12 @@ def with_network(job: Any, gbps: float | None, note: str) -> Any:
     return job.model_copy(update={"hyperparameters": measured})
 
 
-def with_cached_network(job: Any, facts_spec: dict[str, Any] | None = None) -> Any:
+def with_cached_network(job: Any, probed_as: tuple[str, int] | None = None) -> Any:
     """``job`` (a multi-node one) with the network its nodes' cached probe measured, when
-    there is one: its hosts' (in node order), or the Slurm partition's that node 0's facts
-    name (``facts_spec``: `HostFacts.spec`, a Slurm job's layout)."""
-    slurm = (facts_spec or {}).get("slurm")
-    if slurm:
-        nodes, key = int((facts_spec or {}).get("nnodes") or 1), slurm_key(slurm["partition"])
+    there is one: its hosts' (in node order), or the nodes node 0's host stands for
+    (``probed_as``: `HostFacts.probed_as`, a Slurm partition's key and node count)."""
+    if probed_as is not None:
+        key, nodes = probed_as
     else:
         nodes, key = job.nodes, hosts_key(list(job.hosts or []))
     if nodes < 2:

@@ -29,7 +29,8 @@ from veri_tui.jobfolder.probe.probe_verdict import (
 )
 from veri_tui.launch.local_host import local_code
 from veri_tui.launch.probe.fleet import PROBE_TIMEOUT_S, probe_env
-from veri_tui.launch.probe.report import ProbeReport, slurm_key
+from veri_tui.launch.probe.report import ProbeReport
+from veri_tui.launch.slurm.partition import probe_key
 
 
 def _default_partition() -> str:
@@ -90,6 +91,6 @@ def probe_allocation(partition: str | None, nodes: int | None, ranks_per_node: i
                         f"{done.returncode}): {' | '.join(tail)}", key="probe")  # fmt: skip
     labels = [names.get(str(k), f"node {k}") for k in range(nodes)]
     health = sorted(marked(done.stdout, HEALTH_MARK), key=lambda h: int(h.get("node") or 0))
-    report = ProbeReport(slurm_key(partition), labels, records[0], health)
+    report = ProbeReport(probe_key(partition), labels, records[0], health)
     report.exclude = "allocate without it: salloc/sbatch --exclude={name}"
     return report

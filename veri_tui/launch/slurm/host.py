@@ -26,7 +26,13 @@ from veri_tui.jobfolder.contract.record import JobRecord
 from veri_tui.launch.host import Host, HostFacts, Row, supervisor_argv, tracker_problems
 from veri_tui.launch.machine import Machine, Result
 from veri_tui.launch.slurm.options import SlurmOptions
-from veri_tui.launch.slurm.partition import Partition, layout, on_partition, read_partition
+from veri_tui.launch.slurm.partition import (
+    Partition,
+    layout,
+    on_partition,
+    probe_key,
+    read_partition,
+)
 from veri_tui.launch.slurm.script import batch_script
 
 if TYPE_CHECKING:
@@ -99,6 +105,7 @@ class SlurmHost:
             "gpus_per_node": per_node if part.gpus_per_node else 0,
         }
         facts.spec = {"slurm": chosen, "nnodes": nodes, "nproc_per_node": per_node}
+        facts.probed_as = (probe_key(part.name), nodes)  # the partition's cached probe
         facts.notes.append(f"slurm: {part.summary()}")
         ranks = f"{per_node} x {gpu}" if part.gpus_per_node else f"{per_node} CPU ranks (gloo)"
         facts.notes.append(f"slurm: {nodes} node(s) x {ranks}")

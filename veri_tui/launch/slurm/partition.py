@@ -215,3 +215,8 @@ def on_partition(rec: Any, part: Partition | None) -> Any:
         f"its memory is planned as for {gpu} and it has no GPU-hour price"
     )
     return rec._replace(header_lines=header, cost=cost, warnings=[*rec.warnings, warning])
+
+
+def probe_key(partition: str) -> str:
+    """The cache key of a partition's nodes' probe (probe/report.py: `slurm:<partition>`)."""
+    return f"slurm:{partition}"

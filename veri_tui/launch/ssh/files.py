@@ -89,10 +89,6 @@ def write_atomic(sftp: paramiko.SFTPClient, path: str, data: bytes, mode: int = 
         raise
 
 
-def write_json(sftp: paramiko.SFTPClient, path: str, data: dict[str, Any]) -> None:
-    write_atomic(sftp, path, (json.dumps(data, indent=2) + "\n").encode())
-
-
 def upload_file(sftp: paramiko.SFTPClient, local: Path, remote: str) -> None:
     """Stream a local file to `remote` through a temporary name."""
     tmp = posixpath.join(posixpath.dirname(remote), f".{posixpath.basename(remote)}.part")

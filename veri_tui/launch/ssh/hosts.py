@@ -49,11 +49,6 @@ class HostSpec:
     connect_timeout: float | None = None
     identities_only: bool = False
 
-    @property
-    def known_hosts_name(self) -> str:
-        """The name known_hosts files use: `host` on port 22, `[host]:port` otherwise."""
-        return self.hostname if self.port == 22 else f"[{self.hostname}]:{self.port}"
-
 
 def default_config_path() -> Path:
     """`$VERI_SSH_CONFIG` when set (tests point it at their own file), else ~/.ssh/config."""
