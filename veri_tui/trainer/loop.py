@@ -15,7 +15,7 @@ import torch
 from veri_tui.jobfolder.errors import ConfigError
 from veri_tui.jobfolder.progress import Progress
 from veri_tui.trainer import checkpoint
-from veri_tui.trainer.adamw import make_optimizer
+from veri_tui.trainer.adamw import StochasticAdamW, make_optimizer
 from veri_tui.trainer.artifact import save_artifact
 from veri_tui.trainer.canary import Canary
 from veri_tui.trainer.config import TrainConfig
@@ -102,6 +102,8 @@ def train(cfg: TrainConfig, ctx: RankContext, log: RankLog) -> None:
     opt = make_optimizer(
         params, cfg.learning_rate, cfg.weight_decay, cfg.seed, cfg.adam_beta2, cfg.adam_beta1
     )
+    if isinstance(opt, StochasticAdamW):
+        log.info(opt.describe())  # after offload_threads: the host kernel's thread count
     sched = scheduler(opt, cfg.warmup_steps, total, cfg.lr_scheduler)
     start = _resume(cfg, model, opt, sched, log) if cfg.resume or cfg.resume_from else 0
     meter = StateMeter(ctx, step=min(2, total), device=rt.device)
