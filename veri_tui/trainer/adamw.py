@@ -36,6 +36,7 @@ from collections.abc import Iterable
 from typing import Any
 
 import torch
+from torch._subclasses.fake_tensor import is_fake
 from torch.optim.adamw import adamw as torch_adamw
 from torch.utils._python_dispatch import _get_current_dispatch_mode
 
@@ -156,8 +157,10 @@ class StochasticAdamW(torch.optim.Optimizer):
         steps = [state["step"] for _, state, _ in items]
         torch._foreach_add_(steps, 1)
         counts = [int(s) for s in torch.stack(steps).tolist()]
-        device = local_region(items[0][0])[0].device
-        way = self.pick_way(device)
+        first = local_region(items[0][0])[0]
+        device, way = first.device, self.pick_way(first.device)
+        if way == "native" and is_fake(first):  # fake CUDA's offload (a trace): no memory
+            way = "eager"
         by_step: dict[int, list[Piece]] = {}
         for (p, state, index), step in zip(items, counts, strict=True):
             by_step.setdefault(step, []).extend(self._regions.pieces(p, state, index, device, way))

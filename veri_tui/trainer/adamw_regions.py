@@ -102,5 +102,11 @@ def _same(cached: tuple[Any, ...], weight: torch.Tensor, state: dict[str, Any]) 
     """Whether cached views still alias the parameter and its states (a checkpoint load
     replaces the states, and the parameter's storage may be swapped)."""
     w, m, v = cached[0], cached[1], cached[2]
-    same_w = w is weight or (w.data_ptr() == weight.data_ptr() and w.shape == weight.shape)
-    return same_w and m is state["exp_avg"] and v is state["exp_avg_sq"]
+    if m is not state["exp_avg"] or v is not state["exp_avg_sq"]:
+        return False
+    if w is weight:  # a DTensor's to_local() under no_grad, a plain parameter itself
+        return True
+    try:
+        return bool(w.data_ptr() == weight.data_ptr() and w.shape == weight.shape)
+    except RuntimeError:  # a fake tensor (a trace) has no address
+        return False
