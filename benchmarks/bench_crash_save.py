@@ -4,21 +4,20 @@
 
 Each kill trial launches the bundled tiny model on 2 CPU ranks through the real launcher
 (supervisor, torchrun), `max_steps` 5 with a checkpoint after every step. It waits for
-`checkpoints/step-N.tmp` to appear (N drawn from 1-4: a save has begun), sleeps a random
-time within the save and SIGKILLs one of rank 0, rank 1, torchrun or the supervisor (drawn).
-How long a save takes on this machine is measured first, by a run without a kill (each
-`step-N.tmp` timed from its appearance to its rename): the sleep is drawn from 0 to that
-median, so the kills land inside saves whatever the machine's speed (`--max-delay-ms` fixes
-it instead). Once the
-attempt is over (a killed supervisor's ranks are ended as `resume` would end them), it checks
-that every visible `step-N` is complete (COMPLETE, `.metadata`, every file's size and sha256
-as its manifest says, hashed here independently of veri_tui/jobfolder/ckptindex.py), notes the
-newest such step, runs `resume` and waits: the new attempt must start from exactly that step
-(`resumed_from_step` and the log's `resume: attempt 2 from step-N (verified)`), succeed, and
-leave each step once in metrics.jsonl. Cancel trials cancel during a save (a `step-N.tmp` is
-there) and during the artifact write (its `.output.tmp-<pid>` is there) and check that no
-partial folder is left visible or aside. Draws come from `random.Random(seed)`; the seed is
-printed. Results go into docs/reliability.md (the table this prints with --markdown).
+`checkpoints/step-N.tmp` to appear (N drawn from 1-4: a save has begun), sleeps a random time within
+the save and SIGKILLs one of rank 0, rank 1, torchrun or the supervisor (drawn). How long a save
+takes on this machine is measured first, by a run without a kill (each `step-N.tmp` timed from its
+appearance to its rename): the sleep is drawn from 0 to that median, so the kills land inside saves
+whatever the machine's speed (`--max-delay-ms` fixes it instead). Once the attempt is over (a killed
+supervisor's ranks are ended as `resume` would end them), it checks that every visible `step-N` is
+complete (COMPLETE, `.metadata`, every file's size and sha256 as its manifest says, hashed here
+independently of veri_tui/jobfolder/contract/ckptindex.py), notes the newest such step, runs
+`resume` and waits: the new attempt must start from exactly that step (`resumed_from_step` and the
+log's `resume: attempt 2 from step-N (verified)`), succeed, and leave each step once in
+metrics.jsonl. Cancel trials cancel during a save (a `step-N.tmp` is there) and during the artifact
+write (its `.output.tmp-<pid>` is there) and check that no partial folder is left visible or aside.
+Draws come from `random.Random(seed)`; the seed is printed. Results go into docs/reliability.md (the
+table this prints with --markdown).
 """
 
 from __future__ import annotations
@@ -38,13 +37,13 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from veri_tui.jobfolder.layout import (  # noqa: E402
+from veri_tui.jobfolder.contract.layout import (  # noqa: E402
     SUPERVISOR_PID,
     TORCHRUN_PID,
     veri_home,  # noqa: E402
 )
-from veri_tui.jobfolder.procs import end_processes, read_pid  # noqa: E402
-from veri_tui.jobfolder.status import has_ended  # noqa: E402
+from veri_tui.jobfolder.contract.procs import end_processes, read_pid  # noqa: E402
+from veri_tui.jobfolder.contract.status import has_ended  # noqa: E402
 from veri_tui.launch import jobs  # noqa: E402
 from veri_tui.plan import load_job_config  # noqa: E402
 

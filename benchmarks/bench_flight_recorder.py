@@ -2,13 +2,13 @@
 
     python benchmarks/bench_flight_recorder.py [--ops 2000] [--entries 2000]
 
-Runs torchrun with 2 CPU processes (gloo) twice, once with `TORCH_FR_BUFFER_SIZE=<entries>`
-(what the supervisor sets, veri_tui/jobfolder/forensics.py) and once with the recorder off; each
+Runs torchrun with 2 CPU processes (gloo) twice, once with `TORCH_FR_BUFFER_SIZE=<entries>` (what
+the supervisor sets, veri_tui/jobfolder/failures/forensics.py) and once with the recorder off; each
 rank times `--ops` all-reduces of a 2-element tensor (the trainer's token count: the collective
-where the recorder's fixed cost shows most) and, with the recorder on, one dump answer as the
-rank's thread writes it (veri_tui/trainer/forensics.py `answer`, a full ring of entries). Rank 0
-prints microseconds per all-reduce for both and the answer's time and size. Results go into
-docs/jobs.md (Hang forensics) by hand.
+where the recorder's fixed cost shows most) and, with the recorder on, one dump answer as the rank's
+thread writes it (veri_tui/trainer/forensics.py `answer`, a full ring of entries). Rank 0 prints
+microseconds per all-reduce for both and the answer's time and size. Results go into docs/jobs.md
+(Hang forensics) by hand.
 """
 
 from __future__ import annotations

@@ -28,7 +28,7 @@ import torch.nn.functional as F
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from veri_tui.jobfolder.progress import Progress  # noqa: E402
+from veri_tui.jobfolder.supervise.progress import Progress  # noqa: E402
 from veri_tui.trainer import data  # noqa: E402
 from veri_tui.trainer.config import TrainConfig  # noqa: E402
 from veri_tui.trainer.measure import StateMeter  # noqa: E402

@@ -15,6 +15,7 @@ git-ignored, so it travels with the tree to a lent GPU machine. The run half
 on, runs that GPU's plan, and leaves four files in $OUT (gpu_check_out.py). It exits 0 when
 every run it could judge passed (QLoRA without bitsandbytes is reported, not failed).
 CPU mode: --prepare DIR --device cpu --shapes tiny --gpu L4-24GB (2 CPU ranks, gloo).
+--rehearse: every run of the prepared check here, on fake CUDA (gpu_check_rehearse.py).
 """
 
 from __future__ import annotations
@@ -133,9 +134,21 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--work", type=Path, default=None,
                    help="models, data, jobs (default: a temp dir)")  # fmt: skip
-    p.add_argument("--budget-s", type=float, default=430.0, help="the whole run, builds included")
+    p.add_argument(
+        "--budget-s",
+        type=float,
+        default=None,
+        help="the whole run, builds included (default 430; 550 rehearsing)",
+    )
     p.add_argument("--floor-s", type=float, default=30.0, help="time kept for each later run")
     p.add_argument("--cap-s", type=float, default=150.0, help="the most one run may take")
+    p.add_argument(
+        "--rehearse",
+        action="store_true",
+        help="run every run here on fake CUDA (gpu_check_rehearse.py), same $OUT",
+    )
+    p.add_argument("--rehearse-gpu", default="H100", choices=("H100", "H200"),
+                   help="the GPU a rehearsal plays")  # fmt: skip
     p.add_argument("--build-model", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--build-device", default="cuda", help=argparse.SUPPRESS)
     return p
@@ -159,8 +172,13 @@ def main(argv: list[str] | None = None) -> int:
     # The outer `timeout` sends SIGTERM: unwind so the running job is stopped, not orphaned.
     previous = signal.signal(signal.SIGTERM, lambda *_: sys.exit(124))
     work = args.work or Path(tempfile.mkdtemp(prefix="gpu-check-"))
+    dev, budget = None, args.budget_s or (550.0 if args.rehearse else 430.0)
+    if args.rehearse:  # here only: the fake-CUDA harness and the test support it needs
+        from gpu_check_rehearse import FakeDevice
+
+        dev = FakeDevice(args.rehearse_gpu)
     try:
-        return run_all(args.dir, args.out, work, args.budget_s, args.floor_s, args.cap_s)
+        return run_all(args.dir, args.out, work, budget, args.floor_s, args.cap_s, dev)
     finally:
         signal.signal(signal.SIGTERM, previous)
         if args.work is None:

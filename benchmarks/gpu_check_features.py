@@ -39,8 +39,8 @@ FEATURES = (
     Feature("stage3-1rank", ("bf16", "zero_stage 3 (FSDP2, one rank)", "full checkpointing"),
             layout={"zero_stage": 3}),
     Feature("cpu-offload", ("cpu_offload",), layout={"zero_stage": 3, "cpu_offload": True}),
-    # A first attempt saves step 3 and fails at step 5 (an injected error); the supervisor's
-    # resume (veri_tui.jobfolder.attempts.prepare_resume) runs attempt 2 from the verified step-3.
+    # A first attempt saves step 3 and fails at step 5 (an injected error); the supervisor's resume
+    # (veri_tui.jobfolder.contract.attempts.prepare_resume) runs attempt 2 from the verified step-3.
     Feature("lora-dpo-selective-resume",
             ("lora", "dpo", "selective checkpointing", "checkpoint save", "checkpoint resume"),
             method="dpo",

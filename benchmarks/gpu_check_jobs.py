@@ -1,9 +1,9 @@
 """The GPU check's jobs: each run through the project's own supervisor, with a deadline.
 
-A run that overruns is cancelled the supervisor's way (SIGTERM: it ends torchrun and every
-rank), then anything of the job still alive is found by its command line in /proc and
-killed. A run with a `fault` fails its first attempt on it and is resumed the supervisor's
-way (veri_tui.jobfolder.attempts.prepare_resume). Stdlib only apart from the trainer it starts.
+A run that overruns is cancelled the supervisor's way (SIGTERM: it ends torchrun and every rank),
+then anything of the job still alive is found by its command line in /proc and killed. A run with a
+`fault` fails its first attempt on it and is resumed the supervisor's way
+(veri_tui.jobfolder.contract.attempts.prepare_resume). Stdlib only apart from the trainer it starts.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ SITE_ENV: dict[str, str] = {}  # the jobs' PYTHONPATH once carried wheels are un
 
 def stop_job(proc: subprocess.Popen, job: Path) -> list[int]:
     """End the supervisor, torchrun and every rank of `job`; returns pids still alive."""
-    from veri_tui.jobfolder.procs import GRACE_S, end_processes, job_processes
+    from veri_tui.jobfolder.contract.procs import GRACE_S, end_processes, job_processes
 
     if proc.poll() is None:
         proc.send_signal(signal.SIGTERM)  # the supervisor's cancel: every rank, then SIGKILL
@@ -79,15 +79,15 @@ def run_job(job: Path, timeout: float, env_extra: dict[str, str] | None = None) 
 
 def run_feature(job: Path, expected: dict[str, Any], timeout: float) -> dict[str, Any]:
     """A run; with a `fault`, a first attempt that fails on it, then the supervisor's resume
-    (veri_tui.jobfolder.attempts.prepare_resume: a new attempt from the newest verified checkpoint)
-    in the time left."""
+    (veri_tui.jobfolder.contract.attempts.prepare_resume: a new attempt from the newest verified
+    checkpoint) in the time left."""
     t0 = time.monotonic()
     if not expected.get("fault"):
         return run_job(job, timeout, SITE_ENV)
     first = run_job(job, timeout, {**SITE_ENV, "VERI_FAULT": expected["fault"]})
     if first["status"] != "failed":
         return {**first, "status": f"first attempt {first['status']}, not failed as injected"}
-    from veri_tui.jobfolder.attempts import prepare_resume
+    from veri_tui.jobfolder.contract.attempts import prepare_resume
 
     prepare_resume(job)
     second = run_job(job, max(timeout - (time.monotonic() - t0), 1.0), SITE_ENV)

@@ -181,7 +181,7 @@ def prepare(
     # The header-only checkpoint writer is test support (tests/support/synthetic.py).
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
     from gpu_check_wheels import slim
-    from support.synthetic import write_checkpoint
+    from support.synthetic import moe_tensors, write_checkpoint
 
     chosen = [f for f in FEATURES if f.name in (features or [])]
     unknown = sorted(set(features or []) - {f.name for f in FEATURES})
@@ -201,7 +201,12 @@ def prepare(
     plans: dict[str, Any] = {}
     try:
         for shape in all_shapes:
-            write_checkpoint(tmp / shape, SHAPES[shape])  # header-only: kilobytes on disk
+            config = SHAPES[shape]  # header-only: kilobytes on disk; a MoE's experts its own
+            write_checkpoint(
+                tmp / shape,
+                config,
+                tensors=moe_tensors(config) if config.get("num_experts") else None,
+            )
             (new / "models" / shape).mkdir(parents=True)
             shutil.copy(tmp / shape / "config.json", new / "models" / shape / "config.json")
         for gpu in gpus:

@@ -2,8 +2,9 @@
 
 In order: nvidia-smi into the log; the device asked for its name (a child process: this one
 never touches CUDA) and the prepared plan of that GPU chosen (gpu_check_device.py);
-random-weight models built from the configs (a child process each); the datasets written,
-the carried wheels unpacked; then every job of that plan through the project's own
+random-weight models built from the configs (a child process each); the attention kernels
+the GPU picks for them probed (gpu_check_kernels.py); the datasets written, the carried
+wheels unpacked; then every job of that plan through the project's own
 supervisor (gpu_check_jobs.py). Each run's timeout comes out of what is left of the budget,
 keeping a floor for the runs after it (`run_timeout`). After every run $OUT is rewritten
 (gpu_check_out.py: gpu_check.json, gpu_check.md, the log and one archive of every run's
@@ -27,10 +28,12 @@ from typing import Any
 from gpu_check_device import choose, detect
 from gpu_check_files import bring_back, build_datasets, unpack_wheels
 from gpu_check_jobs import REPO, SITE_ENV, missing, run_feature
+from gpu_check_kernels import kernel_of, probe, specs
 from gpu_check_out import RESULTS, TABLE, Log, pack, problems, write_atomic
 from gpu_check_report import judge, render, summarize
 
 STOP_RESERVE_S = 20.0  # cancelling a run: the supervisor's 5 s grace, a SIGKILL, a /proc scan
+KERNELS_CAP_S = 90.0  # the attention-kernel probe: a model load and one step per shape
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja")
 SCRIPT = Path(__file__).resolve().parent / "gpu_check.py"
 
@@ -74,6 +77,14 @@ class Device:
         cmd = [sys.executable, str(SCRIPT), str(folder), "--build-model", "--build-device",
                device]  # fmt: skip
         return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+
+    def kernels(self, specs: list[dict[str, Any]], timeout: float, device: str) -> dict:
+        """The attention kernels the device picks for each model (gpu_check_kernels.py)."""
+        return probe(specs, timeout, device)
+
+    def missing(self, expected: dict[str, Any]) -> str | None:
+        """Why this run cannot be judged here ("not judged: ..."), or None."""
+        return missing(expected)
 
     def run(self, job: Path, expected: dict[str, Any], timeout: float) -> dict[str, Any]:
         return run_feature(job, expected, timeout)
@@ -144,6 +155,14 @@ def run_all(
                             for s in plan["shapes"]}}  # fmt: skip
     else:
         built = build_models(prep, work, plan, deadline, dev, log)
+    if found.get("name") is not None:  # (the CPU mode probes its CPU: the same code)
+        shapes = [x for x in specs(plan, work) if x["shape"] not in built["failed"]]
+        left = deadline - time.monotonic() - STOP_RESERVE_S - floor_s * len(plan["runs"])
+        kind = "cpu" if plan["device"] == "cpu" else "cuda"
+        head["kernels"] = dev.kernels(shapes, max(min(KERNELS_CAP_S, left), 10.0), kind)
+        log.say("attention kernels: " + "; ".join(
+            f"{k}: {kernel_of(v) if isinstance(v, dict) else v}"
+            for k, v in head["kernels"].items()))  # fmt: skip
     build_datasets(work, plan["runs"])
     site = unpack_wheels(prep, work)
     if site is not None:  # the jobs import the carried wheels (bitsandbytes) from here
@@ -153,7 +172,7 @@ def run_all(
         name = expected["name"]
         remaining = deadline - time.monotonic() - STOP_RESERVE_S
         timeout = run_timeout(remaining, len(plan["runs"]) - i, floor_s, cap_s)
-        why_not = missing(expected)
+        why_not = dev.missing(expected)
         if expected["shape"] in built["failed"]:
             rows.append(summarize(expected, {"status": built["failed"][expected["shape"]]}))
         elif why_not:

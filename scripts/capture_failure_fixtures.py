@@ -2,9 +2,10 @@
 
 Each case runs one real 2-rank CPU job of the bundled tiny model through the real supervisor
 (`python -m veri_tui.jobfolder.supervise`, which runs torchrun), with a fault injected by VERI_FAULT
-(veri_tui/trainer/faults.py), then keeps what veri_tui/jobfolder/failures.py reads, byte for byte
-(pids and timestamps as they were): torchrun.log, elastic/**/error.json, failures/rank-*.json. Also
-`captured.json`: the case, the fault, torch's version and the supervisor's verdict then.
+(veri_tui/trainer/faults.py), then keeps what veri_tui/jobfolder/failures/failures.py reads, byte
+for byte (pids and timestamps as they were): torchrun.log, elastic/**/error.json,
+failures/rank-*.json. Also `captured.json`: the case, the fault, torch's version and the
+supervisor's verdict then.
 
     python scripts/capture_failure_fixtures.py            # every case
     python scripts/capture_failure_fixtures.py kill peer  # some
@@ -62,7 +63,7 @@ CASES: dict[str, tuple[str, str, dict[str, str], dict[str, Any]]] = {
         {},
     ),
     "config": (
-        "every rank rejects device 'tpu' (veri_tui.jobfolder.errors.ConfigError)",
+        "every rank rejects device 'tpu' (veri_tui.jobfolder.contract.errors.ConfigError)",
         "",
         {},
         {},

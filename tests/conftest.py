@@ -18,12 +18,16 @@ Under xdist the groups are handed out in collection order (`--no-loadscope-reord
 here), and collection puts the costliest groups first: a group's cost is its slow tests
 (torchrun, sshd, Slurm, a browser), counted, then its fast ones. Longest first keeps a long
 group from starting last, when the other worker has nothing left to do. Without xdist the
-marks are inert and the order is pytest's.
+marks are inert and the order is pytest's. The launch preflight's data check keeps its
+answers in one folder per worker for the session (VERI_DATACHECK_CACHE, pytest_configure).
 """
 
 from __future__ import annotations
 
+import os
+import shutil
 import sys
+import tempfile
 from collections import Counter
 from pathlib import Path
 
@@ -57,9 +61,16 @@ def _group(item: pytest.Item) -> str:
 
 def pytest_configure(config: pytest.Config) -> None:
     """Keep the collection's order when handing out groups (xdist >= 3.8 sorts them by test
-    count otherwise, and a count says little about a group's cost)."""
+    count otherwise, and a count says little about a group's cost). Every test's launches
+    share one kept answer of the data check per input (launch/datacheck.py: about 2 CPU-s a
+    launch, most tests launching the bundled model on the bundled sample), not one per test's
+    fresh VERI_HOME; a worker's own folder, gone with the session."""
     if hasattr(config.option, "loadscopereorder"):
         config.option.loadscopereorder = False
+    if "VERI_DATACHECK_CACHE" not in os.environ:
+        folder = tempfile.mkdtemp(prefix="veri-datacheck-")
+        os.environ["VERI_DATACHECK_CACHE"] = folder
+        config.add_cleanup(lambda: shutil.rmtree(folder, ignore_errors=True))
 
 
 # tryfirst: xdist's worker reads the marks in its own pytest_collection_modifyitems, and as a

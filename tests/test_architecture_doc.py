@@ -50,11 +50,27 @@ def test_the_doc_s_arrows_are_the_import_graph() -> None:
 def test_the_doc_s_layers_are_the_layers_contract() -> None:
     config = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
     contracts = config["tool"]["importlinter"]["contracts"]
-    (layers,) = [c["layers"] for c in contracts if c["type"] == "layers"]
+    (layers,) = [c["layers"] for c in contracts if c["type"] == "layers" and "containers" not in c]
     text = re.search(r"The layers, top to bottom .*?included\): (.*?)\. Within", DOC, re.S)
     assert text is not None
     named = [part.strip().strip("`") for part in re.sub(r"\s+", " ", text[1]).split(";")]
     assert named == layers
+
+
+def test_the_doc_s_rooms_are_the_job_folder_s_layers_contract() -> None:
+    """The rooms table of docs/architecture.md, top to bottom, names the rooms of the job
+    folder's layers contract in its order, and every sub-package of veri_tui/jobfolder."""
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    contracts = config["tool"]["importlinter"]["contracts"]
+    (layers,) = [c["layers"] for c in contracts if c.get("containers") == ["veri_tui.jobfolder"]]
+    section = DOC.split("its rooms\n")[1].split("\n## ")[0]
+    rows = [ln.split("|")[1] for ln in section.splitlines() if ln.startswith("| ")][1:]
+    named = [sorted(re.findall(r"`(\w+)(?:/|\.py)`", row)) for row in rows]
+    assert named == [sorted(p.strip() for p in layer.split("|")) for layer in layers]
+    rooms = {
+        p.name for p in (ROOT / "veri_tui" / "jobfolder").iterdir() if (p / "__init__.py").exists()
+    }
+    assert rooms == {r for row in named for r in row} - {"__main__"}
 
 
 def test_the_device_side_contracts_forbid_every_other_part_of_veri_tui() -> None:

@@ -51,8 +51,8 @@ def test_plan_command_loads_the_backend_registry_but_no_job_operation() -> None:
         "with contextlib.redirect_stdout(io.StringIO()):\n"
         "    assert main(['plan', '--gpu-count', '2']) == 0\n"
     )
-    ops = ("veri_tui.jobfolder.lost", "veri_tui.jobfolder.failures", "veri_tui.launch.gather",
-           "veri_tui.launch.host", "concurrent.futures")  # fmt: skip
+    ops = ("veri_tui.jobfolder.contract.lost", "veri_tui.jobfolder.failures.failures",
+           "veri_tui.launch.gather", "veri_tui.launch.host", "concurrent.futures")  # fmt: skip
     assert _loaded(code, (*ops, "veri_tui.launch.backends.direct")) == [
         "veri_tui.launch.backends.direct"
     ]
@@ -60,7 +60,7 @@ def test_plan_command_loads_the_backend_registry_but_no_job_operation() -> None:
 
 @pytest.mark.timeout(60)
 def test_a_jsonl_dataset_never_imports_datasets(tmp_path) -> None:
-    """JSON Lines are read by the standard library (veri_tui/jobfolder/dataload.py): `datasets`
+    """JSON Lines are read by the standard library (veri_tui/jobfolder/data/dataload.py): `datasets`
     (~1.4 s of imports) is loaded only for parquet, CSV and folders (issue 27)."""
     code = (
         "import contextlib, io, os\n"
@@ -99,8 +99,8 @@ def test_the_job_folder_package_is_standard_library_only() -> None:
         "import json, pkgutil, sys, importlib\n"
         "import veri_tui.jobfolder as jobfolder\n"
         "before = set(sys.modules)\n"
-        "for m in pkgutil.iter_modules(jobfolder.__path__):\n"
-        "    importlib.import_module('veri_tui.jobfolder.' + m.name)\n"
+        "for m in pkgutil.walk_packages(jobfolder.__path__, 'veri_tui.jobfolder.'):\n"
+        "    importlib.import_module(m.name)\n"
         "new = {m.split('.')[0] for m in set(sys.modules) - before}\n"
         "print(json.dumps(sorted(new - set(sys.stdlib_module_names) - {'veri_tui'})))\n"
     )

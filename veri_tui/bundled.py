@@ -25,6 +25,11 @@ def bundled_model() -> Path:
     return assets_dir() / "tiny-model"
 
 
+def bundled_moe() -> Path:
+    """The bundled tiny mixture of experts (Qwen3-MoE: 8 routed experts, 2 per token)."""
+    return assets_dir() / "tiny-moe"
+
+
 def bundled_dataset(name: str) -> Path:
     """A bundled dataset file by name, e.g. ``sft.jsonl``."""
     return assets_dir() / "data" / name

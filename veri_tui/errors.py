@@ -16,8 +16,8 @@ from typing import NamedTuple
 class Refusal(NamedTuple):
     """One refusal of the user's input: the key or file it concerns and what to do.
 
-    Printed as one `error: <key>: <message>` line. (Not the trainer's `ConfigError`, the
-    exception a rank raises with code CONFIG_ERROR: that one lives in veri_tui/jobfolder/errors.py.)
+    Printed as one `error: <key>: <message>` line. (Not the trainer's `ConfigError`, the exception a
+    rank raises with code CONFIG_ERROR: that one lives in veri_tui/jobfolder/contract/errors.py.)
 
     A NamedTuple rather than a dataclass: as cheap to define as a tuple, which every
     `veri-tui plan` start-up pays (benchmarks/bench_plan.py)."""

@@ -28,7 +28,7 @@ async def test_canary_button_runs_the_gate_and_the_job_goes_on(veri_home: Path) 
         await _type(pilot, "#knob-max_steps", "5")
         await pilot.press("ctrl+l")
         await _wait(pilot, lambda: isinstance(app.screen, LaunchScreen), 10, "launch screen")
-        await _wait(pilot, lambda: app.screen.ready, 60, "preflight to pass")
+        await _wait(pilot, lambda: app.screen.ready, 90, "preflight to pass")
         screen = app.screen
         assert not screen.query_one("#canary", Button).disabled
         await _type(pilot, "#canary-max_cost", "lots")

@@ -40,6 +40,13 @@ async def test_a_custom_gpu_is_planned_as_the_cli_plans_it(veri_home: Path, tmp_
         await type_into(pilot, "#knob-gpu_custom", "0")
         assert "custom memory must be 1-10000 GB" in str(screen.query_one("#err-gpu").render())
         assert _plan_line(screen).startswith("plan refused")
+        # No bigger than the 2 GiB reserve: refused, saying why (it was planned with a 0.0 GB
+        # budget, every way out "still over: 0.0 GB/GPU").
+        await type_into(pilot, "#knob-gpu_custom", "2")
+        assert str(screen.query_one("#err-gpu").render()).startswith(
+            "custom-2GB: 2 GB is all taken by the 2.15 GB (2 GiB) reserved per GPU"
+        )
+        assert _plan_line(screen).startswith("plan refused")
 
         await type_into(pilot, "#knob-gpu_custom", "80")
         await pilot.press("ctrl+s")

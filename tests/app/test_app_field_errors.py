@@ -20,6 +20,7 @@ from textual.widgets import Input, Select, Static
 from veri_tui.app import create_app
 from veri_tui.app.widgets.knob_fields import FIELDS
 from veri_tui.app.widgets.knob_form import KnobForm
+from veri_tui.app.widgets.memory_bar import MemoryBar
 
 # The dataset's problems are the dataset's (a missing file, a bad row): the cost line and
 # the launch preflight say them, not a parse error beside the field.
@@ -88,12 +89,20 @@ async def test_the_first_reported_cases(veri_home: Path) -> None:
         await editor_ready(pilot)
         screen = app.screen
         for key, text, expected in (
-            ("gpu_count", "-1", "must be at least 1 (got -1)"),
-            ("micro_batch_size", "8x", "valid integer"),
+            ("gpu_count", "-1", "gpu_count must be at least 1 (got -1)"),
+            # In plain words naming the field, not pydantic's "Input should be a valid
+            # integer, unable to parse string as an integer".
+            ("micro_batch_size", "8x", "micro_batch_size must be a whole number (got '8x')"),
+            ("max_steps", "0", "max_steps must be at least 1 (got '0')"),  # as typed
+            ("eval_fraction", "2", "eval_fraction must be at most 0.9 (got '2')"),
+            ("lora_rank", "1.5", "lora_rank must be a whole number (got '1.5')"),
         ):
             await type_into(pilot, f"#knob-{key}", text)
             err = screen.query_one(f"#err-{key}")
             assert expected in str(err.render())
+            # No plan is coming until the field is fixed: the bar says so (it said "waiting").
+            bar = str(screen.query_one(MemoryBar).render())
+            assert bar == "memory: none while the plan is refused (fix the marked fields)"
             assert 1 <= err.region.height <= 5
             assert _next_row(screen, key).region.y == err.region.bottom
             await type_into(pilot, f"#knob-{key}", "")

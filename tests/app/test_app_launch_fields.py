@@ -31,7 +31,7 @@ async def test_the_launch_screen_shows_the_editors_dataset(veri_home: Path, tmp_
         assert screen.query_one("#dataset", Input).value == str(data)
         assert screen.job_fields()["dataset"] == str(data)
         shown = lambda: str(screen.query_one("#preflight", Static).render())  # noqa: E731
-        await pilot_wait(pilot, lambda: screen.ready, 30, "the preflight to pass")
+        await pilot_wait(pilot, lambda: screen.ready, 90, "the preflight to pass")
         row = next(line for line in shown().splitlines() if " dataset:" in line)
         assert row.startswith("ok ") and "mine.jsonl" in row, row
 
@@ -41,6 +41,6 @@ async def test_the_launch_screen_shows_the_editors_dataset(veri_home: Path, tmp_
         assert "dataset" not in screen.job_fields()
         screen.query_one("#dataset", Input).focus()
         await pilot.press("enter")
-        await pilot_wait(pilot, lambda: screen.ready, 30, "the preflight to pass again")
+        await pilot_wait(pilot, lambda: screen.ready, 90, "the preflight to pass again")
         row = next(line for line in shown().splitlines() if " dataset:" in line)
         assert row.startswith("ok ") and "mine.jsonl" not in row, row

@@ -66,7 +66,7 @@ async def test_two_hosts_show_both_nodes_rows_and_the_layout(
     for k, alias in enumerate((sshd.alias, sshd2.alias)):
         assert any(r.startswith(f"ok   node {k} ({alias}): python ") for r in rows), text
         assert any(r.startswith(f"ok   node {k} ({alias}): gpus: 0 CUDA") for r in rows), text
-    assert f"ok   nodes: 2 x 1 GPUs ({sshd.alias}, {sshd2.alias})" in rows, text
+    assert f"ok   nodes: 2 x 1 GPU ({sshd.alias}, {sshd2.alias})" in rows, text
     assert any(r.startswith("ok   rendezvous: 127.0.0.1:") for r in rows), text
     assert any(r.startswith("ok   storage: one shared filesystem") for r in rows), text  # one box
     assert "FAIL" not in text

@@ -51,13 +51,17 @@ async def test_typed_path_is_planned(veri_home: Path, tmp_path: Path) -> None:
 async def test_arrows_move_the_list_and_enter_takes_it(veri_home: Path, tmp_path: Path) -> None:
     recent = write_big_model(tmp_path / "recent-model", layers=1, hidden=64)
     app = create_app()
-    app.remember_model(str(recent))  # the list is [bundled, recent-model]
+    app.remember_model(str(recent))  # the list: the two bundled models, recent-model
     async with app.run_test(size=(100, 30)) as pilot:
         picker = await _open_picker(pilot)
         olist = picker.query_one(OptionList)
+        shown = [str(olist.get_option_at_index(i).prompt) for i in range(olist.option_count)]
+        # The bundled mixture of experts beside the bundled tiny model (it was not listed).
+        assert shown == ["bundled  tiny-model", "bundled  tiny-moe (mixture of experts)",
+                         f"recent   {recent}"]  # fmt: skip
         assert olist.highlighted == 0
-        await pilot.press("down")
-        assert olist.highlighted == 1
+        await pilot.press("down", "down")
+        assert olist.highlighted == 2
         assert picker.focused is picker.query_one("#model-input", Input)
         await pilot.press("enter")  # nothing typed: the highlighted model
         editor = await _plan_ready(pilot)

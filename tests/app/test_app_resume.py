@@ -18,7 +18,7 @@ from textual.widgets import DataTable
 from veri_tui.app import create_app
 from veri_tui.app.screens.jobs import JobsScreen
 from veri_tui.app.screens.monitor import MonitorScreen
-from veri_tui.jobfolder.atomic import write_json_atomic
+from veri_tui.jobfolder.contract.atomic import write_json_atomic
 from veri_tui.launch.spec import build_record
 from veri_tui.plan import load_job_config, plan_job
 

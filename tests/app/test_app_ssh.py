@@ -27,7 +27,7 @@ from veri_tui.app import create_app
 from veri_tui.app.screens.host_key import HostKeyScreen
 from veri_tui.app.screens.launch import LaunchScreen
 from veri_tui.app.screens.monitor import MonitorScreen
-from veri_tui.jobfolder.status import has_ended
+from veri_tui.jobfolder.contract.status import has_ended
 from veri_tui.launch import jobs, registry
 from veri_tui.launch.jobdata import BUNDLED_DATASETS
 from veri_tui.launch.registry import RegistryEntry
@@ -89,7 +89,7 @@ async def test_unknown_host_key_dialog_then_trusted_preflight(
         await _wait(pilot, lambda: expected in shown(), 10, "the dialog's fingerprint")
         assert dialog.host in shown()
         await pilot.press("y")
-        await _wait(pilot, lambda: launch.ready, 60, "preflight to pass after trust")
+        await _wait(pilot, lambda: launch.ready, 90, "preflight to pass after trust")
         rows = str(launch.query_one("#preflight", Static).render())
         assert "host gpu-test: python" in rows
         assert host_pub in known_hosts.read_text()
@@ -132,7 +132,7 @@ async def test_a_model_only_the_host_has_is_planned_and_launched_there(
             target = launch.query_one("#target", Select)
             await _wait(pilot, lambda: len(target._options) > 1, 10, "hosts from the ssh config")
             target.value = sshd.alias
-            await _wait(pilot, lambda: launch.ready, 60, "the host's preflight to pass")
+            await _wait(pilot, lambda: launch.ready, 90, "the host's preflight to pass")
             rows = str(panel.render())
             assert rows.startswith("ok   plan: dp=1 ")
             assert f"model: {remote_home / name / 'model'}: {count} params" in rows
@@ -186,7 +186,7 @@ async def test_the_monitor_holds_one_ssh_connection_for_its_life(
     folder = write_job(tmp_path / "remote-veri", job_id, status="running", steps=1)
     (folder / "supervisor.pid").write_text(str(os.getpid()))
     record = json.loads((folder / "job.json").read_text())
-    registry.save(RegistryEntry(job_id, sshd.alias, str(folder), os.getpid(), sys.executable,
+    registry.save(RegistryEntry(job_id, sshd.alias, str(folder), str(os.getpid()), sys.executable,
                                 record))  # fmt: skip
     seen: set[int] = set()
     sampling = threading.Event()

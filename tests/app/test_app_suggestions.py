@@ -44,11 +44,12 @@ async def test_ctrl_y_applies_a_way_out_that_fits(veri_home: Path, tmp_path: Pat
         assert screen.query_one("#knob-lora_rank").value == "16"
         assert screen.query_one("#knob-load_in_4bit").value is True
 
-        # A GPU on which nothing fits, at any count: the title says so plainly.
+        # A GPU on which nothing fits, at any count: the title says so plainly. (2.15 GB
+        # leaves a budget of 1.8 MB after the 2 GiB reserve; 2 GB is refused outright.)
         await type_into(pilot, "#knob-lora_rank", "")
         screen.query_one("#knob-load_in_4bit").value = False
         screen.query_one("#knob-gpu", Select).value = "custom"
-        await type_into(pilot, "#knob-gpu_custom", "2")
+        await type_into(pilot, "#knob-gpu_custom", "2.15")
         record = screen.record
         assert record is not None and not any(s.fits for s in record.suggestions)
         assert _suggestions(screen).splitlines()[0] == (

@@ -30,9 +30,9 @@ import pytest
 from launch.launch_helpers import wait_for
 from support.backends import Backend
 
-from veri_tui.jobfolder.procs import GRACE_S, job_processes, pid_alive, read_pid
-from veri_tui.jobfolder.record import JobRecord
-from veri_tui.jobfolder.status import has_ended
+from veri_tui.jobfolder.contract.procs import GRACE_S, job_processes, pid_alive, read_pid
+from veri_tui.jobfolder.contract.record import JobRecord
+from veri_tui.jobfolder.contract.status import has_ended
 from veri_tui.launch import backends, jobs
 from veri_tui.launch.backends.ref import JobRef
 from veri_tui.plan import load_job_config
@@ -129,7 +129,7 @@ def failed(backend: Backend) -> Iterator[Failed]:
 
 def test_submit_returns_a_typed_handle(backend: Backend, failed: Failed) -> None:
     ref = failed.ref
-    expected = backends.backend_for(backend.where)
+    expected = backends.destination(backend.where).backend
     assert (ref.backend, ref.job_id) == (expected.name, failed.job_id), ref
     assert ref.kind in expected.kinds, ref
     assert len(ref.nodes) == (2 if backend.name == "two-host" else 1), ref

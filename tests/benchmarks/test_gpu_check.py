@@ -196,6 +196,9 @@ def test_preparation_covers_every_feature(tmp_path: Path) -> None:
     assert spec("fp32-nogc")["resolved_parallelism"]["precision"] == "fp32"
     assert json.loads((tmp_path / "prep/models/qwen3-moe/config.json").read_text())[
         "num_experts"] == 16  # fmt: skip
+    # Planned with its experts and router (what from_config builds on meta: 457,797,632),
+    # not as a dense model of the same widths (344,351,744: the header once written so).
+    assert by["moe"]["parameter_count"] == 457_797_632
     assert spec("qlora")["hyperparameters"]["load_in_4bit"] is True
     assert by["qlora"]["needs"] == "bitsandbytes"
     # Every run's expected peak includes the optimizer step where it is the larger moment.

@@ -66,6 +66,14 @@ def test_cpu_mode_trains_and_compares_with_the_plan(cpu_check: dict) -> None:
     (row,) = result["runs"]
     assert (result["device"], result["planned_for"]) == ("cpu", "L4-24GB")
     assert result["verdict"]["line"] == "gpu_check: 1 passed, 0 not judged, 0 failed: exit 0"
+    # The attention-kernel probe (gpu_check_kernels.py) ran the tiny model's step: on CPU,
+    # SDPA's own flash kernel, forward and backward.
+    ops = result["kernels"]["tiny"]
+    assert {
+        "aten::_scaled_dot_product_flash_attention_for_cpu",
+        "aten::_scaled_dot_product_flash_attention_for_cpu_backward",
+    } <= set(ops), ops
+    assert "attention kernels: tiny: flash" in (root / "out" / "gpu_check.log").read_text()
     # $OUT as a lent GPU machine gives it back: four files, every run's logs in one archive.
     assert sorted(p.name for p in (root / "out").iterdir()) == [
         "gpu_check.json",

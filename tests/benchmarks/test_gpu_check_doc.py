@@ -1,4 +1,4 @@
-"""docs/trainer.md's GPU-check tables are what `python benchmarks/gpu_check.py --prepare`
+"""docs/gpu-check.md's tables are what `python benchmarks/gpu_check.py --prepare`
 plans now, one per GPU a device machine may be: every prepared run is listed with the plan's
 allocated and device peaks, tokens/s and MFU (the figures a GPU run is set beside). A
 planner change that moves them must move the doc too (it had drifted once: the LoRA runs'
@@ -12,7 +12,7 @@ from pathlib import Path
 import gpu_check
 import gpu_check_report
 
-DOC = Path(gpu_check.__file__).resolve().parents[1] / "docs" / "trainer.md"
+DOC = Path(gpu_check.__file__).resolve().parents[1] / "docs" / "gpu-check.md"
 # The prepared table's columns the doc keeps (the measured ones are filled on a GPU).
 KEPT = ("alloc plan GB", "device plan GB", "tok/s/GPU plan", "MFU plan")
 

@@ -1,12 +1,12 @@
 """What runs on the GPU machine needs nothing that is not there or carried.
 
 The GPU image has torch, transformers (with its own requirements), peft and safetensors, and
-no veri-tui, pydantic, textual or paramiko (docs/trainer.md, GPU check). The check's own
+no veri-tui, pydantic, textual or paramiko (docs/gpu-check.md). The check's own
 process, its model builds, the supervisor and the ranks import the trainer, jobfolder and
-benchmarks/gpu_check{,_run,_device,_files,_jobs,_out,_report}.py from the carried tree.
-Every import statement in those (function bodies included) must name the standard library,
-the image's packages, the carried code, or an optional package imported inside a function
-whose absence the caller handles (bitsandbytes: a carried wheel, QLoRA only; pynvml: else
+benchmarks/gpu_check{,_run,_device,_files,_jobs,_kernels,_out,_report}.py from the carried
+tree. Every import statement in those (function bodies included) must name the standard
+library, the image's packages, the carried code, or an optional package imported inside a
+function whose absence the caller handles (bitsandbytes: a carried wheel, QLoRA only; pynvml: else
 nvidia-smi; datasets: only for a parquet, CSV, save_to_disk or Hub dataset, else one
 DataError line; the trackers: only when `report_to` names them, else one ConfigError line).
 `ABSENT` makes those four missing for real in a process (test_gpu_check_cpu.py's SIGTERM run
@@ -26,17 +26,21 @@ DEVICE_SIDE = [
     *sorted((REPO / "veri_tui" / "jobfolder").rglob("*.py")),
     *(REPO / "benchmarks" / f"{n}.py" for n in ("gpu_check", "gpu_check_run", "gpu_check_device",
                                                  "gpu_check_files", "gpu_check_jobs",
-                                                 "gpu_check_out", "gpu_check_report")),
+                                                 "gpu_check_kernels", "gpu_check_out",
+                                                 "gpu_check_report")),
 ]  # fmt: skip
 # transformers requires huggingface_hub and tokenizers: they come with it.
 IMAGE = {"torch", "transformers", "peft", "safetensors", "huggingface_hub", "tokenizers"}
 # veri_tui's own __init__ imports nothing; of its packages only these two are the device's.
 CARRIED = {"veri_tui.trainer", "veri_tui.jobfolder", "gpu_check_run", "gpu_check_device",
-           "gpu_check_files", "gpu_check_jobs", "gpu_check_out", "gpu_check_report"}  # fmt: skip
+           "gpu_check_files", "gpu_check_jobs", "gpu_check_kernels", "gpu_check_out",
+           "gpu_check_report"}  # fmt: skip
 OPTIONAL = {"bitsandbytes", "pynvml", "datasets", "trackio", "wandb", "mlflow"}
-# Imported by gpu_check.py only to prepare (where veri-tui is installed): never on the GPU box
-# once DIR holds plan.json (the run's path, which the SIGTERM test takes under ABSENT).
-PREPARE_ONLY = {"gpu_check_features", "gpu_check_prepare", "gpu_check_wheels"}
+# Imported by gpu_check.py only to prepare or rehearse (where veri-tui is installed): never on
+# the GPU box once DIR holds plan.json (the run's path, which the SIGTERM test takes under
+# ABSENT).
+PREPARE_ONLY = {"gpu_check_features", "gpu_check_prepare", "gpu_check_wheels",
+                "gpu_check_rehearse"}  # fmt: skip
 NOT_ON_THE_IMAGE = ("veri_tui.plan", "veri_tui.launch", "veri_tui.app", "pydantic", "textual",
                     "paramiko")  # fmt: skip
 
@@ -106,6 +110,6 @@ def test_the_absent_hook_hides_what_the_image_lacks(tmp_path: Path) -> None:
         "        print(m)\n"
     )
     env = {"PYTHONPATH": f"{tmp_path}:{REPO}", "PATH": "/usr/bin:/bin"}
-    args = [sys.executable, "-c", code, *NOT_ON_THE_IMAGE, "veri_tui.jobfolder.atomic"]
+    args = [sys.executable, "-c", code, *NOT_ON_THE_IMAGE, "veri_tui.jobfolder.contract.atomic"]
     out = subprocess.run(args, capture_output=True, text=True, env=env, check=True, timeout=60)
     assert out.stdout.split() == list(NOT_ON_THE_IMAGE)

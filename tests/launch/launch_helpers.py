@@ -10,9 +10,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from veri_tui.jobfolder.layout import JOB_FILE, SUPERVISOR_PID
-from veri_tui.jobfolder.procs import job_processes, pid_alive, read_pid
-from veri_tui.jobfolder.status import has_ended
+from veri_tui.jobfolder.contract.layout import JOB_FILE, SUPERVISOR_PID
+from veri_tui.jobfolder.contract.procs import job_processes, pid_alive, read_pid
+from veri_tui.jobfolder.contract.status import has_ended
 from veri_tui.launch import jobs
 
 

@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 from launch_helpers import cli, wait_for
 
-from veri_tui.jobfolder.procs import read_pid
-from veri_tui.jobfolder.record import read_job
-from veri_tui.jobfolder.status import has_ended
+from veri_tui.jobfolder.contract.procs import read_pid
+from veri_tui.jobfolder.contract.record import read_job
+from veri_tui.jobfolder.contract.status import has_ended
 
 STEPS = 60
 JOB = ["--gpu-count", "2", "--set", f"max_steps={STEPS}", "--set", "checkpoint_steps=10"]

@@ -15,10 +15,11 @@ import pytest
 
 from veri_tui.cli import main
 from veri_tui.errors import VeriError
-from veri_tui.jobfolder.procs import pid_alive
+from veri_tui.jobfolder.contract.procs import pid_alive
 from veri_tui.launch import backends
 from veri_tui.launch.backends.ref import JobRef, SubmitError
-from veri_tui.launch.local_host import LocalHost, reap
+from veri_tui.launch.local_host import LocalHost
+from veri_tui.launch.local_machine import reap
 
 ROOT = Path(__file__).resolve().parents[2]
 #: A choice between backends outside the registry: the issue's grep (`kind ==`,
@@ -70,9 +71,11 @@ def test_a_backend_table_that_is_not_a_table_is_one_line(capsys, tmp_path: Path)
 
 def test_destinations_and_kinds_find_their_backend() -> None:
     slurm = backends.where_from({"login": "local", "partition": "debug"}, {}, None)
-    assert backends.backend_for(slurm).name == "slurm"
-    assert [backends.backend_for(w).name for w in (None, "h", ["a", "b"])] == ["direct"] * 3
-    assert backends.host_names(None) == [None] and backends.host_names(["a", "b"]) == ["a", "b"]
+    assert backends.destination(slurm).backend.name == "slurm"
+    assert backends.destination(slurm).names == ["local"]
+    found = [backends.destination(w) for w in (None, "h", ["a", "b"])]
+    assert [d.backend.name for d in found] == ["direct"] * 3
+    assert [d.names for d in found] == [[], ["h"], ["a", "b"]]
     assert [backends.backend_of(k).name for k in ("local", "ssh", "slurm")] == [
         "direct", "direct", "slurm"]  # fmt: skip
     assert backends.backend_of("slurm").label("login") == "slurm:login"
@@ -115,25 +118,35 @@ def test_slurm_keys_are_spelled_once_as_slurm_options_fields() -> None:
 def test_a_submitted_jobs_handle_is_its_registry_entry(hosts: list[str], tmp_path: Path,
                                                        monkeypatch) -> None:  # fmt: skip
     """The typed handle a backend's submit returns is kept as registry entries always were
-    (node 0 at the top, `nodes` for several), and an entry read back is the same handle."""
+    (node 0 at the top, `nodes` for several), and an entry read back is the same handle; an
+    entry written before handles were strings (each node's `pid`, an int) reads as one."""
     import json
 
     from veri_tui.launch import registry
     from veri_tui.launch.backends.ref import NodeRef
 
     monkeypatch.setenv("VERI_HOME", str(tmp_path))
-    nodes = tuple(NodeRef(h, f"/j/{h}", 100 + k) for k, h in enumerate(hosts))
+    nodes = tuple(NodeRef(h, f"/j/{h}", str(100 + k)) for k, h in enumerate(hosts))
     ref = JobRef("direct", "ssh", "20260101-000000-abcd", nodes)
     registry.save(registry.entry_of(ref, "python3", {"job_id": ref.job_id}))
     saved = json.loads(registry.entry_path(ref.job_id).read_text())
-    assert set(saved) == {"job_id", "host", "job_dir", "pid", "python", "record", "nodes",
+    assert set(saved) == {"job_id", "host", "job_dir", "handle", "python", "record", "nodes",
                           "retry_refused", "watcher", "kind"}  # fmt: skip
-    assert (saved["host"], saved["job_dir"], saved["pid"]) == (hosts[0], f"/j/{hosts[0]}", 100)
-    many = [{"host": h, "job_dir": f"/j/{h}", "pid": 100 + k} for k, h in enumerate(hosts)]
+    assert (saved["host"], saved["job_dir"], saved["handle"]) == (hosts[0], f"/j/{hosts[0]}",
+                                                                  "100")  # fmt: skip
+    many = [{"host": h, "job_dir": f"/j/{h}", "handle": str(100 + k)} for k, h in enumerate(hosts)]
     assert saved["nodes"] == (many if len(hosts) > 1 else None)
     entry = registry.load(ref.job_id)
     assert entry is not None and entry.ref == ref
-    assert entry.ref.started([7] * len(hosts)).handles == [7] * len(hosts)
+    assert entry.ref.started(["7"] * len(hosts)).handles == ["7"] * len(hosts)
+    # As an earlier release wrote it: `pid` ints.
+    old = {k: v for k, v in saved.items() if k != "handle"} | {"pid": 100}
+    if old["nodes"]:
+        old["nodes"] = [{"host": h, "job_dir": f"/j/{h}", "pid": 100 + k}
+                        for k, h in enumerate(hosts)]  # fmt: skip
+    registry.entry_path(ref.job_id).write_text(json.dumps(old))
+    entry = registry.load(ref.job_id)
+    assert entry is not None and entry.ref == ref
 
 
 def _gone(pid: int) -> bool:
@@ -155,8 +168,8 @@ def test_submit_returns_every_nodes_handle(tmp_path: Path) -> None:
     assert isinstance(ref, JobRef) and (ref.backend, ref.kind, ref.job_id) == (
         "direct", "local", "j1")  # fmt: skip
     assert [n.job_dir for n in ref.nodes] == [str(d) for d in dirs]
-    assert all(isinstance(h, int) for h in ref.handles), ref
-    assert all(_gone(h) for h in ref.handles if h is not None)
+    assert all(isinstance(h, str) and h.isdigit() for h in ref.handles), ref
+    assert all(_gone(int(h)) for h in ref.handles if h is not None)
     assert all((d / "supervisor.log").is_file() for d in dirs)  # each one's output
 
 
@@ -169,4 +182,4 @@ def test_a_node_that_cannot_start_is_named_in_the_error(tmp_path: Path) -> None:
     ref = caught.value.ref
     assert ref.nodes[0].handle is not None and ref.nodes[1].handle is None, ref
     assert isinstance(caught.value.cause, FileNotFoundError), caught.value.cause
-    assert _gone(ref.nodes[0].handle)
+    assert _gone(int(ref.nodes[0].handle))

@@ -11,8 +11,14 @@ import pytest
 
 from veri_tui.commands.launch import canary_of, outcome_line
 from veri_tui.errors import VeriError
-from veri_tui.jobfolder.canary import CanaryWatch, judge, outcome_file, rank_file, read_decision
-from veri_tui.jobfolder.canarytable import canary_lines
+from veri_tui.jobfolder.canary.canary import (
+    CanaryWatch,
+    judge,
+    outcome_file,
+    rank_file,
+    read_decision,
+)
+from veri_tui.jobfolder.canary.canarytable import canary_lines
 from veri_tui.trainer.data import epoch_order, longest_first
 
 PREDICTED = {
@@ -75,8 +81,15 @@ def test_each_gate_names_its_limit_and_the_knob() -> None:
     over = judge([rank(0), rank(1)], spec(max_cost=0.01, max_hours=0.01), PREDICTED)
     assert over["decision"] == "no-go"
     assert over["line"].startswith("canary: no-go: --max-cost 0.01: extrapolated $")
-    assert "lower max_steps" in over["line"] and "(band $" in over["line"]
+    assert "(band $" in over["line"]
+    # More GPUs cut the time, not the cost: each limit names the knobs that move it.
+    assert over["failed"][0].endswith(
+        "; lower max_steps or num_epochs, or a cheaper GPU type (more GPUs shorten the run, not "
+        "its cost); or raise --max-cost"
+    )
     assert over["failed"][1].startswith("--max-hours 0.01: extrapolated")
+    assert over["failed"][1].endswith("; lower max_steps or num_epochs, or add GPUs, or raise "
+                                      "--max-hours")  # fmt: skip
     full = judge([rank(0), rank(1, peak=9_500_000)], spec(headroom=0.1), PREDICTED)
     assert full["line"].startswith("canary: no-go: --headroom 0.1: peak 0.0095 GB of 0.01 GB")
     assert (

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from launch_helpers import cli, leftover_pids, wait_for
 
-from veri_tui.jobfolder.record import FORMAT, format_problem
+from veri_tui.jobfolder.contract.record import FORMAT, format_problem
 from veri_tui.launch.spec import make_record
 from veri_tui.plan import load_job_config, plan_job
 

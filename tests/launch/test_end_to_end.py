@@ -17,7 +17,7 @@ import pytest
 from launch_helpers import leftover_pids, wait_ended, wait_for
 
 from veri_tui.bundled import assets_dir
-from veri_tui.jobfolder.procs import pid_alive, read_pid
+from veri_tui.jobfolder.contract.procs import pid_alive, read_pid
 from veri_tui.launch import jobs
 from veri_tui.launch.jobdata import BUNDLED_DATASETS
 from veri_tui.launch.metrics import log_row
@@ -63,6 +63,11 @@ def failed_error(home: Path, out: subprocess.CompletedProcess[str]) -> dict:
 def test_launch_wait_succeeds_and_logs_plan_then_metrics(home: Path) -> None:
     out = cli("launch", "--gpu-count", "2", "--set", "max_steps=3", "--wait")
     assert out.returncode == 0, out.stderr
+    # Said before it starts: where the ranks run against the plan's GPUs (issue 35).
+    assert out.stderr.splitlines()[0] == (
+        "warning: no CUDA GPU on this machine: the job runs 2 CPU processes (gloo) instead of "
+        "the planned 2 x L4-24GB; the plan's memory, speed and cost figures are for those GPUs"
+    )
     job_id, *followed = out.stdout.splitlines()
     job_dir = home / "jobs" / job_id
     rec = json.loads((job_dir / "job.json").read_text())
@@ -131,14 +136,25 @@ def test_malformed_data_row_is_refused_before_the_launch(home: Path, tmp_path: P
 
 
 def test_a_data_error_in_a_run_is_one_line_naming_file_and_line(home: Path, tmp_path: Path) -> None:
-    # A row that passes every check before tokenizing: its prompt alone fills max_seq_length.
-    rows = [{"prompt": "hi", "completion": " yes"}] * 4 + [
-        {"prompt": "long " * 40, "completion": "x"}
-    ]
+    # A row the preflight never saw (it refuses one with nothing to train on): written once
+    # the job started (its id printed), read by the ranks seconds later, after torch's
+    # imports. Its prompt alone fills max_seq_length.
+    rows = [{"prompt": "hi", "completion": " yes"}] * 5
     data = tmp_path / "long.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in rows))
     argv = ["--dataset", str(data), "--set", "max_seq_length=16", "--set", "max_steps=2"]
-    out = cli("launch", "--gpu-count", "2", *argv, "--wait")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "veri_tui", "launch", "--gpu-count", "2", *argv, "--wait"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None
+    first = proc.stdout.readline()  # the job id: started
+    rows[4] = {"prompt": "long " * 40, "completion": "x"}
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    rest, stderr = proc.communicate(timeout=120)
+    out = subprocess.CompletedProcess(proc.args, proc.returncode, first + rest, stderr)
     err = failed_error(home, out)
     assert (err["code"], err["attribution"]) == ("DATA_ERROR", "customer")
     rank = f"rank {err['rank']}/2 (node 0, local_rank {err['rank']}) failed: DataError: "

@@ -21,8 +21,8 @@ from launch_helpers import cli
 
 from veri_tui.bundled import assets_dir
 from veri_tui.cli import main
-from veri_tui.jobfolder import manifest
-from veri_tui.jobfolder.datasource import Source, fingerprint
+from veri_tui.jobfolder.contract import manifest
+from veri_tui.jobfolder.data.datasource import Source, fingerprint
 
 pytestmark = pytest.mark.timeout(900)  # two launches side by side, then the exports
 TINY = assets_dir() / "tiny-model"
@@ -65,6 +65,12 @@ def merged(jobs: dict[str, Path]) -> Path:
     proc = cli("export", jobs["lora"].name, "--merge", env=os.environ.copy(), timeout=300)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert f"export: merged checkpoint in {jobs['lora'] / 'export'}" in proc.stdout
+    # Where it writes: the export folder; the base is only read.
+    base = json.loads((jobs["lora"] / "job.json").read_text())["spec"]["model_path"]
+    assert proc.stdout.startswith(
+        f"export: merging the LoRA adapter with its base {base} (read, not changed) into "
+        f"{jobs['lora'] / 'export'}, one tensor at a time\n"
+    )
     return jobs["lora"] / "export"
 
 

@@ -1,5 +1,5 @@
-"""The one table of failure rules (veri_tui/jobfolder/failure_rules.py), on what real torchrun 2.13
-jobs left behind and on the pattern cases that used to go wrong.
+"""The one table of failure rules (veri_tui/jobfolder/failures/failure_rules.py), on what real
+torchrun 2.13 jobs left behind and on the pattern cases that used to go wrong.
 
 tests/fixtures/failures/<case>/ holds the files of real failed 2-rank CPU jobs of the tiny
 model, run through the supervisor by scripts/capture_failure_fixtures.py (captured.json says
@@ -19,10 +19,15 @@ from pathlib import Path
 
 import pytest
 
-from veri_tui.jobfolder import failure_rules, failures
-from veri_tui.jobfolder.errors import ConfigError, TrainerError
-from veri_tui.jobfolder.failure_rules import PEER_PHRASES, classify_text, qualify, split_type
-from veri_tui.jobfolder.status import ATTRIBUTION
+from veri_tui.jobfolder.contract.errors import ConfigError, TrainerError
+from veri_tui.jobfolder.contract.status import ATTRIBUTION
+from veri_tui.jobfolder.failures import failure_rules, failures
+from veri_tui.jobfolder.failures.failure_rules import (
+    PEER_PHRASES,
+    classify_text,
+    qualify,
+    split_type,
+)
 from veri_tui.trainer import report
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "failures"
@@ -255,7 +260,7 @@ def test_the_rule_table_is_written_once() -> None:
     ]  # veri_tui/trainer
     for needle in ('"connection closed"', '"out of memory"', '"xid"', '"torch.OutOfMemoryError"'):
         # A dict key of the same spelling (veri_tui/trainer/gpuhealth.py's {"xid": 79}, and its
-        # reads e["xid"], facts.get("xid") in veri_tui/jobfolder/probe_health.py) is no rule.
+        # reads e["xid"], facts.get("xid") in veri_tui/jobfolder/probe/probe_health.py) is no rule.
         phrase = re.compile(re.escape(needle) + r"(?!\s*[:\])])")
         holders = [p.name for d in folders for p in d.glob("*.py") if phrase.search(p.read_text())]
         assert holders == ["failure_rules.py"], (needle, holders)

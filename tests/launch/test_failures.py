@@ -1,5 +1,5 @@
-"""veri_tui.jobfolder.failures on hand-written job folders: every way torchrun leaves a failure
-behind."""
+"""veri_tui.jobfolder.failures.failures on hand-written job folders: every way torchrun leaves a
+failure behind."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import sys
 import time
 from pathlib import Path
 
-from veri_tui.jobfolder import failures
+from veri_tui.jobfolder.failures import failures
 
 T0 = 1_795_991_955  # whole seconds, as torch elastic writes them
 

@@ -21,11 +21,11 @@ import pytest
 from launch_helpers import wait_for
 from test_failures import summary_entry, torchrun_log
 
-from veri_tui.jobfolder import failures, forensics, ncclabort
-from veri_tui.jobfolder.flightrec import short_path, stuck_collective, where
-from veri_tui.jobfolder.forensics import Answers, collect, load_fr_pickle
-from veri_tui.jobfolder.hangreport import explain
-from veri_tui.jobfolder.procs import rank_pid_path, write_pid
+from veri_tui.jobfolder.contract.procs import rank_pid_path, write_pid
+from veri_tui.jobfolder.failures import failures, forensics, ncclabort
+from veri_tui.jobfolder.failures.flightrec import short_path, stuck_collective, where
+from veri_tui.jobfolder.failures.forensics import Answers, collect, load_fr_pickle
+from veri_tui.jobfolder.failures.hangreport import explain
 
 TRAINER_STACK = [
     ["/venv/lib/python3.11/site-packages/torch/distributed/run.py", 10, "main"],

@@ -1,5 +1,5 @@
-"""The hang watchdog (veri_tui/jobfolder/watchdog.py) over the ranks' progress lines
-(veri_tui/jobfolder/progress.py).
+"""The hang watchdog (veri_tui/jobfolder/supervise/watchdog.py) over the ranks' progress lines
+(veri_tui/jobfolder/supervise/progress.py).
 
 Unit cases drive `HangWatch` with a fake clock and real progress files; the end-to-end case
 runs the real trainer under torchrun (2 CPU ranks, gloo), SIGSTOPs rank 1 from outside after
@@ -20,9 +20,14 @@ from pathlib import Path
 import pytest
 from launch_helpers import leftover_pids, wait_ended, wait_for
 
-from veri_tui.jobfolder.procs import rank_pid_path, read_pid, write_pid
-from veri_tui.jobfolder.progress import RECORD_BYTES, Progress, progress_path, read_progress
-from veri_tui.jobfolder.watchdog import (
+from veri_tui.jobfolder.contract.procs import rank_pid_path, read_pid, write_pid
+from veri_tui.jobfolder.supervise.progress import (
+    RECORD_BYTES,
+    Progress,
+    progress_path,
+    read_progress,
+)
+from veri_tui.jobfolder.supervise.watchdog import (
     DIST_TIMEOUT_ENV,
     DIST_TIMEOUT_S,
     FLOOR_S,

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from launch_helpers import cli, leftover_pids, wait_ended, wait_for
 
-from veri_tui.jobfolder.progress import read_progress
+from veri_tui.jobfolder.supervise.progress import read_progress
 
 SETS = ["--set", "max_steps=100000", "--set", "max_seq_length=64", "--set", "hang_timeout_s=10"]
 

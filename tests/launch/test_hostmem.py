@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from veri_tui.jobfolder import failures, hostmem
+from veri_tui.jobfolder.failures import failures, hostmem
 
 KILL = Path(__file__).resolve().parents[1] / "fixtures" / "failures" / "kill"
 HINT = "likely the host's out-of-memory killer (see docs/jobs.md)"

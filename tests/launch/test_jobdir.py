@@ -1,4 +1,4 @@
-"""The job folder's modules (veri_tui/jobfolder/atomic.py, record.py, status.py, procs.py):
+"""The job folder's modules (veri_tui/jobfolder/contract/atomic.py, record.py, status.py, procs.py):
 concurrent job.json updates, the atomic writer, statuses, pid files, and a lock whose holder was
 killed."""
 
@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from veri_tui.jobfolder import atomic
-from veri_tui.jobfolder.atomic import (
+from veri_tui.jobfolder.contract import atomic
+from veri_tui.jobfolder.contract.atomic import (
     job_lock,
     modify_job,
     record_cancel,
@@ -25,9 +25,9 @@ from veri_tui.jobfolder.atomic import (
     write_bytes_atomic,
     write_json_atomic,
 )
-from veri_tui.jobfolder.procs import pid_alive, rank_pid_path, read_pid, write_pid
-from veri_tui.jobfolder.record import read_job
-from veri_tui.jobfolder.status import ENDED, STATUSES, has_ended, is_lost, outcome_recorded
+from veri_tui.jobfolder.contract.procs import pid_alive, rank_pid_path, read_pid, write_pid
+from veri_tui.jobfolder.contract.record import read_job
+from veri_tui.jobfolder.contract.status import ENDED, STATUSES, has_ended, is_lost, outcome_recorded
 
 REPO = Path(__file__).resolve().parents[2]
 UPDATES = 200
@@ -37,7 +37,7 @@ UPDATES = 200
 WRITER = """
 import sys, time
 from pathlib import Path
-from veri_tui.jobfolder.atomic import modify_job
+from veri_tui.jobfolder.contract.atomic import modify_job
 job, key, go = Path(sys.argv[1]), sys.argv[2], Path(sys.argv[3])
 while not go.exists():
     time.sleep(0.001)
@@ -171,7 +171,7 @@ def test_the_lock_is_free_again_when_its_holder_is_killed(tmp_path: Path) -> Non
     holder = subprocess.Popen(
         [
             sys.executable, "-c",
-            "import sys, time\nfrom veri_tui.jobfolder.atomic import job_lock\n"
+            "import sys, time\nfrom veri_tui.jobfolder.contract.atomic import job_lock\n"
             "with job_lock(sys.argv[1]):\n    print('held', flush=True)\n    time.sleep(600)\n",
             str(path),
         ],
@@ -202,7 +202,7 @@ def test_supervisor_imports_only_the_standard_library() -> None:
     code = (
         "import sys, json\n"
         "before = set(sys.modules)\n"
-        "import veri_tui.jobfolder.supervise\n"
+        "import veri_tui.jobfolder.supervise.supervisor\n"
         "new = {m.split('.')[0] for m in set(sys.modules) - before}\n"
         "print(json.dumps(sorted(new - set(sys.stdlib_module_names) - {'veri_tui'})))\n"
     )

@@ -1,4 +1,4 @@
-"""`python -m veri_tui.jobfolder status|cancel|resume|close|set-slurm-id|checkpoints`: what a
+"""`python -m veri_tui.jobfolder status|cancel|resume|close|set-scheduler|checkpoints`: what a
 launcher asks a job's host, run here as a host runs it (a fresh interpreter, one JSON document or
 one `error:` line)."""
 
@@ -11,9 +11,9 @@ from pathlib import Path
 
 from test_records import dead_pid, make_job
 
-from veri_tui.jobfolder import manifest
-from veri_tui.jobfolder.lost import START_TIMEOUT_S, judge
-from veri_tui.jobfolder.record import JobRecord
+from veri_tui.jobfolder.contract import manifest
+from veri_tui.jobfolder.contract.lost import START_TIMEOUT_S, judge
+from veri_tui.jobfolder.contract.record import JobRecord
 
 
 def jobfolder(*args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
@@ -90,15 +90,16 @@ def test_the_lost_rule_waits_for_a_supervisor_that_has_not_written_its_pid() -> 
     assert "its supervisor on gpu-box is gone" in remote["error"]["message"]
 
 
-def test_close_records_a_scheduler_s_outcome_once_and_set_slurm_id(tmp_path: Path) -> None:
+def test_close_records_a_scheduler_s_outcome_once_and_set_scheduler(tmp_path: Path) -> None:
     job_dir = make_job(tmp_path, "20260101-000000-dddd")
     job = str(job_dir / "job.json")
-    assert jobfolder("set-slurm-id", job, "417").returncode == 0
+    assert jobfolder("set-scheduler", job, "slurm", "417").returncode == 0
     error = {"code": "TIME_LIMIT", "attribution": "customer", "message": "time limit"}
     out = jobfolder("close", job, "--status", "failed", "--error", json.dumps(error))
     assert out.returncode == 0, out.stderr
     record = json.loads((job_dir / "job.json").read_text())
-    assert (record["status"], record["error"], record["slurm_job_id"]) == ("failed", error, "417")
+    assert (record["status"], record["error"]) == ("failed", error)
+    assert record["scheduler"] == {"name": "slurm", "id": "417"}
     assert record["ended_at"]
     mtime = (job_dir / "job.json").stat().st_mtime_ns
     again = jobfolder("close", job, "--status", "cancelled")  # an outcome stays as written

@@ -1,8 +1,8 @@
 """Measured after every run: a rank's run measurements (veri_tui/trainer/runstats.py, real tensors
 on CPU; CUDA's counters mocked), the supervisor's gathering into job.json `measured`
-(veri_tui/jobfolder/jobstats.py), and `veri-tui jobs JOB` setting them beside `predicted` with
-ratios. The real 2-rank job's `measured`/`predicted` are checked in test_end_to_end.py's success
-test."""
+(veri_tui/jobfolder/supervise/jobstats.py), and `veri-tui jobs JOB` setting them beside `predicted`
+with ratios. The real 2-rank job's `measured`/`predicted` are checked in test_end_to_end.py's
+success test."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ import pytest
 import torch
 
 from veri_tui.cli import main
-from veri_tui.jobfolder.atomic import write_json_atomic
-from veri_tui.jobfolder.jobstats import gather, record_measured
+from veri_tui.jobfolder.contract.atomic import write_json_atomic
+from veri_tui.jobfolder.supervise.jobstats import gather, record_measured
 from veri_tui.launch.measured import comparison, comparison_lines
 from veri_tui.trainer.report import RankContext
 from veri_tui.trainer.runstats import RunStats, steady_rate

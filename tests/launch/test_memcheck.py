@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from launch_helpers import cli
-from support.synthetic import LLAMA_3_1_70B, write_checkpoint
+from support.synthetic import LLAMA_3_1_70B, add_tokenizer, write_checkpoint
 
 from veri_tui.launch import jobs
 from veri_tui.launch.jobdata import BUNDLED_DATASETS
@@ -32,7 +32,7 @@ def big_model(tmp_path: Path) -> Path:
     """A header-only Llama-3.1-70B-shaped checkpoint (a few MB on disk)."""
     folder = tmp_path / "llama-70b"
     write_checkpoint(folder, LLAMA_3_1_70B)
-    return folder
+    return add_tokenizer(folder)  # a launch refuses a model without one
 
 
 def test_meminfo_is_read_from_this_machine() -> None:

@@ -7,14 +7,14 @@ torchrun, no sshd: the real supervisor, lost rule and gathering on records and p
    The lost rule called that node lost with the new attempt in its record; the gathered job
    then looked failed with its one restart spent, the follow ended, and its output had no
    retry (docs/reliability.md). A record that changed between the reads is now reported as
-   read again (veri_tui/jobfolder/lost.py).
+   read again (veri_tui/jobfolder/contract/lost.py).
 2. A node the watcher ended after another node failed recorded a user's cancel ("job
-   cancelled: every rank ended"); it now records that failure as its peer's
-   (`peer_failed.json`, veri_tui/jobfolder/stopping.py; supervise.py), and the failed node's own
-   error decides the gathered attempt (veri_tui/launch/gather.py). Here the real supervisor's
-   `run_attempt` runs a real child process in torchrun's place (a sleep, or one that already
-   exited), and the watcher's two steps, the file and the SIGTERM (the flag its handler
-   sets), come before the supervisor looks.
+   cancelled: every rank ended"); it now records that failure as its peer's (`peer_failed.json`,
+   veri_tui/jobfolder/contract/stopping.py; supervise.py), and the failed node's own error decides
+   the gathered attempt (veri_tui/launch/gather.py). Here the real supervisor's `run_attempt` runs a
+   real child process in torchrun's place (a sleep, or one that already exited), and the watcher's
+   two steps, the file and the SIGTERM (the flag its handler sets), come before the supervisor
+   looks.
 """
 
 from __future__ import annotations
@@ -28,16 +28,17 @@ from typing import Any
 import pytest
 from launch_helpers import wait_for
 
-from veri_tui.jobfolder.layout import PEER_FAILED
-from veri_tui.jobfolder.lost import judge
-from veri_tui.jobfolder.procs import pid_alive, read_pid
-from veri_tui.jobfolder.stopping import peer_failed_bytes
-from veri_tui.jobfolder.supervise import Supervisor
+from veri_tui.jobfolder.contract.layout import PEER_FAILED
+from veri_tui.jobfolder.contract.lost import judge
+from veri_tui.jobfolder.contract.procs import pid_alive, read_pid
+from veri_tui.jobfolder.contract.stopping import peer_failed_bytes
+from veri_tui.jobfolder.supervise.launcher import TorchrunLauncher
+from veri_tui.jobfolder.supervise.supervisor import Supervisor
 from veri_tui.launch.gather import gather
 from veri_tui.launch.registry import RegistryEntry
 from veri_tui.launch.retries import retry_due
 
-ENTRY = RegistryEntry("j", "a", "/x", 1, "python3", {}, [])
+ENTRY = RegistryEntry("j", "a", "/x", "1", "python3", {}, [])
 SPEC = {"gpu_count": 2, "nproc_per_node": 1, "nnodes": 2, "node_rank": 0,
         "hyperparameters": {"max_restarts": 1, "hang_timeout_s": 600}}  # fmt: skip
 
@@ -46,10 +47,10 @@ class Node0(Supervisor):
     """The real supervisor, with ``child`` run in torchrun's place."""
 
     def __init__(self, job_path: Path, child: str) -> None:
-        super().__init__(job_path)
+        super().__init__(job_path, TorchrunLauncher())
         self.child = child
 
-    def command(self, spec: Mapping[str, Any], log_dir: Path | None = None) -> list[str]:
+    def command(self, spec: Mapping[str, Any]) -> list[str]:
         return [sys.executable, "-c", self.child]
 
 
@@ -80,7 +81,10 @@ class Late(Node0):
     """The watcher's SIGTERM lands after torchrun ended on its own, before the supervisor
     looked: the first look in its loop waits for the child to be gone, then the flag."""
 
-    def on_slurm_signal(self, signum: int) -> None:
+    def read_signal(self) -> None:
+        if not self.signals:
+            return
+        self.signals.pop(0)
         pid = read_pid(self.layout.torchrun_pid)
         wait_for(lambda: pid is not None and not pid_alive(pid), 30, "the child to exit")
         self.cancel_requested = True

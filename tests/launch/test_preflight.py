@@ -23,14 +23,25 @@ def test_a_good_job_passes_every_check(home: Path, tmp_path: Path) -> None:
     job = load_job_config(None, gpu_count=2, output=str(tmp_path / "out"))
     plan = plan_job(job)
     rows = jobs.preflight(job, plan)
-    disk, memory = rows.pop(4), rows.pop(4)  # what is free changes from run to run
+    disk, memory = rows.pop(7), rows.pop(7)  # what is free changes from run to run
+    tokenizer = rows.pop(5)  # the class transformers picks (TokenizersBackend in 5.x)
+    assert tokenizer[:2] == ("tokenizer", True)
+    assert tokenizer[2].endswith(f" from {ASSETS / 'tiny-model'}")
     assert disk[:2] == ("disk", True) and disk[2].endswith(f"({plan.disk.parts()})")
     assert memory[:2] == ("host_memory", True) and memory[2].startswith("no offloaded states")
     assert rows == [
         ("plan", True, plan.plan_line.removeprefix("plan: ")),
+        (
+            "device",
+            True,
+            "warning: no CUDA GPU on this machine: the job runs 2 CPU processes "
+            "(gloo) instead of the planned 2 x L4-24GB; the plan's memory, speed and cost figures "
+            "are for those GPUs",
+        ),
         ("model", True, str(ASSETS / "tiny-model")),
         ("dataset", True, str(BUNDLED_DATASETS["sft_text"])),
         ("output", True, str(tmp_path / "out")),
+        ("rows", True, "64 rows, each with tokens to train on within 2048 tokens"),
         ("torch", True, "installed"),
     ]
     assert importlib.util.find_spec("torch") is not None  # what the torch row says

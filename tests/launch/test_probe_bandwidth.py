@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from veri_tui.cli import main
-from veri_tui.jobfolder import probe_bandwidth as bandwidth
-from veri_tui.jobfolder.probe_verdict import cache_path
+from veri_tui.jobfolder.probe import probe_bandwidth as bandwidth
+from veri_tui.jobfolder.probe.probe_verdict import cache_path
 from veri_tui.launch.probe.report import (
     ProbeReport,
     hosts_key,

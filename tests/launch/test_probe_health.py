@@ -1,6 +1,6 @@
 """The fleet probe's GPU health rules, on facts read through a fake NVML (the GPU is the one
 thing mocked: veri_tui/trainer/gpuhealth.py reads it as it reads pynvml, and
-veri_tui/jobfolder/probe_health.py judges what it read).
+veri_tui/jobfolder/probe/probe_health.py judges what it read).
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from veri_tui.jobfolder import probe_health as health
+from veri_tui.jobfolder.probe import probe_health as health
 from veri_tui.launch.probe.report import ProbeReport
 from veri_tui.trainer import gpuhealth
 

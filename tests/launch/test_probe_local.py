@@ -47,7 +47,7 @@ def test_a_sick_gpu_of_this_machine_refuses_the_launch_by_name(home: Path, tmp_p
     python = python_with_fake_nvml(tmp_path, count=2, pending=1)  # GPU 1: remapping pending
     job = load_job_config(None, gpu_count=2)
     local = LocalHost()
-    local.python = python
+    local.machine.python = python
     facts = local.probe(job, 0)
     facts.gpus = [H100, H100]  # what torch.cuda would say on that machine
     assert needs_probe([local], [facts], job)

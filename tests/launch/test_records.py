@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from veri_tui.errors import VeriError
-from veri_tui.jobfolder.lost import read_status
+from veri_tui.jobfolder.contract.lost import read_status
 from veri_tui.launch import jobs
 from veri_tui.launch.records import LogLine, follow_lines, split_lines
 from veri_tui.launch.spec import new_job_id
@@ -41,8 +41,8 @@ def make_job(
 
 
 def read_record(job_dir: Path) -> dict:
-    """job.json with the one lost rule applied (veri_tui.jobfolder.lost), as every reader sees
-    it."""
+    """job.json with the one lost rule applied (veri_tui.jobfolder.contract.lost), as every reader
+    sees it."""
     return read_status(job_dir / "job.json")
 
 
@@ -133,3 +133,17 @@ def test_job_ids_sort_by_creation_time() -> None:
     for job_id in ids:
         assert re.fullmatch(r"\d{8}-\d{6}-[0-9a-f]{4}", job_id)
         assert before <= job_id[:15] <= after  # the UTC creation time leads, so ids sort by it
+
+
+def test_a_job_s_scheduler_reads_from_its_block_or_an_earlier_release_s_slurm_keys() -> None:
+    from veri_tui.jobfolder.contract.record import pending_reason, scheduler_of
+
+    block = {"name": "slurm", "id": "12", "restarts": 2, "state": "PENDING", "reason": "Priority"}
+    old = {"slurm_job_id": "12", "slurm_restarts": 2, "slurm_state": "PENDING",
+           "slurm_reason": "Priority"}  # fmt: skip
+    assert scheduler_of({"scheduler": block}) == scheduler_of(old) == block
+    assert scheduler_of({"slurm_job_id": 12}) == {"name": "slurm", "id": "12"}
+    assert scheduler_of({"status": "running"}) is None
+    assert pending_reason({"status": "pending", "scheduler": block}) == "Priority"
+    assert pending_reason({"status": "running", "scheduler": block}) is None
+    assert pending_reason({"status": "pending", "scheduler": {**block, "reason": ""}}) is None

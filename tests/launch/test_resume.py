@@ -26,11 +26,11 @@ import pytest
 from launch_helpers import cli, leftover_pids, wait_for
 from resume_helpers import STEPS, killed_job, metrics, reference_run  # noqa: F401
 
-from veri_tui.jobfolder.atomic import write_json_atomic
-from veri_tui.jobfolder.attempts import prepare_resume
-from veri_tui.jobfolder.layout import SUPERVISOR_PID
-from veri_tui.jobfolder.procs import write_pid
-from veri_tui.jobfolder.record import read_job
+from veri_tui.jobfolder.contract.atomic import write_json_atomic
+from veri_tui.jobfolder.contract.attempts import prepare_resume
+from veri_tui.jobfolder.contract.layout import SUPERVISOR_PID
+from veri_tui.jobfolder.contract.procs import write_pid
+from veri_tui.jobfolder.contract.record import read_job
 from veri_tui.launch.replan import split_batch
 from veri_tui.launch.spec import build_record
 from veri_tui.plan import load_job_config, plan_job

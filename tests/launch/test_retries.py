@@ -20,11 +20,10 @@ import pytest
 from launch_helpers import cli, leftover_pids, wait_ended, wait_for
 from resume_helpers import STEPS, killed_job, metrics, reference_run  # noqa: F401
 
-from veri_tui.jobfolder import attempts
-from veri_tui.jobfolder.atomic import write_json_atomic
-from veri_tui.jobfolder.failures import job_error
-from veri_tui.jobfolder.record import read_job
-from veri_tui.jobfolder.status import ATTRIBUTION, FAILED
+from veri_tui.jobfolder.contract import attempts
+from veri_tui.jobfolder.contract.atomic import write_json_atomic
+from veri_tui.jobfolder.contract.record import job_error, read_job
+from veri_tui.jobfolder.contract.status import ATTRIBUTION, FAILED
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -56,15 +55,16 @@ def test_a_killed_rank_is_retried_and_the_job_succeeds(home: Path, reference: li
 @pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_a_data_error_is_never_retried(home: Path, tmp_path: Path) -> None:
-    # A row that passes the preflight (a bad JSON row is refused before the launch, so it
-    # never reaches a rank) and fails in the run: its prompt alone fills max_seq_length.
-    rows = [{"prompt": "hi", "completion": " yes"}] * 4 + [
-        {"prompt": "long " * 40, "completion": "x"}
-    ]
+    # A row the preflight never saw (it refuses a bad row, and one with nothing to train on,
+    # before the launch), written once the job started and failing in the run: its prompt
+    # alone fills max_seq_length. The ranks read the file seconds later (torch's imports).
+    rows = [{"prompt": "hi", "completion": " yes"}] * 5
     bad = tmp_path / "long.jsonl"
     bad.write_text("".join(json.dumps(r) + "\n" for r in rows))
     sets = ["--set", "max_restarts=3", "--set", "max_seq_length=16", "--set", "max_steps=2"]
     out = cli("launch", "--gpu-count", "2", "--dataset", str(bad), *sets)
+    rows[4] = {"prompt": "long " * 40, "completion": "x"}
+    bad.write_text("".join(json.dumps(r) + "\n" for r in rows))
     job_id = out.stdout.split()[0]
     rec = wait_ended(job_id, timeout=100)
     assert rec["status"] == "failed" and rec["error"]["code"] == "DATA_ERROR"
@@ -103,9 +103,9 @@ CYCLES = 40
 LIFECYCLE = """
 import sys, time
 from pathlib import Path
-from veri_tui.jobfolder import attempts
-from veri_tui.jobfolder.atomic import modify_job, record_cancel
-from veri_tui.jobfolder.status import FAILED
+from veri_tui.jobfolder.contract import attempts
+from veri_tui.jobfolder.contract.atomic import modify_job, record_cancel
+from veri_tui.jobfolder.contract.status import FAILED
 job, go = Path(sys.argv[1]), Path(sys.argv[2])
 lost = {"code": "RANK_LOST", "attribution": "platform"}
 while not go.exists():
@@ -120,7 +120,7 @@ for i in range(%d):
 APPENDS = """
 import sys, time
 from pathlib import Path
-from veri_tui.jobfolder.atomic import modify_job
+from veri_tui.jobfolder.contract.atomic import modify_job
 job, go = Path(sys.argv[1]), Path(sys.argv[2])
 while not go.exists():
     time.sleep(0.001)
@@ -151,15 +151,15 @@ def test_supervisor_cancel_and_resume_writes_lose_nothing(tmp_path: Path) -> Non
 
 def test_the_supervisor_runs_on_the_job_folder_package_alone() -> None:
     code = (
-        "import sys, json\nimport veri_tui.jobfolder.supervise\n"
+        "import sys, json\nimport veri_tui.jobfolder.supervise.supervisor\n"
         "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] == 'veri_tui')))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     modules = json.loads(out.stdout)
     assert {
-        "veri_tui.jobfolder.attempts",
-        "veri_tui.jobfolder.ckptindex",
-        "veri_tui.jobfolder.manifest",
+        "veri_tui.jobfolder.contract.attempts",
+        "veri_tui.jobfolder.contract.ckptindex",
+        "veri_tui.jobfolder.contract.manifest",
     } <= set(modules)
     assert [m for m in modules if not m.startswith(("veri_tui.jobfolder", "veri_tui"))] == []
     assert [m for m in modules if m.startswith("veri_tui.trainer")] == []

@@ -9,14 +9,14 @@ import pytest
 
 from veri_tui.commands.jobs import probe_lines
 from veri_tui.errors import VeriError
-from veri_tui.jobfolder import slurmprobe
+from veri_tui.jobfolder.probe import slurmprobe
 from veri_tui.launch.backends import named
 from veri_tui.launch.probe.fleet import ProbeChoice
 from veri_tui.launch.slurm.options import slurm_options
 from veri_tui.launch.slurm.script import batch_script
 
 ARGV = ["env", "PYTHONPATH=/p", "/py", "-m", "veri_tui.jobfolder.supervise", "--job", "/j/job.json"]
-STEP = "env PYTHONPATH=/p /py -m veri_tui.jobfolder.slurmprobe --job /j/job.json || exit $?"
+STEP = "env PYTHONPATH=/p /py -m veri_tui.jobfolder.probe.slurmprobe --job /j/job.json || exit $?"
 
 
 def _script(nodes: int, gpus: int, choice: ProbeChoice, env: str | None = None,

@@ -174,7 +174,7 @@ def test_job_side_imports_stay_light() -> None:
     # the launch side never loads textual, nor paramiko until a host is used.
     code = (
         "import sys, json\n"
-        "import veri_tui.jobfolder.supervise, veri_tui.jobfolder.failures\n"
+        "import veri_tui.jobfolder.supervise.supervisor, veri_tui.jobfolder.failures.failures\n"
         "heavy = ('torch', 'pydantic', 'paramiko', 'textual')\n"
         "sup = sorted(m for m in heavy if m in sys.modules)\n"
         "import veri_tui.launch.jobs, veri_tui.commands.jobs, veri_tui.commands.launch\n"

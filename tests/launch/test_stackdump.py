@@ -1,4 +1,4 @@
-"""A stopped rank's stack, read from its process (veri_tui/jobfolder/stackdump.py), without
+"""A stopped rank's stack, read from its process (veri_tui/jobfolder/failures/stackdump.py), without
 torchrun.
 
 A real Python process registers the rank's handler (veri_tui/trainer/forensics.py's
@@ -18,10 +18,10 @@ from pathlib import Path
 
 from launch_helpers import wait_for
 
-from veri_tui.jobfolder.forensics import Answers, collect
-from veri_tui.jobfolder.hangreport import explain
-from veri_tui.jobfolder.procs import rank_pid_path, write_pid
-from veri_tui.jobfolder.stackdump import parse, stack_path
+from veri_tui.jobfolder.contract.procs import rank_pid_path, write_pid
+from veri_tui.jobfolder.failures.forensics import Answers, collect
+from veri_tui.jobfolder.failures.hangreport import explain
+from veri_tui.jobfolder.failures.stackdump import parse, stack_path
 
 SPINNER = """\
 import sys, threading, time

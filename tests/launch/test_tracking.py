@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from veri_tui.cli import main
-from veri_tui.jobfolder.trackers import hf_log_names, hf_names, trackers_of
+from veri_tui.jobfolder.knobs.trackers import hf_log_names, hf_names, trackers_of
 from veri_tui.launch.metrics import metric_of, metric_row
 from veri_tui.plan import load_job_config
 

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from veri_tui.commands.plan import summary_lines
-from veri_tui.jobfolder.canary import judge
+from veri_tui.jobfolder.canary.canary import judge
 from veri_tui.launch import calibrate
 from veri_tui.launch.measured import predicted_of
 from veri_tui.plan import load_job_config, plan_job

@@ -1,8 +1,8 @@
 """Mixture-of-experts model info and plans, on header-only checkpoints of public MoE models.
 
-Totals and active parameters as the model cards publish them; experts, routed per token,
-shared experts and dense layers; DeepSeek's latent attention; gpt-oss's MXFP4 experts;
-LoRA targets (attention only: veri_tui/jobfolder/lora_targets.py); FLOPs per token from the active
+Totals and active parameters as the model cards publish them; experts, routed per token, shared
+experts and dense layers; DeepSeek's latent attention; gpt-oss's MXFP4 experts; LoRA targets
+(attention only: veri_tui/jobfolder/knobs/lora_targets.py); FLOPs per token from the active
 parameters; the `veri-tui plan` text and --json record.
 """
 

@@ -77,10 +77,10 @@ def test_the_cli_refuses_in_one_line(capsys: pytest.CaptureFixture[str]) -> None
 @pytest.mark.parametrize(
     ("key", "value", "message"),
     [
-        ("lora_dropout", 1.0, "less than 1"),
-        ("lora_dropout", -0.1, "greater than or equal to 0"),
-        ("lr_scheduler", "step", "'cosine', 'linear' or 'constant'"),
-        ("lora_target_modules", "q_proj", "list"),
+        ("lora_dropout", 1.0, "must be below 1 (got 1.0)"),
+        ("lora_dropout", -0.1, "must be at least 0 (got -0.1)"),
+        ("lr_scheduler", "step", "must be one of 'cosine', 'linear' or 'constant' (got 'step')"),
+        ("lora_target_modules", "q_proj", "must be a list (got 'q_proj')"),
     ],
 )
 def test_bad_values_are_refused(key: str, value: object, message: str) -> None:
@@ -111,7 +111,7 @@ def test_packing_plans_the_trainers_packed_rows(
 ) -> None:
     from transformers import AutoTokenizer
 
-    from veri_tui.jobfolder.packing import pack
+    from veri_tui.jobfolder.data.packing import pack
     from veri_tui.trainer.data import load_dataset
 
     monkeypatch.setenv("VERI_HOME", str(tmp_path))

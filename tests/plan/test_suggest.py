@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from veri_tui.errors import VeriError
 from veri_tui.plan import job_from_fields, plan_job
 from veri_tui.plan.model_info import ModelInfo
 
@@ -30,7 +31,7 @@ NOT_FITTING = [
     # a LoRA job on one GPU: load_in_4bit
     ("llama-3.1-8b", {"gpu": "L4-24GB", "gpu_count": 1, "lora_rank": 16}),
     # nothing fits on this GPU type at any count
-    ("llama-3.1-8b", {"gpu": "custom-2GB", "gpu_count": 1}),
+    ("llama-3.1-70b", {"gpu": "custom-2.16GB", "gpu_count": 1}),
 ]
 
 
@@ -68,10 +69,19 @@ def test_llama_8b_on_one_l4_first_suggestion_fits(
 def test_when_nothing_fits_the_warning_says_so(
     infos: dict[str, ModelInfo], model_dirs: dict[str, Path]
 ) -> None:
-    base = {"model": str(model_dirs["llama-3.1-8b"]), "gpu": "custom-2GB"}
-    rec = plan_job(job_from_fields(base), infos["llama-3.1-8b"])
+    # A budget of 9 MB (custom-2.16GB): LoRA would need more than MAX_SUGGESTED_GPUS.
+    base = {"model": str(model_dirs["llama-3.1-70b"]), "gpu": "custom-2.16GB"}
+    rec = plan_job(job_from_fields(base), infos["llama-3.1-70b"])
     assert rec.suggestions and not any(s.fits for s in rec.suggestions)
-    assert rec.warnings[0].endswith("; none of these fits on custom-2GB: a GPU with more memory")
+    assert rec.warnings[0].endswith("; none of these fits on custom-2.16GB: a GPU with more memory")
+    # A GPU no bigger than the 2 GiB reserve has no budget at all: refused, saying why (it
+    # was planned with a 0.0 GB budget, every way out "still over: 0.0 GB/GPU").
+    with pytest.raises(VeriError) as err:
+        plan_job(job_from_fields({**base, "gpu": "custom-2GB"}), infos["llama-3.1-70b"])
+    assert err.value.errors[0].message.startswith(
+        "custom-2GB: 2 GB is all taken by the 2.15 GB (2 GiB) reserved per GPU for the CUDA "
+        "context and communication buffers, leaving nothing for the model"
+    )
 
 
 def test_gpu_count_suggestion_carries_the_keys_it_needs(

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from veri_tui.jobfolder.errors import DataError
+from veri_tui.jobfolder.contract.errors import DataError
 from veri_tui.plan.tokens import cache_dir, cached_count, count_tokens
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -19,10 +19,10 @@ from typing import Any
 
 from support.slurm_cluster import SlurmCluster
 
-from veri_tui.jobfolder.atomic import write_json_atomic
-from veri_tui.jobfolder.layout import MADE_WITH
-from veri_tui.jobfolder.record import read_job
-from veri_tui.jobfolder.status import has_ended
+from veri_tui.jobfolder.contract.atomic import write_json_atomic
+from veri_tui.jobfolder.contract.layout import MADE_WITH
+from veri_tui.jobfolder.contract.record import read_job
+from veri_tui.jobfolder.contract.status import has_ended
 from veri_tui.launch.replan import resume_spec
 from veri_tui.launch.spec import build_record
 from veri_tui.plan import load_job_config, plan_job

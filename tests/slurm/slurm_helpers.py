@@ -12,7 +12,7 @@ import pytest
 from support.slurm_cluster import SlurmCluster
 
 from veri_tui.cli import main
-from veri_tui.jobfolder.procs import job_processes
+from veri_tui.jobfolder.contract.procs import job_processes
 
 #: A job long enough to be caught running (its steps take well under a second each).
 LONG = ("--set", "max_steps=100000")

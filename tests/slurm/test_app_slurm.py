@@ -84,7 +84,7 @@ async def test_a_slurm_job_from_the_app_waits_with_its_reason_and_cancels(
         assert slurm.jobs() == []
         await _type(pilot, "partition", "gpu")
         passed = lambda: launch.ready  # noqa: E731
-        await _wait(pilot, passed, 60, lambda: f"the preflight: {_text(launch, '#preflight')}")
+        await _wait(pilot, passed, 90, lambda: f"the preflight: {_text(launch, '#preflight')}")
         await pilot.press("ctrl+l")
         await _wait(pilot, lambda: isinstance(app.screen, MonitorScreen), 60, "the monitor")
         monitor = app.screen
@@ -93,7 +93,7 @@ async def test_a_slurm_job_from_the_app_waits_with_its_reason_and_cancels(
         )
         (slurm_id,) = slurm.jobs()
         record = monitor.record or {}
-        assert record.get("slurm_job_id") == slurm_id
+        assert (record.get("scheduler") or {}).get("id") == slurm_id
         assert record["spec"]["slurm"]["partition"] == "gpu"
         assert record["spec"]["slurm"]["exclude"] == "127.0.0.2"
         assert "ExcNodeList=127.0.0.2" in slurm.run("scontrol", "show", "job", slurm_id)

@@ -1,10 +1,10 @@
-"""The Slurm batch job's probe of its allocation before training (veri_tui/jobfolder/slurmprobe.py),
-on the test cluster: `--dry-run` shows the step and `--exclude`; a node made slow on purpose
-(VERI_PROBE_DELAY, passed on by sbatch and srun) is named and the job stops before training
-with nothing left running; the step itself inside `salloc -N 2` with a fake nvidia-ml-py whose
-GPU on node 1 has a row remapping pending: the sick node stops a job, or is recorded and
-passed with --allow-slow-nodes' mode. The healthy 2-node job that probes and then trains is
-test_slurm_launch.py's `test_two_nodes_one_rank_each_match_a_local_run`.
+"""The Slurm batch job's probe of its allocation before training
+(veri_tui/jobfolder/probe/slurmprobe.py), on the test cluster: `--dry-run` shows the step and
+`--exclude`; a node made slow on purpose (VERI_PROBE_DELAY, passed on by sbatch and srun) is named
+and the job stops before training with nothing left running; the step itself inside `salloc -N 2`
+with a fake nvidia-ml-py whose GPU on node 1 has a row remapping pending: the sick node stops a job,
+or is recorded and passed with --allow-slow-nodes' mode. The healthy 2-node job that probes and then
+trains is test_slurm_launch.py's `test_two_nodes_one_rank_each_match_a_local_run`.
 """
 
 from __future__ import annotations
@@ -80,7 +80,7 @@ def test_a_slow_node_stops_the_job_before_training(
     assert not (job_dir / "metrics.jsonl").exists() and not list(job_dir.glob("pids/rank-*"))
     wait_for(lambda: slurm.jobs() == [], 30, "the Slurm job to end")
     assert processes_of(job_dir) == []
-    shown = slurm.run("scontrol", "show", "job", "-o", str(record["slurm_job_id"]))
+    shown = slurm.run("scontrol", "show", "job", "-o", record["scheduler"]["id"])
     assert re.search(r"JobState=FAILED .*ExitCode=3:0", shown), shown  # Slurm's own record
     code, shown, _ = cli(capsys, "jobs", job_id)
     with capsys.disabled():
@@ -114,7 +114,7 @@ def test_a_sick_node_stops_the_step_or_is_recorded_with_allow(
     fake = write_fake_pynvml(tmp_path / "fake", count=1, pending=-1)
     fake.write_text(fake.read_text() + SICK_ON_NODE_1)
     stop, allow = _job(tmp_path / "stop", "stop"), _job(tmp_path / "allow", "allow")
-    step = f"{sys.executable} -m veri_tui.jobfolder.slurmprobe --job"
+    step = f"{sys.executable} -m veri_tui.jobfolder.probe.slurmprobe --job"
     root = Path(__file__).resolve().parents[2]
     env = {**os.environ, **slurm.env, "VERI_HOME": str(tmp_path / "veri"),
            "PYTHONPATH": f"{fake.parent}:{root}"}  # fmt: skip
@@ -133,7 +133,7 @@ def test_a_sick_node_stops_the_step_or_is_recorded_with_allow(
     assert (stopped["status"], stopped["error"]["code"]) == ("failed", "HARDWARE_ERROR")
     assert sick in stopped["error"]["message"]
     assert [r[: len(sick)] for r in stopped["probe"]["refused"]] == [sick]
-    assert any(ln.startswith("gpu health: 127.0.0.2: SICK: 1 GPUs, driver 550.54.15")
+    assert any(ln.startswith("gpu health: 127.0.0.2: SICK: 1 GPU, driver 550.54.15")
                for ln in stopped["probe"]["lines"])  # fmt: skip
     went_on = json.loads(allow.read_text())
     assert went_on["status"] == "pending" and went_on.get("error") is None

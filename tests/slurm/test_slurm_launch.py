@@ -74,6 +74,8 @@ def test_plan_reads_the_partition(slurm: SlurmCluster, home: Path, capsys) -> No
         "slurm: partition gpu: 1 node(s) (127.0.0.3), 2 x gres gpu:h100:2, 8 CPUs, 67.1 GB each",
     ) in rows
     assert "dp=2" in dict((k, d) for k, _, d in rows)["plan"]
+    # Where the ranks run, the partition's GPUs per node against the plan's (issue 35).
+    assert rows[1] == ("device", True, "2 CUDA GPUs on partition gpu for the plan's 2 x H100-80GB")
 
 
 def test_bad_partition_is_one_line_before_anything_is_made(
@@ -165,7 +167,7 @@ def test_two_ranks_through_sbatch_match_a_local_run(
     record = jobs.get_job(job_id)
     assert (record["status"], record["host"]) == ("succeeded", "slurm:local")
     entry = json.loads((home / "remote" / f"{job_id}.json").read_text())
-    assert entry["kind"] == "slurm" and str(entry["pid"]) == record["slurm_job_id"]
+    assert entry["kind"] == "slurm" and entry["handle"] == record["scheduler"]["id"]
     assert record["spec"]["slurm"]["partition"] == "debug"
     # The plan header as `plan --slurm` prints it: the partition read, then the model.
     log = (job_dir / "log.txt").read_text().splitlines()
@@ -198,7 +200,7 @@ def _running(home: Path, capsys, *more: str) -> tuple[str, Path]:
 
 def test_cancel_leaves_no_slurm_job_and_no_process(slurm: SlurmCluster, home: Path, capsys) -> None:
     job_id, job_dir = _running(home, capsys)
-    assert jobs.get_job(job_id)["slurm_state"] == "RUNNING"
+    assert jobs.get_job(job_id)["scheduler"]["state"] == "RUNNING"
     assert processes_of(job_dir)
     code, out, _ = cli(capsys, "cancel", job_id)
     assert (code, out) == (0, f"job {job_id} cancelled\n")
@@ -207,7 +209,7 @@ def test_cancel_leaves_no_slurm_job_and_no_process(slurm: SlurmCluster, home: Pa
     assert record["status"] == "cancelled"
     assert (job_dir / "cancel.request").exists()
     # Slurm's own accounting agrees (it said FAILED NonZeroExitCode before).
-    shown = slurm.run("scontrol", "show", "job", "-o", str(record["slurm_job_id"]))
+    shown = slurm.run("scontrol", "show", "job", "-o", record["scheduler"]["id"])
     assert re.search(r"JobState=(CANCELLED|COMPLETED) ", shown), shown
 
 
@@ -219,14 +221,14 @@ def test_a_pending_job_shows_its_reason_and_cancel_and_resume_resubmit(
     assert code == 0, err
     job_id = out.strip()
     first = jobs.get_job(job_id)
-    assert (first["status"], first["slurm_state"]) == ("pending", "PENDING")
+    assert (first["status"], first["scheduler"]["state"]) == ("pending", "PENDING")
     wait_for(lambda: jobs.pending_reason(jobs.get_job(job_id)), 30, "a reason")
     # Slurm rewords a reason as its scheduler runs (ReqNodeNotAvail..., then "Nodes required
     # for job are DOWN, ..."): each output is checked for the reason it read itself.
     code, out, _ = cli(capsys, "jobs")
     assert re.search(rf"^{job_id}  pending \((\S[^)]*)\)  slurm:local  ", out, re.M), out
     code, out, _ = cli(capsys, "jobs", job_id)
-    assert re.search(rf"^slurm: job {first['slurm_job_id']} PENDING, reason \S", out, re.M), out
+    assert re.search(rf"^slurm: job {first['scheduler']['id']} PENDING, reason \S", out, re.M), out
     script = (slurm_job_dir(home, job_id) / "sbatch.sh").read_text()
     assert "#SBATCH --gpus-per-node=2\n" in script and "--cpus-per-task" not in script
     assert cli(capsys, "cancel", job_id)[:2] == (0, f"job {job_id} cancelled\n")
@@ -236,23 +238,24 @@ def test_a_pending_job_shows_its_reason_and_cancel_and_resume_resubmit(
     code, _, err = cli(capsys, "resume", job_id, "--set", "learning_rate=0.001")
     assert code == 0, err
     again = jobs.get_job(job_id)
-    assert again["status"] == "pending" and again["slurm_job_id"] != first["slurm_job_id"]
+    assert again["status"] == "pending" and again["scheduler"]["id"] != first["scheduler"]["id"]
     spec = again["spec"]
     assert spec["hyperparameters"]["learning_rate"] == 0.001
     assert (spec["slurm"]["partition"], spec["gpu_count"], spec["gpu"]) == ("gpu", 2, "H100-80GB")
-    assert slurm.jobs() == [str(again["slurm_job_id"])]
+    assert slurm.jobs() == [again["scheduler"]["id"]]
     assert not (slurm_job_dir(home, job_id) / "cancel.request").exists()
     assert cli(capsys, "cancel", job_id)[0] == 0 and slurm.jobs() == []
 
 
 def test_two_nodes_one_rank_each_match_a_local_run(slurm: SlurmCluster, home: Path, capsys) -> None:
-    # The batch job probes its two nodes first (veri_tui/jobfolder/slurmprobe.py), then trains.
+    # The batch job probes its two nodes first (veri_tui/jobfolder/probe/slurmprobe.py), then
+    # trains.
     job_id = _same_losses_as_local(capsys, home, "--nodes", "2", "--gpus-per-node", "1")
     record = jobs.get_job(job_id)
     spec = record["spec"]
     assert (spec["nnodes"], spec["nproc_per_node"], spec["gpu_count"]) == (2, 1, 2)
     job_dir = slurm_job_dir(home, job_id)
-    assert "veri_tui.jobfolder.slurmprobe --job" in (job_dir / "sbatch.sh").read_text()
+    assert "veri_tui.jobfolder.probe.slurmprobe --job" in (job_dir / "sbatch.sh").read_text()
     probe = record["probe"]
     assert probe["internode_gbps"] > 0 and probe["refused"] == [] and probe["slow"] == []
     report = json.loads((job_dir / "probe.json").read_text())

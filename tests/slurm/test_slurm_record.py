@@ -1,6 +1,7 @@
 """What a Slurm job's supervisor records at the start of an allocation
-(veri_tui/jobfolder/slurmjob.py), on real job folders and no cluster: the allocation's keys, an
-attempt the previous allocation left open, and requeues beyond `max_restarts`. The end-to-end cases
+(veri_tui/jobfolder/supervise/slurmjob.py), on real job folders and no cluster: the allocation's
+keys, an attempt the previous allocation left open, and requeues beyond `max_restarts`. The
+end-to-end cases
 are test_slurm_requeue.py's, on the real cluster."""
 
 from __future__ import annotations
@@ -8,10 +9,10 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from veri_tui.jobfolder.atomic import write_json_atomic
-from veri_tui.jobfolder.record import read_job
-from veri_tui.jobfolder.slurm import SlurmRun
-from veri_tui.jobfolder.slurmjob import begin_allocation
+from veri_tui.jobfolder.contract.atomic import write_json_atomic
+from veri_tui.jobfolder.contract.record import read_job
+from veri_tui.jobfolder.supervise.slurm import SlurmRun
+from veri_tui.jobfolder.supervise.slurmjob import begin_allocation
 
 
 def _job(tmp_path: Path, status: str, attempts: list[dict], restarts: int = 1) -> Path:
@@ -28,7 +29,8 @@ def test_an_attempt_left_open_by_a_killed_allocation_is_closed_preempted(tmp_pat
     job = _job(tmp_path, "running", [open_one])
     assert begin_allocation(job, SlurmRun("77", 1, ["a", "b"], 2))
     rec = read_job(job)
-    assert (rec["status"], rec["slurm_job_id"], rec["slurm_restarts"]) == ("pending", "77", 1)
+    assert rec["status"] == "pending"
+    assert rec["scheduler"] == {"name": "slurm", "id": "77", "restarts": 1}
     first = rec["attempts"][0]
     assert (first["status"], first["error"]["code"]) == ("failed", "PREEMPTED")
     assert first["error"]["attribution"] == "platform"
@@ -58,4 +60,4 @@ def test_requeues_beyond_max_restarts_fail_the_job_naming_the_count(tmp_path: Pa
 def test_a_job_cancelled_while_pending_stays_cancelled(tmp_path: Path) -> None:
     job = _job(tmp_path, "cancelled", [])
     assert not begin_allocation(job, SlurmRun("79", 1, ["a"], 1))
-    assert read_job(job)["status"] == "cancelled" and "slurm_job_id" not in read_job(job)
+    assert read_job(job)["status"] == "cancelled" and "scheduler" not in read_job(job)

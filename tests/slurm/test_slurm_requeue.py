@@ -45,13 +45,13 @@ from requeue_helpers import (
 )
 from support.slurm_cluster import NODES, SlurmCluster
 
-from veri_tui.jobfolder.attempts import prepare_resume
-from veri_tui.jobfolder.ckptindex import committed as committed_steps
-from veri_tui.jobfolder.layout import CANCEL_REQUEST
-from veri_tui.jobfolder.procs import job_processes
-from veri_tui.jobfolder.record import read_job
-from veri_tui.jobfolder.slurm import CANCEL, SlurmRun, seconds
-from veri_tui.jobfolder.stopping import PREEMPTED, TIME_LIMIT, read_stopped
+from veri_tui.jobfolder.contract.attempts import prepare_resume
+from veri_tui.jobfolder.contract.ckptindex import committed as committed_steps
+from veri_tui.jobfolder.contract.layout import CANCEL_REQUEST
+from veri_tui.jobfolder.contract.procs import job_processes
+from veri_tui.jobfolder.contract.record import read_job
+from veri_tui.jobfolder.contract.stopping import PREEMPTED, TIME_LIMIT, read_stopped
+from veri_tui.jobfolder.supervise.slurm import CANCEL, SlurmRun, seconds
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(420)]
 ZERO = {"zero_stage": 3, "micro_batch_size": 2}  # FSDP2; a global batch of 4
@@ -136,7 +136,7 @@ def test_requeue_mid_run_resumes_by_itself_with_the_uninterrupted_losses(
     print(f"requeue: the preempted attempts recorded {' and '.join(recorded)} after the signal")
 
     assert rec["status"] == "succeeded", rec.get("error")
-    assert (rec["slurm_job_id"], rec["slurm_restarts"]) == (job_id, 2)
+    assert (rec["scheduler"]["id"], rec["scheduler"]["restarts"]) == (job_id, 2)
     assert EVERY <= first < 3 * EVERY <= second < STEPS
     steps = [(a["status"], a["resumed_from_step"]) for a in rec["attempts"]]
     assert steps == [("failed", None), ("failed", first), ("succeeded", second)]
@@ -206,7 +206,7 @@ def test_a_sigkilled_rank_on_node_1_is_named_from_the_shared_folder(
         1,
     )
     assert err["summary"].startswith("rank 1/2 (node 1, local_rank 0) failed: killed by signal 9")
-    assert rec["slurm_job_id"] == job_id
+    assert rec["scheduler"]["id"] == job_id
     log = (job.parent / "log.txt").read_text().splitlines()
     assert err["summary"] in log and any(ln.startswith("plan: dp=2 ") for ln in log)
 

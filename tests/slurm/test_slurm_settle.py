@@ -16,7 +16,7 @@ from launch.launch_helpers import wait_for
 from slurm_helpers import home, slurm_job_dir
 from support.slurm_cluster import SlurmCluster
 
-from veri_tui.jobfolder.atomic import write_json_atomic
+from veri_tui.jobfolder.contract.atomic import write_json_atomic
 from veri_tui.launch import jobs, registry
 from veri_tui.launch.registry import RegistryEntry
 
@@ -40,14 +40,14 @@ def test_a_read_shows_the_controller_s_outcome_a_poll_records_it(
               "spec": {"gpu_count": 1}, "slurm_job_id": slurm_id,
               "created_at": time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime())}  # fmt: skip
     write_json_atomic(job_dir / "job.json", record)
-    registry.save(RegistryEntry(job_id, "local", str(job_dir), int(slurm_id), sys.executable,
+    registry.save(RegistryEntry(job_id, "local", str(job_dir), slurm_id, sys.executable,
                                 dict(record), kind="slurm"))  # fmt: skip
     slurm.run("scancel", slurm_id)
     wait_for(lambda: slurm.jobs() == [], 30, "the Slurm job to leave the queue")
     entry = registry.entry_path(job_id)
     before = _stat(job_dir / "job.json"), _stat(entry)
     seen = jobs.get_job(job_id)
-    assert (seen["status"], seen["slurm_state"]) == ("cancelled", "CANCELLED")
+    assert (seen["status"], seen["scheduler"]["state"]) == ("cancelled", "CANCELLED")
     assert (_stat(job_dir / "job.json"), _stat(entry)) == before  # a read wrote nothing
     with jobs.open(job_id) as job:
         assert job.poll()["status"] == "cancelled"

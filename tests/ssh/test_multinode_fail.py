@@ -18,7 +18,7 @@ import pytest
 from multinode_helpers import two_node_env
 from ssh_helpers import cli
 
-from veri_tui.jobfolder.procs import pid_alive, read_pid
+from veri_tui.jobfolder.contract.procs import pid_alive, read_pid
 from veri_tui.launch.jobs import launch
 from veri_tui.launch.jobs import target_for as target_for_job
 from veri_tui.plan import load_job_config

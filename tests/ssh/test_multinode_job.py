@@ -29,7 +29,7 @@ def test_two_node_job_succeeds_and_trains_as_one_node(sshd, sshd2, tmp_path: Pat
               timeout=240)  # fmt: skip
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     job_id = out.stdout.splitlines()[0]
-    assert "nodes: 2 x 1 GPUs (veri-test, veri-test-2)" in out.stdout
+    assert "nodes: 2 x 1 GPU (veri-test, veri-test-2)" in out.stdout
     assert "dp=2" in out.stdout
     # Each node has its own folder; node 0 holds rank 0's log and the artifact.
     remote = tmp_path / "remote-veri" / "jobs"

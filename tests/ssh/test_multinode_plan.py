@@ -51,7 +51,7 @@ def test_refusals_each_on_their_own_line() -> None:
     assert out.returncode == 2
     lines = out.stderr.strip().splitlines()
     assert (
-        "error: gpu_count: 3 GPUs do not split over 2 nodes (every node runs the same "
+        "error: gpu_count: 3 GPUs cannot split over 2 nodes (every node runs the same "
         "number of ranks); use 2 or 4" in lines
     )
     assert any(ln.startswith("error: network: unknown network 'wifi'") for ln in lines)
@@ -61,7 +61,7 @@ def test_gpu_count_left_unset_waits_for_the_preflight() -> None:
     # 2 hosts and no gpu_count: detected at the preflight (nodes x GPUs per node), not refused.
     job = load_job_config(None, sets=["hosts=['a','b']"])
     assert any(
-        "nodes: 2 x ? (detected at the preflight) GPUs (a, b)" in ln
+        "nodes: 2 x ? GPUs (detected at the preflight) (a, b)" in ln
         for ln in plan_job(job).header_lines
     )
 
@@ -73,13 +73,13 @@ def test_plan_for_two_hosts_states_the_detected_layout(sshd, sshd2, tmp_path) ->
     out = cli("plan", "--host", sshd.alias, "--host", sshd2.alias, env=env)
     assert out.returncode == 0, out.stderr
     # CPU hosts: one process per node, detected at the preflight.
-    assert f"nodes: 2 x 1 GPUs ({sshd.alias}, {sshd2.alias})" in out.stdout
+    assert f"nodes: 2 x 1 GPU ({sshd.alias}, {sshd2.alias})" in out.stdout
     assert "dp=2" in out.stdout
     # A sharding knob without --gpu-count: planned on the detected 2 x 1, not "one GPU".
     out = cli("plan", "--host", sshd.alias, "--host", sshd2.alias, "--set", "zero_stage=3",
               env=env)  # fmt: skip
     assert out.returncode == 0, out.stderr
-    assert f"nodes: 2 x 1 GPUs ({sshd.alias}, {sshd2.alias})" in out.stdout
+    assert f"nodes: 2 x 1 GPU ({sshd.alias}, {sshd2.alias})" in out.stdout
     assert "plan: dp=2 zero_stage=3 " in out.stdout
 
 

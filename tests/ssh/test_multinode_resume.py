@@ -70,7 +70,7 @@ def test_common_steps_name_what_a_node_lacks() -> None:
 
 
 def test_a_retry_is_due_after_a_platform_failure_with_restarts_left() -> None:
-    entry = RegistryEntry("j", "a", "/x", 1, "python3", {}, [])
+    entry = RegistryEntry("j", "a", "/x", "1", "python3", {}, [])
     spec = {"nnodes": 2, "gpu_count": 2, "hyperparameters": {"max_restarts": 1}}
     lost = {"code": "RANK_LOST", "attribution": "platform"}
     rec = {"job_id": "j", "status": "failed", "error": lost, "spec": spec, "attempts": [{}]}
@@ -143,11 +143,11 @@ def test_retry_then_resume_across_two_nodes(sshd, sshd2, tmp_path: Path, monkeyp
             ), skipped
     finally:
         for conn in conns:
-            conn.close()
+            conn.machine.close()
 
     refused = cli("resume", job_id, "--gpu-count", "1", env=env)
     assert refused.returncode == 2 and refused.stdout == ""
-    assert refused.stderr.startswith(f"error: gpu_count: {job_id} runs on 2 nodes x 1 GPUs; ")
+    assert refused.stderr.startswith(f"error: gpu_count: {job_id} runs on 2 nodes x 1 GPU; ")
     assert "Traceback" not in refused.stderr
 
     t0 = time.monotonic()

@@ -107,7 +107,7 @@ def test_a_slow_or_sick_node_is_named_and_refused(sshd, sick_sshd, tmp_path) -> 
         f"{value}); every node must have the same"
         for what, value in (("driver", "550.54.15"), ("CUDA version", "12.4"), ("GPU count", 1))
     ]
-    assert f"gpu health: {sick_sshd.alias}: SICK: 1 GPUs, driver 550.54.15, CUDA 12.4" in out.stdout
+    assert f"gpu health: {sick_sshd.alias}: SICK: 1 GPU, driver 550.54.15, CUDA 12.4" in out.stdout
     # A launch on the same hosts is refused by the probe's verdict (cached just now) before
     # anything is created; --allow-slow-nodes is the way on, at the user's risk.
     launch = cli("launch", *hosts, "--set", "max_steps=1", env=env, timeout=400)

@@ -65,7 +65,7 @@ def test_unreachable_host_listed_stale(ssh_env) -> None:
     record = {"job_id": "20260101-000000-dead", "status": "running", "spec": {"gpu_count": 2}}
     registry.save(
         registry.RegistryEntry(
-            record["job_id"], "root@127.0.0.1:1", "/nowhere", 1, "python3", record
+            record["job_id"], "root@127.0.0.1:1", "/nowhere", "1", "python3", record
         )
     )
     [listed] = list_jobs()
@@ -168,5 +168,5 @@ def test_two_unknown_hosts_are_trusted_in_one_rerun(sshd, sshd2, tmp_path: Path)
     assert rerun.count("--trust-host") == 2
     out = cli("plan", *job, *rerun, env=env)
     assert out.returncode == 0, out.stderr
-    assert f"nodes: 2 x 1 GPUs ({sshd.alias}, {sshd2.alias})" in out.stdout
+    assert f"nodes: 2 x 1 GPU ({sshd.alias}, {sshd2.alias})" in out.stdout
     assert len(kh.read_text().splitlines()) == 2  # both recorded

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from ssh_helpers import cli
 
-from veri_tui.jobfolder.procs import job_processes
+from veri_tui.jobfolder.contract.procs import job_processes
 from veri_tui.launch.jobdata import BUNDLED_DATASETS
 from veri_tui.launch.ssh.connection import Connection
 from veri_tui.launch.ssh.remote_model import locate_model

@@ -33,7 +33,7 @@ def test_sft_job_over_ssh_survives_killed_and_frozen_sessions(ssh_env, tmp_path:
     job_id = launch(job, None, host=ssh_env.alias)
     target = target_for_job(job_id)
     assert target is not None
-    conn = target.nodes[0].host.conn
+    conn = target.nodes[0].host.machine.conn
     broken: list[float] = []
     frozen: list[int] = []
     events = []

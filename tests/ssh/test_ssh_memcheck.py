@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from support.synthetic import LLAMA_3_1_70B, write_checkpoint
+from support.synthetic import LLAMA_3_1_70B, add_tokenizer, write_checkpoint
 
 from veri_tui.errors import VeriError
 from veri_tui.launch import jobs
@@ -39,6 +39,7 @@ def test_the_probe_reads_the_hosts_memavailable(ssh_env) -> None:
 def test_a_job_above_the_hosts_memory_is_refused(ssh_env, tmp_path: Path) -> None:
     model = tmp_path / "llama-70b"
     write_checkpoint(model, LLAMA_3_1_70B)
+    add_tokenizer(model)  # a launch refuses a model without one
     # LoRA: the host's disk check wants room for a full fine-tune's copy of the model (141 GB
     # by its headers); the frozen base offloaded still needs about that much host memory.
     sets = ["cpu_offload=true", "lora_rank=8"]

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from ssh_helpers import fake_gpu_pythons, script
 
+from veri_tui.launch.device import device_row
 from veri_tui.launch.ssh import preflight
 from veri_tui.launch.ssh.connection import Connection
 from veri_tui.launch.ssh.host import SshHost
@@ -46,6 +47,10 @@ def test_detected_gpus_drive_the_plan(ssh_env, tmp_path: Path, monkeypatch) -> N
     monkeypatch.setenv("VERI_REMOTE_PYTHON", smi_only)
     pf = run_preflight(conn, model=None, gpu_count=1)
     assert len(pf.problems) == 1 and "cannot use CUDA" in pf.problems[0].message
+    assert pf.problems[0].message.startswith("veri-test has 1 NVIDIA GPU (nvidia-smi) but ")
+    assert "install a CUDA build of torch there (pip install torch --index-url" in str(
+        pf.problems[0]
+    )
     monkeypatch.setenv("VERI_REMOTE_PYTHON", wrapper)
     pf = run_preflight(conn, model=None, gpu_count=4)
     conn.close()
@@ -55,6 +60,11 @@ def test_detected_gpus_drive_the_plan(ssh_env, tmp_path: Path, monkeypatch) -> N
     assert "4 requested" in pf.problems[0].message and "2 CUDA GPUs" in pf.problems[0].message
     job, plan = SshHost("veri-test").plan(load_job_config(None, gpu="L4-24GB", gpu_count=2), pf)
     assert job.gpu == "custom-85.521GB"
+    # Where the ranks run, as the preflight and launch say it (issue 35).
+    assert device_row(pf, plan.job, "veri-test") == ("device", True, (
+        "2 CUDA GPUs on veri-test (NVIDIA H100 80GB HBM3, 85.5 GB) for the plan's 2 x "
+        "custom-85.521GB"
+    ))  # fmt: skip
     real_budget = 0.70 * (81559 * 2**20 - 2 * 2**30)
     assert abs(plan.to_dict()["budget_bytes"] - real_budget) < 10**6
 
@@ -102,3 +112,8 @@ def test_facade_preflight_rows_for_a_host(ssh_env, tmp_path: Path) -> None:
     free = job.model_copy(update={"output": str(tmp_path / "new")})
     rows = jobs.preflight(free, None, host=ssh_env.alias)
     assert all(ok for _, ok, _ in rows) and ("output", True, f"{free.output} on veri-test") in rows
+    # A CPU host: the job runs, on CPU processes, and the preflight says so (issue 35).
+    assert rows[1] == ("device", True, (
+        "warning: no CUDA GPU on veri-test: the job runs 2 CPU processes (gloo) instead of the "
+        "planned 2 x L4-24GB; the plan's memory, speed and cost figures are for those GPUs"
+    ))  # fmt: skip

@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 from ssh_helpers import cli
 
-from veri_tui.jobfolder.procs import read_pid
-from veri_tui.jobfolder.status import has_ended
+from veri_tui.jobfolder.contract.procs import read_pid
+from veri_tui.jobfolder.contract.status import has_ended
 from veri_tui.launch.jobs import launch
 from veri_tui.launch.jobs import target_for as target_for_job
 from veri_tui.plan import load_job_config

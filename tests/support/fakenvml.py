@@ -3,7 +3,7 @@ mocked, and every call is one pynvml names (veri_tui/trainer/gpuhealth.py makes 
 
 `fake_pynvml(count, pending)` is the module's source: ``count`` H100s, driver 550.54.15,
 CUDA 12.4, and a row remapping pending on GPU ``pending`` (sick: veri_tui/trainer/gpuhealth.py reads
-it, veri_tui/jobfolder/probe_health.py judges it); `python_with_fake_nvml` an interpreter that
+it, veri_tui/jobfolder/probe/probe_health.py judges it); `python_with_fake_nvml` an interpreter that
 imports it, for a host to run the probe with.
 """
 

@@ -38,8 +38,9 @@ class Served:
         return self.url.split("token=", 1)[1]
 
     def children(self) -> set[int]:
-        """Pids whose parent is the server: the app processes it started (one per tab)."""
-        return children_of(self.proc.pid)
+        """The app processes the server started (one per tab): its children but the one
+        `veri-tui plan` it runs at its start for the pages (veri_tui/web/opening.py)."""
+        return {pid for pid in children_of(self.proc.pid) if not _runs_plan(pid)}
 
     def stop(self) -> None:
         self.proc.terminate()
@@ -56,6 +57,14 @@ def children_of(pid: int) -> set[int]:
         if int(fields[1]) == pid:
             out.add(int(stat.parent.name))
     return out
+
+
+def _runs_plan(pid: int) -> bool:
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return True  # ended meanwhile: not a running app either
+    return argv[-2:] == [b"plan", b""]
 
 
 def serve_env(home: Path) -> dict[str, str]:

@@ -75,6 +75,18 @@ def decoder_tensors(config: dict[str, Any], dtype: str = "BF16") -> dict[str, Te
     return t
 
 
+def add_tokenizer(folder: Path) -> Path:
+    """The bundled tiny model's tokenizer files copied into ``folder`` (a header-only
+    checkpoint has none, and a launch's preflight refuses a model without a tokenizer)."""
+    import shutil
+
+    from veri_tui.bundled import bundled_model
+
+    for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
+        shutil.copy2(bundled_model() / name, folder / name)
+    return folder
+
+
 def write_checkpoint(
     folder: Path,
     config: dict[str, Any],

@@ -237,7 +237,7 @@ def test_adam_betas_reach_both_optimizers(tmp_path: Path) -> None:
         opt = make_optimizer(params, 1e-4, 0.0, 42, cfg.adam_beta2, cfg.adam_beta1)
         assert opt.param_groups[0]["betas"] == (0.8, 0.95), dtype
     for key in ("adam_beta1", "adam_beta2"):  # the planner checks the schema's bound
-        with pytest.raises(VeriError, match=f"{key}: Input should be less than 1"):
+        with pytest.raises(VeriError, match=f"{key}: must be below 1 \\(got 1\\)"):
             load_job_config(sets=[f"{key}=1"])
 
 

@@ -11,7 +11,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from veri_tui.jobfolder.errors import ConfigError
+from veri_tui.jobfolder.contract.errors import ConfigError
 from veri_tui.launch.spec import make_record
 from veri_tui.plan import load_job_config, plan_job
 from veri_tui.trainer import checkpointing

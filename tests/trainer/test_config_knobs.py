@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from veri_tui.jobfolder.errors import ConfigError
+from veri_tui.jobfolder.contract.errors import ConfigError
 from veri_tui.jobfolder.knobs import Hyperparameters, table
 from veri_tui.plan import job_from_fields, plan_job
 from veri_tui.plan.sources import bundled_tiny_model

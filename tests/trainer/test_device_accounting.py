@@ -14,8 +14,8 @@ import pytest
 import torch
 from torch import nn
 
-from veri_tui.jobfolder.atomic import write_json_atomic
-from veri_tui.jobfolder.jobstats import gather
+from veri_tui.jobfolder.contract.atomic import write_json_atomic
+from veri_tui.jobfolder.supervise.jobstats import gather
 from veri_tui.launch.calibrate import ratios_of
 from veri_tui.trainer.measure import StateMeter, on_device, split_bytes
 from veri_tui.trainer.report import RankContext

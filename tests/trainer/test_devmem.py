@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from veri_tui.jobfolder.jobstats import gather
+from veri_tui.jobfolder.supervise.jobstats import gather
 from veri_tui.launch.measured import comparison, comparison_lines
 from veri_tui.trainer import devmem
 from veri_tui.trainer.report import RankContext

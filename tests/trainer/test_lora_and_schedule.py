@@ -11,7 +11,7 @@ import pytest
 import torch
 from torch import nn
 
-from veri_tui.jobfolder.errors import ConfigError
+from veri_tui.jobfolder.contract.errors import ConfigError
 from veri_tui.plan.sources import bundled_tiny_model
 from veri_tui.trainer.config import TrainConfig, from_spec
 from veri_tui.trainer.model import build_policy

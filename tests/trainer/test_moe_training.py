@@ -83,7 +83,7 @@ def test_full_fine_tune_of_per_expert_modules_is_refused_on_several_ranks() -> N
 
     from torch import nn
 
-    from veri_tui.jobfolder.errors import ConfigError
+    from veri_tui.jobfolder.contract.errors import ConfigError
     from veri_tui.trainer.config import TrainConfig
     from veri_tui.trainer.model import check_experts
 

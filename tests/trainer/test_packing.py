@@ -18,8 +18,8 @@ import pytest
 import torch
 from trainer_jobs import DATASETS, TINY, metrics, run_many, write_job
 
-from veri_tui.jobfolder.errors import ConfigError
-from veri_tui.jobfolder.packing import pack, packed_lengths
+from veri_tui.jobfolder.contract.errors import ConfigError
+from veri_tui.jobfolder.data.packing import pack, packed_lengths
 from veri_tui.trainer.config import from_spec
 from veri_tui.trainer.data import collate, encode_row, global_batch
 from veri_tui.trainer.losses import count_targets, forward_logits, token_logps

@@ -20,7 +20,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from veri_tui.jobfolder.errors import ConfigError
+from veri_tui.jobfolder.contract.errors import ConfigError
 from veri_tui.trainer import peakmem
 from veri_tui.trainer.config import TrainConfig
 from veri_tui.trainer.parallelize import (
@@ -134,13 +134,13 @@ def test_an_offloaded_optimizer_gets_its_share_of_the_cores() -> None:
 
 
 def test_supervisor_marks_its_own_thread_default(tmp_path: Path, monkeypatch) -> None:
-    from veri_tui.jobfolder.supervise import Supervisor
+    from veri_tui.jobfolder.supervise.launcher import TorchrunLauncher
 
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
-    env = Supervisor(tmp_path / "job.json").environment()
+    env = TorchrunLauncher().environment()  # the supervisor's launcher: the ranks' environment
     assert (env["OMP_NUM_THREADS"], env["VERI_OMP_DEFAULT"]) == ("1", "1")
     monkeypatch.setenv("OMP_NUM_THREADS", "6")
-    env = Supervisor(tmp_path / "job.json").environment()
+    env = TorchrunLauncher().environment()
     assert env["OMP_NUM_THREADS"] == "6" and "VERI_OMP_DEFAULT" not in env
 
 

@@ -15,7 +15,7 @@ import torch
 import torch.distributed as dist
 
 from veri_tui.cli import main
-from veri_tui.jobfolder.errors import ConfigError
+from veri_tui.jobfolder.contract.errors import ConfigError
 from veri_tui.trainer.config import TrainConfig, from_spec
 from veri_tui.trainer.model import QLORA_NEEDS_CUDA, qlora_config, qlora_kwargs
 from veri_tui.trainer.parallelize import init_runtime

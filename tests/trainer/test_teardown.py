@@ -20,7 +20,7 @@ import torch.distributed as dist
 
 import veri_tui.trainer.__main__ as entry
 import veri_tui.trainer.loop
-from veri_tui.jobfolder.torchrun_cmd import alloc_conf, rank_environment
+from veri_tui.jobfolder.supervise.torchrun_cmd import alloc_conf, rank_environment
 
 REPO = Path(__file__).resolve().parents[2]
 SPEC = {"method": "sft_text", "model": "m", "dataset": "d.jsonl"}

@@ -19,8 +19,8 @@ import pytest
 import torch.distributed as dist
 from trainer_jobs import DATASETS, TINY
 
-from veri_tui.jobfolder.errors import DataError
-from veri_tui.jobfolder.rows import numbered_lines, read_rows
+from veri_tui.jobfolder.contract.errors import DataError
+from veri_tui.jobfolder.data.rows import numbered_lines, read_rows
 from veri_tui.trainer import data
 from veri_tui.trainer.config import TrainConfig
 from veri_tui.trainer.dataprep import (

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from trainer_jobs import DATASETS, TINY, failure, run_trainer, write_job
 
-from veri_tui.jobfolder.status import ATTRIBUTION
+from veri_tui.jobfolder.contract.status import ATTRIBUTION
 
 
 def _elastic_error_files(job_dir: Path) -> list[Path]:

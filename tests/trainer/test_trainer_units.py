@@ -13,7 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from trainer_jobs import DATASETS, TINY
 
-from veri_tui.jobfolder.errors import ConfigError, DataError, ModelLoadError, TrainerError
+from veri_tui.jobfolder.contract.errors import ConfigError, DataError, ModelLoadError, TrainerError
 from veri_tui.trainer import data
 from veri_tui.trainer.checkpoint import _commit, committed_steps, verify
 from veri_tui.trainer.config import from_spec, load_spec

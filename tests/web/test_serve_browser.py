@@ -31,6 +31,29 @@ def test_without_the_token_the_browser_gets_403_and_no_app_starts(served, browse
     assert served.children() - before == set()
 
 
+OPENING_JS = "const e = document.getElementById('opening'); return e ? e.textContent : null;"
+
+
+def test_the_first_paint_shows_the_plan_the_app_opens_on(served, browser) -> None:
+    """The page as loaded, before its app's first frame (all a headless screenshot showed
+    was "starting the app..."): the lines `veri-tui plan` prints down to the plan line.
+    `delay=1` makes textual.js wait for its Start button, so no app process starts."""
+    for _ in range(60):  # the server plans it once, beside its start: a bound, not a timing
+        browser.get(served.url + "&delay=1")
+        opening = browser.execute_script(OPENING_JS)
+        if opening:
+            break
+    assert opening, browser.page_source
+    before = served.children()
+    browser.get(served.url + "&delay=1")  # planned: at once, and still no app
+    assert browser.execute_script(OPENING_JS) == opening
+    lines = opening.splitlines()
+    assert lines[0].startswith("model: tiny-model (bundled): 156,032 parameters")
+    assert lines[-1].startswith("plan: dp=1 zero_stage=0 ") and len(lines) == 4
+    assert "starting this tab's app" in browser.page_source
+    assert served.children() == before
+
+
 def test_typing_a_knob_shows_the_new_plan_line_in_the_page(served, browser) -> None:
     before = served.children()
     browser.get(served.url)

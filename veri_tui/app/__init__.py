@@ -31,7 +31,7 @@ def create_app(
     remembered = first_plan.cached(model)
     helper = None if remembered else first_plan.spawn(model)
     from veri_tui.app.app import VeriApp
-    from veri_tui.jobfolder.layout import veri_home as home_now
+    from veri_tui.jobfolder.contract.layout import veri_home as home_now
 
     home = home_now()
     return VeriApp(

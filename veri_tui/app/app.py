@@ -22,7 +22,7 @@ from textual.binding import Binding
 from textual.screen import Screen
 
 from veri_tui.app.screens.start import StartScreen
-from veri_tui.jobfolder.atomic import write_json_atomic
+from veri_tui.jobfolder.contract.atomic import write_json_atomic
 
 RECENT_MAX = 8
 
@@ -73,7 +73,8 @@ class VeriApp(App[int]):
         return [str(m) for m in data if isinstance(m, str)] if isinstance(data, list) else []
 
     def remember_model(self, model: str) -> None:
-        """Put `model` first in the recent list (written atomically: veri_tui.jobfolder.atomic's
+        """Put `model` first in the recent list (written atomically:
+        veri_tui.jobfolder.contract.atomic's
         writer)."""
         models = [model] + [m for m in self.recent_models() if m != model]
         self.recent_path.parent.mkdir(parents=True, exist_ok=True)
@@ -115,6 +116,11 @@ class VeriApp(App[int]):
             )
             yield SystemCommand(
                 "Launch", "Choose target, dataset, output; preflight", screen.action_launch
+            )
+            yield SystemCommand(
+                "Trace",
+                "The trainer's own step on fake CUDA: its memory beside the plan's",
+                screen.action_trace,
             )
             yield SystemCommand(
                 "Pin resolved plan", "Copy resolved_parallelism into the knobs", screen.action_pin

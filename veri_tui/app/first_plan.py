@@ -34,8 +34,8 @@ import sys
 from pathlib import Path
 
 from veri_tui.bundled import bundled_model
-from veri_tui.jobfolder.atomic import write_json_atomic
-from veri_tui.jobfolder.layout import veri_home
+from veri_tui.jobfolder.contract.atomic import write_json_atomic
+from veri_tui.jobfolder.contract.layout import veri_home
 
 ENV = "VERI_FIRST_PLAN"
 # `-c`, not `-m veri_tui.app.first_plan`: the package imports this module itself.

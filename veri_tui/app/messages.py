@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from textual.message import Message
 
 if TYPE_CHECKING:
-    from veri_tui.jobfolder.record import JobRecord
+    from veri_tui.jobfolder.contract.record import JobRecord
     from veri_tui.plan import ModelInfo
 
 

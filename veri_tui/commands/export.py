@@ -26,8 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from veri_tui.errors import VeriError
-from veri_tui.jobfolder import manifest
-from veri_tui.jobfolder.layout import OUTPUT
+from veri_tui.jobfolder.contract import manifest
+from veri_tui.jobfolder.contract.layout import OUTPUT
 from veri_tui.launch import jobs
 
 #: Files of an adapter or model folder that the export writes anew (or leaves out).
@@ -82,15 +82,18 @@ def _torch_side(*args: str) -> None:
 
 
 def _write(
-    args: argparse.Namespace, rec: Mapping[str, Any], job_dir: Path, tmp: Path
+    args: argparse.Namespace, rec: Mapping[str, Any], job_dir: Path, tmp: Path, out: Path
 ) -> tuple[str, str]:
-    """Fill `tmp` with the export; (form, the base model's folder)."""
+    """Fill `tmp` (renamed to `out` once whole) with the export; (form, the base model's
+    folder)."""
     spec = rec.get("spec") or {}
     artifact = _artifact(rec, job_dir)
     lora = (artifact / ADAPTER_CONFIG).is_file()
     if lora and args.merge:
         base = _base(spec, args.base)
-        print(f"export: merging the LoRA adapter into {base}, one tensor at a time")
+        # The base is only read: the merged model is written into the export folder.
+        print(f"export: merging the LoRA adapter with its base {base} (read, not changed) "
+              f"into {out}, one tensor at a time")  # fmt: skip
         _torch_side("merge", str(base), str(artifact), str(tmp))
         for f in artifact.iterdir():  # the tokenizer and chat template the job trained with
             if f.is_file() and not f.name.startswith("adapter_") and f.name not in REWRITTEN:
@@ -127,7 +130,7 @@ def run(args: argparse.Namespace) -> int:
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     try:
-        form, base = _write(args, rec, job_dir, tmp)
+        form, base = _write(args, rec, job_dir, tmp, out)
         smoke = _smoke(rec, form, Path(base), tmp)
         card = model_card(rec, job_dir, form, base, smoke, actual_gpu_s(rec))
         (tmp / "README.md").write_text(card)

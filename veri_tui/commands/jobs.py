@@ -17,9 +17,9 @@ import sys
 from typing import Any, cast
 
 from veri_tui.errors import VeriError
-from veri_tui.jobfolder.canarytable import no_go_line
-from veri_tui.jobfolder.record import NOT_RECORDED, JobRecord, plan_line_of
-from veri_tui.jobfolder.status import Attribution, FailureCode, has_ended, outcome_recorded
+from veri_tui.jobfolder.canary.canarytable import no_go_line
+from veri_tui.jobfolder.contract.record import NOT_RECORDED, JobRecord, plan_line_of
+from veri_tui.jobfolder.contract.status import Attribution, FailureCode, has_ended, outcome_recorded
 from veri_tui.launch import jobs
 
 
@@ -81,10 +81,10 @@ def show_job(job_id: str, as_json: bool) -> int:
         print(failure_line(rec))
     elif no_go_line(rec):
         print(no_go_line(rec))
-    state = jobs.slurm_state(rec)
-    if state is not None:
-        why = f", reason {state[1]}" if state[1] else ""
-        print(f"slurm: job {rec.get('slurm_job_id')} {state[0]}{why}")
+    scheduler = jobs.scheduler_of(rec) or {}
+    if scheduler.get("state"):  # what its scheduler says now: `slurm: job 12 PENDING, ...`
+        why = f", reason {scheduler['reason']}" if scheduler.get("reason") else ""
+        print(f"{scheduler['name']}: job {scheduler['id']} {scheduler['state']}{why}")
     print(plan_line_of(rec.get("spec"), NOT_RECORDED))
     if probe := probe_lines(rec):
         print("\n".join(probe))

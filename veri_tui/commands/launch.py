@@ -1,5 +1,8 @@
 """`veri-tui launch`: validate, plan and start a job detached; print its id.
 
+Before it starts, stderr says where the ranks will run (`device: 2 CUDA GPUs on this machine
+... for the plan's 2 x H100-80GB`, or `warning: no CUDA GPU on this machine: the job runs 2
+CPU processes (gloo) instead of the planned 2 x H100-80GB; ...`: veri_tui/launch/device.py).
 Detached, stdout is the job id alone (for `job=$(veri-tui launch ...)`) and stderr says how
 to follow, cancel and see the job. With --wait the rank-0 log is followed to the end, its
 metric lines shown as the app's monitor shows them (`step 3/5  loss 5.685  lr 6.5e-04
@@ -24,8 +27,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from veri_tui.commands.common import hosts_of, job_from_args
-from veri_tui.jobfolder.record import JobRecord
-from veri_tui.jobfolder.status import SUCCEEDED
+from veri_tui.jobfolder.contract.record import JobRecord
+from veri_tui.jobfolder.contract.status import SUCCEEDED
 from veri_tui.launch import jobs
 from veri_tui.launch.jobdata import with_data
 from veri_tui.launch.spec import check_job
@@ -54,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
         # would refuse a model only it holds.
         record = None
     job_id = jobs.launch(job, record, host=host, trust_host=args.trust_host, probe=probe,
-                         canary=canary)  # fmt: skip
+                         canary=canary, say=lambda line: print(line, file=sys.stderr))  # fmt: skip
     if canary is not None:
         return follow_canary(job_id, args.wait, args.json)
     if args.json:
@@ -96,7 +99,7 @@ def follow_canary(job_id: str, wait: bool, as_json: bool) -> int:
         for line in jobs.follow_log(job_id):
             if not as_json:
                 print(jobs.log_row(line.text), flush=True)
-            # The gate's own line ends its table (veri_tui/jobfolder/canarytable.py).
+            # The gate's own line ends its table (veri_tui/jobfolder/canary/canarytable.py).
             if decision is None and line.text.startswith(("canary: go", "canary: no-go")):
                 decision = (jobs.get_job(job_id).get("canary") or {}).get("decision")
                 if decision == "go" and not wait:
@@ -142,7 +145,7 @@ def outcome_line(job_id: str, record: Mapping[str, Any], followed: bool = False)
     attribution job.json gives, then its summary; `job ID cancelled` without an error.
     ``followed``: the log just printed ended with the summary of a one-line failure (a data
     error: its file and line), which is then not said again."""
-    from veri_tui.jobfolder.failures import ONE_LINE_CODES, TRACEBACK_FILE
+    from veri_tui.jobfolder.failures.failures import ONE_LINE_CODES, TRACEBACK_FILE
 
     error = record.get("error") or {}
     parts = [f"job {job_id} {record['status']}"]

@@ -47,6 +47,17 @@ def _job_options(p: argparse.ArgumentParser) -> None:
     add_cli_options(p, grouped=True)  # --slurm, --partition, ...: each backend's group
 
 
+def _plan_options(p: argparse.ArgumentParser) -> None:
+    _job_options(p)
+    p.add_argument(
+        "--trace", action="store_true",
+        help="also run the bundled trainer's own step at the job's real shapes on fake CUDA "
+        "devices (no GPU, no compiler; needs the [train] extra with torch 2.13.0 and the model "
+        "folder here, header-only safetensors suffice): its allocated peak per GPU beside the "
+        "plan's, and per phase the peak, aten ops, FLOPs and bytes moved (docs/trace.md)",
+    )  # fmt: skip
+
+
 def _launch_options(p: argparse.ArgumentParser) -> None:
     _job_options(p)
     p.add_argument("--wait", action="store_true", help="follow the rank-0 log to the end")
@@ -178,7 +189,7 @@ def _serve_options(p: argparse.ArgumentParser) -> None:
 
 
 COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None]]] = {
-    "plan": ("print the plan header and plan line", _job_options),
+    "plan": ("print the plan header and plan line", _plan_options),
     "launch": ("validate, plan and start a job; prints the job id", _launch_options),
     "jobs": ("list local and remote jobs", _jobs_options),
     "logs": ("print a job's rank-0 log", _logs_options),

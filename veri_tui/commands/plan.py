@@ -7,13 +7,16 @@ Headless and light: it imports the planning core only (no torch, no textual); th
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from veri_tui.commands.common import hosts_of, job_from_args
+from veri_tui.errors import Refusal, VeriError
 from veri_tui.launch.memcheck import need_text
 from veri_tui.plan import plan_job
 from veri_tui.plan.calibration import calibrated_note
 from veri_tui.plan.cost import cost_line
+from veri_tui.plan.knobs import JobConfig
 from veri_tui.plan.memory import gb
 from veri_tui.plan.peak import peak_line
 from veri_tui.plan.record import PlanRecord
@@ -76,22 +79,68 @@ def run(args: argparse.Namespace) -> int:
     """
     job = job_from_args(args)
     host = hosts_of(args, job)
+    tracing = getattr(args, "trace", False)
+    if tracing and host is not None:  # before any connection is tried
+        raise VeriError("--trace runs here, on this machine's copy of the model; "
+                        "drop --host/--slurm", key="trace")  # fmt: skip
     if host is None:
         rec = plan_job(job)
     else:
         from veri_tui.launch import jobs  # paramiko only when a host is used
 
         rec = jobs.plan_on(job, host, getattr(args, "trust_host", None))
+    traced = None
+    if tracing:
+        from veri_tui.launch import jobs  # the child process and the spec: launch's side
+
+        traced = jobs.trace(job, rec)
     if args.json:
         import json  # only for --json: a plain `veri-tui plan` never needs it
 
-        json.dump(rec.to_dict(), sys.stdout, indent=2)
+        out = rec.to_dict()
+        if traced is not None:
+            out["trace"] = traced
+        json.dump(out, sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
         print("\n".join(rec.lines() + summary_lines(rec)))
+        if traced is not None:
+            from veri_tui.launch.jobs import trace_lines
+
+            print("\n".join(trace_lines(traced, rec)))
     if (rec.cost or {}).get("data_error"):
         # A dataset launch would refuse (a bad row, a missing file): the plan is shown, and
         # the exit says it cannot run (docs/planning.md, Cost).
         print(f"error: dataset: {rec.cost['reason']}", file=sys.stderr)
         return 2
+    if host is None and job.dataset:
+        refused = launch_refusals(job, rec)
+        for problem in refused:
+            print(f"error: {problem.key}: {problem.message}", file=sys.stderr)
+        return 2 if refused else 0
+    if host is None and job.model and not has_tokenizer(rec):  # no rows to encode: a warning
+        from veri_tui.launch.datacheck import NO_TOKENIZER
+
+        print(f"warning: model: {NO_TOKENIZER.format(model=rec.model['path'])}; launch refuses "
+              "it", file=sys.stderr)  # fmt: skip
     return 0
+
+
+def has_tokenizer(rec: PlanRecord) -> bool:
+    """Whether the plan's model folder (none: only its Hub metadata was read) holds a
+    tokenizer's files."""
+    from veri_tui.jobfolder.data.encode import tokenizer_files
+
+    model = rec.model.get("path")
+    return not model or bool(tokenizer_files(os.listdir(model)))
+
+
+def launch_refusals(job: JobConfig, rec: PlanRecord) -> list[Refusal]:
+    """What `launch` would refuse of a plan made here with a dataset: its rows encoded with
+    the model's tokenizer as the launch's preflight does (launch/datacheck.py: a model folder
+    without tokenizer files, a tokenizer that gives no ids, rows with nothing to train on, a
+    global batch larger than the rows)."""
+    from veri_tui.launch.datacheck import check_data
+    from veri_tui.launch.local_host import LocalHost
+
+    return check_data(LocalHost(), None, job, rec)[1]

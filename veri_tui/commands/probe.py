@@ -45,13 +45,14 @@ def run(args: argparse.Namespace) -> int:
 
         report = probe_allocation(args.partition, args.nodes, args.ranks_per_node, sizes)
     else:
+        from veri_tui.launch import backends
         from veri_tui.launch.probe.fleet import probe_hosts
 
-        names = list(args.host or [None])
+        names = list(args.host or [])
         if len(set(names)) < len(names):
             raise VeriError("a host is named twice; one node per host", key="hosts")
-        report = probe_hosts(names, args.trust_host, ranks_per_node=args.ranks_per_node,
-                             sizes=sizes)  # fmt: skip
+        report = probe_hosts(backends.destination(names), args.trust_host,
+                             ranks_per_node=args.ranks_per_node, sizes=sizes)  # fmt: skip
     path = save(report)
     if args.json:
         json.dump(report.to_dict(), sys.stdout, indent=2)

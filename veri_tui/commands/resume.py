@@ -19,8 +19,8 @@ import json
 import sys
 
 from veri_tui.commands.launch import follow_to_end, how_to_follow, wait_quietly
-from veri_tui.jobfolder.attempts import attempts_of
-from veri_tui.jobfolder.status import SUCCEEDED
+from veri_tui.jobfolder.contract.attempts import attempts_of
+from veri_tui.jobfolder.contract.status import SUCCEEDED
 from veri_tui.launch import jobs
 
 

@@ -15,8 +15,8 @@ import json
 import re
 from pathlib import Path
 
-from veri_tui.jobfolder.layout import METRICS, TOKENS
-from veri_tui.jobfolder.record import JobRecord
+from veri_tui.jobfolder.contract.layout import METRICS, TOKENS
+from veri_tui.jobfolder.contract.record import JobRecord
 from veri_tui.plan.cost import money_text
 
 KNOBS = ("lora_rank", "lora_alpha", "lora_target_modules", "lora_dropout", "learning_rate",

@@ -1,5 +1,5 @@
-"""`python -m veri_tui.jobfolder status|cancel|resume|close|set-slurm-id|checkpoints`: what a host
-is asked about a job.
+"""`python -m veri_tui.jobfolder status|cancel|resume|close|set-scheduler|checkpoints`: what a
+host is asked about a job.
 
 A cancel asks the supervisor first (SIGTERM: it ends torchrun and every rank and records
 `cancelled`); when it is gone, or does not finish in time, the job's processes are ended
@@ -14,7 +14,8 @@ JSON document on stdout; a refusal prints one `error: <key>: <message>` line and
     resume JOB_JSON [--choice JSON]   new attempt (the replacement spec, or null, on stdin)
     close JOB_JSON --status S [--error JSON]   record the outcome a scheduler reported
                                       (nothing when one is recorded already)
-    set-slurm-id JOB_JSON ID          the Slurm job id sbatch answered (`slurm_job_id`)
+    set-scheduler JOB_JSON NAME ID    the job's scheduler and its id there (`scheduler`):
+                                      what sbatch answered
     checkpoints list JOB_DIR...       {job_dir: [committed steps, newest first]}
     checkpoints verify STEP JOB_DIR...   {job_dir: "" or the first problem of step-STEP}
 """
@@ -29,13 +30,19 @@ import sys
 import time
 from pathlib import Path
 
-from veri_tui.jobfolder import attempts, ckptindex
-from veri_tui.jobfolder.atomic import record_cancel, update_job
-from veri_tui.jobfolder.layout import JobLayout
-from veri_tui.jobfolder.lost import close_job, read_status
-from veri_tui.jobfolder.procs import GRACE_S, end_processes, job_processes, pid_alive, read_pid
-from veri_tui.jobfolder.record import JobRecord
-from veri_tui.jobfolder.status import ENDED, has_ended, is_lost, outcome_recorded
+from veri_tui.jobfolder.contract import attempts, ckptindex
+from veri_tui.jobfolder.contract.atomic import record_cancel, update_job
+from veri_tui.jobfolder.contract.layout import JobLayout
+from veri_tui.jobfolder.contract.lost import close_job, read_status
+from veri_tui.jobfolder.contract.procs import (
+    GRACE_S,
+    end_processes,
+    job_processes,
+    pid_alive,
+    read_pid,
+)
+from veri_tui.jobfolder.contract.record import JobRecord
+from veri_tui.jobfolder.contract.status import ENDED, has_ended, is_lost, outcome_recorded
 
 REFUSED = 3  # the exit status of a refusal (its one line is on stdout)
 
@@ -74,12 +81,13 @@ def _parser() -> argparse.ArgumentParser:
     cancel = sub.add_parser("cancel", help="end every process of the job")
     resume = sub.add_parser("resume", help="make the ended job pending for a new attempt")
     close = sub.add_parser("close", help="record the outcome a scheduler reported")
-    slurm_id = sub.add_parser("set-slurm-id", help="the job's Slurm job id")
-    for command in (status, cancel, resume, close, slurm_id):
+    scheduled = sub.add_parser("set-scheduler", help="the job's scheduler and its id there")
+    for command in (status, cancel, resume, close, scheduled):
         command.add_argument("job", type=Path, help="the job's job.json")
     close.add_argument("--status", required=True, choices=[str(s) for s in ENDED])
     close.add_argument("--error", help="the job's error (JSON), or none")
-    slurm_id.add_argument("slurm_job_id", help="what sbatch --parsable answered")
+    scheduled.add_argument("name", help="the scheduler (its backend's name: slurm)")
+    scheduled.add_argument("id", help="the job's id there (what sbatch --parsable answered)")
     for command in (status, cancel):
         command.add_argument("--pid", type=int, help="the supervisor pid seen at its start")
     cancel.add_argument("--grace", type=float, default=GRACE_S, help="SIGTERM to SIGKILL, s")
@@ -120,8 +128,8 @@ def main(argv: list[str] | None = None) -> int:
     elif args.command == "close":
         error = json.loads(args.error) if args.error else None
         print(json.dumps(close_job(job, args.status, error)))
-    elif args.command == "set-slurm-id":
-        print(json.dumps(update_job(job, slurm_job_id=args.slurm_job_id)))
+    elif args.command == "set-scheduler":
+        print(json.dumps(update_job(job, scheduler={"name": args.name, "id": args.id})))
     else:
         spec = json.loads(sys.stdin.read() or "null")
         choice = json.loads(args.choice) if args.choice else None

@@ -14,9 +14,9 @@ the plan's optimizer term, every term it measured beside the plan's, and the ove
 median the next plan takes instead of its 2 GiB.
 The update rule is veri_tui.plan.calibration's.
 
-Writes go through veri_tui.jobfolder.atomic's writer under a flock on `calibration.json.lock`
-(the app and the CLI may fold at once). A file that cannot be parsed is left alone (the plan
-warns; `veri-tui calibrate --reset` replaces it).
+Writes go through veri_tui.jobfolder.contract.atomic's writer under a flock on
+`calibration.json.lock` (the app and the CLI may fold at once). A file that cannot be parsed is left
+alone (the plan warns; `veri-tui calibrate --reset` replaces it).
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from veri_tui.jobfolder.atomic import job_lock, write_json_atomic
-from veri_tui.jobfolder.status import SUCCEEDED
+from veri_tui.jobfolder.contract.atomic import job_lock, write_json_atomic
+from veri_tui.jobfolder.contract.status import SUCCEEDED
 from veri_tui.plan.calibration import (
     WINDOW,
     calibration_path,

@@ -3,7 +3,7 @@ every node, asked of each node's host (or read in one place on shared storage).
 
 Each node's ranks save their own rank-local DCP files into their own node's folder
 (veri_tui/trainer/checkpoint.py), so a step is usable only when every node committed its part and
-that part verifies (veri_tui/jobfolder/ckptindex.py: `COMPLETE`, the manifest, each rank's
+that part verifies (veri_tui/jobfolder/contract/ckptindex.py: `COMPLETE`, the manifest, each rank's
 `__<rank>.metadata`, every file's size and sha256). The check runs on the host with the
 job's own jobfolder package (`python -m veri_tui.jobfolder checkpoints`): first every node lists its
 committed steps (cheap), then the newest step they all have is verified on every node, and
@@ -58,10 +58,10 @@ class NodeCheck:
             host, own, folders = group
             what = [mode, str(step)] if mode == "verify" else [mode]
             argv = jobfolder_argv(host, own, "checkpoints", *what, *folders)
-            res = host.run(argv, timeout=3600)  # hashing a large step
+            res = host.machine.run(argv, timeout=3600)  # hashing a large step
             if res.exit_status != 0:
                 why = res.error_line()
-                raise VeriError(f"checking checkpoints on {host.name} failed: {why}", "job")
+                raise VeriError(f"checking checkpoints on {host.machine.name} failed: {why}", "job")
             answer: dict[str, Any] = json.loads(res.stdout)
             return answer
 

@@ -12,10 +12,16 @@ from __future__ import annotations
 
 import copy
 
-from veri_tui.jobfolder.failure_rules import is_peer_text
-from veri_tui.jobfolder.failures import job_error
-from veri_tui.jobfolder.record import Attempt, JobError, JobRecord, NodeState
-from veri_tui.jobfolder.status import CANCELLED, FAILED, RUNNING, SUCCEEDED, FailureCode, has_ended
+from veri_tui.jobfolder.contract.record import Attempt, JobError, JobRecord, NodeState, job_error
+from veri_tui.jobfolder.contract.status import (
+    CANCELLED,
+    FAILED,
+    RUNNING,
+    SUCCEEDED,
+    FailureCode,
+    has_ended,
+)
+from veri_tui.jobfolder.failures.failure_rules import is_peer_text
 
 
 def lost_node(k: int, host: str, nproc: int, world: int, why: str) -> JobError:
@@ -76,9 +82,9 @@ def gather(records: list[JobRecord | None], hosts: list[str], whys: list[str]) -
 
 def _attempts(records: list[JobRecord]) -> list[Attempt]:
     """Node 0's attempts, each failed when any node's failed (a node the watcher ended
-    records the other node's failure as its peer's: veri_tui/jobfolder/failures.py peer_error), with
-    the error that names a cause (a rank's own failure, not a peer's "connection closed" on
-    another node, nor "another node failed")."""
+    records the other node's failure as its peer's: veri_tui/jobfolder/failures/failures.py
+    peer_error), with the error that names a cause (a rank's own failure, not a peer's "connection
+    closed" on another node, nor "another node failed")."""
     out: list[Attempt] = (
         [copy.copy(a) for a in (records[0].get("attempts") or [])] if records else []
     )

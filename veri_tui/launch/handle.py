@@ -16,10 +16,10 @@ from collections.abc import Callable, Iterator, Sequence
 from types import TracebackType
 
 from veri_tui.errors import VeriError
-from veri_tui.jobfolder.attempts import resume_refusal
-from veri_tui.jobfolder.procs import GRACE_S
-from veri_tui.jobfolder.record import JobRecord, JobSpec
-from veri_tui.jobfolder.status import has_ended
+from veri_tui.jobfolder.contract.attempts import resume_refusal
+from veri_tui.jobfolder.contract.procs import GRACE_S
+from veri_tui.jobfolder.contract.record import JobRecord, JobSpec
+from veri_tui.jobfolder.contract.status import has_ended
 from veri_tui.launch.records import LogLine, follow_lines
 from veri_tui.launch.settle import settle
 from veri_tui.launch.target import JobTarget

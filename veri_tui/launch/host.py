@@ -1,23 +1,23 @@
-"""The Host interface: a Machine (machine.py) with the job policy a backend runs on it.
+"""The Host interface: the job policy a backend runs on one machine, which it *has*
+(`machine`: machine.py's `Machine`, the commands, files and processes of that machine).
 
-A job runs on N hosts, one node each (N = 1 for a local or a one-host SSH job); the job
-target (target.py), the one launch sequence (launching.py) and the one preflight
-(preflight.py) are written against this interface only, and the backend registry
-(backends/) opens the hosts. Three implementations:
+A job runs on N hosts, one node each (N = 1 for a local or a one-host SSH job); the launch
+sequence (launching.py) and the preflight (preflight.py) are written against this interface
+only, and the backend registry (backends/) opens the hosts. Three implementations:
 
-- `LocalHost` (local_host.py): this machine, through os and subprocess (`direct`);
-- `SshHost` (ssh/host.py): a machine reached with paramiko (`direct`);
-- `SlurmHost` (slurm/host.py): a Slurm login node (one of the two above, owned by
-  composition: slurm/login.py) from which the `slurm` backend submits batch jobs
-  (slurm/batch.py).
+- `LocalHost` (local_host.py): this machine (`LocalMachine`, local_machine.py);
+- `SshHost` (ssh/host.py): a machine reached with paramiko (`SshMachine`, ssh/machine.py);
+- `SlurmHost` (slurm/host.py): a Slurm login node, from which the `slurm` backend submits
+  batch jobs (slurm/batch.py); its machine is its login node's, and the job folder's paths
+  are the login node's host's (a `LocalHost` or an `SshHost`).
 
-Beyond its Machine (commands, files, processes, free space), a host does the steps where
-running a job here or there differs: what it reports before a launch (`probe`, `plan`),
-where a job's files are (`output_for`, `job_paths`, `stage`), the packages a job's commands
-import (`pythonpath`) and the rows a preflight shows. What a host reports before a launch
-is its `HostFacts`. Starting, judging, following and stopping a job's supervisor are its
-backend's operations (backends/: `submit`, `state`, `follow`, `cancel`), which run them on
-these hosts. docs/architecture.md draws it, with where a new backend plugs in.
+A host does the steps where running a job here or there differs: what it reports before a
+launch (`probe`, `plan`), where a job's files are (`output_for`, `job_paths`, `stage`), the
+packages a job's commands import (`pythonpath`) and the rows a preflight shows. What a host
+reports before a launch is its `HostFacts`. Starting, judging, following and stopping a
+job's supervisor are its backend's operations (backends/: `submit`, `state`, `follow`,
+`cancel`), which run them on these hosts' machines. docs/architecture.md draws it, with
+where a new backend plugs in.
 """
 
 from __future__ import annotations
@@ -38,8 +38,17 @@ if TYPE_CHECKING:
     from veri_tui.plan.disk import DiskEstimate
     from veri_tui.plan.model_info import ModelInfo
 
-#: A preflight row: (check, ok, detail); the one row type every preflight returns.
+#: A preflight row: (check, ok, detail); the one row type every preflight returns. A passed
+#: row whose detail starts `warning: ` runs, but not as planned (device.py).
 Row = tuple[str, bool, str]
+
+
+def row_text(row: Row) -> str:
+    """`ok   plan: ...`, `WARN device: ...` or `FAIL model: ...`: a row as the app shows it."""
+    check, ok, detail = row
+    if ok and detail.startswith("warning: "):
+        return f"WARN {check}: {detail.removeprefix('warning: ')}"
+    return f"{'ok  ' if ok else 'FAIL'} {check}: {detail}"
 
 
 @dataclass
@@ -64,6 +73,10 @@ class HostFacts:
     notes: list[str] = field(default_factory=list)
     #: Keys the host adds to the job's spec (a Slurm job's layout and options).
     spec: dict[str, Any] = field(default_factory=dict)
+    #: The CUDA GPUs a node of the job gets when they are not the host's own `gpus` (a Slurm
+    #: partition's per node; 0: CPU ranks), and where its ranks run (device.py's row).
+    node_gpus: int | None = None
+    ranks_on: str | None = None
 
     @property
     def gpu_name(self) -> str | None:
@@ -103,9 +116,17 @@ class HostFacts:
             raise VeriError(self.problems)
 
 
-class Host(Machine, Protocol):
-    """A Machine that holds job folders and runs their supervisors: the job policy of a
-    backend (backends/) on one of its machines."""
+class Host(Protocol):
+    """A machine that holds job folders and runs their supervisors: the job policy of a
+    backend (backends/) on it."""
+
+    @property
+    def machine(self) -> Machine:
+        """The machine: its commands, files and processes."""
+
+    @property
+    def where(self) -> str:
+        """The host in messages (`this machine`, the SSH host, `the Slurm cluster of ...`)."""
 
     @property
     def kind(self) -> str:
@@ -139,10 +160,14 @@ class Host(Machine, Protocol):
 
     def pythonpath(self, job_dir: str) -> list[str]: ...
 
+    def trainer_path(self, facts: HostFacts) -> str:
+        """Where the trainer package is on the host, for the fleet probe's ranks (uploaded
+        there first where it is not installed)."""
+
 
 def jobfolder_argv(host: Host, job_dir: str, *args: str) -> list[str]:
     """`python -m veri_tui.jobfolder ARGS` as ``host`` runs it for the job in ``job_dir``."""
-    return [*host.pythonpath(job_dir), host.python, "-m", "veri_tui.jobfolder", *args]
+    return [*host.pythonpath(job_dir), host.machine.python, "-m", "veri_tui.jobfolder", *args]
 
 
 def supervisor_argv(host: Host, job_dir: str) -> list[str]:
@@ -150,7 +175,7 @@ def supervisor_argv(host: Host, job_dir: str) -> list[str]:
     job = f"{job_dir}/job.json"
     return [
         *host.pythonpath(job_dir),
-        host.python,
+        host.machine.python,
         "-m",
         "veri_tui.jobfolder.supervise",
         "--job",
@@ -164,7 +189,7 @@ def run_cancel(host: Host, job_dir: str, pid: int | None, grace: float) -> None:
     fails."""
     argv = jobfolder_argv(host, job_dir, "cancel", f"{job_dir}/job.json", "--grace", str(grace))
     argv += ["--pid", str(pid)] if pid else []
-    res = host.run(argv, timeout=grace + 60)
+    res = host.machine.run(argv, timeout=grace + 60)
     if res.exit_status != 0:
         raise VeriError(f"cancel on {host.where} failed: {res.error_line()}", key="job")
 
@@ -181,7 +206,7 @@ def check_memory(facts: HostFacts, plan: PlanRecord) -> Row:
 def check_disk(host: Host, facts: HostFacts, disk: DiskEstimate, output: str | None) -> Row:
     """Refuse (VeriError) a job whose host cannot hold what it writes (the plan's `disk`,
     veri_tui.launch.diskcheck) in its jobs folder and output dir; else its row."""
-    job, out = host.places([facts.jobs_dir, output or facts.jobs_dir])
+    job, out = host.machine.places([facts.jobs_dir, output or facts.jobs_dir])
     problems = refusals(disk, job, out)
     if problems:
         raise VeriError(problems)
@@ -191,7 +216,7 @@ def check_disk(host: Host, facts: HostFacts, disk: DiskEstimate, output: str | N
 def tracker_problems(job: JobConfig) -> list[Refusal]:
     """The job's `report_to` trackers this interpreter cannot import (found without
     importing them), each one refusal: the job would fail at its start."""
-    from veri_tui.jobfolder.trackers import missing, missing_message
+    from veri_tui.jobfolder.knobs.trackers import missing, missing_message
 
     found = missing(job.hyperparameters.report_to)
     return [Refusal("report_to", missing_message(name, "here")) for name in found]

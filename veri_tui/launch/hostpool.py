@@ -1,20 +1,12 @@
-"""Hosts by name, and one call per host at once.
-
-How a caller names a job's hosts (`HostName`: None is this machine, a `SlurmOptions` a Slurm
-login node, anything else an SSH destination); the backends (backends/ `open_hosts`) open
-them. `in_parallel`: every node of a job is asked at once, each on its own thread;
-`first_failure`: what to raise when some hosts could not be opened.
+"""One call per host at once: `in_parallel` asks every node of a job, each on its own
+thread; `all_or_raise` hands back their answers or the first failure; `first_failure`:
+what to raise when some hosts could not be opened.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import TypeVar
-
-from veri_tui.launch.slurm.options import SlurmOptions
-
-#: How a caller names a job's host: None (this machine), an SSH destination, a Slurm login.
-HostName = str | SlurmOptions | None
 
 T = TypeVar("T")
 R = TypeVar("R")

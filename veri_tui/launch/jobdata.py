@@ -16,8 +16,8 @@ from typing import Any
 
 from veri_tui.bundled import assets_dir, bundled_dataset
 from veri_tui.errors import Refusal, VeriError
-from veri_tui.jobfolder.datasource import Source, files_of
-from veri_tui.jobfolder.errors import DataError
+from veri_tui.jobfolder.contract.errors import DataError
+from veri_tui.jobfolder.data.datasource import Source, files_of
 
 #: The bundled dataset each method trains on when no --dataset is given.
 BUNDLED_DATASETS = {
@@ -48,7 +48,7 @@ def is_bundled_model(model: str | None) -> bool:
 @dataclass(frozen=True)
 class JobData:
     """The job's datasets as one machine reads them: the training mixture and the eval
-    sources (veri_tui/jobfolder/datasource.py), each with its path there."""
+    sources (veri_tui/jobfolder/data/datasource.py), each with its path there."""
 
     train: tuple[Source, ...]
     eval: tuple[Source, ...] = ()
@@ -71,7 +71,7 @@ class JobData:
     @classmethod
     def from_spec(cls, spec: Any) -> JobData:
         """The datasets a job.json spec names (its paths as they are)."""
-        from veri_tui.jobfolder.datasource import sources_of
+        from veri_tui.jobfolder.data.datasource import sources_of
 
         train = sources_of(spec.get("datasets") or spec.get("dataset"))
         return cls(tuple(train), tuple(sources_of(spec.get("eval_datasets"))))
@@ -109,12 +109,12 @@ _CHECKED: dict[tuple[Any, ...], str | None] = {}  # the first bad row's message,
 
 def check_rows(data: JobData, method: str) -> Refusal | None:
     """Every row the trainer will read, checked as it checks them before any tokenizer
-    (veri_tui/jobfolder/rows.py `check_row`): the first bad one as a refusal naming its file and
-    line (a source's row), before anything is uploaded or submitted. Remembered per
+    (veri_tui/jobfolder/data/rows.py `check_row`): the first bad one as a refusal naming its file
+    and line (a source's row), before anything is uploaded or submitted. Remembered per
     process by the files' stats, so a preflight and its launch read a dataset once."""
-    from veri_tui.jobfolder.dataload import mixed_rows
-    from veri_tui.jobfolder.datasource import stat_key
-    from veri_tui.jobfolder.rows import check_row
+    from veri_tui.jobfolder.data.dataload import mixed_rows
+    from veri_tui.jobfolder.data.datasource import stat_key
+    from veri_tui.jobfolder.data.rows import check_row
 
     for key, sources in (("dataset", data.train), ("eval_dataset", data.eval)):
         if not sources:

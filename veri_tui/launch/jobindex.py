@@ -14,10 +14,11 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from veri_tui.errors import NotFoundError
-from veri_tui.jobfolder.layout import JOB_FILE, SUPERVISOR_PID
-from veri_tui.jobfolder.procs import read_pid
-from veri_tui.jobfolder.record import JobRecord
+from veri_tui.jobfolder.contract.layout import JOB_FILE, SUPERVISOR_PID
+from veri_tui.jobfolder.contract.procs import read_pid
+from veri_tui.jobfolder.contract.record import JobRecord
 from veri_tui.launch import registry
+from veri_tui.launch.backends import backend_of
 from veri_tui.launch.backends.ref import JobRef
 from veri_tui.launch.host import Host
 from veri_tui.launch.local_host import LocalHost
@@ -40,7 +41,8 @@ def target_for_job(job_id: str, pool: dict[str, Host] | None = None) -> JobTarge
 def local_node(local: LocalHost, folder: Path) -> Node:
     """A job folder on this machine as a node: its handle is the supervisor's pid file (the
     folder is its own registry entry)."""
-    return Node(local, str(folder), read_pid(folder / SUPERVISOR_PID))
+    pid = read_pid(folder / SUPERVISOR_PID)
+    return Node(local, str(folder), None if pid is None else str(pid))
 
 
 def target_of_entry(entry: registry.RegistryEntry, pool: dict[str, Host] | None = None
@@ -58,8 +60,6 @@ def target_of_entry(entry: registry.RegistryEntry, pool: dict[str, Host] | None 
 
 def _reopen(entry: registry.RegistryEntry, name: str) -> Host:
     """The host ``name`` of the entry's kind (its backend's), connected on first use."""
-    from veri_tui.launch.backends import backend_of
-
     return backend_of(entry.kind).reopen(name, entry.python)
 
 
@@ -70,7 +70,7 @@ def register(ref: JobRef, hosts: Sequence[Host], record: JobRecord) -> JobTarget
     nodes = [Node(h, n.job_dir, n.handle) for h, n in zip(hosts, ref.nodes, strict=True)]
     if hosts[0].label is None:
         return JobTarget(ref.job_id, nodes, None)  # this machine: its folder is the entry
-    entry = registry.entry_of(ref, hosts[0].python, record)
+    entry = registry.entry_of(ref, hosts[0].machine.python, record)
     registry.save(entry)
     return JobTarget(ref.job_id, nodes, entry)
 

@@ -9,9 +9,9 @@ a host found unreachable is not asked again for the next job of the list.
 from __future__ import annotations
 
 from veri_tui.errors import UnreachableError, VeriError
-from veri_tui.jobfolder.layout import JOB_FILE
-from veri_tui.jobfolder.record import JobRecord
-from veri_tui.jobfolder.status import outcome_recorded
+from veri_tui.jobfolder.contract.layout import JOB_FILE
+from veri_tui.jobfolder.contract.record import JobRecord
+from veri_tui.jobfolder.contract.status import outcome_recorded
 from veri_tui.launch import registry
 from veri_tui.launch.handle import JobHandle
 from veri_tui.launch.host import Host
@@ -36,7 +36,7 @@ def list_jobs(settle: bool = False) -> list[JobRecord]:
             jobs.append(cached)
             continue
         try:
-            if entry is not None and {n.host.name for n in target.nodes} & down:
+            if entry is not None and {n.host.machine.name for n in target.nodes} & down:
                 raise UnreachableError("unreachable")
             jobs.append(JobHandle(target).poll() if settle else target.backend.state(target))
         except VeriError:
@@ -47,7 +47,7 @@ def list_jobs(settle: bool = False) -> list[JobRecord]:
             cached["stale"] = True
             jobs.append(cached)
     for host in pool.values():
-        host.close()
+        host.machine.close()
     return jobs
 
 

@@ -20,13 +20,12 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
 from veri_tui.errors import VeriError
-from veri_tui.jobfolder.procs import pid_alive
-from veri_tui.jobfolder.record import JobRecord
+from veri_tui.jobfolder.contract.procs import pid_alive
+from veri_tui.jobfolder.contract.record import JobRecord, pending_reason, scheduler_of
 from veri_tui.launch import backends, registry
-from veri_tui.launch.backends import Option
+from veri_tui.launch.backends import Destination, Option
 from veri_tui.launch.handle import JobHandle
-from veri_tui.launch.host import Row
-from veri_tui.launch.hostpool import HostName
+from veri_tui.launch.host import Row, row_text
 from veri_tui.launch.jobindex import job_location, target_for
 from veri_tui.launch.joblist import list_jobs, local_jobs
 from veri_tui.launch.measured import comparison_lines
@@ -34,7 +33,6 @@ from veri_tui.launch.metrics import log_row, metric_of
 from veri_tui.launch.probe.fleet import ProbeChoice
 from veri_tui.launch.records import LogLine
 from veri_tui.launch.slurm.options import SlurmOptions, slurm_options
-from veri_tui.launch.slurm.states import pending_reason, slurm_state
 from veri_tui.launch.spec import canary_spec
 
 if TYPE_CHECKING:
@@ -44,18 +42,26 @@ __all__ = [
     "JobHandle", "LogLine", "ProbeChoice", "Row", "SlurmOptions", "backend_options", "cancel",
     "canary_spec", "comparison_lines", "dry_run", "follow_log", "get_job", "host_aliases",
     "job_location", "launch", "list_jobs", "local_jobs", "log_row", "metric_of", "open",
-    "pending_reason", "preflight", "read_log", "resume", "slurm_options", "slurm_state",
-    "target_for", "trust_key", "watch", "watcher_of",
+    "pending_reason", "preflight", "read_log", "resume", "row_text", "scheduler_of",
+    "slurm_options", "target_for", "trace", "trace_lines", "trust_key", "watch", "watcher_of",
+    "where_of",
 ]  # fmt: skip
 
-#: Where a job runs: this machine (None), an SSH host, several (a multi-node job), or Slurm.
-Where = str | Sequence[str] | SlurmOptions | None
+#: Where a job runs: this machine (None), an SSH host, several (a multi-node job), or any
+#: backend's destination (`where_of`: what its options make, `SlurmOptions` for Slurm).
+Where = object
 
 
-def _names(host: Where, job: JobConfig | None = None) -> list[HostName]:
-    """The job's hosts, as its backend names them (backends/): the Slurm login, the one
-    named, the list given, else the job's own (`hosts`), else this machine."""
-    return backends.host_names(host, job)
+def _dest(host: Where, job: JobConfig | None = None) -> Destination[object]:
+    """The job's destination (backends/): the backend that takes ``host`` (None: the job's
+    own `hosts`, else this machine)."""
+    return backends.destination(host, job)
+
+
+def where_of(name: str, values: dict[str, object]) -> Where:
+    """Backend ``name``'s destination from its options' values (the app's fields, by option
+    name; what the command line's flags give); VeriError for a bad value."""
+    return backends.named(name).where_from(values, None, None)
 
 
 def backend_options(name: str) -> tuple[Option, ...]:
@@ -71,6 +77,7 @@ def launch(
     wait: bool = False,
     probe: ProbeChoice | None = None,
     canary: dict[str, object] | None = None,
+    say: Callable[[str], None] = lambda line: None,
 ) -> str:
     """Validate, write the job folder(s) and start the job detached; returns the job id.
 
@@ -82,11 +89,13 @@ def launch(
     partition; the registry entry and job.json keep the Slurm job id. A multi-node job's
     nodes are probed first (``probe``: skip it, or go on past a slow node; docs/probe.md).
     ``canary``: the spec's `canary` (steps and the gate's limits, docs/canary.md).
+    ``say``: where the ranks will run (`device: 2 CUDA GPUs ...`, or `warning: no CUDA GPU
+    ...: the job runs 2 CPU processes (gloo) instead of the planned ...`), before it starts.
     """
     from veri_tui.launch.launching import launch as run_launch
 
-    return run_launch(job_config, plan_record, _names(host), trust_host, wait,
-                      probe=probe or ProbeChoice(), canary=canary)  # fmt: skip
+    return run_launch(job_config, plan_record, _dest(host), trust_host, wait,
+                      probe=probe or ProbeChoice(), canary=canary, say=say)  # fmt: skip
 
 
 def dry_run(job_config: JobConfig, host: Where, trust_host: str | None = None,
@@ -97,8 +106,9 @@ def dry_run(job_config: JobConfig, host: Where, trust_host: str | None = None,
     submits nothing (this machine, SSH)."""
     from veri_tui.launch.launching import launch as run_launch
 
-    backends.backend_for(host).check_dry_run()
-    return run_launch(job_config, None, _names(host, job_config), trust_host, wait=False,
+    dest = _dest(host, job_config)
+    dest.backend.check_dry_run()
+    return run_launch(job_config, None, dest, trust_host, wait=False,
                       dry_run=True, probe=probe)  # fmt: skip
 
 
@@ -114,7 +124,7 @@ def preflight(
     reached raises VeriError (UnknownHostKeyError for an unknown host key)."""
     from veri_tui.launch.preflight import preflight as run_preflight
 
-    return run_preflight(job_config, plan_record, _names(host, job_config), trust_host)
+    return run_preflight(job_config, plan_record, _dest(host, job_config), trust_host)
 
 
 def plan_on(job: JobConfig, host: Where, trust_host: str | None = None
@@ -123,7 +133,7 @@ def plan_on(job: JobConfig, host: Where, trust_host: str | None = None
     partition (`veri-tui plan --slurm LOGIN --partition P`)."""
     from veri_tui.launch.launching import plan_on as run_plan
 
-    plan: PlanRecord = run_plan(job, _names(host), trust_host)
+    plan: PlanRecord = run_plan(job, _dest(host), trust_host)
     return plan
 
 
@@ -229,3 +239,18 @@ def trust_key(hosts: Sequence[str], fingerprint: str) -> None:
             Connection.open(host, trust=fingerprint).close()
         except VeriError:
             pass
+
+
+def trace(job: JobConfig, rec: PlanRecord) -> dict[str, object]:
+    """The bundled trainer's own step traced at the job's real shapes on fake CUDA, in a
+    child process (veri_tui/launch/tracing.py); VeriError with one line when it cannot."""
+    from veri_tui.launch.tracing import trace_job
+
+    return trace_job(job, rec)
+
+
+def trace_lines(traced: dict[str, object], rec: PlanRecord) -> list[str]:
+    """The trace's summary line (beside the plan's peak) and its phase table."""
+    from veri_tui.launch.tracing import trace_line, trace_table
+
+    return [trace_line(traced, rec), *trace_table(traced)]

@@ -8,8 +8,10 @@
 3. The output dir checked where it is (node 0), the plan made for node 0's host (this
    machine: the plan given, or made here; a host: from its GPUs and the model read there).
 4. Each node's job.json (`spec.make_record` with that host's paths; a multi-node job's
-   layout in each spec), then its host memory and disk against the plan: refused before
-   anything is created anywhere.
+   layout in each spec), then its host memory and disk against the plan, then the job's
+   rows encoded with the model's tokenizer there and the global batch against them
+   (datacheck.py): refused before anything is created anywhere. Where the ranks will run
+   (device.py) is said once it all passed.
 5. Each node's folder built aside (`.<name>.tmp`), filled (host.py `stage`) and renamed into
    place, hosts in parallel; then the job submitted by its backend (backends/: `submit`,
    every node's supervisor started; its typed handle, `JobRef`). A job over SSH hosts or
@@ -30,16 +32,19 @@ from __future__ import annotations
 
 import json
 import posixpath
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, cast
 
 from veri_tui.errors import Refusal, VeriError
-from veri_tui.jobfolder.layout import MADE_WITH, node_folder_name
-from veri_tui.jobfolder.record import JobRecord, JobSpec
-from veri_tui.launch.backends import Backend, backend_of, open_hosts
+from veri_tui.jobfolder.contract.layout import MADE_WITH, node_folder_name
+from veri_tui.jobfolder.contract.record import JobRecord, JobSpec
+from veri_tui.launch.backends import Destination, backend_of
+from veri_tui.launch.backends.api import AnyBackend
 from veri_tui.launch.backends.ref import SubmitError
-from veri_tui.launch.host import Host, HostFacts, check_disk, check_memory
-from veri_tui.launch.hostpool import HostName, all_or_raise, in_parallel
+from veri_tui.launch.datacheck import check_data
+from veri_tui.launch.device import device_line, device_row
+from veri_tui.launch.host import Host, HostFacts, Row, check_disk, check_memory
+from veri_tui.launch.hostpool import all_or_raise, in_parallel
 from veri_tui.launch.jobdata import data_bytes
 from veri_tui.launch.nodes import agreement, disk_of, node_label, probe_rendezvous
 from veri_tui.launch.probe.fleet import ProbeChoice, fleet_probe, needs_probe
@@ -53,11 +58,11 @@ if TYPE_CHECKING:
 def own_checks(job: JobConfig, hosts: Sequence[Host]) -> None:
     """Raise VeriError with the job's own refusals; on another machine the output dir is a
     path there, checked there."""
-    check_job(job, output_here=hosts[0].local)
+    check_job(job, output_here=hosts[0].machine.local)
 
 
 def probe_all(
-    backend: Backend, hosts: Sequence[Host], job: JobConfig, dataset_bytes: int
+    backend: AnyBackend, hosts: Sequence[Host], job: JobConfig, dataset_bytes: int
 ) -> tuple[list[HostFacts], JobConfig, list[Refusal]]:
     """Every host's facts (in parallel), the job with its layout set (a multi-node job's
     gpu_count is nodes x GPUs per node: given, or each node's detected GPUs), and every
@@ -72,30 +77,43 @@ def probe_all(
         problems += agreement(facts)
         if not given:
             per_node = len(facts[0].gpus) or 1  # detected: nodes x GPUs per node
-        hosts_list = [h.name for h in hosts]
+        hosts_list = [h.machine.name for h in hosts]
         job = job.model_copy(update={"gpu_count": nodes * per_node, "hosts": hosts_list})
     return facts, job, problems
 
 
-def plan_on(job: JobConfig, names: Sequence[HostName], trust: str | None = None
+def device_rows(hosts: Sequence[Host], facts: list[HostFacts], plan: PlanRecord) -> list[Row]:
+    """Where each node's ranks run against the plan's GPUs, named by node when there are
+    several."""
+    many = len(hosts) > 1
+    return [device_row(pf, plan.job, host.where, node_label(k, host.machine.name) if many else "")
+            for k, (host, pf) in enumerate(zip(hosts, facts, strict=True))]  # fmt: skip
+
+
+def plan_on(job: JobConfig, dest: Destination[object], trust: str | None = None
             ) -> PlanRecord:  # fmt: skip
     """The plan `launch` would make for ``job`` on these hosts (None: this machine), every
     problem refused as launch refuses it; the job's own refusals before any host is asked."""
     from veri_tui.plan import validate
 
-    many = len(names) > 1
-    errors = validate(job.model_copy(update={"hosts": list(names)}) if many else job)
+    names = dest.names
+    errors = validate(job.model_copy(update={"hosts": names}) if len(names) > 1 else job)
     if errors:
         raise VeriError(errors)
-    hosts = open_hosts(names, trust)
+    hosts = dest.open(trust)
     try:
-        facts, job, problems = probe_all(backend_of(hosts[0].kind), hosts, job, 0)
+        facts, job, problems = probe_all(dest.backend, hosts, job, 0)
         if problems:
             raise VeriError(list(dict.fromkeys(problems)))
-        return hosts[0].plan(with_cached_network(job, facts[0].spec), facts[0])[1]
+        job, rec = hosts[0].plan(with_cached_network(job, facts[0].spec), facts[0])
+        if job.dataset:  # the rows launch would train on, checked there
+            refused = check_data(hosts[0], facts[0], job, rec)[1]
+            if refused:
+                raise VeriError(refused)
+        return rec
     finally:
         for host in hosts:
-            host.close()
+            host.machine.close()
 
 
 def replan(host: Host, record: JobRecord, gpu_count: int | None, sets: Sequence[str],
@@ -147,7 +165,7 @@ def node_records(
             record["spec"].update({
                 "nnodes": nodes, "node_rank": k, "nproc_per_node": job.gpu_count // nodes,
                 "rdzv_id": job_id, "rdzv_endpoint": f"{addr}:{listen if k == 0 else port}",
-                "rdzv_local_addr": addr, "hosts": [h.name for h in hosts],
+                "rdzv_local_addr": addr, "hosts": [h.machine.name for h in hosts],
             })  # fmt: skip
         out.append((job_dir, record))
     return out
@@ -166,7 +184,7 @@ def check_capacity(hosts: Sequence[Host], facts: list[HostFacts], plan: PlanReco
     for k, (host, pf) in enumerate(zip(hosts, facts, strict=True)):
         disk = disk_of(plan, len(hosts), k)
         refused += host.capacity(
-            pf, plan, disk, output if k == 0 else None, node_label(k, host.name)
+            pf, plan, disk, output if k == 0 else None, node_label(k, host.machine.name)
         )[1]
     if refused:
         raise VeriError(refused)
@@ -178,32 +196,35 @@ def create(host: Host, job: JobConfig, job_dir: str, record: JobRecord) -> None:
     parent, name = posixpath.split(job_dir)
     tmp = posixpath.join(parent, f".{name}.tmp")  # named after the folder: homes may be shared
     for sub in MADE_WITH:
-        host.makedirs(posixpath.join(tmp, sub))
+        host.machine.makedirs(posixpath.join(tmp, sub))
     host.stage(job, tmp)
-    host.write_atomic(
+    host.machine.write_atomic(
         posixpath.join(tmp, "job.json"), (json.dumps(record, indent=2) + "\n").encode()
     )
-    host.rename(tmp, job_dir)
+    host.machine.rename(tmp, job_dir)
 
 
 def launch(
-    job: JobConfig, plan_record: PlanRecord | None, names: Sequence[HostName],
+    job: JobConfig, plan_record: PlanRecord | None, dest: Destination[object],
     trust: str | None, wait: bool,
     dry_run: bool = False, probe: ProbeChoice | None = None,
     canary: dict[str, object] | None = None,
+    say: Callable[[str], None] = lambda line: None,
 ) -> str:  # fmt: skip
     """Check, plan, create and start the job on these hosts (None: this machine); returns
     its id (``dry_run``: the batch script a Slurm host would submit, nothing created).
+    ``say`` gets where the ranks will run, a line per node (device.py), once every check
+    has passed and before anything is made.
     A multi-node job's nodes, or one machine's GPUs, are probed first (``probe``:
     fleet_probe, when needs_probe). Raises VeriError for
     every refusal, before anything is created."""
     from veri_tui.launch.jobindex import register
 
-    hosts = open_hosts(names, trust)
-    backend = backend_of(hosts[0].kind)
+    hosts = dest.open(trust)
+    backend, names = dest.backend, dest.names
     try:
-        own_checks(job.model_copy(update={"hosts": list(names)}) if len(names) > 1 else job, hosts)
-        size = 0 if hosts[0].local else data_bytes(job)
+        own_checks(job.model_copy(update={"hosts": names}) if len(names) > 1 else job, hosts)
+        size = 0 if hosts[0].machine.local else data_bytes(job)
         facts, job, problems = probe_all(backend, hosts, job, size)
         rdzv = None
         if len(hosts) > 1:
@@ -224,7 +245,7 @@ def launch(
         job = hosts[0].output_for(job, facts[0])
         job, plan = hosts[0].plan(job, facts[0], plan_record)
         job_id = new_job_id()
-        while hosts[0].exists(posixpath.join(facts[0].jobs_dir, job_id)):
+        while hosts[0].machine.exists(posixpath.join(facts[0].jobs_dir, job_id)):
             job_id = new_job_id()  # same second, same random suffix: draw again
         nodes = node_records(hosts, facts, job, plan, job_id, rdzv)
         for _dir, rec in nodes:
@@ -238,10 +259,15 @@ def launch(
         check_capacity(
             hosts, facts, plan, nodes[0][1]["spec"]["output_dir"] if job.output else None
         )
+        refused = check_data(hosts[0], facts[0], job, plan)[1]  # the rows, with its tokenizer
+        if refused:
+            raise VeriError(refused)
+        for row in device_rows(hosts, facts, plan):  # every check passed: where it runs, once
+            say(device_line(row))
         if dry_run:
             return backend.script(hosts[0], *nodes[0])
         for host, pf in zip(hosts, facts, strict=True):
-            host.makedirs(pf.jobs_dir)
+            host.machine.makedirs(pf.jobs_dir)
         # Every folder built before any node starts: one that cannot be starts nothing.
         all_or_raise(in_parallel(lambda k: create(hosts[k], job, *nodes[k]),
                                  list(range(len(hosts)))))  # fmt: skip
@@ -257,4 +283,4 @@ def launch(
         return job_id
     finally:
         for host in hosts:
-            host.close()
+            host.machine.close()

@@ -3,11 +3,11 @@
 A Machine runs commands (`run`, `stream` for a long-running one), reads and writes files
 (`read_bytes`, `write_atomic`, `append`, `exists`, `is_dir`, `listdir`, `makedirs`,
 `remove`, `rename`), reports free space (`places`) and runs processes (`start_detached`,
-`alive`, `follow` a file while one runs). `LocalHost` (local_host.py: this
-machine, os and subprocess) and `SshHost` (ssh/host.py: paramiko, SFTP for files, a channel
-per command quoted with shlex) are the two; each is also a `Host` (host.py), the job policy
-the `direct` backend runs on it, and a Slurm host owns one as its login node
-(slurm/login.py). Paths are POSIX strings on the machine.
+`alive`, `follow` a file while one runs). `LocalMachine` (local_machine.py: this machine,
+os and subprocess) and `SshMachine` (ssh/machine.py: paramiko, SFTP for files, a channel
+per command quoted with shlex) are the two; a `Host` (host.py), the job policy a backend
+runs on a machine, has one (a Slurm host has its login node's). Paths are POSIX strings on
+the machine.
 """
 
 from __future__ import annotations

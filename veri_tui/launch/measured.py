@@ -1,6 +1,6 @@
 """A job's `predicted` (written at launch from its plan) against its `measured` (gathered by the
-supervisor from the ranks, veri_tui/jobfolder/jobstats.py): the figures, side by side with their
-ratios.
+supervisor from the ranks, veri_tui/jobfolder/supervise/jobstats.py): the figures, side by side
+with their ratios.
 
 `predicted` holds what the plan said for the fullest GPU: states, activations (the model's
 and, when calibrated, the plan's), the peak (states + activations + the stage-3 layers in
@@ -19,21 +19,25 @@ from __future__ import annotations
 
 import posixpath
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from veri_tui.errors import VeriError
-from veri_tui.jobfolder.jobstats import gather_ranks, parse_rank_stats, rank_of
-from veri_tui.jobfolder.layout import MEASURED
-from veri_tui.jobfolder.status import has_ended
+from veri_tui.jobfolder.contract.layout import MEASURED
+from veri_tui.jobfolder.contract.status import has_ended
+from veri_tui.jobfolder.supervise.jobstats import gather_ranks, parse_rank_stats, rank_of
+
+if TYPE_CHECKING:
+    from veri_tui.launch.machine import Machine
+    from veri_tui.launch.target import Node
 
 RANK_FILE_LIMIT = 2**20
 
 
-def ranks_on(host: Any, job_dir: str) -> list[dict[str, Any]]:
+def ranks_on(machine: Machine, job_dir: str) -> list[dict[str, Any]]:
     """Every readable rank file in one node's folder (measured/run-rank-<r>.json)."""
     folder = posixpath.join(job_dir, MEASURED)
     try:
-        names = host.listdir(folder)
+        names = machine.listdir(folder)
     except (OSError, VeriError):
         return []  # no rank has finished a step there yet (or the node is gone)
     out = []
@@ -42,8 +46,8 @@ def ranks_on(host: Any, job_dir: str) -> list[dict[str, Any]]:
         if rank is None:
             continue
         try:
-            data = parse_rank_stats(rank, host.read_bytes(posixpath.join(folder, name),
-                                                          RANK_FILE_LIMIT))  # fmt: skip
+            raw = machine.read_bytes(posixpath.join(folder, name), RANK_FILE_LIMIT)
+            data = parse_rank_stats(rank, raw)
         except (OSError, VeriError):
             continue
         if data is not None:
@@ -51,7 +55,7 @@ def ranks_on(host: Any, job_dir: str) -> list[dict[str, Any]]:
     return out
 
 
-def so_far(record: Mapping[str, Any], nodes: Sequence[Any]) -> dict[str, Any] | None:
+def so_far(record: Mapping[str, Any], nodes: Sequence[Node]) -> dict[str, Any] | None:
     """The job's `measured` from every node's rank files, when the record's own is missing
     or covers fewer ranks than the job has; None to keep the record's."""
     spec = record.get("spec") or {}
@@ -63,7 +67,7 @@ def so_far(record: Mapping[str, Any], nodes: Sequence[Any]) -> dict[str, Any] | 
         return None
     by_rank: dict[int, dict[str, Any]] = {}
     for node in nodes:
-        for data in ranks_on(node.host, node.job_dir):
+        for data in ranks_on(node.host.machine, node.job_dir):
             by_rank[data["rank"]] = data
     if len(by_rank) <= int(have.get("ranks") or 0):
         return None

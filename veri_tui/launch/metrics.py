@@ -4,7 +4,7 @@ The trainer writes one JSON object per logged optimizer step (docs/interfaces.md
 line"), with Hugging Face Trainer's names: `{"step", "total_steps", "loss", "learning_rate",
 "grad_norm", "epoch", "tokens_per_s", "peak_mem_bytes"}`, `eval_loss` on the steps the job
 evaluates, plus TRL's `rewards/margins` and `rewards/accuracies` for DPO; a job folder of an
-older release says `lr` (`metric_of` renames it: veri_tui/jobfolder/trackers.py). Raw, such
+older release says `lr` (`metric_of` renames it: veri_tui/jobfolder/knobs/trackers.py). Raw, such
 a line is about 150 characters and is cut at the edge of a terminal; `metric_row` says the
 same in about 60 (`step 7/20  loss 2.314  lr 1.0e-04  grad 0.82  1,234 tok/s  mem 1.2 GB`).
 Pure functions, no I/O.
@@ -17,7 +17,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from veri_tui.jobfolder.trackers import hf_names
+from veri_tui.jobfolder.knobs.trackers import hf_names
 from veri_tui.plan.memory import gb
 
 

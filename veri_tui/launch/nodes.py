@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 from veri_tui.errors import Refusal
 from veri_tui.launch.host import Host, HostFacts, Row
 from veri_tui.launch.hostpool import in_parallel
+from veri_tui.launch.machine import Machine
 from veri_tui.plan.disk import DiskEstimate
 
 if TYPE_CHECKING:
@@ -108,7 +109,7 @@ def probe_rendezvous(
     listens on (``port``, else a free one), and the problems: that port taken on node 0, or a
     node that cannot connect to it (each named). ``endpoint``: `addr[:port]` the others dial,
     when not node 0's own address and port."""
-    head, others = hosts[0], list(hosts[1:])
+    head, others = hosts[0].machine, [h.machine for h in hosts[1:]]
     if port is None:
         port = int(head.run([head.python, "-c", FREE_PORT_SCRIPT], timeout=30).text.split()[-1])
     addr, reach = split_endpoint(endpoint)
@@ -122,17 +123,17 @@ def probe_rendezvous(
             msg = f"port {port} cannot be opened on node 0 ({head.name}): {why}; set rdzv_port"
             return addr, reach, port, [Refusal("rdzv_port", msg)]
 
-        def dial(host: Host) -> str:
-            argv = [host.python, "-c", PROBE_SCRIPT, addr, str(reach), str(PROBE_TIMEOUT_S)]
-            res = host.run(argv, timeout=PROBE_TIMEOUT_S + 30)
+        def dial(machine: Machine) -> str:
+            argv = [machine.python, "-c", PROBE_SCRIPT, addr, str(reach), str(PROBE_TIMEOUT_S)]
+            res = machine.run(argv, timeout=PROBE_TIMEOUT_S + 30)
             return "" if res.exit_status == 0 else (res.text.strip() or res.error_line())
 
         problems = []
-        for k, (host, said) in enumerate(zip(others, in_parallel(dial, others), strict=True), 1):
+        for k, (machine, said) in enumerate(zip(others, in_parallel(dial, others), strict=True), 1):
             if isinstance(said, Exception) or said:  # a host out of reach, or what it said
                 problems.append(Refusal(
                     "rdzv_endpoint",
-                    f"node {k} ({host.name}) cannot reach node 0's rendezvous at {addr}:{reach} "
+                    f"node {k} ({machine.name}) cannot reach node 0's rendezvous at {addr}:{reach} "
                     f"({said}); open that port on node 0 ({head.name}) to the other nodes, or "
                     "set rdzv_endpoint to an address they reach",
                 ))  # fmt: skip
@@ -171,14 +172,14 @@ def shared_storage(hosts: Sequence[Host], parents: Sequence[str]) -> bool:
         return False
     name = f".veri-shared-{secrets.token_hex(8)}"
     mark = posixpath.join(parents[0], name)
-    hosts[0].write_atomic(mark, b"veri-tui shared storage probe\n")
+    hosts[0].machine.write_atomic(mark, b"veri-tui shared storage probe\n")
     try:
-        seen = in_parallel(lambda k: hosts[k].exists(posixpath.join(parents[k], name)),
+        seen = in_parallel(lambda k: hosts[k].machine.exists(posixpath.join(parents[k], name)),
                            list(range(1, len(hosts))))  # fmt: skip
         return all(s is True for s in seen)
     finally:
         try:
-            hosts[0].remove(mark)
+            hosts[0].machine.remove(mark)
         except OSError:
             pass  # left behind: a hidden empty file, harmless
 
@@ -188,7 +189,7 @@ def storage_row(hosts: Sequence[Host], jobs_dirs: list[str]) -> Row:
     makes them); informative: either way the job runs."""
     try:
         for host, folder in zip(hosts, jobs_dirs, strict=True):
-            host.makedirs(folder)
+            host.machine.makedirs(folder)
         shared = shared_storage(hosts, jobs_dirs)
     except OSError as exc:
         return ("storage", True, f"not checked ({exc})")

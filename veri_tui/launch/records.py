@@ -1,9 +1,9 @@
 """Log lines and waiting, as every job target reads them (target.py, host.py).
 
-A job's truth is its folder (docs/interfaces.md section 2; the jobfolder package), read on
-its host by the job target with the one lost rule (veri_tui/jobfolder/lost.py). Here: `LogLine` and
-splitting a log read by byte offset into complete lines, following a log until its job has
-ended, and waiting for a job's end.
+A job's truth is its folder (docs/interfaces.md section 2; the jobfolder package), read on its host
+by the job target with the one lost rule (veri_tui/jobfolder/contract/lost.py). Here: `LogLine` and
+splitting a log read by byte offset into complete lines, following a log until its job has ended,
+and waiting for a job's end.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from veri_tui.jobfolder.record import JobRecord
-from veri_tui.jobfolder.status import has_ended
+from veri_tui.jobfolder.contract.record import JobRecord
+from veri_tui.jobfolder.contract.status import has_ended
 
 
 @dataclass(frozen=True)

@@ -1,12 +1,14 @@
 """The registry: this machine's list of the jobs it launched over SSH, for `veri-tui jobs`.
 
 One small file per job, `$VERI_HOME/remote/<job_id>.json`, a registry entry
-(`RegistryEntry`): the host as the user typed it, the remote job folder, the supervisor pid
-and the job record last read from the host (shown, marked stale, when the host cannot be
+(`RegistryEntry`): the host as the user typed it, the remote job folder, the node's handle
+(its backend's opaque string: the supervisor's pid, a Slurm job id) and the job record last
+read from the host (shown, marked stale, when the host cannot be
 reached); a multi-node job's nodes and the pid of its watcher (watcher.py). A Slurm job
 (`kind` "slurm") is entered too, also when its login node is this machine: `host` is the
-login node, `pid` the Slurm job id. Jobs on this machine are not entered here: their folders
-under `$VERI_HOME/jobs/` are their own list.
+login node, `handle` the Slurm job id. An entry written before handles were strings keeps
+each node's as `pid` (an int): `load` reads it as the handle. Jobs on this machine are not
+entered here: their folders under `$VERI_HOME/jobs/` are their own list.
 """
 
 from __future__ import annotations
@@ -16,18 +18,19 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, TypedDict
 
-from veri_tui.jobfolder.atomic import write_json_atomic
-from veri_tui.jobfolder.layout import veri_home
-from veri_tui.jobfolder.record import JobRecord
+from veri_tui.jobfolder.contract.atomic import write_json_atomic
+from veri_tui.jobfolder.contract.layout import veri_home
+from veri_tui.jobfolder.contract.record import JobRecord
+from veri_tui.launch.backends import backend_of
 from veri_tui.launch.backends.ref import JobRef, NodeRef
 
 
 class NodeEntry(TypedDict):
-    """One node of a multi-node job: its host, its job folder there, its supervisor's pid."""
+    """One node of a multi-node job: its host, its job folder there, its handle."""
 
     host: str
     job_dir: str
-    pid: int | None
+    handle: str | None
 
 
 @dataclass
@@ -37,10 +40,10 @@ class RegistryEntry:
     job_id: str
     host: str
     job_dir: str
-    pid: int | None
+    handle: str | None
     python: str
     record: JobRecord
-    #: A multi-node job's nodes, node 0 first (host, job_dir and pid above are node 0's);
+    #: A multi-node job's nodes, node 0 first (host, job_dir and handle above are node 0's);
     #: None for a one-host job.
     nodes: list[NodeEntry] | None = None
     #: A multi-node job whose platform retry could not start: the number of attempts it had
@@ -48,29 +51,25 @@ class RegistryEntry:
     retry_refused: str | None = None
     #: A multi-node job's watcher on this machine (its pid), while one was started.
     watcher: int | None = None
-    #: The host's kind (`ssh`, or `slurm`: `host` is the login node, `pid` the Slurm job id).
+    #: The host's kind (`ssh`, or `slurm`: `host` is the login node, `handle` the Slurm job id).
     kind: str = "ssh"
 
     @property
     def label(self) -> str:
         """The host as job records name it (`slurm:<login>` for a Slurm job): its backend's."""
-        from veri_tui.launch.backends import backend_of
-
         return backend_of(self.kind).label(self.host)
 
     @property
     def ref(self) -> JobRef:
         """The job's typed handle (what its backend's `submit` returned)."""
-        from veri_tui.launch.backends import backend_of
-
-        nodes = tuple(NodeRef(n["host"], n["job_dir"], n["pid"]) for n in self.node_entries())
+        nodes = tuple(NodeRef(n["host"], n["job_dir"], n["handle"]) for n in self.node_entries())
         return JobRef(backend_of(self.kind).name, self.kind, self.job_id, nodes)
 
     def node_entries(self) -> list[NodeEntry]:
         """Every node, node 0 first (a one-host job is its one node)."""
         if self.nodes:
             return self.nodes
-        return [{"host": self.host, "job_dir": self.job_dir, "pid": self.pid}]
+        return [{"host": self.host, "job_dir": self.job_dir, "handle": self.handle}]
 
 
 def entry_of(ref: JobRef, python: str, record: JobRecord) -> RegistryEntry:
@@ -79,7 +78,7 @@ def entry_of(ref: JobRef, python: str, record: JobRecord) -> RegistryEntry:
     first = ref.nodes[0]
     nodes: list[NodeEntry] | None = None
     if len(ref.nodes) > 1:
-        nodes = [{"host": n.host, "job_dir": n.job_dir, "pid": n.handle} for n in ref.nodes]
+        nodes = [{"host": n.host, "job_dir": n.job_dir, "handle": n.handle} for n in ref.nodes]
     return RegistryEntry(ref.job_id, first.host, first.job_dir, first.handle, python, record,
                          nodes, kind=ref.kind)  # fmt: skip
 
@@ -106,9 +105,18 @@ def load(job_id: str) -> RegistryEntry | None:
         return None
     try:
         data: dict[str, Any] = json.loads(entry_path(job_id).read_text(encoding="utf-8"))
+        for node in [data, *(data.get("nodes") or [])]:
+            _handle_of_pid(node)
         return RegistryEntry(**data)
     except (OSError, ValueError, TypeError):
         return None
+
+
+def _handle_of_pid(node: dict[str, Any]) -> None:
+    """An entry (or node) written before handles were strings: its `pid` is the handle."""
+    if "pid" in node:
+        pid = node.pop("pid")
+        node["handle"] = None if pid is None else str(pid)
 
 
 def all_jobs() -> list[RegistryEntry]:

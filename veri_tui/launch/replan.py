@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from veri_tui.errors import Refusal, VeriError
-from veri_tui.jobfolder.record import JobRecord, JobSpec
+from veri_tui.jobfolder.contract.record import JobRecord, JobSpec
 
 if TYPE_CHECKING:
     from veri_tui.plan import JobConfig, PlanRecord
@@ -34,8 +34,10 @@ def split_batch(gbs: int, mbs: int, gpu_count: int) -> int:
     if gpu_count < 1:
         raise VeriError(f"{gpu_count}: must be at least 1", key="gpu_count")
     if gbs % gpu_count:
+        from veri_tui.plan.gpus import gpus_text  # only for this refusal
+
         raise VeriError(
-            f"{gpu_count} GPUs cannot split the job's global batch of {gbs} samples "
+            f"{gpus_text(gpu_count)} cannot split the job's global batch of {gbs} samples "
             f"(global_batch_size must be a multiple of gpu_count); choose a gpu_count that "
             f"divides {gbs}, or pass --set global_batch_size=... to change the batch",
             key="gpu_count",

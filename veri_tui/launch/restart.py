@@ -10,12 +10,12 @@
    its backend (`submit`: every supervisor, the same job id; its handle kept in the
    registry entry). A node that cannot be prepared or started cancels the others.
 
-Retries: no node's supervisor restarts a multi-node job by itself (it cannot know the other
-nodes' checkpoints; veri_tui.jobfolder.attempts.max_restarts). The job's watcher does (watcher.py):
-once the gathered record failed for the platform with restarts left (`retry_due`, in
-retries.py), it resumes every node as above, the attempt marked `retry`. One change at a
-time: a lock on the registry entry here, and node 0 refuses a second resume of the same
-attempt (`after_attempt`, under its job lock).
+Retries: no node's supervisor restarts a multi-node job by itself (it cannot know the other nodes'
+checkpoints; veri_tui.jobfolder.contract.attempts.max_restarts). The job's watcher does
+(watcher.py): once the gathered record failed for the platform with restarts left (`retry_due`, in
+retries.py), it resumes every node as above, the attempt marked `retry`. One change at a time: a
+lock on the registry entry here, and node 0 refuses a second resume of the same attempt
+(`after_attempt`, under its job lock).
 """
 
 from __future__ import annotations
@@ -25,15 +25,16 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from veri_tui.errors import VeriError
-from veri_tui.jobfolder.atomic import job_lock
-from veri_tui.jobfolder.attempts import attempts_of, max_restarts
-from veri_tui.jobfolder.record import JobRecord, JobSpec, ResumeChoice
-from veri_tui.jobfolder.status import FailureCode
+from veri_tui.jobfolder.contract.atomic import job_lock
+from veri_tui.jobfolder.contract.attempts import attempts_of, max_restarts
+from veri_tui.jobfolder.contract.record import JobRecord, JobSpec, ResumeChoice
+from veri_tui.jobfolder.contract.status import FailureCode
 from veri_tui.launch import registry
 from veri_tui.launch.checkpoints import NodeCheck, choose_step
 from veri_tui.launch.hostpool import in_parallel
 from veri_tui.launch.nodes import probe_rendezvous, shared_storage, split_endpoint
 from veri_tui.launch.retries import retries_done, retry_due
+from veri_tui.plan.gpus import gpus_text
 
 __all__ = ["layout_refusal", "resume_nodes", "retry", "retry_due"]
 
@@ -50,8 +51,8 @@ def layout_refusal(record: JobRecord, gpu_count: int | None, sets: Sequence[str]
     nodes, world = int(spec.get("nnodes") or 1), int(spec.get("gpu_count") or 1)
     if gpu_count is not None and int(gpu_count) != world:
         return VeriError(
-            f"{job_id} runs on {nodes} nodes x {world // nodes} GPUs; a multi-node job resumes "
-            "on its own layout (each rank's checkpoint is its own: no resharding across "
+            f"{job_id} runs on {nodes} nodes x {gpus_text(world // nodes)}; a multi-node job "
+            "resumes on its own layout (each rank's checkpoint is its own: no resharding across "
             "nodes); launch it again for another gpu_count",
             key="gpu_count",
         )
@@ -99,7 +100,9 @@ def _resume(target: JobTarget, retry: str | None) -> JobRecord:
     records: list[JobRecord] = []
     for node, rec in zip(nodes, read, strict=True):
         if isinstance(rec, Exception):
-            raise VeriError(f"cannot resume {job_id}: node {node.host.name} ({rec})", key="job")
+            raise VeriError(
+                f"cannot resume {job_id}: node {node.host.machine.name} ({rec})", key="job"
+            )
         records.append(rec)
     hosts = [n.host for n in nodes]
     dirs = [n.job_dir for n in nodes]
@@ -109,7 +112,7 @@ def _resume(target: JobTarget, retry: str | None) -> JobRecord:
     count = len(nodes)
     storage = (
         f"resume: the {count} node folders are on one shared filesystem: checked from node "
-        f"0 ({hosts[0].name})" if shared else
+        f"0 ({hosts[0].machine.name})" if shared else
         f"resume: checkpoints checked on each of the {count} nodes (no shared filesystem)"
     )  # fmt: skip
     where = (
@@ -136,7 +139,7 @@ def _resume(target: JobTarget, retry: str | None) -> JobRecord:
         entry.retry_refused = None
         target.entry = entry
         registry.save(entry)
-    record["host"] = ", ".join(h.name for h in hosts)
+    record["host"] = ", ".join(h.machine.name for h in hosts)
     return record
 
 

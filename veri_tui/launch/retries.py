@@ -10,9 +10,9 @@ import it without importing each other.
 
 from __future__ import annotations
 
-from veri_tui.jobfolder.attempts import attempts_of, max_restarts, retryable
-from veri_tui.jobfolder.record import JobRecord
-from veri_tui.jobfolder.status import Status
+from veri_tui.jobfolder.contract.attempts import attempts_of, max_restarts, retryable
+from veri_tui.jobfolder.contract.record import JobRecord
+from veri_tui.jobfolder.contract.status import Status
 from veri_tui.launch.registry import RegistryEntry
 
 

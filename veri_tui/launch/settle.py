@@ -18,19 +18,20 @@ from __future__ import annotations
 
 import json
 
-from veri_tui.jobfolder.atomic import job_lock
-from veri_tui.jobfolder.record import JobRecord
-from veri_tui.jobfolder.status import has_ended
+from veri_tui.jobfolder.contract.atomic import job_lock
+from veri_tui.jobfolder.contract.record import JobRecord, scheduler_of
+from veri_tui.jobfolder.contract.status import has_ended
 from veri_tui.launch import registry
 from veri_tui.launch.host import jobfolder_argv
 from veri_tui.launch.target import JobTarget
 
 
 def scheduler_outcome(record: JobRecord) -> bool:
-    """The read showed an outcome the job's scheduler reported (judge's view of a Slurm job
-    that ended unrecorded carries `slurm_state`) which job.json does not hold yet; a lost
-    verdict is a reader's, never written."""
-    return has_ended(record) and "slurm_state" in record and not record.get("lost")
+    """The read showed an outcome the job's scheduler reported (its backend's judge of a
+    batch job that ended unrecorded carries the scheduler's `state`) which job.json does not
+    hold yet; a lost verdict is a reader's, never written."""
+    state = (scheduler_of(record) or {}).get("state")
+    return has_ended(record) and state is not None and not record.get("lost")
 
 
 def settle(target: JobTarget, record: JobRecord) -> None:
@@ -42,7 +43,7 @@ def settle(target: JobTarget, record: JobRecord) -> None:
         more = ["--error", json.dumps(error)] if error else []
         argv = jobfolder_argv(node.host, node.job_dir, "close", node.job_file,
                               "--status", str(record.get("status")), *more)  # fmt: skip
-        node.host.run(argv, timeout=60)
+        node.host.machine.run(argv, timeout=60)
     if target.entry is not None:
         with job_lock(registry.entry_path(target.job_id)):
             target.remember(record)

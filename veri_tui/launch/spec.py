@@ -1,5 +1,5 @@
-"""Build the job record (job.json, `veri_tui.jobfolder.record.JobRecord`) from a JobConfig and its
-PlanRecord, refusing bad input.
+"""Build the job record (job.json, `veri_tui.jobfolder.contract.record.JobRecord`) from a JobConfig
+and its PlanRecord, refusing bad input.
 
 The record is the one contract between this side and the trainer (docs/interfaces.md
 section 2): every path in it is absolute, the model is a local directory, and the plan header
@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from veri_tui.errors import Refusal, VeriError
-from veri_tui.jobfolder.datasource import Source
-from veri_tui.jobfolder.record import FORMAT, JobRecord, JobSpec
-from veri_tui.jobfolder.status import PENDING
+from veri_tui.jobfolder.contract.record import FORMAT, JobRecord, JobSpec
+from veri_tui.jobfolder.contract.status import PENDING
+from veri_tui.jobfolder.data.datasource import Source
 from veri_tui.launch.jobdata import JobData, job_data, local_data
 from veri_tui.launch.measured import predicted_of
 
@@ -136,7 +136,8 @@ def make_record(
         "resolved_parallelism": resolved,
         "plan_header": header,
         "states_bytes_per_gpu": plan.get("states_bytes_per_gpu"),
-        # The hang watchdog's first timeout scales with it (veri_tui/jobfolder/watchdog.py).
+        # The hang watchdog's first timeout scales with it
+        # (veri_tui/jobfolder/supervise/watchdog.py).
         "step_time_s": (plan.get("throughput") or {}).get("step_time_s"),
     }
     if isinstance(dataset, str):  # one file's path, as before issue 27

@@ -33,12 +33,13 @@ from dataclasses import dataclass
 from typing import cast
 
 from veri_tui.errors import VeriError
-from veri_tui.jobfolder.layout import JOB_FILE, LOG, SUPERVISOR_PID
-from veri_tui.jobfolder.procs import GRACE_S, pid_alive
-from veri_tui.jobfolder.record import JobRecord, JobSpec, ResumeChoice
-from veri_tui.jobfolder.status import has_ended
+from veri_tui.jobfolder.contract.layout import JOB_FILE, LOG
+from veri_tui.jobfolder.contract.procs import GRACE_S, pid_alive
+from veri_tui.jobfolder.contract.record import JobRecord, JobSpec, ResumeChoice
+from veri_tui.jobfolder.contract.status import has_ended
 from veri_tui.launch import registry
-from veri_tui.launch.backends import Backend, backend_of
+from veri_tui.launch.backends import backend_of
+from veri_tui.launch.backends.api import AnyBackend
 from veri_tui.launch.backends.ref import JobRef, NodeRef, SubmitError
 from veri_tui.launch.host import Host, jobfolder_argv
 from veri_tui.launch.records import LogLine, wait_until_ended
@@ -49,12 +50,12 @@ REFUSED = 3  # `python -m veri_tui.jobfolder resume`'s exit status for a refusal
 
 @dataclass
 class Node:
-    """One node of a job: its host, its job folder there, its handle (the supervisor's pid
-    seen at its start, or the scheduler's job id; None: not started)."""
+    """One node of a job: its host, its job folder there, its handle (opaque: the supervisor's
+    pid seen at its start, or the scheduler's job id; None: not started)."""
 
     host: Host
     job_dir: str
-    handle: int | None = None
+    handle: str | None = None
 
     @property
     def job_file(self) -> str:
@@ -68,31 +69,20 @@ class JobTarget:
         self.job_id = job_id
         self.nodes = nodes
         self.entry = entry
-        self.backend: Backend = backend_of(nodes[0].host.kind)
-        self.name = nodes[0].host.name if entry is None else f"{entry.kind}:{entry.host}"
+        self.backend: AnyBackend = backend_of(nodes[0].host.kind)
+        self.name = nodes[0].host.machine.name if entry is None else f"{entry.kind}:{entry.host}"
 
     @property
     def ref(self) -> JobRef:
         """The job's typed handle as its nodes hold it now."""
-        nodes = tuple(NodeRef(n.host.name, n.job_dir, n.handle) for n in self.nodes)
+        nodes = tuple(NodeRef(n.host.machine.name, n.job_dir, n.handle) for n in self.nodes)
         return JobRef(self.backend.name, self.nodes[0].host.kind, self.job_id, nodes)
 
     def close(self) -> None:
         for node in self.nodes:
-            node.host.close()
+            node.host.machine.close()
 
     # -- reading: the backend's operations ------------------------------------------------
-
-    def supervisor_pid(self, node: Node) -> int | None:
-        """The pid the supervisor wrote itself, else the one seen when it was started. A
-        batch job's handle is its Slurm job id: its supervisor's pid is a compute node's."""
-        if not self.backend.handle_is_pid:
-            return node.handle
-        try:
-            raw = node.host.read_bytes(posixpath.join(node.job_dir, SUPERVISOR_PID), 64)
-            return int(raw.split()[0])
-        except (FileNotFoundError, ValueError, IndexError):
-            return node.handle
 
     def node_record(self, node: Node) -> JobRecord:
         """One node's job.json as its backend judges it; VeriError when gone."""
@@ -172,7 +162,7 @@ class JobTarget:
         node = self.nodes[k]
         more = ["--choice", json.dumps(choice)] if choice else []
         argv = jobfolder_argv(node.host, node.job_dir, "resume", node.job_file, *more)
-        res = node.host.run(argv, timeout=60, stdin=json.dumps(spec).encode())
+        res = node.host.machine.run(argv, timeout=60, stdin=json.dumps(spec).encode())
         if res.exit_status != 0:
             text = res.text.strip().splitlines()[-1] if res.text.strip() else ""
             key, _, message = text.removeprefix("error: ").partition(": ")
@@ -205,8 +195,8 @@ class JobTarget:
             fresh = registry.load(self.job_id) or self.entry
             if fresh.nodes:
                 for saved, node in zip(fresh.nodes, self.nodes, strict=True):
-                    saved["pid"] = node.handle
-            fresh.pid = self.nodes[0].handle
+                    saved["handle"] = node.handle
+            fresh.handle = self.nodes[0].handle
             self.entry = fresh
             registry.save(fresh)
 
@@ -222,7 +212,7 @@ class JobTarget:
         """Add a line to rank 0's log (once its supervisor has ended: no writer races it)."""
         node = self.nodes[0]
         try:
-            node.host.append(posixpath.join(node.job_dir, LOG), (line + "\n").encode())
+            node.host.machine.append(posixpath.join(node.job_dir, LOG), (line + "\n").encode())
         except OSError:
             pass  # the log says less; the record still tells the outcome
 

@@ -27,11 +27,12 @@ import time
 from types import FrameType
 
 from veri_tui.errors import VeriError
-from veri_tui.jobfolder.layout import PEER_FAILED
-from veri_tui.jobfolder.record import JobRecord
-from veri_tui.jobfolder.status import FAILED, has_ended
-from veri_tui.jobfolder.stopping import peer_failed_bytes
+from veri_tui.jobfolder.contract.layout import PEER_FAILED
+from veri_tui.jobfolder.contract.record import JobRecord
+from veri_tui.jobfolder.contract.status import FAILED, has_ended
+from veri_tui.jobfolder.contract.stopping import peer_failed_bytes
 from veri_tui.launch import registry
+from veri_tui.launch.backends.supervised import supervisor_pid
 from veri_tui.launch.handle import JobHandle
 from veri_tui.launch.jobindex import target_of_entry
 from veri_tui.launch.restart import retry
@@ -56,8 +57,9 @@ class Watcher:
 
     def end_the_others(self, record: JobRecord) -> None:
         """A node failed: end every node still running. Each is told which node failed
-        (`peer_failed.json`, veri_tui/jobfolder/stopping.py) before its supervisor gets SIGTERM, so
-        it records that failure's end, never a cancel, whichever end it reaches first."""
+        (`peer_failed.json`, veri_tui/jobfolder/contract/stopping.py) before its supervisor gets
+        SIGTERM, so it records that failure's end, never a cancel, whichever end it reaches
+        first."""
         failed = next(n for n in record.get("nodes") or [] if n["status"] == FAILED)
         code = str((record.get("error") or {}).get("code") or "")
         word = peer_failed_bytes(failed["node"], failed["host"], code)
@@ -66,10 +68,10 @@ class Watcher:
                 rec = self.target.node_record(node)
             except VeriError:
                 continue
-            pid = self.target.supervisor_pid(node)
+            pid = supervisor_pid(node)
             if not has_ended(rec) and pid is not None:
-                node.host.write_atomic(posixpath.join(node.job_dir, PEER_FAILED), word)
-                node.host.run(["kill", "-TERM", str(pid)])
+                node.host.machine.write_atomic(posixpath.join(node.job_dir, PEER_FAILED), word)
+                node.host.machine.run(["kill", "-TERM", str(pid)])
 
     def step(self) -> bool:
         """One look at the job; True while there is more to watch."""

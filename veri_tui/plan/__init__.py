@@ -6,8 +6,8 @@ for Hub-only models): never torch or textual, so `veri-tui plan` and the app sta
 The public API is what docs/interfaces.md section 1 lists.
 """
 
-from veri_tui.jobfolder.lora_targets import LORA_TARGETS
-from veri_tui.jobfolder.record import PIN_KEYS
+from veri_tui.jobfolder.knobs import PIN_KEYS
+from veri_tui.jobfolder.knobs.lora_targets import LORA_TARGETS
 from veri_tui.plan.api import plan, throughput_sweep
 from veri_tui.plan.config import job_from_fields, load_job_config
 from veri_tui.plan.gpus import GPU, GPU_CATALOG, get_gpu

@@ -26,7 +26,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from veri_tui.jobfolder.layout import veri_home
+from veri_tui.jobfolder.contract.layout import veri_home
 from veri_tui.plan.activations import ActivationModel
 from veri_tui.plan.model_info import ModelInfo
 

@@ -14,8 +14,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from veri_tui.jobfolder.errors import DataError
-from veri_tui.jobfolder.rows import check_messages
+from veri_tui.jobfolder.contract.errors import DataError
+from veri_tui.jobfolder.data.rows import check_messages
 
 if TYPE_CHECKING:  # jinja2 is imported only when a dataset has `messages` rows
     import jinja2

@@ -15,6 +15,7 @@ from veri_tui.jobfolder.knobs.rules import aliases, canonical, keeps_text
 from veri_tui.jobfolder.knobs.schema import by_name
 from veri_tui.plan.knobmodel import KnobErrors
 from veri_tui.plan.knobs import JOB_KEYS, Hyperparameters, JobConfig
+from veri_tui.plugins import backend_modules
 
 ALIASES = aliases(Hyperparameters)  # batch_size -> micro_batch_size
 HP_KEYS = tuple(sorted(set(Hyperparameters.model_fields) | set(ALIASES)))
@@ -183,10 +184,11 @@ def load_job_config(
     if config_path is not None:
         path = Path(config_path)
         data = read_toml(path)
-        # The `[slurm]` table is where the job is submitted, not what it is: the launch side
-        # reads it (commands/common.py hosts_of: the backend registry's options); the plan is
-        # the same without it.
-        data.pop("slurm", None)
+        # A backend's `[<name>]` table (`[slurm]`) is where the job is submitted, not what it
+        # is: the launch side reads it (commands/common.py hosts_of: the backend registry's
+        # options); the plan is the same without it.
+        for name in backend_modules():
+            data.pop(name, None)
         section = data.pop("method", None)
         if isinstance(section, dict):
             # [method] may carry `name = "dpo"` (or `type`) to pick the method in the table.

@@ -1,18 +1,18 @@
 """Time and cost of the whole job: tokens -> optimizer steps -> wall time -> GPU-hours -> USD.
 
-steps = max_steps, else num_epochs x floor(rows / global_batch_size) (the trainer drops the
-last partial batch: veri_tui/trainer/data.py `global_batch`). A step's time is the throughput
-model's (throughput.py) for the tokens the step really has: the trainer pads each
-micro-batch to its longest sample (veri_tui/trainer/data.py `collate`), so the sequence length used
-is the expected longest of micro_batch_size random rows (for dpo, of the longer of chosen
-and rejected), each truncated at max_seq_length / max_length. wall time = steps x step
-time; GPU-hours = wall time x gpu_count / 3600; price = GPU-hours x price per GPU-hour.
-Without a tokenizer (a model known from Hub metadata only, or no `tokenizers` package) the
-rows still give the steps and every sample is taken at full length (an upper bound).
-With `packing`, the rows are the packed rows the trainer makes from the same lengths
-(veri_tui/jobfolder/packing.py: best-fit decreasing), so steps = packed rows / global_batch_size and
-a micro-batch's length is the expected longest of its packed rows; with eval_fraction the
-held-out share of the packed rows is taken pro rata (the trainer packs what is left).
+steps = max_steps, else num_epochs x floor(rows / global_batch_size) (the trainer drops the last
+partial batch: veri_tui/trainer/data.py `global_batch`). A step's time is the throughput model's
+(throughput.py) for the tokens the step really has: the trainer pads each micro-batch to its longest
+sample (veri_tui/trainer/data.py `collate`), so the sequence length used is the expected longest of
+micro_batch_size random rows (for dpo, of the longer of chosen and rejected), each truncated at
+max_seq_length / max_length. wall time = steps x step time; GPU-hours = wall time x gpu_count /
+3600; price = GPU-hours x price per GPU-hour. Without a tokenizer (a model known from Hub metadata
+only, or no `tokenizers` package) the rows still give the steps and every sample is taken at full
+length (an upper bound). With `packing`, the rows are the packed rows the trainer makes from the
+same lengths (veri_tui/jobfolder/data/packing.py: best-fit decreasing), so steps = packed rows /
+global_batch_size and a micro-batch's length is the expected longest of its packed rows; with
+eval_fraction the held-out share of the packed rows is taken pro rata (the trainer packs what is
+left).
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from collections.abc import Callable
 from math import exp, lgamma
 from typing import TYPE_CHECKING, Any
 
-from veri_tui.jobfolder.errors import DataError
-from veri_tui.jobfolder.packing import packed_lengths
+from veri_tui.jobfolder.contract.errors import DataError
+from veri_tui.jobfolder.data.packing import packed_lengths
 from veri_tui.plan.prices import price_per_gpu_hour
 
 if TYPE_CHECKING:
@@ -67,12 +67,12 @@ def truncated(count: TokenCount, max_len: int) -> tuple[int, dict[int, int]]:
 
 @functools.lru_cache(maxsize=8)  # the app re-plans on every keystroke
 def _packed(lengths: tuple[tuple[int, ...], ...], max_len: int) -> list[int]:
-    """The tokens of each packed row the trainer makes (veri_tui/jobfolder/packing.py)."""
+    """The tokens of each packed row the trainer makes (veri_tui/jobfolder/data/packing.py)."""
     return packed_lengths(((n, rows) for n, rows in lengths), max_len)
 
 
 def _held_out(rows: int, fraction: float) -> int:
-    from veri_tui.jobfolder.dataload import eval_split
+    from veri_tui.jobfolder.data.dataload import eval_split
 
     return len(eval_split(rows, fraction, 0))  # its size does not depend on the seed
 
@@ -150,7 +150,8 @@ def estimate_cost(
             length = expected_max(padded, micro_batch_size)
     except DataError as exc:
         return _unknown(str(exc), data_error=True, **price_info), warnings
-    # eval_fraction's rows are held out of training (veri_tui/jobfolder/dataload.py eval_split).
+    # eval_fraction's rows are held out of training (veri_tui/jobfolder/data/dataload.py
+    # eval_split).
     held = _held_out(rows, hp.eval_fraction) if not job.eval_dataset else 0
     if held and tokens is not None:
         tokens = round(tokens * (rows - held) / rows)

@@ -73,6 +73,11 @@ GPU_CATALOG: dict[str, GPU] = {
 _CUSTOM = r"^custom-(\d+(?:\.\d+)?)GB$"
 
 
+def gpus_text(n: int) -> str:
+    """`1 GPU`, `4 GPUs`: a count of GPUs in words."""
+    return f"{n} GPU" if n == 1 else f"{n} GPUs"
+
+
 def get_gpu(name: str) -> GPU:
     """Look up a GPU by catalog name, or `custom-<N>GB` for any GPU of N decimal GB.
 
@@ -89,6 +94,12 @@ def get_gpu(name: str) -> GPU:
         gb = float(m.group(1))
         if not 1 <= gb <= 10_000:
             raise VeriError(Refusal("gpu", f"{name}: custom memory must be 1-10000 GB"))
+        if gb * 10**9 <= RESERVE_BYTES:  # no budget at all: every plan would be "over"
+            raise VeriError(Refusal("gpu", (
+                f"{name}: {gb:g} GB is all taken by the {RESERVE_BYTES / 1e9:.2f} GB (2 GiB) "
+                "reserved per GPU for the CUDA context and communication buffers, leaving "
+                "nothing for the model; give the GPU's whole memory (custom-<N>GB above "
+                f"{RESERVE_BYTES / 1e9:.2f})")))  # fmt: skip
         label = f"custom-{m.group(1)}GB"
         return GPU(label, int(round(gb * 10**9)), None, "pcie", _PCIE_NO_P2P_BUSBW, 30.0)
     known = ", ".join(GPU_CATALOG)

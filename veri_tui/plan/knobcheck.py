@@ -5,7 +5,9 @@ and keeps its bounds is taken as is, with no pydantic at all: that is every valu
 veri.toml or a typed `--set` gives, so `veri-tui plan` builds no pydantic schema. Anything
 else (text from a form, a bool for a number, a value out of bounds) goes to pydantic's
 TypeAdapter over the knob's type and bounds, built for that knob on first use: what it
-accepts, and how, and the message it refuses with, are pydantic's own.
+accepts, and how, are pydantic's own; its refusal is said in plain words from the error's
+type (`must be a whole number`, not "Input should be a valid integer, unable to parse string
+as an integer"), pydantic's text only for a type not listed here.
 """
 
 from __future__ import annotations
@@ -67,6 +69,43 @@ def _in_bounds(knob: Knob, value: Any) -> bool:
     )
 
 
+#: What a value must be, by pydantic's error type (its ctx filled in).
+_MUST_BE = {
+    "int_parsing": "a whole number", "int_type": "a whole number",
+    "int_from_float": "a whole number", "float_parsing": "a number", "float_type": "a number",
+    "finite_number": "a finite number", "bool_parsing": "true or false",
+    "bool_type": "true or false", "string_type": "text", "list_type": "a list",
+    "dict_type": "a table",
+    "greater_than_equal": "at least {ge}", "greater_than": "above {gt}",
+    "less_than_equal": "at most {le}", "less_than": "below {lt}",
+}  # fmt: skip
+
+
+def _must_be(err: Any) -> str | None:
+    kind, ctx = err.get("type"), err.get("ctx") or {}
+    if kind == "literal_error":
+        expected = str(ctx.get("expected", ""))
+        return f"one of {expected}" if " or " in expected else expected
+    words = _MUST_BE.get(kind)
+    if words is None:
+        return None
+    return words.format(**{k: f"{v:g}" if isinstance(v, float) else v for k, v in ctx.items()})
+
+
+def plain(errors: list[Any]) -> str:
+    """pydantic's refusal of one value in plain words: `must be a whole number`, `must be at
+    least 1`, `must be 'auto', or a whole number` (a union: what each member takes); pydantic's
+    own message when a type is not one `_MUST_BE` knows."""
+    words: list[str] = []
+    for err in errors:
+        said = _must_be(err)
+        if said is None:
+            return str(errors[0]["msg"])
+        if said not in words:
+            words.append(said)
+    return "must be " + ", or ".join(words)
+
+
 @functools.cache
 def _adapter(knob: Knob) -> Any:
     """pydantic's validator for the knob's type and bounds (built on first use)."""
@@ -80,7 +119,7 @@ def _adapter(knob: Knob) -> Any:
 
 
 def check(knob: Knob, value: Any) -> Any:
-    """`value` as the knob's type, or KnobValueError with pydantic's first message."""
+    """`value` as the knob's type, or KnobValueError saying in plain words what it must be."""
     if knob.error and isinstance(value, bool):
         raise KnobValueError(knob.error, value)
     out = _exact(knob.type, value)
@@ -91,6 +130,7 @@ def check(knob: Knob, value: Any) -> Any:
     try:
         return _adapter(knob).validate_python(value)
     except ValidationError as exc:
-        first = exc.errors(include_url=False)[0]
+        errors = exc.errors(include_url=False)
+        first = errors[0]
         loc = tuple(p for p in first["loc"] if isinstance(p, int))  # union members aside
-        raise KnobValueError(knob.error or first["msg"], first.get("input"), loc) from None
+        raise KnobValueError(knob.error or plain(errors), first.get("input"), loc) from None

@@ -3,7 +3,7 @@
 Counts come from header shapes only (dtypes mix, so byte sizes would lie). From config.json
 we take the architecture figures the activation and throughput estimates need. The LoRA
 targets are the ones the bundled trainer adapts (the one rule of
-veri_tui/jobfolder/lora_targets.py), so adapter sizes here match what it allocates.
+veri_tui/jobfolder/knobs/lora_targets.py), so adapter sizes here match what it allocates.
 Mixture-of-experts figures (routed and shared experts, dense layers, active parameters):
 veri_tui/plan/moe.py.
 """
@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from typing import Any, NamedTuple
 
 # The LoRA rule, shared with the trainer (a stdlib module uploaded with it to GPU hosts).
-from veri_tui.jobfolder.lora_targets import ATTENTION_TARGETS, chosen, targets
+from veri_tui.jobfolder.knobs.lora_targets import ATTENTION_TARGETS, chosen, targets
 from veri_tui.plan.headers import TensorInfo
 from veri_tui.plan.moe import (
     ROUTED,
@@ -138,7 +138,8 @@ class ModelInfo(NamedTuple):
     def with_lora_targets(self, wanted: list[str] | None) -> ModelInfo:
         """This model as the knob `lora_target_modules` adapts it: the LoRA figures over
         those modules only (unset: as read). ValueError names an unknown module and the
-        ones the model has (veri_tui/jobfolder/lora_targets.py's `chosen`, the trainer's rule)."""
+        ones the model has (veri_tui/jobfolder/knobs/lora_targets.py's `chosen`, the trainer's
+        rule)."""
         if wanted is None:
             return self
         names = chosen([m[0] for m in self.lora_modules], bool(self.moe_layer_count), wanted)
@@ -221,7 +222,7 @@ def build_model_info(
             if lay is None:
                 lay = experts[layer] = LayerExperts()
             lay.add(name.split("."), t.shape, n)
-        # veri_tui.jobfolder.lora_targets.adapts on the module name, unrolled (it runs per tensor).
+        # jobfolder.knobs.lora_targets.adapts on the module name, unrolled (it runs per tensor).
         parts = name.rsplit(".", 2)
         qk_norm = qk_norm or parts[-2] == "q_norm"
         if quantized_weight(name, parts, t.shape):

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from veri_tui.jobfolder.canary import KNOB_FOR_PART as CANARY_KNOBS
+from veri_tui.jobfolder.canary.canary import KNOB_FOR_PART as CANARY_KNOBS
 from veri_tui.jobfolder.knobs import CHECKPOINTING
 from veri_tui.plan.activations import ActivationModel, ActivationTerms, sequence_length
 from veri_tui.plan.gpus import GPU, RESERVE_BYTES

@@ -13,7 +13,7 @@ import math
 from pathlib import Path
 from typing import NamedTuple
 
-from veri_tui.jobfolder.layout import veri_home
+from veri_tui.jobfolder.contract.layout import veri_home
 
 
 class ListPrice(NamedTuple):

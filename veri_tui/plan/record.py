@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 # PIN_KEYS: the knobs of resolved_parallelism that pin the plan. One list for the planner and
 # the trainer, in the job folder's stdlib module (uploaded with the trainer to GPU hosts).
-from veri_tui.jobfolder.record import PIN_KEYS
+from veri_tui.jobfolder.knobs import PIN_KEYS
 
 if TYPE_CHECKING:
     from veri_tui.plan.disk import DiskEstimate

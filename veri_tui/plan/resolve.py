@@ -15,7 +15,7 @@ from veri_tui.plan.calibration import calibration_for
 from veri_tui.plan.cost import estimate_cost
 from veri_tui.plan.decide import batch_sizes, choose_stage, states_for
 from veri_tui.plan.disk import disk_for
-from veri_tui.plan.gpus import GPU, get_gpu
+from veri_tui.plan.gpus import GPU, get_gpu, gpus_text
 from veri_tui.plan.knobs import JobConfig
 from veri_tui.plan.memory import MemoryEstimate, gb
 from veri_tui.plan.model_info import ModelInfo
@@ -82,10 +82,11 @@ def _layout(job: JobConfig) -> list[str]:
     how = "set" if hp.internode_bandwidth_gbps else f"{hp.network} default"
     if hp.network_measured and hp.internode_bandwidth_gbps:
         how = f"measured {hp.network_measured}"
-    per_node = job.gpu_count // job.nodes or "? (detected at the preflight)"
+    per_node = job.gpu_count // job.nodes
+    gpus = gpus_text(per_node) if per_node else "? GPUs (detected at the preflight)"
     names = f" ({', '.join(job.hosts)})" if job.hosts else ""
     return [
-        f"nodes: {job.nodes} x {per_node} GPUs{names}"
+        f"nodes: {job.nodes} x {gpus}{names}"
         f"; NVLink within a node, {gbps:g} Gb/s per node across ({how})"
     ]
 

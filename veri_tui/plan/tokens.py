@@ -23,10 +23,10 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from pydantic_core import from_json
 
-from veri_tui.jobfolder.datasource import Source, as_sources, fingerprint, stat_key
-from veri_tui.jobfolder.errors import DataError
-from veri_tui.jobfolder.layout import veri_home
-from veri_tui.jobfolder.rows import no_shape, text_field
+from veri_tui.jobfolder.contract.errors import DataError
+from veri_tui.jobfolder.contract.layout import veri_home
+from veri_tui.jobfolder.data.datasource import Source, as_sources, fingerprint, stat_key
+from veri_tui.jobfolder.data.rows import no_shape, text_field
 
 if TYPE_CHECKING:
     from veri_tui.plan.chat import ChatTemplate
@@ -40,7 +40,7 @@ def describe_sources(sources: list[Source]) -> str:
     return ", ".join(s.label for s in sources)
 
 
-CACHE_VERSION = 2  # 2: keyed by the sources' fingerprint (veri_tui/jobfolder/datasource.py)
+CACHE_VERSION = 2  # 2: keyed by the sources' fingerprint (veri_tui/jobfolder/data/datasource.py)
 CHUNK = 8192  # texts per encode_batch call
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja")
 # In-process memo for re-plans on every keystroke: (file stats, method) -> the count, or the
@@ -62,7 +62,7 @@ class TokenCount(NamedTuple):
 
 def count_rows(sources: Sources) -> int:
     """The rows the trainer reads (no tokenizer needed), remembered by the files' stats."""
-    from veri_tui.jobfolder.dataload import mixed_count
+    from veri_tui.jobfolder.data.dataload import mixed_count
 
     sources = as_sources(sources)
     key = ("rows", stat_key(sources))
@@ -158,7 +158,7 @@ def count_tokens(sources: Sources, model_dir: str | Path, method: str) -> TokenC
         "lengths": [list(entry) for entry in count.lengths],
     }
     try:
-        from veri_tui.jobfolder.atomic import write_json_atomic
+        from veri_tui.jobfolder.contract.atomic import write_json_atomic
 
         cache_dir().mkdir(parents=True, exist_ok=True)
         write_json_atomic(cache_dir() / f"{key}.json", data)
@@ -203,7 +203,7 @@ def _count(sources: list[Source], model_dir: Path, method: str) -> TokenCount:
 
     from tokenizers import Tokenizer  # only on a cache miss: ~15 ms to import
 
-    from veri_tui.jobfolder.dataload import mixed_rows
+    from veri_tui.jobfolder.data.dataload import mixed_rows
     from veri_tui.plan.chat import ChatTemplate, chat_segments
 
     try:

@@ -7,7 +7,7 @@ checks a service makes before any GPU is billed.
 from __future__ import annotations
 
 from veri_tui.errors import Refusal, VeriError
-from veri_tui.plan.gpus import get_gpu
+from veri_tui.plan.gpus import get_gpu, gpus_text
 from veri_tui.plan.knobs import METHODS, METHODS_OTHER, MULTI_GPU_KEYS, JobConfig
 
 PRECISIONS = ("bf16", "fp32")
@@ -160,8 +160,8 @@ def _node_errors(job: JobConfig) -> list[Refusal]:
     if nodes > 1 and "gpu_count" in job.model_fields_set and job.gpu_count % nodes:
         lo = max(nodes, job.gpu_count // nodes * nodes)
         errs.append(
-            Refusal("gpu_count", f"{job.gpu_count} GPUs do not split over {nodes} nodes (every "
-                    f"node runs the same number of ranks); use {lo} or {lo + nodes}")
+            Refusal("gpu_count", f"{gpus_text(job.gpu_count)} cannot split over {nodes} nodes "
+                    f"(every node runs the same number of ranks); use {lo} or {lo + nodes}")
         )  # fmt: skip
     if job.rdzv_endpoint is not None:
         addr, _, port = job.rdzv_endpoint.rpartition(":") if ":" in job.rdzv_endpoint else (

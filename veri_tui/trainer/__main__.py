@@ -1,13 +1,13 @@
 """Rank entry: `torchrun --nproc-per-node N -m veri_tui.trainer --job <job_dir>/job.json`.
 
 Each rank writes its pid, runs the loop, and on any failure writes its own failure record
-(failures/rank-<r>.json, nanosecond time) before the exception propagates to torch
-elastic's `record`, which writes the elastic error file for `Exception`s. A clean run
-destroys its process group; a failed one aborts it (`_leave_group`), so the rank exits.
-Every rank gets `PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True` unless the user set one,
-before this module imports torch (the supervisor already put it in torchrun's environment:
-veri_tui/jobfolder/torchrun_cmd.py); what the allocator then runs with is recorded from the
-allocator itself (veri_tui/trainer/devmem.py).
+(failures/rank-<r>.json, nanosecond time) before the exception propagates to torch elastic's
+`record`, which writes the elastic error file for `Exception`s. A clean run destroys its process
+group; a failed one aborts it (`_leave_group`), so the rank exits. Every rank gets
+`PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True` unless the user set one, before this module
+imports torch (the supervisor already put it in torchrun's environment:
+veri_tui/jobfolder/supervise/torchrun_cmd.py); what the allocator then runs with is recorded from
+the allocator itself (veri_tui/trainer/devmem.py).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 from typing import NoReturn
 
-from veri_tui.jobfolder.torchrun_cmd import alloc_conf
+from veri_tui.jobfolder.supervise.torchrun_cmd import alloc_conf
 
 alloc_conf(os.environ)  # before the first import of torch (next line): the allocator's setting
 

@@ -25,8 +25,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from veri_tui.jobfolder import manifest
-from veri_tui.jobfolder.atomic import fsync_dir
+from veri_tui.jobfolder.contract import manifest
+from veri_tui.jobfolder.contract.atomic import fsync_dir
 from veri_tui.trainer.experts import ATTR, split, unfused
 from veri_tui.trainer.gather import gathered
 from veri_tui.trainer.measure import mark_memory

@@ -12,8 +12,8 @@ wait at the gate; go continues the same process from step K, no-go ends it.
   over zeroed trainable parameters and optimizer states, which must come back exactly
   (float64 sums of every local shard).
 - Each rank writes `canary/rank-<r>.json` and marks `gate`; the node's supervisor judges
-  (veri_tui/jobfolder/canary.py) and writes `canary/decision.json`. The ranks agree (any no-go stops
-  all: every node's supervisor judges its own ranks), local rank 0 writes
+  (veri_tui/jobfolder/canary/canary.py) and writes `canary/decision.json`. The ranks agree (any
+  no-go stops all: every node's supervisor judges its own ranks), local rank 0 writes
   `canary/outcome.json`, and the loop goes on or returns.
 
 An attempt that starts at or after step K (a resume) runs no canary; it keeps the canary's
@@ -32,9 +32,9 @@ import torch.distributed as dist
 from torch import nn
 from torch.distributed.tensor import DTensor
 
-from veri_tui.jobfolder.atomic import write_json_atomic
-from veri_tui.jobfolder.canary import outcome_file, rank_file, read_decision
-from veri_tui.jobfolder.errors import TrainerError
+from veri_tui.jobfolder.canary.canary import outcome_file, rank_file, read_decision
+from veri_tui.jobfolder.contract.atomic import write_json_atomic
+from veri_tui.jobfolder.contract.errors import TrainerError
 from veri_tui.trainer import checkpoint, data
 from veri_tui.trainer.canarymeter import (
     CensusPoints,

@@ -31,7 +31,7 @@ import torch
 from torch import nn
 from torch.distributed.tensor import DTensor
 
-from veri_tui.jobfolder.progress import Progress
+from veri_tui.jobfolder.supervise.progress import Progress
 from veri_tui.trainer.census import Census
 from veri_tui.trainer.measure import tensor_bytes
 from veri_tui.trainer.peakmem import _RUN

@@ -1,4 +1,4 @@
-"""One rank's canary record, `canary/rank-<r>.json`: what veri_tui/jobfolder/canary.py judges.
+"""One rank's canary record, `canary/rank-<r>.json`: what jobfolder/canary/canary.py judges.
 
 Times: each canary step's seconds and global input tokens, the rates, the median split
 (data / forward+backward / optimizer) of the steps after the warm-up, the checkpoint's save

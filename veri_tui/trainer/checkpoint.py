@@ -1,24 +1,24 @@
 """DCP checkpoints with a commit protocol: a checkpoint is visible only when complete.
 
-Every rank saves into `checkpoints/step-N.tmp/` (DCP writes each rank's data, then rank 0
-writes `.metadata` last). After a barrier every rank hashes its share of the files (so no
-rank hashes a large checkpoint alone while the others wait), rank 0 checks `.metadata`,
-writes `trainer_state.json` (step, scheduler, data position), the manifest
-(veri_tui/jobfolder/manifest.py: size + sha256 of every file: a zero-filled body loads without error
-otherwise) and `COMPLETE`, fsyncs, renames the folder to `step-N` and fsyncs the parent. Only
-committed steps are purged, never the newest, and only once every rank is past the commit. Resume
-picks the newest committed step whose manifest verifies.
+Every rank saves into `checkpoints/step-N.tmp/` (DCP writes each rank's data, then rank 0 writes
+`.metadata` last). After a barrier every rank hashes its share of the files (so no rank hashes a
+large checkpoint alone while the others wait), rank 0 checks `.metadata`, writes
+`trainer_state.json` (step, scheduler, data position), the manifest
+(veri_tui/jobfolder/contract/manifest.py: size + sha256 of every file: a zero-filled body loads
+without error otherwise) and `COMPLETE`, fsyncs, renames the folder to `step-N` and fsyncs the
+parent. Only committed steps are purged, never the newest, and only once every rank is past the
+commit. Resume picks the newest committed step whose manifest verifies.
 
-A multi-node job (fewer ranks per node than in all) has one job folder per node, on disks
-the other nodes may not see: there every rank saves a rank-local DCP checkpoint (its own
-`__<rank>_*.distcp` and `__<rank>.metadata`, torch's `use_collectives=False` format: replicated
-state written by every rank, so each node's folder loads on its own ranks without reading
-another node's files), and each node's local rank 0 commits its node's part: the manifest
-(with the node's `ranks`) and `COMPLETE`, in that node's folder. A step is then usable only
-when every node committed it; the launcher picks such a step (docs/ssh.md, Multi-node jobs).
-Such a checkpoint loads at the same world size and node layout only (no resharding). A Slurm
-job's nodes share one job folder (`veri_tui.jobfolder.stopping.SHARED_ENV`): it saves one global
-checkpoint, as a single node does, which DCP reshards on load for any node count.
+A multi-node job (fewer ranks per node than in all) has one job folder per node, on disks the other
+nodes may not see: there every rank saves a rank-local DCP checkpoint (its own `__<rank>_*.distcp`
+and `__<rank>.metadata`, torch's `use_collectives=False` format: replicated state written by every
+rank, so each node's folder loads on its own ranks without reading another node's files), and each
+node's local rank 0 commits its node's part: the manifest (with the node's `ranks`) and `COMPLETE`,
+in that node's folder. A step is then usable only when every node committed it; the launcher picks
+such a step (docs/ssh.md, Multi-node jobs). Such a checkpoint loads at the same world size and node
+layout only (no resharding). A Slurm job's nodes share one job folder
+(`veri_tui.jobfolder.contract.stopping.SHARED_ENV`): it saves one global checkpoint, as a single
+node does, which DCP reshards on load for any node count.
 """
 
 from __future__ import annotations
@@ -46,11 +46,11 @@ from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
 from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from veri_tui.jobfolder import ckptindex, manifest
-from veri_tui.jobfolder.atomic import fsync_dir
-from veri_tui.jobfolder.errors import TrainerError
-from veri_tui.jobfolder.status import FailureCode
-from veri_tui.jobfolder.stopping import SHARED_ENV
+from veri_tui.jobfolder.contract import ckptindex, manifest
+from veri_tui.jobfolder.contract.atomic import fsync_dir
+from veri_tui.jobfolder.contract.errors import TrainerError
+from veri_tui.jobfolder.contract.status import FailureCode
+from veri_tui.jobfolder.contract.stopping import SHARED_ENV
 from veri_tui.trainer.faults import FaultPlan
 from veri_tui.trainer.report import atomic_write, classify, describe
 
@@ -83,7 +83,7 @@ def trainable_state(model: nn.Module) -> dict[str, Any]:
     }
 
 
-def _state(model: nn.Module, optimizer: Any, lora: bool) -> tuple[dict[str, Any], Any]:
+def state_dicts(model: nn.Module, optimizer: Any, lora: bool) -> tuple[dict[str, Any], Any]:
     """(model, optimizer) state dicts to save or load into: only what trains under LoRA."""
     opts = _options(lora)
     if not lora:
@@ -103,7 +103,7 @@ def committed_steps(root: Path) -> list[int]:
 
 def verify(folder: Path) -> bool:
     """A complete checkpoint: DCP's `.metadata` and every file as its manifest says (the
-    supervisor's check, veri_tui/jobfolder/ckptindex.py)."""
+    supervisor's check, veri_tui/jobfolder/contract/ckptindex.py)."""
     return not ckptindex.problems(folder)
 
 
@@ -196,7 +196,7 @@ def save(
         root.mkdir(parents=True, exist_ok=True)
         shutil.rmtree(tmp, ignore_errors=True)  # a stale partial save: never save into it
     dist.barrier()
-    msd, osd = _state(model, optimizer, lora)
+    msd, osd = state_dicts(model, optimizer, lora)
     try:
         with warnings.catch_warnings():
             # Rank-local saves: a node's second rank sees its first rank's metadata file in
@@ -224,6 +224,15 @@ def save(
     return final
 
 
+def restore(model: nn.Module, optimizer: Any, msd: dict[str, Any], osd: Any, lora: bool) -> None:
+    """Put loaded state dicts into the model and optimizer (DCP filled them in place)."""
+    opts = _options(lora)
+    if lora:  # the adapters were loaded in place (views); the base is the model directory
+        set_optimizer_state_dict(model, optimizer, optim_state_dict=osd, options=opts)
+    else:
+        set_state_dict(model, optimizer, model_state_dict=msd, optim_state_dict=osd, options=opts)
+
+
 class _RankLocalReader(FileSystemReader):
     """Reads this rank's own `__<rank>.metadata` first. DCP would find it too, but only
     after logging the missing global `.metadata` as a warning with a traceback."""
@@ -246,22 +255,12 @@ def latest(root: Path) -> int | None:
 def load(root: Path, step: int, model: nn.Module, optimizer: Any, *, lora: bool) -> dict[str, Any]:
     """Load model and optimizer state of `step` in place; return its trainer_state."""
     folder = root / f"step-{step}"
-    opts = _options(lora)
-    msd, osd = _state(model, optimizer, lora)
+    msd, osd = state_dicts(model, optimizer, lora)
     state = {"model": msd, "optim": osd}
     if (folder / ".metadata").is_file():
         dcp_load(state, checkpoint_id=str(folder))
     else:  # a node's part of a multi-node checkpoint: each rank reads its own files
         dcp_load(state, storage_reader=_RankLocalReader(folder))
-    if lora:  # the adapters were loaded in place (views); the base is the model directory
-        set_optimizer_state_dict(model, optimizer, optim_state_dict=state["optim"], options=opts)
-    else:
-        set_state_dict(
-            model,
-            optimizer,
-            model_state_dict=state["model"],
-            optim_state_dict=state["optim"],
-            options=opts,
-        )
+    restore(model, optimizer, state["model"], state["optim"], lora)
     trainer_state: dict[str, Any] = json.loads((folder / "trainer_state.json").read_text())
     return trainer_state

@@ -17,13 +17,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from veri_tui.jobfolder.datasource import Source, sources_of
-from veri_tui.jobfolder.errors import ConfigError
-from veri_tui.jobfolder.knobs import METHODS_TRAINED, Hyperparameters, table
+from veri_tui.jobfolder.contract.errors import ConfigError
+from veri_tui.jobfolder.contract.layout import CHECKPOINTS, OUTPUT
+from veri_tui.jobfolder.data.datasource import Source, sources_of
+from veri_tui.jobfolder.knobs import METHODS_TRAINED, PIN_KEYS, Hyperparameters, table
 from veri_tui.jobfolder.knobs.fields import Checkpointing
 from veri_tui.jobfolder.knobs.rules import canonical, checkpointing_mode, coerce
-from veri_tui.jobfolder.layout import CHECKPOINTS, OUTPUT
-from veri_tui.jobfolder.record import PIN_KEYS
 
 
 @dataclass
@@ -49,8 +48,8 @@ class TrainConfig(Hyperparameters):
     data_parallel_size: int = field(default=1, kw_only=True)
     gradient_accumulation_steps: int = field(default=1, kw_only=True)
     activation_checkpointing: Checkpointing = field(default="full", kw_only=True)
-    # --- datasets (issue 27): job.json `spec.datasets` (the mixture, this machine's paths)
-    # and `spec.eval_datasets`, else `spec.dataset` alone (veri_tui/jobfolder/datasource.py); the
+    # --- datasets (issue 27): job.json `spec.datasets` (the mixture, this machine's paths) and
+    # `spec.eval_datasets`, else `spec.dataset` alone (veri_tui/jobfolder/data/datasource.py); the
     # eval knobs (eval_fraction, eval_steps) are the schema's ---
     sources: list[Source] = field(default_factory=list, kw_only=True)
     eval_sources: list[Source] = field(default_factory=list, kw_only=True)

@@ -1,117 +1,36 @@
-"""Datasets: check and tokenize JSONL rows, and cut global batches.
+"""Datasets: tokenized rows and global batches.
 
-sft_text rows carry `text`, or `messages` (rendered through the tokenizer's chat template,
-loss on assistant turns only), or `prompt` + `completion` (loss on the completion only).
-dpo rows carry `prompt`, `chosen`, `rejected`. Every row is checked before training: the
-first bad one raises DataError naming the file and line. Batches are cut from a seeded
-permutation per epoch, so every rank knows every global batch and reads only its part.
+Rows become token ids by veri_tui/jobfolder/data/encode.py's rules (re-exported here: `Example`,
+`encode_row`, ...), the ones the launch preflight checks every row by. Every row is checked
+before training: the first bad one raises DataError naming the file and line. Batches are cut
+from a seeded permutation per epoch, so every rank knows every global batch and reads only
+its part.
 The trainer tokenizes once into the job folder's token cache (veri_tui/trainer/dataprep.py,
 veri_tui/trainer/tokencache.py) and reads its rows from there.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from veri_tui.jobfolder.errors import DataError
-from veri_tui.jobfolder.rows import check_messages, no_shape, read_rows
-from veri_tui.jobfolder.rows import text_field as _str
+# The encoding rules live with the job folder (stdlib), so the launch preflight runs them too.
+from veri_tui.jobfolder.data.encode import (
+    IGNORE,
+    Example,
+    NothingToTrain,
+    encode_dpo,
+    encode_row,
+    encode_sft,
+)
+from veri_tui.jobfolder.data.rows import read_rows
 
-IGNORE = -100
-
-
-@dataclass
-class Example:
-    """One tokenized sequence; labels are IGNORE where no loss is taken. `positions` only
-    for a packed row (veri_tui/trainer/packing.py): each sample's positions restart at 0."""
-
-    input_ids: list[int]
-    labels: list[int]
-    positions: list[int] | None = None
-
-
-def _ids(tok: Any, text: str, first: bool) -> list[int]:
-    # Special tokens (e.g. a BOS) only at the start of a sequence, never between segments.
-    return list(tok(text, add_special_tokens=first)["input_ids"])
-
-
-def _segments_to_example(segments: list[tuple[list[int], bool]], max_len: int) -> Example:
-    ids: list[int] = []
-    labels: list[int] = []
-    for seg, train in segments:
-        ids += seg
-        labels += seg if train else [IGNORE] * len(seg)
-    return Example(ids[:max_len], labels[:max_len])
-
-
-def _messages(tok: Any, row: dict[str, Any], where: str) -> list[tuple[list[int], bool]]:
-    msgs = check_messages(row["messages"], where)
-    if getattr(tok, "chat_template", None) is None:
-        raise DataError(f"{where}: `messages` rows need a tokenizer with a chat template")
-    segments: list[tuple[list[int], bool]] = []
-    done = ""
-    for i, m in enumerate(msgs):
-        if m["role"] != "assistant":
-            continue
-        # Render incrementally: the text up to the generation prompt is context, the rest of
-        # the assistant turn (content and end marker) is what the loss is taken on.
-        prompt = tok.apply_chat_template(msgs[:i], tokenize=False, add_generation_prompt=True)
-        full = tok.apply_chat_template(msgs[: i + 1], tokenize=False)
-        if not prompt.startswith(done) or not full.startswith(prompt):
-            raise DataError(f"{where}: the chat template does not render turns as prefixes")
-        segments.append((_ids(tok, prompt[len(done) :], not done), False))
-        segments.append((_ids(tok, full[len(prompt) :], False), True))
-        done = full
-    return segments
-
-
-def encode_sft(tok: Any, row: dict[str, Any], where: str, max_len: int) -> Example:
-    """One sft_text row -> Example (EOS appended to text and completions)."""
-    eos = [tok.eos_token_id]
-    if "messages" in row:
-        ex = _segments_to_example(_messages(tok, row, where), max_len)
-    elif "prompt" in row or "completion" in row:
-        p, c = _str(row, "prompt", where), _str(row, "completion", where)
-        ex = _segments_to_example(
-            [(_ids(tok, p, True), False), (_ids(tok, c, False) + eos, True)], max_len
-        )
-    elif "text" in row:
-        ex = _segments_to_example(
-            [(_ids(tok, _str(row, "text", where), True) + eos, True)], max_len
-        )
-    else:
-        raise no_shape(row, where)
-    if sum(lab != IGNORE for lab in ex.labels[1:]) == 0:
-        raise DataError(f"{where}: no tokens left to train on within max_seq_length={max_len}")
-    return ex
-
-
-def encode_dpo(tok: Any, row: dict[str, Any], where: str, max_len: int) -> tuple[Example, Example]:
-    """One dpo row -> (chosen, rejected) Examples sharing the prompt."""
-    prompt = _ids(tok, _str(row, "prompt", where), True)
-    pair = []
-    for key in ("chosen", "rejected"):
-        ex = _segments_to_example(
-            [(prompt, False), (_ids(tok, _str(row, key, where), False) + [tok.eos_token_id], True)],
-            max_len,
-        )
-        if sum(lab != IGNORE for lab in ex.labels[1:]) == 0:
-            raise DataError(
-                f"{where}: the prompt leaves no `{key}` tokens within max_length={max_len}"
-            )
-        pair.append(ex)
-    return pair[0], pair[1]
-
-
-def encode_row(tok: Any, row: dict[str, Any], where: str, method: str, max_len: int) -> Any:
-    """One row of `method`: an Example (sft_text) or a (chosen, rejected) pair (dpo)."""
-    if method == "dpo":
-        return encode_dpo(tok, row, where, max_len)
-    return encode_sft(tok, row, where, max_len)
+__all__ = [
+    "IGNORE", "Example", "NothingToTrain", "collate", "encode_dpo", "encode_row", "encode_sft",
+    "epoch_order", "global_batch", "load_dataset", "longest_first", "rank_slice",
+]  # fmt: skip
 
 
 def load_dataset(path: Path, method: str, tok: Any, max_len: int) -> list[Any]:

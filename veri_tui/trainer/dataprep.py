@@ -30,12 +30,12 @@ from typing import Any
 
 import torch.distributed as dist
 
-from veri_tui.jobfolder import manifest
-from veri_tui.jobfolder.atomic import fsync_dir, write_json_atomic
-from veri_tui.jobfolder.dataload import mixed_rows
-from veri_tui.jobfolder.datasource import Source, as_sources, fingerprint
-from veri_tui.jobfolder.errors import DataError
-from veri_tui.jobfolder.stopping import SHARED_ENV
+from veri_tui.jobfolder.contract import manifest
+from veri_tui.jobfolder.contract.atomic import fsync_dir, write_json_atomic
+from veri_tui.jobfolder.contract.errors import DataError
+from veri_tui.jobfolder.contract.stopping import SHARED_ENV
+from veri_tui.jobfolder.data.dataload import mixed_rows
+from veri_tui.jobfolder.data.datasource import Source, as_sources, fingerprint
 from veri_tui.trainer.config import TrainConfig
 from veri_tui.trainer.data import encode_row
 from veri_tui.trainer.report import RankContext, RankLog
@@ -53,7 +53,7 @@ TOKENIZER_FILES = (
 #: The code that turns rows into tokens: a change to it makes every old cache stale.
 #: Beside this module: the trainer's; in the job folder's package (uploaded with it): its own.
 ENCODERS = ("data.py", "tokencache.py")
-ROW_RULES = ("rows.py", "columns.py", "dataload.py")
+ROW_RULES = ("rows.py", "columns.py", "dataload.py", "encode.py")
 Sources = list[Source] | Path | str
 
 
@@ -61,8 +61,8 @@ def cache_key(
     dataset: Sources, method: str, max_len: int, model_dir: Path, tok: Any
 ) -> dict[str, Any]:
     """What a cache's tokens were made from; a cache whose key differs is rebuilt. The
-    datasets count by their bytes and options (veri_tui/jobfolder/datasource.py `fingerprint`: a
-    touched or moved file with the same rows is the same)."""
+    datasets count by their bytes and options (veri_tui/jobfolder/data/datasource.py
+    `fingerprint`: a touched or moved file with the same rows is the same)."""
     sources = as_sources(dataset)
     try:
         data = fingerprint(sources)
@@ -72,7 +72,8 @@ def cache_key(
         raise DataError(f"{exc.filename}: cannot read the dataset ({exc})") from None
     files = {n: manifest.sha256_file(f) for n in TOKENIZER_FILES if (f := model_dir / n).is_file()}
     here = Path(__file__).parent
-    paths = [here / n for n in ENCODERS] + [here.parent / "jobfolder" / n for n in ROW_RULES]
+    rules = here.parent / "jobfolder" / "data"
+    paths = [here / n for n in ENCODERS] + [rules / n for n in ROW_RULES]
     code = hashlib.sha256(b"".join(p.read_bytes() for p in paths)).hexdigest()
     import tokenizers
     import transformers

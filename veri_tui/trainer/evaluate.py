@@ -1,13 +1,13 @@
 """eval_loss: the loss over the eval rows, without gradients, every eval_steps and at the end.
 
-The eval rows are the job's eval_dataset (its own token cache, `<job_dir>/eval-tokens/`),
-else a seeded eval_fraction of the training mixture held out of training
-(veri_tui/jobfolder/dataload.py `eval_split`: the planner holds out the same count). eval_loss is
-what the training loss is, over all eval rows at once: SFT, the summed next-token
-cross-entropy over every target token divided by their count; DPO, the mean loss per pair.
-Each rank takes micro-batches of micro_batch_size rows, rank r the r-th of every dp; the
-sums are all-reduced. Every rank runs the same number of forwards (FSDP2 gathers each
-layer collectively): a rank with no rows left in the last round runs one row with weight 0.
+The eval rows are the job's eval_dataset (its own token cache, `<job_dir>/eval-tokens/`), else a
+seeded eval_fraction of the training mixture held out of training
+(veri_tui/jobfolder/data/dataload.py `eval_split`: the planner holds out the same count). eval_loss
+is what the training loss is, over all eval rows at once: SFT, the summed next-token cross-entropy
+over every target token divided by their count; DPO, the mean loss per pair. Each rank takes
+micro-batches of micro_batch_size rows, rank r the r-th of every dp; the sums are all-reduced. Every
+rank runs the same number of forwards (FSDP2 gathers each layer collectively): a rank with no rows
+left in the last round runs one row with weight 0.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from veri_tui.jobfolder.dataload import eval_split
+from veri_tui.jobfolder.data.dataload import eval_split
 from veri_tui.trainer import losses
 from veri_tui.trainer.config import TrainConfig
 from veri_tui.trainer.parallelize import autocast

@@ -20,7 +20,7 @@ from typing import NamedTuple
 
 import torch
 
-from veri_tui.jobfolder.errors import ModelLoadError
+from veri_tui.jobfolder.contract.errors import ModelLoadError
 from veri_tui.trainer.weights import Entry, read_rows
 
 ATTR = "_veri_expert_layouts"  # model.__dict__: fused parameter name -> its Layout

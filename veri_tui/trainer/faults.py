@@ -161,7 +161,7 @@ def _die_late() -> None:
 
 def _fill_host_memory() -> None:
     """Allocate and touch 64 MiB at a time until the kernel kills this process."""
-    from veri_tui.jobfolder.hostmem import find_cgroup
+    from veri_tui.jobfolder.failures.hostmem import find_cgroup
 
     group = find_cgroup()
     limit = group.limit() if group else None

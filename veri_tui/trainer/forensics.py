@@ -1,23 +1,23 @@
 """A rank's answer to the supervisor's dump request: its Flight Recorder and its Python stack.
 
-When the hang watchdog (veri_tui/jobfolder/watchdog.py) sees no rank advance, it writes a request id
-to `forensics/request` in the job folder (veri_tui/jobfolder/forensics.py) BEFORE it ends anything.
-Every rank runs one daemon thread, started before the rank joins its process group, that checks that
-file four times a second and answers a new id with `forensics/rank-<r>.json`: the main
-thread's Python stack (where the rank stands: in a collective, in its data, in a wait of its
-own) and torch's Flight Recorder dumps (the collectives this process entered, per process group,
-with sequence numbers, sizes and whether each completed): NCCL's and gloo's, merged, since each
-backend records into a ring of its own (`DUMPS`), when `TORCH_FR_BUFFER_SIZE` is set, which the
-supervisor does. This is the NCCL dump a hang report reads: the watchdog asks before the
-process groups' timeout (veri_tui/jobfolder/watchdog.py keeps it below), so NCCL's own dump on
-timeout never comes.
+When the hang watchdog (veri_tui/jobfolder/supervise/watchdog.py) sees no rank advance, it writes a
+request id to `forensics/request` in the job folder (veri_tui/jobfolder/failures/forensics.py)
+BEFORE it ends anything. Every rank runs one daemon thread, started before the rank joins its
+process group, that checks that file four times a second and answers a new id with
+`forensics/rank-<r>.json`: the main thread's Python stack (where the rank stands: in a collective,
+in its data, in a wait of its own) and torch's Flight Recorder dumps (the collectives this process
+entered, per process group, with sequence numbers, sizes and whether each completed): NCCL's and
+gloo's, merged, since each backend records into a ring of its own (`DUMPS`), when
+`TORCH_FR_BUFFER_SIZE` is set, which the supervisor does. This is the NCCL dump a hang report reads:
+the watchdog asks before the process groups' timeout (veri_tui/jobfolder/supervise/watchdog.py
+keeps it below), so NCCL's own dump on timeout never comes.
 
 A thread rather than a signal handler: a Python signal handler runs only between bytecodes of
 the main thread, which a rank blocked in a collective never reaches, while this thread runs
 whenever the main thread waits with the GIL released (gloo and NCCL waits, the rendezvous,
 sleeps, I/O; checked on torch 2.13). A stopped process (SIGSTOP) cannot answer at all: the
 supervisor reads the missing rank from its peers' dumps, and its stack from faulthandler, which
-this module registers on veri_tui/jobfolder/stackdump.py's signal (that module says how).
+this module registers on veri_tui/jobfolder/failures/stackdump.py's signal (that module says how).
 """
 
 from __future__ import annotations
@@ -32,11 +32,11 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from veri_tui.jobfolder.atomic import write_text_atomic
-from veri_tui.jobfolder.flightrec import backend_of
-from veri_tui.jobfolder.forensics import load_fr_pickle, read_request_id, request_path
-from veri_tui.jobfolder.layout import JobLayout
-from veri_tui.jobfolder.stackdump import STACK_SIGNAL, header, stack_path
+from veri_tui.jobfolder.contract.atomic import write_text_atomic
+from veri_tui.jobfolder.contract.layout import JobLayout
+from veri_tui.jobfolder.failures.flightrec import backend_of
+from veri_tui.jobfolder.failures.forensics import load_fr_pickle, read_request_id, request_path
+from veri_tui.jobfolder.failures.stackdump import STACK_SIGNAL, header, stack_path
 
 POLL_S = 0.25  # a request is answered within this, plus the dump itself (milliseconds)
 KEEP_PER_GROUP = 32  # completed collectives kept per process group in an answer
@@ -173,9 +173,9 @@ class DumpResponder:
 def register_stack_dump(job_dir: Path, rank: int) -> None:
     """Let the supervisor read this rank's stack while it is stopped: faulthandler writes
     every thread's frames to `forensics/stack-<r>.txt` on STACK_SIGNAL
-    (veri_tui/jobfolder/stackdump.py). The file is written only after the handler is in place: the
-    supervisor sends the signal only to a rank whose file names its main thread (the signal's
-    default would end it)."""
+    (veri_tui/jobfolder/failures/stackdump.py). The file is written only after the handler is in
+    place: the supervisor sends the signal only to a rank whose file names its main thread (the
+    signal's default would end it)."""
     path = stack_path(job_dir, rank)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -2,15 +2,14 @@
 
     python -m veri_tui.trainer.gpuhealth        prints `VERI_HEALTH {json}`
 
-Read with nvidia-ml-py (`import pynvml`), when installed and a driver answers: the driver and
-CUDA versions, the GPU count, and per GPU its ECC errors (uncorrected, volatile and
-aggregate), remapped rows (pending, failed) and pending page retirements, the XID events seen
-(NVML's event set for a moment, and the kernel log's `NVRM: Xid` lines where it is readable),
-PCIe generation and width against their maximum, SM clock against its maximum with the
-throttle reasons, temperature. `dcgmi diag -r 1` when DCGM is installed. Nothing is judged
-here: the rules are the launcher's (veri_tui/jobfolder/probe_health.py), so one node's facts are
-compared with the others'. Without NVML or a driver the line says why (`"nvml": false`).
-No torch needed.
+Read with nvidia-ml-py (`import pynvml`), when installed and a driver answers: the driver and CUDA
+versions, the GPU count, and per GPU its ECC errors (uncorrected, volatile and aggregate), remapped
+rows (pending, failed) and pending page retirements, the XID events seen (NVML's event set for a
+moment, and the kernel log's `NVRM: Xid` lines where it is readable), PCIe generation and width
+against their maximum, SM clock against its maximum with the throttle reasons, temperature. `dcgmi
+diag -r 1` when DCGM is installed. Nothing is judged here: the rules are the launcher's
+(veri_tui/jobfolder/probe/probe_health.py), so one node's facts are compared with the others'.
+Without NVML or a driver the line says why (`"nvml": false`). No torch needed.
 """
 
 from __future__ import annotations

@@ -30,7 +30,7 @@ from typing import cast
 import torch
 from torch import nn
 
-from veri_tui.jobfolder.errors import ModelLoadError
+from veri_tui.jobfolder.contract.errors import ModelLoadError
 from veri_tui.trainer.experts import ATTR, Layout, find_layout, read_experts
 from veri_tui.trainer.weights import Entry, checkpoint_entries, read_rows
 

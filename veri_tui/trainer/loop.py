@@ -12,10 +12,10 @@ from typing import Any
 
 import torch
 
-from veri_tui.jobfolder.errors import ConfigError
-from veri_tui.jobfolder.progress import Progress
+from veri_tui.jobfolder.contract.errors import ConfigError
+from veri_tui.jobfolder.supervise.progress import Progress
 from veri_tui.trainer import checkpoint
-from veri_tui.trainer.adamw import StochasticAdamW, make_optimizer
+from veri_tui.trainer.adamw import StochasticAdamW
 from veri_tui.trainer.artifact import save_artifact
 from veri_tui.trainer.canary import Canary
 from veri_tui.trainer.config import TrainConfig
@@ -24,25 +24,13 @@ from veri_tui.trainer.evaluate import data_lines, eval_if_due, split_rows
 from veri_tui.trainer.faults import FaultPlan
 from veri_tui.trainer.forensics import start_responder
 from veri_tui.trainer.measure import StateMeter
-from veri_tui.trainer.model import (
-    build_policy,
-    build_reference,
-    decoder_layers,
-    load_tokenizer,
-    resolve_model_dir,
-)
+from veri_tui.trainer.model import decoder_layers, load_tokenizer, resolve_model_dir
 from veri_tui.trainer.packing import packed_rows
-from veri_tui.trainer.parallelize import (
-    init_runtime,
-    offload_active,
-    offload_threads,
-    wrap_policy,
-    wrap_reference,
-)
+from veri_tui.trainer.parallelize import init_runtime, offload_active, offload_threads
 from veri_tui.trainer.peakmem import window_peak
 from veri_tui.trainer.report import RankContext, RankLog
 from veri_tui.trainer.runstats import RunStats
-from veri_tui.trainer.schedule import scheduler
+from veri_tui.trainer.setup import build_parts
 from veri_tui.trainer.step import Stepper
 from veri_tui.trainer.stopping import Saver, StopWatch, stop_here
 from veri_tui.trainer.tracking import Tracking, metric_line
@@ -86,25 +74,10 @@ def train(cfg: TrainConfig, ctx: RankContext, log: RankLog) -> None:
     if threads is not None:
         torch.set_num_threads(threads)
         log.info(f"cpu_offload: the host-side optimizer step runs on {threads} threads per rank")
-    with stats.setup.phase("model"):
-        policy = build_policy(cfg, path, rt.device)
-    progress.mark("load")
-    with stats.setup.phase("shard"):
-        model = wrap_policy(policy, cfg, rt)
-    progress.mark("load")
-    ref = None
-    if cfg.method == "dpo" and not cfg.lora_rank:
-        with stats.setup.phase("model"):
-            reference = build_reference(path)
-        with stats.setup.phase("shard"):
-            ref = wrap_reference(reference, cfg, rt)
-    params = [p for p in model.parameters() if p.requires_grad]
-    opt = make_optimizer(
-        params, cfg.learning_rate, cfg.weight_decay, cfg.seed, cfg.adam_beta2, cfg.adam_beta1
-    )
+    parts = build_parts(cfg, rt, path, total, stats.setup, lambda: progress.mark("load"))
+    model, ref, opt, sched = parts.model, parts.ref, parts.opt, parts.sched
     if isinstance(opt, StochasticAdamW):
         log.info(opt.describe())  # after offload_threads: the host kernel's thread count
-    sched = scheduler(opt, cfg.warmup_steps, total, cfg.lr_scheduler)
     start = _resume(cfg, model, opt, sched, log) if cfg.resume or cfg.resume_from else 0
     meter = StateMeter(ctx, step=min(2, total), device=rt.device)
     if ref is not None and meter.enabled:

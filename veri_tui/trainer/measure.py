@@ -38,7 +38,7 @@ import torch
 from torch import nn
 from torch.distributed.tensor import DTensor
 
-from veri_tui.jobfolder.atomic import write_text_atomic
+from veri_tui.jobfolder.contract.atomic import write_text_atomic
 from veri_tui.trainer.report import RankContext
 
 TRANSIENT = ("ref_in_flight",)  # recorded, not part of `total` (contracts section 3)

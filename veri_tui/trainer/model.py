@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any, cast
 import torch
 from torch import nn
 
-from veri_tui.jobfolder.errors import ConfigError, ModelLoadError
-from veri_tui.jobfolder.lora_targets import (
+from veri_tui.jobfolder.contract.errors import ConfigError, ModelLoadError
+from veri_tui.jobfolder.knobs.lora_targets import (
     LORA_TARGETS,
     ROUTED_EXPERTS,
     chosen,
@@ -175,7 +175,7 @@ def load_base(path: Path, dtype: torch.dtype, quantized: dict[str, Any] | None =
 
 
 def lora_targets(model: nn.Module, wanted: list[str] | None = None) -> tuple[list[str], bool]:
-    """peft's target_modules by veri_tui/jobfolder/lora_targets.py's rule (the one the planner
+    """peft's target_modules by veri_tui/jobfolder/knobs/lora_targets.py's rule (the one the planner
     counts by): the attention and MLP projections this model has, attention only in a mixture of
     experts, or those of them `wanted` names (lora_target_modules); and whether it is one."""
     moe = is_moe(name for name, _ in model.named_parameters())

@@ -1,15 +1,15 @@
 """Packed rows: several tokenized samples in one row of max_seq_length (the `packing` knob).
 
-Which samples share a row is veri_tui/jobfolder/packing.py's best-fit decreasing over their token
-counts (read from the token cache's offsets, no row decoded), the same rows the planner
-counts. A packed row is its samples one after another: ids and labels concatenated,
-positions restarting at 0 at each sample, and each sample's first label IGNORE, so the last
-token of one sample is never scored on the first of the next. The loss is then exactly
-the unpacked samples' losses summed (tests/trainer/test_packing.py), and the attention
-never crosses a boundary (veri_tui/trainer/data.py `collate`, veri_tui/trainer/losses.py
-`forward_logits`). The packed rows are the training rows: global_batch_size counts them, each epoch
-shuffles them (veri_tui/trainer/data.py `global_batch`) and the ranks split them as any rows. Eval
-rows stay unpacked (eval_loss is per target token either way).
+Which samples share a row is veri_tui/jobfolder/data/packing.py's best-fit decreasing over their
+token counts (read from the token cache's offsets, no row decoded), the same rows the planner
+counts. A packed row is its samples one after another: ids and labels concatenated, positions
+restarting at 0 at each sample, and each sample's first label IGNORE, so the last token of one
+sample is never scored on the first of the next. The loss is then exactly the unpacked samples'
+losses summed (tests/trainer/test_packing.py), and the attention never crosses a boundary
+(veri_tui/trainer/data.py `collate`, veri_tui/trainer/losses.py `forward_logits`). The packed rows
+are the training rows: global_batch_size counts them, each epoch shuffles them
+(veri_tui/trainer/data.py `global_batch`) and the ranks split them as any rows. Eval rows stay
+unpacked (eval_loss is per target token either way).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from veri_tui.jobfolder.packing import pack
+from veri_tui.jobfolder.data.packing import pack
 from veri_tui.trainer.config import TrainConfig
 from veri_tui.trainer.data import IGNORE, Example
 from veri_tui.trainer.report import RankLog

@@ -23,15 +23,16 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from veri_tui.jobfolder.errors import ConfigError
-from veri_tui.jobfolder.watchdog import DIST_TIMEOUT_ENV, DIST_TIMEOUT_S
+from veri_tui.jobfolder.contract.errors import ConfigError
+from veri_tui.jobfolder.supervise.watchdog import DIST_TIMEOUT_ENV, DIST_TIMEOUT_S
 from veri_tui.trainer.config import TrainConfig
 from veri_tui.trainer.faults import FaultPlan
 from veri_tui.trainer.loading import materialize
 from veri_tui.trainer.measure import mark_memory
 from veri_tui.trainer.model import decoder_layers
 
-__all__ = ["DIST_TIMEOUT_S"]  # the watchdog's (veri_tui/jobfolder/watchdog.py): the one value
+# DIST_TIMEOUT_S: the watchdog's (veri_tui/jobfolder/supervise/watchdog.py): the one value
+__all__ = ["DIST_TIMEOUT_S"]
 
 
 @dataclass
@@ -158,7 +159,7 @@ def wrap_policy(model: nn.Module, cfg: TrainConfig, rt: Runtime) -> nn.Module:
     """Apply the planned parallelism to the trained model; returns the module to call."""
     if cfg.zero_stage == 0:
         materialize(model, rt.device)  # whole on every rank: straight onto its device
-        if not getattr(model, "is_loaded_in_4bit", False):  # QLoRA loads onto its GPU
+        if not getattr(model, "is_loaded_in_4bit", False) and _elsewhere(model, rt.device):
             model.to(rt.device)  # a model loaded whole (VERI_LOAD=from_pretrained)
         mark_memory("load_policy")
         if rt.world_size == 1:
@@ -189,6 +190,14 @@ def wrap_policy(model: nn.Module, cfg: TrainConfig, rt: Runtime) -> nn.Module:
     return model
 
 
+def _elsewhere(model: nn.Module, device: torch.device) -> bool:
+    """Whether a tensor of the model is not on `device` (a model loaded whole on the host).
+    Materialized ones are there already, and `.to` would only swap each tensor for itself,
+    which a fake tensor (a trace: veri_tui/trainer/fakecuda) cannot do."""
+    tensors = [*model.parameters(), *model.buffers()]
+    return any(t.device != device for t in tensors)
+
+
 def wrap_reference(ref: nn.Module, cfg: TrainConfig, rt: Runtime) -> nn.Module:
     """DPO full fine-tune reference: whole at stage 0, else sharded per decoder layer.
 
@@ -198,7 +207,7 @@ def wrap_reference(ref: nn.Module, cfg: TrainConfig, rt: Runtime) -> nn.Module:
     if cfg.zero_stage == 0:
         materialize(ref, rt.device)
         mark_memory("load_reference")
-        return ref.to(rt.device)
+        return ref.to(rt.device) if _elsewhere(ref, rt.device) else ref
     from torch.distributed.fsdp import fully_shard
 
     for layer in decoder_layers(ref):

@@ -17,11 +17,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-from veri_tui.jobfolder.atomic import write_json_atomic, write_text_atomic
-from veri_tui.jobfolder.errors import TrainerError
-from veri_tui.jobfolder.failure_rules import classify_exceptions
-from veri_tui.jobfolder.layout import JobLayout
-from veri_tui.jobfolder.record import RankFailure
+from veri_tui.jobfolder.contract.atomic import write_json_atomic, write_text_atomic
+from veri_tui.jobfolder.contract.errors import TrainerError
+from veri_tui.jobfolder.contract.layout import JobLayout
+from veri_tui.jobfolder.contract.record import RankFailure
+from veri_tui.jobfolder.failures.failure_rules import classify_exceptions
 
 
 @dataclass(frozen=True)
@@ -77,7 +77,8 @@ def _chain(exc: BaseException) -> list[BaseException]:
 
 def classify(exc: BaseException) -> tuple[str, bool]:
     """(error code, peer_failure) for an exception that ended a rank: the table of
-    veri_tui/jobfolder/failure_rules.py over the exception, its causes and DCP's per-rank causes."""
+    veri_tui/jobfolder/failures/failure_rules.py over the exception, its causes and DCP's
+    per-rank causes."""
     return classify_exceptions(_chain(exc))
 
 

@@ -24,11 +24,10 @@ Cheap enough for every job (a sum over the parameter list once, a float per step
   reading and tokenizing the data, and the attempt's first optimizer step; rank 0 logs them
   as one `setup: model 3.1 s, shard 0.4 s, data 2.0 s, first step 1.2 s` line.
 
-The file is written after the first step (states and the peak so far), every
-`REWRITE_EVERY_S` seconds of training after it (what readers show for a running job), and
-again when training ends, before the artifact is saved (the peak of training, not of the
-final gather).
-The supervisor gathers the ranks' files into job.json's `measured` (veri_tui/jobfolder/jobstats.py).
+The file is written after the first step (states and the peak so far), every `REWRITE_EVERY_S`
+seconds of training after it (what readers show for a running job), and again when training ends,
+before the artifact is saved (the peak of training, not of the final gather). The supervisor gathers
+the ranks' files into job.json's `measured` (veri_tui/jobfolder/supervise/jobstats.py).
 VERI_MEASURE_STATES=1 (veri_tui/trainer/measure.py) still writes the detailed
 measured/rank-<r>.json.
 """
@@ -46,8 +45,8 @@ import torch
 from torch import nn
 from torch.distributed.tensor import DTensor
 
-from veri_tui.jobfolder.atomic import write_json_atomic
-from veri_tui.jobfolder.layout import JobLayout
+from veri_tui.jobfolder.contract.atomic import write_json_atomic
+from veri_tui.jobfolder.contract.layout import JobLayout
 from veri_tui.trainer.devmem import DeviceMemory, peak_memory
 from veri_tui.trainer.measure import split_bytes
 from veri_tui.trainer.report import RankContext

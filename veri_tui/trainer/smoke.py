@@ -14,9 +14,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
-from veri_tui.jobfolder.dataload import mixed_rows
-from veri_tui.jobfolder.datasource import Source
-from veri_tui.jobfolder.errors import DataError
+from veri_tui.jobfolder.contract.errors import DataError
+from veri_tui.jobfolder.data.dataload import mixed_rows
+from veri_tui.jobfolder.data.datasource import Source
 
 if TYPE_CHECKING:
     from torch import nn

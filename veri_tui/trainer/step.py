@@ -17,19 +17,23 @@ from typing import Any, cast
 import torch
 import torch.distributed as dist
 
-from veri_tui.jobfolder.progress import NoProgress, Progress
+from veri_tui.jobfolder.supervise.progress import NoProgress, Progress
 from veri_tui.trainer import data, losses
 from veri_tui.trainer.config import TrainConfig
 from veri_tui.trainer.measure import StateMeter
 from veri_tui.trainer.parallelize import Runtime, autocast, grad_sync, unwrap
 from veri_tui.trainer.runstats import RunStats
 
+#: DPO's reference log-probabilities of a collated batch (losses.dpo_loss_sum's `reference`).
+Reference = Callable[[dict[str, torch.Tensor]], torch.Tensor]
+
 
 class Stepper:
     """One optimizer step: forward/backward over this rank's micro-batches, clip, update."""
 
     stats: RunStats | None = None  # the run's always-on measurements (veri_tui/trainer/runstats.py)
-    progress: Progress = NoProgress()  # train() sets the rank's (veri_tui/jobfolder/progress.py)
+    # train() sets the rank's (veri_tui/jobfolder/supervise/progress.py)
+    progress: Progress = NoProgress()
     first_epoch: list[int] | None = None  # a canary's order of epoch 0 (veri_tui/trainer/canary.py)
 
     def __init__(
@@ -46,7 +50,11 @@ class Stepper:
         self.cfg, self.rt, self.model, self.ref, self.opt = cfg, rt, model, ref, opt
         self.pad_id, self.rows, self.meter = pad_id, rows, meter
         self.params = [p for p in model.parameters() if p.requires_grad]
-        self.reference = _reference_fn(model, ref, rt.device)
+        # DPO's reference log-probs; an SFT job has none (under FSDP2 building it runs a
+        # warm-up forward: a wasted all-gather of every layer, found by a trace).
+        self.reference: Reference | None = None
+        if cfg.method == "dpo":
+            self.reference = _reference_fn(model, ref, rt.device)
 
     def _micro_batches(self, step: int) -> list[list[Any]]:
         cfg, rt = self.cfg, self.rt
@@ -66,6 +74,7 @@ class Stepper:
         if cfg.method == "sft_text":
             loss = losses.sft_loss_sum(self.model, mb, self.pad_id, dev)
             return loss, loss.detach().double().reshape(1)
+        assert self.reference is not None  # a DPO job always has one
         loss, rewards = losses.dpo_loss_sum(
             self.model, mb, self.pad_id, dev, cfg.beta, self.reference
         )
@@ -137,7 +146,9 @@ def reward_metrics(sums: list[float], pairs: float) -> dict[str, float]:
     }
 
 
-def _reference_fn(model: torch.nn.Module, ref: torch.nn.Module | None, device: torch.device) -> Any:
+def _reference_fn(
+    model: torch.nn.Module, ref: torch.nn.Module | None, device: torch.device
+) -> Reference:
     """DPO reference log-probs: the frozen copy, or the policy with adapters disabled."""
     if ref is not None:
         return lambda b: losses.sequence_logps(ref, b)

@@ -1,14 +1,13 @@
 """A rank's side of a stop request: stop after the same step as every other rank.
 
-The supervisor of a Slurm job asks the ranks to stop (veri_tui/jobfolder/stopping.py: the time limit
-is coming, or the job is preempted or requeued) by writing `stop.request`; Slurm itself sends
-every process of a requeued or preempted job SIGTERM. With `VERI_STOP_REQUESTS=1` (set only
-by that supervisor) a rank takes either as the request: `StopWatch.requested` is called at
-every step boundary and agrees across ranks with one all-reduce (MAX of each rank's 0/1),
-since the file and the signal reach the ranks at slightly different times and every rank
-must save the same step. A SIGTERM with `cancel.request` present is a cancel: the rank ends
-at once, as without this module. Without the variable (local and SSH jobs) nothing changes:
-no handler, no collective.
+The supervisor of a Slurm job asks the ranks to stop (veri_tui/jobfolder/contract/stopping.py: the
+time limit is coming, or the job is preempted or requeued) by writing `stop.request`; Slurm itself
+sends every process of a requeued or preempted job SIGTERM. With `VERI_STOP_REQUESTS=1` (set only by
+that supervisor) a rank takes either as the request: `StopWatch.requested` is called at every step
+boundary and agrees across ranks with one all-reduce (MAX of each rank's 0/1), since the file and
+the signal reach the ranks at slightly different times and every rank must save the same step. A
+SIGTERM with `cancel.request` present is a cancel: the rank ends at once, as without this module.
+Without the variable (local and SSH jobs) nothing changes: no handler, no collective.
 """
 
 from __future__ import annotations
@@ -22,14 +21,14 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from veri_tui.jobfolder.progress import Progress
-from veri_tui.jobfolder.stopping import (
+from veri_tui.jobfolder.contract.stopping import (
     PREEMPTED,
     STOP_ENV,
     cancel_requested,
     stop_reason,
     write_stopped,
 )
+from veri_tui.jobfolder.supervise.progress import Progress
 from veri_tui.trainer import checkpoint
 from veri_tui.trainer.config import TrainConfig
 from veri_tui.trainer.faults import FaultPlan
@@ -98,8 +97,8 @@ def stop_here(
     cfg: TrainConfig, rank: int, step: int, start: int, stop: StopWatch, saver: Saver, log: RankLog
 ) -> None:
     """Stop after `step` on request: save it unless this attempt ran no step or its
-    schedule saved it already, then rank 0 answers (veri_tui/jobfolder/stopping.py). The cause is
-    logged first, before the checkpoint it leads to."""
+    schedule saved it already, then rank 0 answers (veri_tui/jobfolder/contract/stopping.py). The
+    cause is logged first, before the checkpoint it leads to."""
     reason = stop.reason()
     log.info(f"stop: asked to stop ({stop.cause()}) after step {step}")
     every = cfg.checkpoint_steps

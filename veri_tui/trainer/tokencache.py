@@ -9,9 +9,9 @@ position `i // parts` there. Each part is three flat native-endian files:
   itself or IGNORE (veri_tui/trainer/data.py never makes another), so this is all the labels need;
 - `part-<k>.offsets`: int64, sequence s of the part is `ids[offsets[s]:offsets[s+1]]`.
 
-A dpo row is two sequences (chosen, then rejected); an sft_text row is one. `meta.json`
-holds the key (what the tokens were made from: veri_tui/trainer/dataprep.py `cache_key`), the row
-count and the layout; `manifest.json` (veri_tui/jobfolder/manifest.py) the size and sha256 of every
+A dpo row is two sequences (chosen, then rejected); an sft_text row is one. `meta.json` holds the
+key (what the tokens were made from: veri_tui/trainer/dataprep.py `cache_key`), the row count and
+the layout; `manifest.json` (veri_tui/jobfolder/contract/manifest.py) the size and sha256 of every
 file, meta.json included, so a damaged or truncated file is caught before a reuse.
 
 Reading maps the files (`torch.from_file`, copy-on-write, paged in lazily): a rank touches
@@ -31,7 +31,7 @@ from typing import Any
 
 import torch
 
-from veri_tui.jobfolder.manifest import FileEntry
+from veri_tui.jobfolder.contract.manifest import FileEntry
 from veri_tui.trainer.data import IGNORE, Example
 
 FORMAT = 1

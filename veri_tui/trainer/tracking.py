@@ -1,8 +1,8 @@
 """Rank 0's metric lines: metrics.jsonl and log.txt, and the trackers of `report_to`.
 
-Each line has Hugging Face Trainer's names (veri_tui/jobfolder/trackers.py): `loss`, `grad_norm`,
-`learning_rate`, `epoch` (optimizer steps / steps per epoch), `eval_loss` on the steps the
-job evaluates, beside `step`, `total_steps`, `tokens_per_s` and the memory peaks.
+Each line has Hugging Face Trainer's names (veri_tui/jobfolder/knobs/trackers.py): `loss`,
+`grad_norm`, `learning_rate`, `epoch` (optimizer steps / steps per epoch), `eval_loss` on the steps
+the job evaluates, beside `step`, `total_steps`, `tokens_per_s` and the memory peaks.
 
 The trackers get the same numbers, named as Hugging Face's callbacks name them
 (`train/loss`, `eval/loss`, ...), at the line's step. Each is imported on rank 0 only, and
@@ -31,8 +31,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, cast
 
-from veri_tui.jobfolder.errors import ConfigError
-from veri_tui.jobfolder.trackers import MODULES, hf_log_names, missing_message, trackers_of
+from veri_tui.jobfolder.contract.errors import ConfigError
+from veri_tui.jobfolder.knobs.trackers import MODULES, hf_log_names, missing_message, trackers_of
 from veri_tui.trainer.report import RankLog
 
 #: (log, close, where it writes: a folder, a URI or a run's page, for the rank's log)

@@ -26,8 +26,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from torch._subclasses.fake_tensor import is_fake
 
-from veri_tui.jobfolder.errors import ModelLoadError
+from veri_tui.jobfolder.contract.errors import ModelLoadError
 
 DTYPES = {
     "BF16": torch.bfloat16,
@@ -114,6 +115,14 @@ def _bytes_view(t: torch.Tensor) -> memoryview:
     return memoryview(t.reshape(-1).view(torch.uint8).numpy())  # type: ignore[arg-type]
 
 
+def _read_into(fd: int, t: torch.Tensor, offset: int, path: Path) -> None:
+    """Read `t`'s bytes from the file at `offset`, in place; a fake tensor (a trace,
+    veri_tui/trainer/fakecuda) has shape and dtype only: every other step of the load runs,
+    the read has nowhere to land."""
+    if not is_fake(t):
+        _preadv(fd, _bytes_view(t), offset, path)
+
+
 def _preadv(fd: int, view: memoryview, offset: int, path: Path) -> None:
     done = 0
     while done < len(view):
@@ -134,7 +143,7 @@ def read_rows(entry: Entry, dst: torch.Tensor, start: int) -> None:
         offset = entry.offset + start * row_bytes
         direct = dst.device.type == "cpu" and dst.dtype == entry.dtype and dst.is_contiguous()
         if direct:  # the bytes land in the parameter itself: no second copy
-            _preadv(fd, _bytes_view(dst), offset, entry.file)
+            _read_into(fd, dst, offset, entry.file)
             return
         rows = dst.shape[0] if dst.dim() else 1
         step = max(1, CHUNK_BYTES // max(row_bytes, 1))
@@ -143,7 +152,7 @@ def read_rows(entry: Entry, dst: torch.Tensor, start: int) -> None:
         for r in range(0, rows, step):
             n = min(step, rows - r)
             part = buf[:n]
-            _preadv(fd, _bytes_view(part), offset, entry.file)
+            _read_into(fd, part, offset, entry.file)
             flat[r : r + n].copy_(part.reshape(n, -1))
             offset += n * row_bytes
     finally:

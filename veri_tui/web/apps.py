@@ -9,8 +9,14 @@ killed needs:
   through ctypes, in the child before exec): a server killed with SIGKILL, which runs no
   clean-up of its own, still takes every app process with it. The child checks its parent
   after setting it, since a parent that died first would never send the signal;
-- `end()` asks the app to quit, waits at most `QUIT_TIMEOUT_S`, then kills it: a stuck app
-  (or one blocked writing to a closed websocket's pipe) cannot hold the server's stop.
+- `end()` asks the app to quit and waits for it to exit, at most `QUIT_TIMEOUT_S` in all,
+  then kills it: a stuck app (or one blocked writing to a closed websocket's pipe) cannot
+  hold the server's stop. An app that quit is waited for, not killed: it closes its output
+  before its interpreter has finished exiting, and killing it then was what made asyncio
+  log `Unknown child process pid N, will report returncode 255` (subprocess's kill() polls
+  first, and its waitpid took the exit status from asyncio's child watcher).
+- the kill is `os.kill`, never `Popen.kill`/`send_signal`, for the same reason: only the
+  child watcher may reap the app (a signal to an exited, unreaped app is harmless).
 """
 
 from __future__ import annotations
@@ -78,19 +84,30 @@ class VeriAppService(AppService):
         return self._process.pid if self._process is not None else None
 
     async def end(self) -> None:
-        """Ask the app to quit; kill it if it has not within QUIT_TIMEOUT_S."""
+        """Ask the app to quit and wait for its exit; kill it if it has not exited within
+        QUIT_TIMEOUT_S (the asking and the waiting together)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + QUIT_TIMEOUT_S
         try:
             await asyncio.wait_for(self.stop(), QUIT_TIMEOUT_S)
         except (TimeoutError, ConnectionError, RuntimeError):
             pass
-        self.kill()
-        if self._process is not None:
+        process = self._process
+        if process is None:
+            return
+        # Its output ended; its exit follows, which the child watcher reaps and reports.
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(process.wait(), max(0.0, deadline - loop.time()))
+        if process.returncode is None:
+            self.kill()
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._process.wait(), QUIT_TIMEOUT_S)
+                await asyncio.wait_for(process.wait(), QUIT_TIMEOUT_S)
 
     def kill(self) -> None:
-        """SIGKILL the app process if it is still running (the last resort of a stop)."""
+        """SIGKILL the app process if it is still running (the last resort of a stop), with
+        os.kill: Popen.kill would poll it first and could reap it under asyncio's child
+        watcher (which then reports returncode 255 and logs an unknown child)."""
         process = self._process
         if process is not None and process.returncode is None:
             with contextlib.suppress(ProcessLookupError):
-                process.kill()
+                os.kill(process.pid, signal.SIGKILL)

@@ -10,6 +10,8 @@ from the internet. This subclass changes what a public server would need:
 - the page is veri-tui's own template: relative URLs only (so it also works under a
   jupyter-server-proxy prefix), the bundled Roboto Mono instead of Google's font CSS;
 - it binds the socket itself (port 0 picks a free one) and prints the URL once;
+- until a tab's app has drawn, its page shows the plan the app opens on (planned once, at
+  the start, by `veri-tui plan` itself: veri_tui.web.opening), not only "starting the app";
 - it keeps the open websockets and their apps (veri_tui.web.apps), so a stop closes every
   tab's websocket (going away) and ends every app within a bound, instead of aiohttp
   waiting out its handlers' shutdown timeout; apps also die with a killed server.
@@ -21,6 +23,7 @@ and VERI_HOME: the job folders stay the one state every tab and the terminal app
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import shlex
@@ -36,6 +39,7 @@ from textual_serve.server import Server, to_int
 
 from veri_tui.web.apps import VeriAppService
 from veri_tui.web.auth import TOKEN_ENV, token_middleware, tunnel_line
+from veri_tui.web.opening import lines_for_page, opening_lines
 
 TEMPLATES = Path(__file__).parent / "templates"
 APP_ARGV = [sys.executable, "-m", "veri_tui"]
@@ -50,6 +54,7 @@ class VeriServer(Server):
         super().__init__(shlex.join(self.argv), host=host, port=port, title="veri-tui")
         self.token = token
         self.open: dict[web.WebSocketResponse, VeriAppService] = {}
+        self.opening: asyncio.Task[list[str]] | None = None  # veri_tui/web/opening.py
 
     async def _make_app(self) -> web.Application:
         app = web.Application(middlewares=[token_middleware(self.token)])
@@ -107,7 +112,9 @@ class VeriServer(Server):
             font_size = int(request.query.get("fontsize", "16"))
         except ValueError:
             font_size = 16
-        return {"token": self.token, "font_size": font_size, "title": self.title}
+        opening = "\n".join(await lines_for_page(self.opening))
+        return {"token": self.token, "font_size": font_size, "title": self.title,
+                "opening": opening}  # fmt: skip
 
     async def start(self) -> web.AppRunner:
         """Bind and start serving; `self.port` becomes the bound port (port 0: a free one)."""
@@ -118,6 +125,8 @@ class VeriServer(Server):
         site = web.TCPSite(runner, self.host, self.port)
         await site.start()
         self.port = int(runner.addresses[0][1])
+        # The plan the apps open on, for the pages' first paint (planned beside the start).
+        self.opening = asyncio.create_task(opening_lines(self.argv))
         return runner
 
     def url(self) -> str:
@@ -150,6 +159,10 @@ def serve(host: str, port: int, token: str, loopback: bool) -> int:
             # on_shutdown (close_all) closes every websocket and ends its app first; aiohttp
             # itself closes no websocket and would wait its timeout for their handlers.
             await runner.cleanup()
+            if server.opening is not None and not server.opening.done():
+                server.opening.cancel()  # its `veri-tui plan` is killed, not left behind
+                with contextlib.suppress(asyncio.CancelledError):
+                    await server.opening
 
     asyncio.run(main())
     return 0

@@ -15,9 +15,9 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static
 
 from veri_tui.app.messages import JobsListed
-from veri_tui.jobfolder.canarytable import no_go_line
-from veri_tui.jobfolder.record import JobRecord
-from veri_tui.jobfolder.status import Status
+from veri_tui.jobfolder.canary.canarytable import no_go_line
+from veri_tui.jobfolder.contract.record import JobRecord
+from veri_tui.jobfolder.contract.status import Status
 from veri_tui.launch.jobs import pending_reason
 
 #: The statuses a job can be resumed from (a lost job reads as failed).

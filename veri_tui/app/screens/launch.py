@@ -1,19 +1,18 @@
 """The launch screen: target, scheduler, more hosts or the Slurm fields, dataset, output,
-preflight, host-key trust, confirm. With Slurm the target is the login node (`local`: sbatch
-on this machine): the job is submitted with sbatch for the partition, nodes and limits the
-Slurm fields give (widgets/slurm_fields.py), planned for the partition's GPUs, and the
-monitor shows why it waits while Slurm keeps it pending (docs/slurm.md). With more hosts the
-job runs on every host named, one node each, the target first (node 0): the preflight shows
-every node's rows (`node 1 (b): ...`) and the layout (`nodes: 2 x 1 GPUs (a, b)`), and
-Launch starts the multi-node job, all through the launch facade. That field and the dataset
-are checked on Enter, not on every key (each check opens SSH sessions to every host, or
-reads the whole dataset).
+preflight, host-key trust, confirm. With Slurm the target is the login node (`local`: sbatch on
+this machine): the job is submitted with sbatch for the partition, nodes and limits the Slurm
+fields give (widgets/slurm_fields.py), planned for the partition's GPUs, and the monitor shows
+why it waits while Slurm keeps it pending (docs/slurm.md). With more hosts the job runs on
+every host named, one node each, the target first (node 0): the preflight shows every node's
+rows (`node 1 (b): ...`) and the layout (`nodes: 2 x 1 GPU (a, b)`), and Launch starts the
+multi-node job, all through the launch facade. That field and the dataset are checked on Enter,
+not on every key (each check opens SSH sessions to every host, or reads the whole dataset).
 
 Canary (^k) launches the same job with a canary and the canary line's limits
 (widgets/canary_fields.py, docs/canary.md). The dataset and output fields start with the
 editor's values: the preflight checks what they show. Preflight and launch run in thread
-workers (files, SSH, processes); an unknown host key opens the trust dialog (host_key.py)
-and the fingerprint accepted goes to the launcher (`trust_host`).
+workers (files, SSH, processes); an unknown host key opens the trust dialog (host_key.py) and
+the fingerprint accepted goes to the launcher (`trust_host`).
 """
 
 from __future__ import annotations
@@ -238,8 +237,9 @@ class LaunchScreen(TrustAsker, Screen[None]):
             )
             self._ask_trust(host, fingerprint, then=self.action_preflight)
             return
-        rows = [f"{'ok  ' if ok else 'FAIL'} {name}: {info}" for name, ok, info in message.checks]
-        self.query_one("#preflight", Static).update("\n".join(rows))
+        from veri_tui.launch.jobs import row_text  # ok, WARN (runs, not as planned), FAIL
+
+        self.query_one("#preflight", Static).update("\n".join(map(row_text, message.checks)))
         self.ready = bool(message.checks) and all(ok for _, ok, _ in message.checks)
         self._enable(self.ready)
 

@@ -101,10 +101,13 @@ class ModelPickerScreen(ModalScreen[str | None]):
 
     @work(thread=True, group="list-models")
     def list_models(self, recent: list[str]) -> None:
-        """Bundled model, recent picks, and the complete snapshots in the HF cache."""
+        """The bundled models (the tiny dense one, the tiny mixture of experts), recent
+        picks, and the complete snapshots in the HF cache."""
+        from veri_tui.bundled import bundled_moe
         from veri_tui.plan.sources import bundled_tiny_model, cached_snapshot, hub_cache_dir
 
-        rows = [("bundled", str(bundled_tiny_model()), "tiny-model")]
+        rows = [("bundled", str(bundled_tiny_model()), "tiny-model"),
+                ("bundled", str(bundled_moe()), "tiny-moe (mixture of experts)")]  # fmt: skip
         rows += [("recent", m, "") for m in recent]
         cache = hub_cache_dir()
         if cache.is_dir():

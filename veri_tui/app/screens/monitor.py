@@ -29,9 +29,9 @@ from veri_tui.app.messages import JobUpdate
 from veri_tui.app.widgets.charts import LossChart
 from veri_tui.app.widgets.failure_panel import FailurePanel
 from veri_tui.errors import NotFoundError, VeriError
-from veri_tui.jobfolder.record import NOT_RECORDED, JobRecord
-from veri_tui.jobfolder.record import plan_line_of as spec_plan_line
-from veri_tui.jobfolder.status import Status, has_ended
+from veri_tui.jobfolder.contract.record import NOT_RECORDED, JobRecord
+from veri_tui.jobfolder.contract.record import plan_line_of as spec_plan_line
+from veri_tui.jobfolder.contract.status import Status, has_ended
 from veri_tui.launch.jobs import comparison_lines, log_row, metric_of, pending_reason
 
 POLL_S = 0.5
@@ -55,7 +55,7 @@ def _ts(text: str | None) -> float | None:
 
 
 def plan_line_of(record: JobRecord) -> str:
-    """The `plan: dp=...` line the job was launched with (veri_tui.jobfolder.record reads it)."""
+    """The `plan: dp=...` line the job was launched with (jobfolder.contract.record reads it)."""
     return spec_plan_line(record.get("spec"), NOT_RECORDED)
 
 

@@ -1,4 +1,6 @@
-"""The plan editor: the model, every knob, and what the planning core says about them.
+"""The plan editor: the model, every knob, and what the planning core says about them;
+Launch, and Trace (the bundled trainer's own step at the job's shapes on fake CUDA, in a
+child process: docs/trace.md) beside it.
 
 Each edit re-runs `job_from_fields` + `validate` (+ `plan_job` and `throughput_sweep` when
 the knobs are valid) on the UI thread: they are pure arithmetic on the model's parameter
@@ -24,7 +26,7 @@ from veri_tui.app.messages import ModelInfoRead, TokensCounted
 from veri_tui.app.widgets.knob_form import FormValues, KnobForm
 from veri_tui.app.widgets.plan_view import PlanView, show
 from veri_tui.errors import Refusal, VeriError
-from veri_tui.jobfolder.atomic import write_text_atomic
+from veri_tui.jobfolder.contract.atomic import write_text_atomic
 
 SWEEP_GPU_COUNTS = (1, 2, 4, 8)
 
@@ -34,6 +36,7 @@ class PlanEditorScreen(Screen[None]):
 
     BINDINGS = [
         Binding("ctrl+l", "launch", "Launch"),
+        Binding("ctrl+g", "trace", "Trace"),
         Binding("ctrl+o", "pick_model", "Model"),
         Binding("ctrl+r", "pin", "Pin plan"),
         Binding("ctrl+y", "apply_suggestion(1)", "Apply fix"),
@@ -52,6 +55,7 @@ class PlanEditorScreen(Screen[None]):
         self._counting: tuple[str, str | None, str] | None = None  # tokens being counted
         self._initial = {"method": job.method, "gpu": job.gpu, "gpu_count": job.gpu_count}
         self._initial.update(initial or {})
+        self._traced: FormValues | None = None  # the fields the trace shown was made for
 
     def compose(self) -> ComposeResult:
         with Vertical(id="plan-head"):
@@ -64,8 +68,12 @@ class PlanEditorScreen(Screen[None]):
             with Vertical(id="side"):
                 with Horizontal(id="actions"):
                     yield Button("Launch ^l", id="launch", variant="primary", disabled=True)
+                    yield Button("Trace ^g", id="trace", disabled=True)
                     yield Button("Model ^o", id="pick")
                     yield Button("Pin ^r", id="pin")
+                trace_view = Static("", id="trace-view", markup=False)
+                trace_view.display = False  # until a trace runs
+                yield trace_view
                 yield PlanView(id="plan-view")
         yield Footer()
 
@@ -130,12 +138,15 @@ class PlanEditorScreen(Screen[None]):
         plan_line = self.query_one("#plan-line", Static)
         sweep: list[dict[str, Any]] = []
         current = None
+        without = ""  # why the panes under the plan line are empty (none: a plan to come)
         if self.errors:
             n = len(self.errors)
             show(plan_line, f"plan refused: {n} error{'s' * (n != 1)}; fix the marked fields")
+            without = "none while the plan is refused (fix the marked fields)"
         elif self.model_error is not None:
             show(plan_line, "plan: none here (the model cannot be read on this machine); "
                  "a launch host that has it plans it (ctrl+l)")  # fmt: skip
+            without = "none here (the model cannot be read on this machine)"
         elif self.info is None or self.job is None:  # (no job: its errors were shown above)
             show(plan_line, "plan: waiting for the model's parameter counts")
         else:
@@ -150,8 +161,12 @@ class PlanEditorScreen(Screen[None]):
             sweep = core.throughput_sweep(job, self.info, SWEEP_GPU_COUNTS)
             current = (job.gpu_count, rec.resolved_parallelism["zero_stage"])
         plan_line.set_class(bool(self.errors), "-refused")
-        view.show_record(self.record, sweep, current)
+        view.show_record(self.record, sweep, current, without)
         self.query_one("#launch", Button).disabled = not self.can_launch
+        self.query_one("#trace", Button).disabled = self.record is None
+        if self._traced is not None and self._traced != self.fields():
+            self._traced = None  # an edit: the trace shown belongs to another job
+            self.query_one("#trace-view", Static).display = False
 
     def count_later(self, job: core.JobConfig) -> None:
         """Count the dataset's tokens off the UI thread, once per dataset/model/method."""
@@ -163,7 +178,7 @@ class PlanEditorScreen(Screen[None]):
     @work(thread=True, exclusive=True, group="tokens")
     def count_tokens(self, job: core.JobConfig, key: tuple[str, str | None, str]) -> None:
         """Fill the core's token cache (an error is remembered there and shown by the plan)."""
-        from veri_tui.jobfolder.errors import DataError
+        from veri_tui.jobfolder.contract.errors import DataError
         from veri_tui.plan.cost import job_tokens
 
         try:
@@ -234,6 +249,39 @@ class PlanEditorScreen(Screen[None]):
         from veri_tui.app.screens.launch import LaunchScreen
 
         self.app.push_screen(LaunchScreen(self.fields(), self.info))
+
+    def action_trace(self) -> None:
+        """Trace the planned job's step on fake CUDA (docs/trace.md) in a worker."""
+        if self.record is None or self.job is None:
+            self.notify("trace needs a plan: fix the marked fields first", severity="error")
+            return
+        self._traced = self.fields()
+        ranks = self.record.resolved_parallelism["data_parallel_size"]
+        view = self.query_one("#trace-view", Static)
+        view.update(f"trace: running the trainer's step on {ranks} fake CUDA rank(s)...")
+        view.display = True
+        self.query_one("#trace", Button).disabled = True
+        self.run_trace(self.job, self.record, self._traced)
+
+    @work(thread=True, exclusive=True, group="trace")
+    def run_trace(self, job: core.JobConfig, record: core.PlanRecord, fields: FormValues) -> None:
+        """The trace's child process, off the UI thread; its lines (or one error) shown."""
+        from veri_tui.launch import jobs
+
+        try:
+            text = "\n".join(jobs.trace_lines(jobs.trace(job, record), record))
+        except VeriError as exc:
+            text = "trace: " + "; ".join(str(e) for e in exc.errors)
+        self.app.call_from_thread(self._show_trace, fields, text)
+
+    def _show_trace(self, fields: FormValues, text: str) -> None:
+        if fields == self._traced:  # not a trace of a job the user has since edited
+            self.query_one("#trace-view", Static).update(text)
+        self.query_one("#trace", Button).disabled = self.record is None
+
+    @on(Button.Pressed, "#trace")
+    def _trace_pressed(self) -> None:
+        self.action_trace()
 
     @on(Button.Pressed, "#launch")
     def _launch_pressed(self) -> None:

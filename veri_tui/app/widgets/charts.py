@@ -94,10 +94,12 @@ class ThroughputChart(ChartWidget):
     # No layout on a new sweep: the chart's height is fixed (veri.tcss), only its lines change.
     sweep: reactive[tuple[dict[str, Any], ...]] = reactive(())
     current: reactive[tuple[int, int] | None] = reactive(None)  # (gpu_count, zero_stage)
+    #: Why there is no sweep: an estimate on its way, or none until the form is fixed.
+    without: reactive[str] = reactive("no estimate yet")
 
     def render(self) -> Text:
         if not self.sweep:
-            return Text("throughput chart: no estimate yet", style="dim")
+            return Text(f"throughput chart: {self.without}", style="dim")
         if not self.plotext_ready():
             return Text("throughput chart: drawing...", style="dim")
         key = (self.sweep, self.current, self.size)
@@ -111,13 +113,17 @@ class ThroughputChart(ChartWidget):
         ticks = sorted({r["gpu_count"] for r in self.sweep if "gpu_count" in r})
         out = Text("lines: 0/2/3 = zero_stage 0/2/3", style="bold")
         if self.current is not None:
-            out.append(f"   X = this plan ({self.current[0]} GPUs, zero_stage {self.current[1]})")
+            from veri_tui.plan.gpus import gpus_text  # loaded by now: there is a plan
+
+            out.append(f"   X = this plan ({gpus_text(self.current[0])}, zero_stage "
+                       f"{self.current[1]})")  # fmt: skip
         if skipped:
             # The sweep names the gpu_counts this job cannot run at (a pinned gbs that does
             # not split, a single-GPU-only knob): say so instead of leaving a silent gap.
             counts = ", ".join(str(r["gpu_count"]) for r in skipped)
+            noun = "GPU" if counts == "1" else "GPUs"
             reasons = "; ".join(dict.fromkeys(r["reason"] for r in skipped))
-            out.append(f"\nnot drawn at {counts} GPUs: {reasons}", style="dim")
+            out.append(f"\nnot drawn at {counts} {noun}: {reasons}", style="dim")
         for pick, title in ((1, "tokens/s vs gpu_count"), (2, "scaling efficiency vs gpu_count")):
             series: list[Series] = []
             for stage in (0, 2, 3):

@@ -11,9 +11,9 @@ from rich.text import Text
 from textual.reactive import reactive
 from textual.widget import Widget
 
-from veri_tui.jobfolder.failures import ONE_LINE_CODES, TRACEBACK_FILE
-from veri_tui.jobfolder.record import JobError
-from veri_tui.jobfolder.status import Attribution, FailureCode
+from veri_tui.jobfolder.contract.record import JobError
+from veri_tui.jobfolder.contract.status import Attribution, FailureCode
+from veri_tui.jobfolder.failures.failures import ONE_LINE_CODES, TRACEBACK_FILE
 
 # Platform failures are credited back: say so, the user should not debug those.
 _ATTRIBUTION_NOTE: dict[str, str] = {

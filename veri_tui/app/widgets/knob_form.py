@@ -94,6 +94,12 @@ class FieldError(Static):
         )
 
 
+def _named(key: str, message: str) -> str:
+    """A value's refusal as a sentence about its field: `micro_batch_size must be a whole
+    number (got '8x')` (the planning core says `must be ...`, the CLI puts `key:` before it)."""
+    return f"{key} {message}" if message.startswith("must ") else message
+
+
 class KnobForm(VerticalScroll):
     """Every job field and knob; calls `on_change()` after an edit that changed `values()`."""
 
@@ -245,7 +251,7 @@ class KnobForm(VerticalScroll):
         for spec in FIELDS:
             box = self._part("err", spec.key)
             assert isinstance(box, Static)
-            text = "\n".join(errors.get(spec.key, []))
+            text = "\n".join(_named(spec.key, m) for m in errors.get(spec.key, []))
             if text != self._shown_errors.get(spec.key, ""):  # untouched rows: no relayout
                 box.update(text)
                 box.set_class(bool(text), "-shown")

@@ -43,6 +43,8 @@ class MemoryBar(Widget):
     """The peak's parts, each its own cell, the free memory dim, the budget marked `|`."""
 
     record: reactive[PlanRecord | None] = reactive(None)
+    #: Why there is no record: a plan on its way, or none until the form is fixed.
+    without: reactive[str] = reactive("waiting for a plan")
 
     def watch_record(self) -> None:
         refresh_steady(self)  # a new plan seldom changes the bar's height: no relayout then
@@ -50,7 +52,7 @@ class MemoryBar(Widget):
     def render(self) -> Text:
         rec = self.record
         if rec is None:
-            return Text("memory: waiting for a plan", style="dim")
+            return Text(f"memory: {self.without}", style="dim")
         peak = rec.activations.get("peak")
         if peak is None:  # the model's shapes are unknown: states only
             return Text(f"GPU states {gb(rec.states_bytes_per_gpu)}")

@@ -63,8 +63,10 @@ class PlanView(VerticalScroll):
         record: PlanRecord | None,
         sweep: list[dict[str, Any]],
         current: tuple[int, int] | None,
+        without: str = "",
     ) -> None:
-        """Render a plan record (None: no valid plan right now, keep the panes empty).
+        """Render a plan record (None: no valid plan right now, keep the panes empty, the
+        memory bar and the chart saying `without`: why, e.g. none while the plan is refused).
 
         The memory bar, warnings and suggestions are updated now, the panes under the
         charts one frame later (`_show_below`): Textual repaints the box around everything
@@ -75,6 +77,8 @@ class PlanView(VerticalScroll):
         bar = self.query_one(MemoryBar)
         if bar.record != record:
             bar.record = record
+        bar.without = without or "waiting for a plan"
+        self.query_one(ThroughputChart).without = without or "no estimate yet"
         warnings = record.warnings if record else []
         show(
             self.query_one("#warnings", Static),

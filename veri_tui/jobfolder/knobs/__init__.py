@@ -18,7 +18,13 @@ from veri_tui.jobfolder.knobs.fields import (
     Hyperparameters,
 )
 from veri_tui.jobfolder.knobs.job import Job
+from veri_tui.jobfolder.knobs.rules import pin_keys
 from veri_tui.jobfolder.knobs.schema import Knob, knob, table
+
+#: The knobs of `resolved_parallelism` that pin the plan (the schema's `pin` flags): copied
+#: into hyperparameters they make `plan` decide the same again, and the trainer takes them
+#: from the plan the user saw.
+PIN_KEYS = pin_keys(Hyperparameters)
 
 __all__ = [
     "CHECKPOINTING",
@@ -26,6 +32,7 @@ __all__ = [
     "METHODS",
     "METHODS_OTHER",
     "METHODS_TRAINED",
+    "PIN_KEYS",
     "Hyperparameters",
     "Job",
     "Knob",

@@ -17,7 +17,7 @@ import typing
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Literal
 
-from veri_tui.jobfolder.errors import ConfigError
+from veri_tui.jobfolder.contract.errors import ConfigError
 from veri_tui.jobfolder.knobs.schema import Knob, literal_values, table
 
 if TYPE_CHECKING:

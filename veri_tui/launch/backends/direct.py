@@ -1,30 +1,32 @@
 """The `direct` backend: the job's supervisor started on its hosts themselves, one node each.
 
-No host is this machine (`LocalHost`); one SSH host is a one-host job, several one
-multi-node job, node 0 first (`SshHost`, paramiko imported only when one is asked for). Its
-one option is `--host` (repeatable), veri.toml's `hosts`; it keeps no `[direct]` table.
+Its destination is the hosts, node 0 first (`Hosts`): none is this machine (`LocalHost`);
+one SSH host is a one-host job, several one multi-node job (`SshHost`, paramiko imported
+only when one is asked for). Its one option is `--host` (repeatable), veri.toml's `hosts`;
+it keeps no `[direct]` table.
 """
 
 from __future__ import annotations
 
 import posixpath
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, cast
 
 from veri_tui.errors import VeriError
-from veri_tui.jobfolder.layout import SUPERVISOR_LOG
-from veri_tui.launch.backends import Option
-from veri_tui.launch.backends.supervised import SupervisedBackend
+from veri_tui.jobfolder.contract.layout import SUPERVISOR_LOG
+from veri_tui.launch.backends.api import Option
+from veri_tui.launch.backends.supervised import SupervisedBackend, supervisor_pid
 
 if TYPE_CHECKING:
-    from veri_tui.jobfolder.record import JobRecord, JobSpec
+    from veri_tui.jobfolder.contract.record import JobRecord, JobSpec
     from veri_tui.launch.host import Host
-    from veri_tui.launch.hostpool import HostName
     from veri_tui.launch.probe.fleet import ProbeChoice
     from veri_tui.launch.records import LogLine
     from veri_tui.launch.target import JobTarget, Node
     from veri_tui.plan import JobConfig
 
+#: The direct backend's destination: the hosts, node 0 first; none is this machine.
+Hosts = tuple[str, ...]
 #: `veri-tui resume --nodes` of a job that is not a Slurm job.
 NOT_SLURM_NODES = (
     "--nodes re-plans a Slurm job, whose nodes share its folder; this job's nodes are its "
@@ -41,7 +43,6 @@ class DirectBackend(SupervisedBackend):
     group: str | None = None
     given_as: str = "--host (or veri.toml's hosts)"
     probes_one_host: bool = True
-    handle_is_pid: bool = True
     options: tuple[Option, ...] = (
         Option(
             "host", str, metavar="SSH_HOST", many=True,
@@ -55,39 +56,41 @@ class DirectBackend(SupervisedBackend):
         values: Mapping[str, object],
         table: Mapping[str, object] | None,
         job: JobConfig | None,
-    ) -> object:
+    ) -> Hosts | None:
+        if table is not None:
+            raise VeriError("the hosts go on top of veri.toml (hosts = [...]), not in a "
+                            "[direct] table", key="direct")  # fmt: skip
         given = cast("list[str] | None", values.get("host"))
-        hosts = list(given or (job.hosts if job is not None else None) or [])
-        if not hosts:
-            return None
-        return hosts[0] if len(hosts) == 1 else hosts
+        return tuple(given or (job.hosts if job is not None else None) or ()) or None
 
-    def owns(self, where: object) -> bool:
-        return where is None or isinstance(where, str | list | tuple)
-
-    def host_names(self, where: object, job: JobConfig | None) -> list[HostName]:
+    def accepts(self, where: object, job: JobConfig | None) -> Hosts | None:
+        """None (the job's own `hosts`, else this machine), a host, or several."""
         if isinstance(where, str):
-            return [where]
-        named = cast("Sequence[str] | None", where)
-        hosts: list[HostName] = list(named or (job.hosts if job is not None else None) or [])
-        return hosts if hosts else [None]
+            return (where,)
+        if where is None or isinstance(where, list | tuple):
+            named = [str(h) for h in where or ()]
+            return tuple(named or (job.hosts if job is not None else None) or ())
+        return None
 
-    def open_hosts(self, names: Sequence[HostName], trust: str | None) -> list[Host]:
-        """This machine for every None; else every SSH host connected in parallel (the ones
-        already open are closed when one cannot be)."""
-        if all(n is None for n in names):
+    def host_names(self, where: Hosts) -> list[str]:
+        return list(where)
+
+    def open_hosts(self, where: Hosts, trust: str | None) -> list[Host]:
+        """This machine when none is named; else every SSH host connected in parallel (the
+        ones already open are closed when one cannot be)."""
+        if not where:
             from veri_tui.launch.local_host import LocalHost
 
-            return [LocalHost() for _ in names]
+            return [LocalHost()]
         from veri_tui.launch.hostpool import first_failure, in_parallel
         from veri_tui.launch.ssh.host import SshHost
 
-        opened = in_parallel(lambda n: SshHost.open(str(n), trust=trust), list(names))
+        opened = in_parallel(lambda n: SshHost.open(n, trust=trust), list(where))
         hosts: list[Host] = [h for h in opened if not isinstance(h, Exception)]
         failed = [e for e in opened if isinstance(e, Exception)]
         if failed:
             for host in hosts:
-                host.close()
+                host.machine.close()
             raise first_failure(failed)
         return hosts
 
@@ -123,25 +126,28 @@ class DirectBackend(SupervisedBackend):
     # reading, the job lock) took 18 ms there, against a plan of 76 ms without them
     # (`python -X importtime`; benchmarks/bench_plan.py).
 
-    def start(self, host: Host, job_dir: str) -> int:
+    def start(self, host: Host, job_dir: str) -> str:
         """The supervisor started detached on ``host``; its pid."""
         from veri_tui.launch.host import supervisor_argv
 
         log = posixpath.join(job_dir, SUPERVISOR_LOG)
-        return host.start_detached(supervisor_argv(host, job_dir), log, job_dir)
+        return str(host.machine.start_detached(supervisor_argv(host, job_dir), log, job_dir))
 
     def judge(self, job: JobTarget, node: Node, record: JobRecord,
               reread: Callable[[], JobRecord]) -> JobRecord:  # fmt: skip
-        from veri_tui.jobfolder.lost import judge as judge_pid
+        from veri_tui.jobfolder.contract.lost import judge as judge_pid
 
         where = node.host.label or ""
-        return judge_pid(record, job.supervisor_pid(node), node.host.alive, reread, where=where)
+        return judge_pid(record, supervisor_pid(node), node.host.machine.alive, reread, where=where)
 
     def stop(self, job: JobTarget, node: Node, grace: float) -> None:
         from veri_tui.launch.host import run_cancel
 
-        run_cancel(node.host, node.job_dir, node.handle, grace)
+        run_cancel(node.host, node.job_dir, supervisor_pid(node), grace)
 
     def tail(self, job: JobTarget, node: Node, path: str, offset: int,
              done: Callable[[], bool], **options: object) -> Iterator[LogLine]:  # fmt: skip
-        return node.host.follow(path, job.supervisor_pid(node), offset, done, **options)
+        return node.host.machine.follow(path, supervisor_pid(node), offset, done, **options)
+
+
+BACKEND = DirectBackend()

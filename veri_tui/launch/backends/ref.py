@@ -3,8 +3,9 @@ keeps (registry.py's entry has the same shape in JSON, so existing entries read 
 
 A `JobRef` names the backend that runs the job, the kind of its hosts (`local`, `ssh`,
 `slurm`: what reopens them), the job id and its nodes, node 0 first. A `NodeRef` is one
-node: its host as the registry keeps it, its job folder there and its handle: the
-supervisor's pid for `direct`, the Slurm job id for `slurm` (None: not started).
+node: its host as the registry keeps it, its job folder there and its handle, an opaque
+string only its backend reads: the supervisor's pid for `direct`, the Slurm job id for
+`slurm` (None: not started).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ class NodeRef:
 
     host: str
     job_dir: str
-    handle: int | None = None
+    handle: str | None = None
 
 
 @dataclass(frozen=True)
@@ -32,11 +33,11 @@ class JobRef:
     nodes: tuple[NodeRef, ...]
 
     @property
-    def handles(self) -> list[int | None]:
+    def handles(self) -> list[str | None]:
         """Every node's handle, node 0 first."""
         return [n.handle for n in self.nodes]
 
-    def started(self, handles: Sequence[int | None]) -> JobRef:
+    def started(self, handles: Sequence[str | None]) -> JobRef:
         """The same job with every node's handle replaced (a resume's new supervisors)."""
         nodes = tuple(replace(n, handle=h) for n, h in zip(self.nodes, handles, strict=True))
         return replace(self, nodes=nodes)

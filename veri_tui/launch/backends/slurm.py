@@ -11,18 +11,17 @@ job id, so a registry entry (kind `slurm`) is kept also when the login node is t
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, cast
 
-from veri_tui.launch.backends import Option
+from veri_tui.launch.backends.api import Option
 from veri_tui.launch.backends.supervised import SupervisedBackend
 from veri_tui.launch.records import follow_lines
 from veri_tui.launch.slurm.options import SlurmOptions, keys, slurm_options
 
 if TYPE_CHECKING:
-    from veri_tui.jobfolder.record import JobRecord, JobSpec
+    from veri_tui.jobfolder.contract.record import JobRecord, JobSpec
     from veri_tui.launch.host import Host
-    from veri_tui.launch.hostpool import HostName
     from veri_tui.launch.probe.fleet import ProbeChoice
     from veri_tui.launch.records import LogLine
     from veri_tui.launch.slurm.host import SlurmHost
@@ -39,7 +38,6 @@ class SlurmBackend(SupervisedBackend):
     group: str | None = "Slurm (also veri.toml [slurm]; these win)"
     given_as: str = "--slurm"
     probes_one_host: bool = False
-    handle_is_pid: bool = False
     #: `[slurm]`'s keys, each spelled once: a field of `SlurmOptions` (slurm/options.py).
     options: tuple[Option, ...] = tuple(
         Option(k.name, k.type, k.doc.help, k.default, k.doc.metavar, k.doc.flag,
@@ -52,20 +50,19 @@ class SlurmBackend(SupervisedBackend):
         values: Mapping[str, object],
         table: Mapping[str, object] | None,
         job: JobConfig | None,
-    ) -> object:
+    ) -> SlurmOptions | None:
         return slurm_options(table, values)
 
-    def owns(self, where: object) -> bool:
-        return isinstance(where, SlurmOptions)
+    def accepts(self, where: object, job: JobConfig | None) -> SlurmOptions | None:
+        return where if isinstance(where, SlurmOptions) else None
 
-    def host_names(self, where: object, job: JobConfig | None) -> list[HostName]:
-        # One host, its login node: the allocation's nodes are Slurm's.
-        return [cast(SlurmOptions, where)]
+    def host_names(self, where: SlurmOptions) -> list[str]:
+        return [where.login]  # one host, its login node: the allocation's nodes are Slurm's
 
-    def open_hosts(self, names: Sequence[HostName], trust: str | None) -> list[Host]:
+    def open_hosts(self, where: SlurmOptions, trust: str | None) -> list[Host]:
         from veri_tui.launch.slurm.host import open_slurm
 
-        return [open_slurm(cast(SlurmOptions, names[0]), trust)]
+        return [open_slurm(where, trust)]
 
     def reopen(self, host: str, python: str) -> Host:
         from veri_tui.launch.slurm.host import SlurmHost, login_host
@@ -108,7 +105,7 @@ class SlurmBackend(SupervisedBackend):
 
     # -- the job operations' steps (supervised.py): the batch job, slurm/batch.py -----------
 
-    def start(self, host: Host, job_dir: str) -> int:
+    def start(self, host: Host, job_dir: str) -> str:
         from veri_tui.launch.slurm import batch
 
         return batch.submit(cast("SlurmHost", host), job_dir)
@@ -131,10 +128,13 @@ class SlurmBackend(SupervisedBackend):
 
         def read(off: int) -> bytes:
             try:
-                return node.host.read_bytes(path, 1 << 30, off)
+                return node.host.machine.read_bytes(path, 1 << 30, off)
             except FileNotFoundError:
                 return b""
 
         poll = options.get("poll_s", 1.0)
         seconds = float(poll) if isinstance(poll, int | float) else 1.0
         return follow_lines(read, done, offset, seconds)
+
+
+BACKEND = SlurmBackend()

@@ -27,9 +27,9 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, cast
 
 from veri_tui.errors import NotFoundError, VeriError
-from veri_tui.jobfolder.layout import LOG
-from veri_tui.jobfolder.record import JobRecord, format_problem
-from veri_tui.jobfolder.status import outcome_recorded
+from veri_tui.jobfolder.contract.layout import LOG, SUPERVISOR_PID
+from veri_tui.jobfolder.contract.record import JobRecord, format_problem
+from veri_tui.jobfolder.contract.status import outcome_recorded
 from veri_tui.launch.backends.ref import JobRef, NodeRef, SubmitError
 from veri_tui.launch.hostpool import all_or_raise, in_parallel
 
@@ -43,6 +43,17 @@ if TYPE_CHECKING:
 MAX_LOG_READ = 64 * 2**20
 
 
+def supervisor_pid(node: Node) -> int | None:
+    """The pid of the node's supervisor on its host: the one it wrote itself, else its
+    handle (a `direct` node's is the pid seen at its start). A batch job's supervisor runs
+    on a compute node: its backend never asks."""
+    try:
+        raw = node.host.machine.read_bytes(posixpath.join(node.job_dir, SUPERVISOR_PID), 64)
+        return int(raw.split()[0])
+    except (FileNotFoundError, ValueError, IndexError):
+        return int(node.handle) if node.handle and node.handle.isdigit() else None
+
+
 class SupervisedBackend:
     """The operations; a backend subclass gives `start`, `judge`, `stop` and `tail`."""
 
@@ -50,7 +61,7 @@ class SupervisedBackend:
 
     # -- what a backend gives --------------------------------------------------------------
 
-    def start(self, host: Host, job_dir: str) -> int:
+    def start(self, host: Host, job_dir: str) -> str:
         """Start the supervisor of the prepared folder ``job_dir`` on ``host``; its handle."""
         raise NotImplementedError
 
@@ -76,7 +87,7 @@ class SupervisedBackend:
 
     def submit(self, job_id: str, hosts: Sequence[Host], dirs: Sequence[str]) -> JobRef:
         started = in_parallel(lambda k: self.start(hosts[k], dirs[k]), list(range(len(hosts))))
-        nodes = tuple(NodeRef(h.name, d, s if isinstance(s, int) else None)
+        nodes = tuple(NodeRef(h.machine.name, d, s if isinstance(s, str) else None)
                       for h, d, s in zip(hosts, dirs, started, strict=True))  # fmt: skip
         ref = JobRef(self.name, hosts[0].kind, job_id, nodes)
         broken = [s for s in started if isinstance(s, Exception)]
@@ -89,12 +100,14 @@ class SupervisedBackend:
 
         def read() -> JobRecord:
             try:
-                raw = node.host.read_bytes(node.job_file, 16 * 2**20)
+                raw = node.host.machine.read_bytes(node.job_file, 16 * 2**20)
             except FileNotFoundError:
                 if node.host.label is None:
                     raise NotFoundError(f"no job {job.job_id}; `veri-tui jobs` lists them"
                                         ) from None  # fmt: skip
-                raise NotFoundError(f"{node.job_file} is gone from {node.host.name}") from None
+                raise NotFoundError(
+                    f"{node.job_file} is gone from {node.host.machine.name}"
+                ) from None
             try:
                 record = cast(JobRecord, json.loads(raw.decode("utf-8")))
             except (UnicodeDecodeError, ValueError) as exc:
@@ -120,9 +133,9 @@ class SupervisedBackend:
         else:
             read = in_parallel(lambda n: self.node_state(job, n), nodes)
             records = [r if isinstance(r, dict) else None for r in read]
-            whys = [f"cannot reach {n.host.name} ({r})" if isinstance(r, Exception) else ""
+            whys = [f"cannot reach {n.host.machine.name} ({r})" if isinstance(r, Exception) else ""
                     for n, r in zip(nodes, read, strict=True)]  # fmt: skip
-            record = gather(records, [n.host.name for n in nodes], whys)
+            record = gather(records, [n.host.machine.name for n in nodes], whys)
         measured = so_far(record, nodes)
         if measured is not None:
             record["measured"] = measured
@@ -139,7 +152,7 @@ class SupervisedBackend:
             one(job.nodes[0])
             return
         done = in_parallel(one, job.nodes)
-        unreachable = [f"{n.host.name}: {r}" for n, r in zip(job.nodes, done, strict=True)
+        unreachable = [f"{n.host.machine.name}: {r}" for n, r in zip(job.nodes, done, strict=True)
                        if isinstance(r, Exception)]  # fmt: skip
         if unreachable:
             raise VeriError(f"cancel did not reach every node ({'; '.join(unreachable)})", "job")
@@ -149,7 +162,9 @@ class SupervisedBackend:
         if node.host.label is None:
             self.state(job)  # unknown id -> VeriError
         try:
-            return node.host.read_bytes(posixpath.join(node.job_dir, LOG), MAX_LOG_READ, offset)
+            return node.host.machine.read_bytes(
+                posixpath.join(node.job_dir, LOG), MAX_LOG_READ, offset
+            )
         except FileNotFoundError:
             return b""
 

@@ -20,17 +20,15 @@ risk (`--allow-slow-nodes`); `--no-probe`, or VERI_PROBE=0 in the environment, s
 from __future__ import annotations
 
 import os
-import posixpath
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from veri_tui.errors import VeriError
-from veri_tui.jobfolder.probe_verdict import HEALTH_MARK, PROBE_MARK, marked
-from veri_tui.launch.backends import open_hosts
+from veri_tui.jobfolder.probe.probe_verdict import HEALTH_MARK, PROBE_MARK, marked
+from veri_tui.launch.backends import Destination, backend_of
 from veri_tui.launch.host import Host, HostFacts
-from veri_tui.launch.hostpool import HostName, all_or_raise, in_parallel
+from veri_tui.launch.hostpool import all_or_raise, in_parallel
 from veri_tui.launch.machine import Result
 from veri_tui.launch.nodes import probe_rendezvous
 from veri_tui.launch.probe.report import ProbeReport, cached, from_dict, hosts_key, save
@@ -51,17 +49,6 @@ class ProbeChoice:
     allow_slow: bool = False
 
 
-def local_code() -> str:
-    """The folder holding this installation's `veri_tui` package, whose trainer the probe
-    runs (on PYTHONPATH there)."""
-    import importlib.util
-
-    spec = importlib.util.find_spec("veri_tui.trainer")
-    if spec is None or not spec.submodule_search_locations:
-        raise VeriError("the bundled trainer package is not installed here", key="trainer")
-    return str(Path(next(iter(spec.submodule_search_locations))).parents[1])
-
-
 def probe_env() -> list[str]:
     """`KEY=VALUE` entries every probe process gets: one thread per CPU rank (as a job's
     supervisor sets it), and the test-only delay when set here."""
@@ -70,21 +57,10 @@ def probe_env() -> list[str]:
     return env + ([f"VERI_PROBE_DELAY={delay}"] if delay else [])
 
 
-def _code_on(host: Host, facts: HostFacts) -> str:
-    """Where the trainer package is on ``host`` (uploaded there first over SSH)."""
-    if host.local:
-        return local_code()
-    from veri_tui.launch.ssh import files
-
-    pkg = posixpath.join(facts.veri_home, "probe", "pkg")
-    files.upload_code(host.conn.sftp(), pkg, ("veri_tui.trainer",))  # type: ignore[attr-defined]
-    return pkg
-
-
 def _failure(host: Host, k: int, what: str, res: Result) -> VeriError:
     tail = (res.stderr or res.stdout).decode("utf-8", "replace").strip().splitlines()
     last = [ln for ln in tail if ln.strip()][-3:] or [f"exit status {res.exit_status}"]
-    return VeriError(f"the probe's {what} failed on node {k} ({host.name}): "
+    return VeriError(f"the probe's {what} failed on node {k} ({host.machine.name}): "
                      f"{' | '.join(last)}", key="probe")  # fmt: skip
 
 
@@ -102,12 +78,12 @@ def ranks_for(facts: list[HostFacts], health: list[dict[str, Any]], given: int |
 def measure(hosts: Sequence[Host], facts: list[HostFacts], *, ranks_per_node: int | None = None,
             sizes: Sequence[int] | None = None, key: str | None = None) -> ProbeReport:  # fmt: skip
     """Probe these open hosts (node 0 first; ``facts`` their preflight facts)."""
-    codes = all_or_raise(in_parallel(lambda k: _code_on(hosts[k], facts[k]),
+    codes = all_or_raise(in_parallel(lambda k: hosts[k].trainer_path(facts[k]),
                                      list(range(len(hosts)))))  # fmt: skip
 
     def run_on(k: int, argv: list[str], timeout: float) -> Result:
         env = ["env", f"PYTHONPATH={codes[k]}", *probe_env()]
-        return hosts[k].run([*env, hosts[k].python, *argv], timeout=timeout)
+        return hosts[k].machine.run([*env, hosts[k].machine.python, *argv], timeout=timeout)
 
     def health_of(k: int) -> dict[str, Any]:
         res = run_on(k, ["-m", "veri_tui.trainer.gpuhealth"], 330)
@@ -138,31 +114,33 @@ def measure(hosts: Sequence[Host], facts: list[HostFacts], *, ranks_per_node: in
     if not records:
         bad = next((k for k, res in enumerate(results) if res.exit_status != 0), 0)
         raise _failure(hosts[bad], bad, "bandwidth run (torchrun)", results[bad])
-    labels = [h.name if not h.local else "this machine" for h in hosts]
-    report = ProbeReport(key or hosts_key([h.name for h in hosts]), labels, records[0], health)
+    labels = [h.machine.name if not h.machine.local else "this machine" for h in hosts]
+    report = ProbeReport(
+        key or hosts_key([h.machine.name for h in hosts]), labels, records[0], health
+    )
     if nodes == 1:  # a GPU of this one machine is left out, not the machine
         report.exclude = ONE_MACHINE_EXCLUDE
     return report
 
 
-def probe_hosts(names: Sequence[HostName], trust: str | None = None, *,
+def probe_hosts(dest: Destination[object], trust: str | None = None, *,
                 ranks_per_node: int | None = None, sizes: Sequence[int] | None = None,
                 ) -> ProbeReport:  # fmt: skip
     """`veri-tui probe [--host ...]`: open the hosts, read their facts, probe them."""
     from veri_tui.plan import load_job_config
 
     job = load_job_config(None)
-    hosts = open_hosts(names, trust)
+    hosts = dest.open(trust)
     try:
         facts = all_or_raise(in_parallel(lambda h: h.probe(job, 0), list(hosts)))
         missing = [r for pf in facts for r in pf.problems if "torch" in r.message]
         if missing:
             raise VeriError(missing)
-        key = hosts_key([str(n) for n in names]) if names != [None] else "hosts:local"
+        key = hosts_key(dest.names) if dest.names else "hosts:local"
         return measure(hosts, facts, ranks_per_node=ranks_per_node, sizes=sizes, key=key)
     finally:
         for host in hosts:
-            host.close()
+            host.machine.close()
 
 
 def needs_probe(hosts: Sequence[Host], facts: list[HostFacts], job: Any) -> bool:
@@ -173,8 +151,6 @@ def needs_probe(hosts: Sequence[Host], facts: list[HostFacts], job: Any) -> bool
     if len(hosts) > 1:
         return True
     gpus = len(facts[0].gpus) if facts else 0
-    from veri_tui.launch.backends import backend_of
-
     one_probed = backend_of(hosts[0].kind).probes_one_host
     return one_probed and gpus >= 2 and int(job.gpu_count or 0) >= 2
 
@@ -185,7 +161,7 @@ def fleet_probe(hosts: Sequence[Host], facts: list[HostFacts], job: Any, choice:
     sick node, unless ``choice.allow_slow``."""
     if not choice.run or os.environ.get("VERI_PROBE") == "0":
         return None
-    key = hosts_key([h.name for h in hosts])
+    key = hosts_key([h.machine.name for h in hosts])
     data = cached(key, REUSE_S)
     if data is not None:
         report = from_dict(data)

@@ -2,10 +2,10 @@
 
 A `ProbeReport` holds the nodes' names, the bandwidth record (veri_tui/trainer/probe.py) and each
 node's health facts (veri_tui/trainer/gpuhealth.py); it judges them (bandwidth.py, health.py) into
-lines and refusals (veri_tui/jobfolder/probe_verdict.py: the Slurm batch job judges with the same).
-It is kept in `$VERI_HOME/cache/probe/<key>.json`, one file per host set
-(`hosts:n0,n1`, node order) or Slurm partition (`slurm:debug`), where `veri-tui plan` and
-the launch look it up, and in a launched job's job.json (`probe`).
+lines and refusals (veri_tui/jobfolder/probe/probe_verdict.py: the Slurm batch job judges with the
+same). It is kept in `$VERI_HOME/cache/probe/<key>.json`, one file per host set (`hosts:n0,n1`, node
+order) or Slurm partition (`slurm:debug`), where `veri-tui plan` and the launch look it up, and in a
+launched job's job.json (`probe`).
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from veri_tui.errors import Refusal
-from veri_tui.jobfolder import probe_bandwidth as bandwidth
-from veri_tui.jobfolder import probe_verdict as verdict
+from veri_tui.jobfolder.probe import probe_bandwidth as bandwidth
+from veri_tui.jobfolder.probe import probe_verdict as verdict
 
 #: A cached probe older than this is not used by plans (seconds; a day).
 MAX_AGE_S = 24 * 3600

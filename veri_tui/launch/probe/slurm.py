@@ -4,7 +4,7 @@ Inside an allocation ($SLURM_JOB_ID: `salloc -N 2 veri-tui probe --slurm`, or a 
 script) its nodes are probed; outside one, srun allocates `--nodes` of `--partition` (the
 default partition when not given) for the probe alone. One srun task per node, each
 `python -m veri_tui.trainer.gpuhealth`, then its node's torchrun (torch's static rendezvous on the
-allocation's first host, as a Slurm job's own, veri_tui/jobfolder/slurm.py) running
+allocation's first host, as a Slurm job's own, veri_tui/jobfolder/supervise/slurm.py) running
 `veri_tui.trainer.probe`. The tasks import this installation's trainer (PYTHONPATH: the folder it is
 in), which a cluster's shared filesystem shows every node, as `launch --slurm local` relies on; srun
 passes the environment on (VERI_PROBE_DELAY included). Cached per partition, where
@@ -20,8 +20,15 @@ import sys
 from collections.abc import Sequence
 
 from veri_tui.errors import VeriError
-from veri_tui.jobfolder.probe_verdict import HEALTH_MARK, PROBE_MARK, SRUN_TASK, marked, srun_names
-from veri_tui.launch.probe.fleet import PROBE_TIMEOUT_S, local_code, probe_env
+from veri_tui.jobfolder.probe.probe_verdict import (
+    HEALTH_MARK,
+    PROBE_MARK,
+    SRUN_TASK,
+    marked,
+    srun_names,
+)
+from veri_tui.launch.local_host import local_code
+from veri_tui.launch.probe.fleet import PROBE_TIMEOUT_S, probe_env
 from veri_tui.launch.probe.report import ProbeReport, slurm_key
 
 
@@ -30,7 +37,7 @@ def _default_partition() -> str:
     from veri_tui.launch.slurm.partition import read_partition
 
     host = LocalHost()
-    return read_partition(lambda argv: host.run(argv), None, "this machine").name
+    return read_partition(lambda argv: host.machine.run(argv), None, "this machine").name
 
 
 def _free_port() -> int:

@@ -19,7 +19,7 @@ from dataclasses import MISSING, asdict, dataclass, field, fields
 from typing import Any, TypeVar, cast
 
 from veri_tui.errors import Refusal, VeriError
-from veri_tui.jobfolder.record import JobRecord
+from veri_tui.jobfolder.contract.record import JobRecord
 
 
 @dataclass(frozen=True)

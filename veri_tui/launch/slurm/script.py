@@ -30,13 +30,13 @@ def probes(spec: Mapping[str, Any]) -> bool:
 
 
 def probe_step(spec: Mapping[str, Any], argv: Sequence[str]) -> list[str]:
-    """The probe's lines: `python -m veri_tui.jobfolder.slurmprobe` with the supervisor's
+    """The probe's lines: `python -m veri_tui.jobfolder.probe.slurmprobe` with the supervisor's
     interpreter and PYTHONPATH, the job ending when it refuses a node. A time-limit SIGUSR1
     during it is held (bash's default would end the job with nothing recorded)."""
     if not probes(spec):
         return []
     at = list(argv).index("veri_tui.jobfolder.supervise")
-    step = [*argv[:at], "veri_tui.jobfolder.slurmprobe", *argv[at + 1 :]]
+    step = [*argv[:at], "veri_tui.jobfolder.probe.slurmprobe", *argv[at + 1 :]]
     return ["trap 'veri_usr1=1' USR1", f"{shlex.join(step)} || exit $?", "trap - USR1"]
 
 

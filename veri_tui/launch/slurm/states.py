@@ -20,9 +20,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from veri_tui.errors import VeriError
-from veri_tui.jobfolder.failures import job_error
-from veri_tui.jobfolder.record import JobError, JobRecord
-from veri_tui.jobfolder.status import CANCELLED, FAILED, PENDING, RUNNING, FailureCode, Status
+from veri_tui.jobfolder.contract.record import JobError, job_error
+from veri_tui.jobfolder.contract.status import (
+    CANCELLED,
+    FAILED,
+    PENDING,
+    RUNNING,
+    FailureCode,
+    Status,
+)
 from veri_tui.launch.slurm.partition import Run, fields
 
 #: Slurm job states by what they are for the job record (squeue(1), JOB STATE CODES).
@@ -53,7 +59,7 @@ _FAILURES = {
 class SlurmState:
     """What the controller says of one job: its state (`PENDING`, ...) and reason."""
 
-    job_id: int
+    job_id: str
     state: str
     reason: str = ""
 
@@ -73,9 +79,9 @@ def _clean(reason: str) -> str:
     return "" if reason in ("None", "(null)", "n/a") else reason
 
 
-def query(run: Run, job_id: int) -> SlurmState | None:
+def query(run: Run, job_id: str) -> SlurmState | None:
     """The job's state as the controller (or accounting) knows it; None when none does."""
-    res = run(["squeue", "-h", "-j", str(job_id), "-t", "all", "-o", "%T|%r"])
+    res = run(["squeue", "-h", "-j", job_id, "-t", "all", "-o", "%T|%r"])
     if res.exit_status != 0 and b"Invalid job id" not in res.stderr:
         # The controller did not answer: nothing can be said of the job (it is not lost).
         raise VeriError(f"squeue failed: {res.error_line()}", key="slurm")
@@ -83,12 +89,12 @@ def query(run: Run, job_id: int) -> SlurmState | None:
     if line:
         state, _, reason = line.partition("|")
         return SlurmState(job_id, state.split()[0], _clean(reason))
-    res = run(["scontrol", "show", "job", str(job_id), "-o"])
+    res = run(["scontrol", "show", "job", job_id, "-o"])
     if res.exit_status == 0 and res.text.strip():
         got = fields(res.text.splitlines()[0])
         if got.get("JobState"):
             return SlurmState(job_id, got["JobState"], _clean(got.get("Reason", "")))
-    res = run(["sacct", "-n", "-X", "-P", "-j", str(job_id), "-o", "State,Reason"])
+    res = run(["sacct", "-n", "-X", "-P", "-j", job_id, "-o", "State,Reason"])
     line = res.text.strip().splitlines()[0] if res.exit_status == 0 and res.text.strip() else ""
     if line:  # `CANCELLED by 0|None`
         state, _, reason = line.partition("|")
@@ -106,18 +112,3 @@ def outcome(state: SlurmState, world: int | None) -> tuple[str, JobError | None]
     code, why = _FAILURES[state.state]
     msg = f"Slurm job {state.job_id}: {why}" + (f" ({state.reason})" if state.reason else "")
     return FAILED, job_error(code, msg, world, summary=msg)
-
-
-def slurm_state(record: JobRecord) -> tuple[str, str] | None:
-    """(Slurm state, reason) of a Slurm job as last read (`jobs`, `get_job`); None for any
-    other job, or one whose state the controller no longer holds."""
-    view: dict[str, object] = dict(record)
-    state = view.get("slurm_state")
-    return (str(state), str(view.get("slurm_reason") or "")) if state else None
-
-
-def pending_reason(record: JobRecord) -> str | None:
-    """Why a Slurm job still waits in the queue (Slurm's reason: `Resources`, `Priority`,
-    `ReqNodeNotAvail...`); None when it does not wait or gives no reason."""
-    state = slurm_state(record)
-    return state[1] or None if state is not None and state[0] == "PENDING" else None

@@ -19,7 +19,7 @@ from pathlib import Path
 import paramiko
 
 from veri_tui.errors import Refusal, VeriError
-from veri_tui.jobfolder.atomic import write_bytes_atomic
+from veri_tui.jobfolder.contract.atomic import write_bytes_atomic
 
 
 def known_hosts_path(explicit: str | None = None) -> Path:

@@ -15,7 +15,8 @@ import os
 from typing import Any
 
 from veri_tui.errors import Refusal, VeriError
-from veri_tui.jobfolder.trackers import MODULES, missing_message, trackers_of
+from veri_tui.jobfolder.knobs.trackers import MODULES, missing_message, trackers_of
+from veri_tui.launch.device import cuda_problem
 from veri_tui.launch.host import HostFacts
 from veri_tui.launch.ssh.connection import Connection
 from veri_tui.launch.ssh.remote_model import (
@@ -43,6 +44,7 @@ out["trackers"] = [m for m in ("tensorboard", "trackio", "wandb", "mlflow")
 try:
     import torch
     out["torch"] = torch.__version__
+    out["cuda_build"] = torch.version.cuda
     n = torch.cuda.device_count() if torch.cuda.is_available() else 0
     out["cuda"] = [{"name": torch.cuda.get_device_name(i),
                     "memory_bytes": torch.cuda.get_device_properties(i).total_memory}
@@ -145,11 +147,8 @@ def run_preflight(
     for name in (n for n in trackers_of(report_to) if MODULES[n] not in have):
         problems.append(Refusal("report_to", missing_message(name, f"on {host}")))
     if facts.get("torch") and facts.get("nvidia_smi") and not facts.get("cuda"):
-        problems.append(
-            Refusal("host", f"nvidia-smi on {host} shows {len(facts['nvidia_smi'])} GPUs "
-                        f"but torch {facts['torch']} cannot use CUDA; install a CUDA build "
-                        "of torch there")
-        )  # fmt: skip
+        found = (len(facts["nvidia_smi"]), "nvidia-smi")
+        problems += [p for p in [cuda_problem(facts, found, host, " there")] if p is not None]
     if pf.gpus and len(pf.gpus) < gpu_count:
         problems.append(
             Refusal("gpu_count", f"{gpu_count} requested but {host} has {len(pf.gpus)} "
