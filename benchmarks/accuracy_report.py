@@ -175,10 +175,12 @@ def render(rows: list[dict[str, Any]], fit: dict[str, Any], published: dict[str,
         f"- in veri_tui/plan/throughput.py: ELEMENTWISE_BYTES = {throughput.ELEMENTWISE_BYTES}, "
         f"MATMUL_EFFICIENCY = {throughput.MATMUL_EFFICIENCY}, default "
         f"{throughput.DEFAULT_MATMUL_EFFICIENCY} (L4, B200: no runs here); "
-        f"LAYER_OVERHEAD_S = {throughput.LAYER_OVERHEAD_S} and the communication model are "
-        "not fitted.",
-        "- compiled: torch.compile is not used by the bundled trainer, so the planner carries "
-        "eager figures only. The one same-configuration pair (torchtitan Table 1) gives "
+        f"LAYER_OVERHEAD_S = {throughput.LAYER_OVERHEAD_S}, the communication model and the "
+        "optimizer step (veri_tui/plan/optimizer_time.py: the trainer's counted ops and "
+        "bytes) are not fitted.",
+        "- compiled: the bundled trainer runs its model eagerly (torch.compile builds only its "
+        "bf16 optimizer's update on a GPU), so the planner carries eager figures only. The "
+        "one same-configuration pair (torchtitan Table 1) gives "
         f"compiled / eager = {compile_speedup():.3f}; compiled rows are shown against the "
         "plan times that factor and are not judged.",
         "- before the fit (MAX_MFU 0.55 on every GPU, no elementwise term; column `before "

@@ -97,8 +97,8 @@ def test_prepare_writes_launcher_records_and_expected_figures(tmp_path: Path) ->
     by = {r["name"]: r for r in runs}
     # 1.7B at mbs 1: the peak is the larger moment. torch's foreach AdamW made a temporary of
     # 2 bytes x N (3.4 GB), over the activations (17.21 GB); the bf16 AdamW of
-    # veri_tui/trainer/adamw.py works one 2^22-element chunk at a time (0.1 GB), so states +
-    # activations (15.55 GB) is it.
+    # veri_tui/trainer/adamw.py is one compiled kernel a tensor at this size (no temporary; an
+    # eager batch would hold 0.12 GB), so states + activations (15.55 GB) is it.
     small = by["qwen3-1.7b-mbs1-gc"]
     step = peak.SR_STEP_TEMP_BYTES * peak.SR_CHUNK
     assert small["states_bytes"] + small["activation_bytes"] == pytest.approx(15.55e9, rel=2e-3)

@@ -72,6 +72,8 @@ def test_the_table_sets_every_term_beside_the_plan_and_extrapolates(runs: dict) 
         cells = row[len(label) :].split()  # planned, measured (number and unit each), ratio
         assert len(cells) == 5 and "-" not in cells[:4], row  # every one measured on CPU
     assert any(ln.startswith("  step time (median after warm-up): data ") for ln in table)
+    assert any(ln.startswith("  optimizer (clip + update): ") and "(the host, one thread)" in ln
+               for ln in table)  # fmt: skip
     assert any(ln.startswith("  extrapolated: ") and "GPU-hours on 2 x L4-24GB, $" in ln
                for ln in table)  # fmt: skip
     assert "canary: go (max cost $0.01" in out.stdout
@@ -102,6 +104,12 @@ def test_go_continues_the_same_process_to_the_artifact(runs: dict) -> None:
     # The census counts a DTensor as its shard: the update's window is near the plan's
     # AdamW temporary (counted at the wrappers' global size it read 7x).
     assert terms["optimizer_step"]["measured"] < 2 * terms["optimizer_step"]["planned"]
+    # Each rank timed its clipping and update, set beside the plan's same step on the host
+    # (one thread, as a CPU rank runs it).
+    opt = block["optimizer"]
+    mine = [r["split_s"]["optimizer"] for r in ranks]
+    assert opt["per_rank"] == mine and opt["measured"] == max(mine) > 0
+    assert opt["planned"] == record["predicted"]["optimizer_host_s"] > 0
 
 
 def test_no_go_stops_at_the_gate_with_a_clear_record_and_no_process(runs: dict) -> None:

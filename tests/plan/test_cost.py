@@ -20,7 +20,8 @@ ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "assets" / "examples"
 TINY = ROOT / "assets" / "tiny-model"
 COST_RE = re.compile(
-    r"^cost: [\d.,]+ (h|min|s) on \d+ x \S+ = ([\d.,]+|<0\.001) GPU-hours, "
+    r"^cost: [\d.,]+ (h|min|s) on \d+ x \S+ = ([\d.,]+|<0\.001) GPU-hours"
+    r"( \(\d+% in the optimizer step\))?, "
     r"(~\$[\d,]+\.\d\d|<\$0\.01) at \$[\d,]+\.\d\d/GPU-hour( \(.+\))?$"
 )
 
@@ -42,7 +43,7 @@ def test_bundled_examples_print_the_cost_line(name: str, capsys) -> None:
     assert main(["plan", str(EXAMPLES / name)]) == 0
     lines = [x for x in capsys.readouterr().out.splitlines() if x.startswith("cost:")]
     assert len(lines) == 1 and COST_RE.match(lines[0]), lines
-    assert "(" not in lines[0]  # counted with the tokenizer, no full-length fallback
+    assert "full-length samples assumed" not in lines[0]  # counted with the tokenizer
 
 
 def test_hub_examples_without_a_tokenizer_assume_full_length(

@@ -62,17 +62,23 @@ KNOB_GRID = list(
 
 
 @pytest.mark.parametrize(("gpu", "mbs", "seq", "extra"), KNOB_GRID)
-def test_zero3_never_faster_than_dp(qwen, gpu: str, mbs: int, seq: int, extra: dict) -> None:
+def test_zero3_computes_and_communicates_no_faster_than_dp_but_updates_a_shard(
+    qwen, gpu: str, mbs: int, seq: int, extra: dict
+) -> None:
+    """Stage 3 adds gathers to DDP's step; its optimizer step updates one shard, not the
+    whole model (on NVLink a small model's stage 3 can be the faster: its update)."""
     rows = sweep(*qwen, gpu, counts=(2, 4, 8), micro_batch_size=mbs, max_seq_length=seq, **extra)
     for n in (2, 4, 8):
         by_stage = {r["zero_stage"]: r for r in rows if r["gpu_count"] == n}
-        assert by_stage[3]["step_time_s"] >= by_stage[0]["step_time_s"]
-        assert by_stage[3]["tokens_per_s"] <= by_stage[0]["tokens_per_s"]
+        without = {z: r["step_time_s"] - r["optimizer_s"] for z, r in by_stage.items()}
+        assert without[3] >= without[0]
+        assert by_stage[3]["optimizer_s"] < by_stage[0]["optimizer_s"]
 
 
 def test_throughput_fields(qwen) -> None:
     (row,) = [r for r in sweep(*qwen, "L4-24GB", counts=(4,)) if r["zero_stage"] == 3]
-    assert row["step_time_s"] == pytest.approx(row["compute_s"] + row["exposed_communication_s"])
+    parts = row["compute_s"] + row["exposed_communication_s"] + row["optimizer_s"]
+    assert row["step_time_s"] == pytest.approx(parts) and row["optimizer_s"] > 0
     assert row["tokens_per_s"] == pytest.approx(row["tokens_per_step"] / row["step_time_s"])
     assert 0 < row["compute_fraction"] <= 1 and 0 < row["scaling_efficiency"] <= 1
     assert row["states_bytes_per_gpu"] == 8 * 596_049_920 // 4

@@ -7,7 +7,8 @@ uneven size: 37 rows over 2 ranks), both with veri_tui/trainer/adamw.py's Stocha
 writes what it holds: under DDP its whole weights (which must equal the other rank's:
 rounding by a per-rank random stream would drift them apart), under FSDP2 its shards
 gathered whole. The reduced gradients are bit-equal in both (2 ranks: one addition), so
-the two layouts must end with bit-equal weights.
+the two layouts must end with bit-equal weights. Both ways the update runs on the host (the
+C kernel, eager torch ops) make them, and the same bits.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 STEPS = 4
+WAYS = ("native", "eager")  # the host's (the compiled way: tests/trainer/test_adamw_compiled.py)
 
 
 def _model() -> Any:
@@ -33,12 +35,12 @@ def _model() -> Any:
     return net.to(torch.bfloat16)
 
 
-def _train(net: Any, params: list[Any], rank: int) -> None:
+def _train(net: Any, params: list[Any], rank: int, way: str) -> None:
     import torch
 
     from veri_tui.trainer.adamw import StochasticAdamW
 
-    opt = StochasticAdamW(params, lr=1e-3, weight_decay=0.1, seed=42)
+    opt = StochasticAdamW(params, lr=1e-3, weight_decay=0.1, seed=42, way=way)
     g = torch.Generator().manual_seed(100 + rank)  # each rank its own batches
     for _ in range(STEPS):
         x = torch.randn(8, 16, generator=g).bfloat16()
@@ -55,14 +57,18 @@ def _ranks(out: Path) -> None:
 
     dist.init_process_group("gloo")
     rank = dist.get_rank()
-    ddp = DDP(_model())
-    _train(ddp, list(ddp.parameters()), rank)
-    whole = {n: p.detach().float().flatten().tolist() for n, p in ddp.module.named_parameters()}
-    net = _model()
-    fully_shard(net, mesh=init_device_mesh("cpu", (2,)))
-    _train(net, list(net.parameters()), rank)
-    sharded = {n: p.full_tensor().float().flatten().tolist() for n, p in net.named_parameters()}
-    (out / f"rank-{rank}.json").write_text(json.dumps({"ddp": whole, "fsdp": sharded}))
+    got = {}
+    for way in WAYS:
+        ddp = DDP(_model())
+        _train(ddp, list(ddp.parameters()), rank, way)
+        named = ddp.module.named_parameters()
+        got[f"ddp-{way}"] = {n: p.detach().float().flatten().tolist() for n, p in named}
+        net = _model()
+        fully_shard(net, mesh=init_device_mesh("cpu", (2,)))
+        _train(net, list(net.parameters()), rank, way)
+        named = net.named_parameters()
+        got[f"fsdp-{way}"] = {n: p.full_tensor().float().flatten().tolist() for n, p in named}
+    (out / f"rank-{rank}.json").write_text(json.dumps(got))
     dist.destroy_process_group()
 
 
@@ -76,10 +82,12 @@ def test_ddp_replicas_agree_and_fsdp2_shards_update_as_the_whole(tmp_path: Path)
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     r0, r1 = (json.loads((tmp_path / f"rank-{r}.json").read_text()) for r in (0, 1))
-    assert r0["ddp"] == r1["ddp"]  # bit-identical replicas
-    assert r0["fsdp"] == r1["fsdp"] == r0["ddp"]  # shards rounded as the whole parameters
+    for way in WAYS:
+        assert r0[f"ddp-{way}"] == r1[f"ddp-{way}"]  # bit-identical replicas
+        # shards rounded as the whole parameters, by either way
+        assert r0[f"fsdp-{way}"] == r1[f"fsdp-{way}"] == r0[f"ddp-{way}"] == r0["ddp-native"]
     init = {n: p.float().flatten().tolist() for n, p in _model().named_parameters()}
-    assert all(r0["ddp"][n] != init[n] for n in init)  # it trained
+    assert all(r0["ddp-native"][n] != init[n] for n in init)  # it trained
 
 
 if __name__ == "__main__":

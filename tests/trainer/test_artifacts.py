@@ -135,14 +135,42 @@ def test_manifest_verifies_and_a_zeroed_file_is_caught(runs: dict[str, Path], na
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
-def test_uneven_shards_reach_rank0_whole(tmp_path: Path) -> None:
-    """Rows that do not split evenly (7 over 2 ranks: 4 + 3; 1 row: 1 + 0) arrive whole."""
+def test_the_weights_reach_rank0_a_layer_at_a_time_whole(tmp_path: Path) -> None:
+    """A model sharded as the trainer shards it (a unit per layer, the root), rows that do
+    not split evenly (37 over 2 ranks: 19 + 18; 1 row: 1 + 0): every tensor arrives whole on
+    rank 0, in one gather per group (the embedding; each layer; the norm and the head) over
+    the job's process group and no point-to-point transfer, and rank 0 holds at most a
+    group's rows and the tensor it writes (and the previous group's rows until the
+    collective library's thread lets them go: seen on gloo), never the model."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO), "OUT": str(tmp_path)}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", __file__]
     proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert json.loads((tmp_path / "rank-0.json").read_text()) == {"equal": [True] * 4}
-    assert json.loads((tmp_path / "rank-1.json").read_text()) == {"equal": [None] * 4}
+    r0, r1 = (json.loads((tmp_path / f"rank-{r}.json").read_text()) for r in (0, 1))
+    assert r0["equal"] == [True] * 27 and r1["equal"] == [None] * 27, (r0, r1)
+    assert r0["gathers"] == r1["gathers"] == 10, (r0, r1)  # embedding, 8 layers, norm
+    layer = r0["largest_group_bytes"]  # a layer's rows on both ranks, padded
+    assert 0 < r0["peak_bytes"] <= 2 * layer + r0["largest_tensor_bytes"]
+    assert r0["peak_bytes"] < r0["model_bytes"] / 2  # never the model whole
+    assert r1["peak_bytes"] <= r1["largest_group_bytes"]  # its own rows (two groups at most)
+
+
+class _Layer(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = torch.nn.Linear(16, 37)
+        self.out = torch.nn.Linear(37, 16, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.out(self.proj(x))
+
+
+class _Model(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = torch.nn.Embedding(9, 16)
+        self.layers = torch.nn.ModuleList([_Layer() for _ in range(8)])
+        self.norm = torch.nn.Linear(16, 1)  # 1 row: rank 1 holds none of it
 
 
 def _gather_worker() -> None:
@@ -150,17 +178,35 @@ def _gather_worker() -> None:
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
 
-    from veri_tui.trainer.artifact import _to_rank0
+    from veri_tui.trainer.census import Census
+    from veri_tui.trainer.gather import gathered, groups
 
     dist.init_process_group("gloo")
     rank = dist.get_rank()
     torch.manual_seed(0)  # the same module on both ranks
-    model = torch.nn.Sequential(torch.nn.Linear(3, 7), torch.nn.Linear(7, 1))
+    model = _Model()
     want = [p.detach().clone() for p in model.parameters()]
-    fully_shard(model, mesh=init_device_mesh("cpu", (2,)))
-    got = [_to_rank0(p, rank) for p in model.parameters()]
-    equal = [None if g is None else bool(torch.equal(g, w)) for g, w in zip(got, want, strict=True)]
-    (Path(os.environ["OUT"]) / f"rank-{rank}.json").write_text(json.dumps({"equal": equal}))
+    mesh = init_device_mesh("cpu", (2,))
+    for layer in model.layers:
+        fully_shard(layer, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    calls = []
+    gather = dist.gather
+    dist.gather = lambda *a, **k: calls.append(1) or gather(*a, **k)  # type: ignore[assignment]
+    dist.send = dist.recv = None  # type: ignore[assignment]  # any use would fail the run
+    named = list(model.named_parameters())
+    equal, largest = [], 0
+    with Census(exclude=[p.to_local() for _, p in named]) as census:
+        for i, (_, got) in enumerate(gathered(named, rank)):  # as the artifact consumes it
+            equal.append(None if got is None else bool(torch.equal(got, want[i])))
+            largest = max(largest, want[i].numel() * want[i].element_size())
+            del got
+    sizes = [sum(-(-p.shape[0] // 2) * 2 * p[0].numel() * 4 for _, p in g)
+             for g in groups(named)]  # fmt: skip
+    out = {"equal": equal, "gathers": len(calls), "peak_bytes": census.peak(),
+           "largest_group_bytes": max(sizes), "largest_tensor_bytes": largest,
+           "model_bytes": sum(w.numel() * 4 for w in want)}  # fmt: skip
+    (Path(os.environ["OUT"]) / f"rank-{rank}.json").write_text(json.dumps(out))
     dist.destroy_process_group()
 
 

@@ -53,7 +53,8 @@ def summary_lines(rec: PlanRecord) -> list[str]:
             f"throughput: ~{tp['tokens_per_s']:,.0f} tokens/s{active}, "
             f"step {tp['step_time_s']:.2f} s "
             f"(compute {tp['compute_s']:.2f} s + exposed communication "
-            f"{tp['exposed_communication_s']:.2f} s), scaling efficiency "
+            f"{tp['exposed_communication_s']:.2f} s + optimizer {tp['optimizer_s']:.2f} s), "
+            f"scaling efficiency "
             f"{tp['scaling_efficiency']:.0%}{bound}{calibrated_note(tp)}"
         )
     elif tp:

@@ -9,8 +9,9 @@ flight, so only its throughput folds). Each job is folded
 once: its id is kept in `folded`, which `veri-tui calibrate --reset` keeps too, so a reset
 does not fold old jobs back in. CPU runs go under the GPU type "cpu", which no GPU plan
 reads. A job's decided canary (job.json `canary`, docs/canary.md) folds once more, as
-`<id>:canary`: its steady tokens/s and activations, every term it measured beside the
-plan's, and the overhead, whose median the next plan takes instead of its 2 GiB.
+`<id>:canary`: its steady tokens/s and activations, its slowest rank's optimizer time over
+the plan's optimizer term, every term it measured beside the plan's, and the overhead, whose
+median the next plan takes instead of its 2 GiB.
 The update rule is veri_tui.plan.calibration's.
 
 Writes go through veri_tui.jobfolder.contract.atomic's writer under a flock on
@@ -90,6 +91,10 @@ def canary_run(record: Mapping[str, Any]) -> tuple[str, str, dict[str, Any]] | N
         pred.get("activations_model_bytes"))  # fmt: skip
     if act and model_act:
         raw["activation"] = act / model_act
+    opt = block.get("optimizer") or {}  # the slowest rank's clip + update over the plan's
+    opt_s, model_opt = _pos(opt.get("measured")), _pos(opt.get("planned"))
+    if opt_s and model_opt:
+        raw["optimizer"] = opt_s / model_opt
     run: dict[str, Any] = {"job_id": f"{record.get('job_id')}:canary", "source": "canary",
                            "ended_at": block.get("decided_at")}  # fmt: skip
     for factor, value in raw.items():
@@ -116,7 +121,7 @@ def fold_canary(data: dict[str, Any], record: Mapping[str, Any]) -> bool:
         entry_key(gpu, host), {"gpu": gpu, "host": host, "runs": []}
     )
     entry["runs"].append(run)
-    for factor in ("efficiency", "activation"):
+    for factor in ("efficiency", "activation", "optimizer"):
         history = [r[f"{factor}_ratio"] for r in entry["runs"] if f"{factor}_ratio" in r]
         if f"{factor}_ratio" in run:
             entry[factor] = round(updated_factor(entry.get(factor), history), 4)

@@ -102,6 +102,14 @@ def predicted_of(plan: dict[str, Any]) -> dict[str, Any]:
             "model_tokens_per_s", tp.get("tokens_per_s") if known_tp else None
         ),
         "step_time_s": tp.get("step_time_s") if known_tp else None,
+        # The optimizer step (veri_tui/plan/optimizer_time.py): the plan's (calibrated), the
+        # model's before calibration, and the same step on the host with one thread (what a
+        # CPU run's rank does): what a canary's measured optimizer time is set beside.
+        "optimizer_s": tp.get("optimizer_s") if known_tp else None,
+        "optimizer_s_model": (tp.get("calibration") or {}).get(
+            "model_optimizer_s", tp.get("optimizer_s") if known_tp else None
+        ),
+        "optimizer_host_s": (tp.get("optimizer") or {}).get("host_one_thread_s"),
         # The whole job (the plan's cost): GPU-hours and price, None when not estimated.
         **{k: cost.get(k) for k in ("gpu_hours", "price", "price_per_gpu_hour")},
         # The peak's parts (veri_tui/plan/peak.py): what a canary measures beside them.

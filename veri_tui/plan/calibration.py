@@ -4,9 +4,12 @@ Completed runs are folded in by the launch side (veri_tui/launch/calibrate.py) i
 `$VERI_HOME/calibration.json`, one entry per (GPU type, host): an efficiency factor
 (measured tokens/s over the model's) and an activation factor (measured peak minus measured
 states, over the model's activations), each with the runs it came from; canaries
-(`launch --canary`) add their runs too, with every term they measured, and the overhead
-(device peak less allocated peak), whose median replaces the plan's 2 GiB. This module reads
-that file, holds the update rule, and applies an entry to a plan's estimates.
+(`launch --canary`) add their runs too, with every term they measured, the overhead
+(device peak less allocated peak), whose median replaces the plan's 2 GiB, and an optimizer
+factor (the slowest rank's clipping and update over the plan's optimizer term,
+veri_tui/plan/optimizer_time.py), which scales that term before the efficiency applies.
+This module reads that file, holds the update rule, and applies an entry to a plan's
+estimates.
 
 The update rule keeps one odd run from swinging a factor far: every run's ratio is clipped
 to [RATIO_MIN, RATIO_MAX]; the new estimate is the median of the last WINDOW clipped ratios
@@ -31,7 +34,7 @@ CALIBRATION_FILE = "calibration.json"
 RATIO_MIN, RATIO_MAX = 0.5, 2.0
 WINDOW = 15
 PRIOR = 1.0  # the uncalibrated model, counted as one run
-FACTORS = ("efficiency", "activation")
+FACTORS = ("efficiency", "activation", "optimizer")
 
 
 def calibration_path() -> Path:
@@ -119,6 +122,8 @@ class Calibration(NamedTuple):
     efficiency_runs: int = 0
     activation: float | None = None
     activation_runs: int = 0
+    optimizer: float | None = None
+    optimizer_runs: int = 0
     overhead_bytes: int | None = None  # measured by canaries: device peak less allocated
     overhead_runs: int = 0
 
@@ -127,16 +132,32 @@ class Calibration(NamedTuple):
         return {factor: getattr(self, factor), "runs": runs, "gpu": self.gpu, "host": self.host}
 
     def throughput(self, tp: dict[str, Any]) -> dict[str, Any]:
-        """A throughput estimate with its step time divided by the efficiency factor."""
-        f = self.efficiency
-        if f is None or not tp.get("known"):
+        """A throughput estimate with its optimizer term scaled by the optimizer factor, then
+        its step time divided by the efficiency factor (measured against the model's tokens/s
+        as the plan gave it: with its optimizer factor)."""
+        if not tp.get("known") or (self.efficiency is None and self.optimizer is None):
             return tp
         out = dict(tp)
-        for key in ("compute_s", "communication_s", "exposed_communication_s", "step_time_s"):
-            out[key] = tp[key] / f
-        out["tokens_per_s"] = tp["tokens_per_s"] * f
-        out["mfu"] = tp["mfu"] * f
-        out["calibration"] = {**self._meta("efficiency"), "model_tokens_per_s": tp["tokens_per_s"]}
+        meta: dict[str, Any] = {"model_tokens_per_s": tp["tokens_per_s"],
+                                "model_optimizer_s": tp["optimizer_s"]}  # fmt: skip
+        if self.optimizer is not None:
+            opt_s = tp["optimizer_s"] * self.optimizer
+            out["step_time_s"] = tp["step_time_s"] - tp["optimizer_s"] + opt_s
+            scale = tp["step_time_s"] / out["step_time_s"]
+            out.update(optimizer_s=opt_s, tokens_per_s=tp["tokens_per_s"] * scale,
+                       mfu=tp["mfu"] * scale)  # fmt: skip
+            meta["optimizer"] = {"factor": self.optimizer, "runs": self.optimizer_runs}
+            meta["model_tokens_per_s"] = out["tokens_per_s"]  # what efficiency is measured on
+        f = self.efficiency
+        if f is not None:
+            keys = ("compute_s", "communication_s", "exposed_communication_s", "optimizer_s",
+                    "step_time_s")  # fmt: skip
+            for key in keys:
+                out[key] = out[key] / f
+            out["tokens_per_s"] = out["tokens_per_s"] * f
+            out["mfu"] = out["mfu"] * f
+        base = self._meta("efficiency") if f is not None else self._meta("optimizer")
+        out["calibration"] = {**base, **meta}
         return out
 
     def activations(self, act: dict[str, Any], info: ModelInfo) -> dict[str, Any]:
@@ -200,6 +221,8 @@ def calibration_for(gpu: str, host: str | None = None) -> tuple[Calibration, lis
         overhead_runs=overhead_runs,
         efficiency=_number(entry.get("efficiency")),
         efficiency_runs=counts["efficiency"],
+        optimizer=_number(entry.get("optimizer")),
+        optimizer_runs=counts["optimizer"],
         activation=_number(entry.get("activation")),
         activation_runs=counts["activation"],
     ), []

@@ -183,6 +183,7 @@ def estimate_cost(
         "steps_per_epoch": per_epoch,
         "sample_length": tp["sequence_length"],
         "step_time_s": tp["step_time_s"],
+        "optimizer_s": tp.get("optimizer_s"),  # of the step (veri_tui/plan/optimizer_time.py)
         "gpu": gpu.name,
         "gpu_count": job.gpu_count,
     }
@@ -228,6 +229,8 @@ def cost_line(cost: dict[str, Any]) -> str:
         f"cost: {_duration(cost['wall_time_s'])} on {cost['gpu_count']} x {cost['gpu']} = "
         f"{gpu_hours_text(cost['gpu_hours'])} GPU-hours"
     )
+    if cost.get("optimizer_s") and cost.get("step_time_s"):  # what the optimizer step costs
+        head += f" ({cost['optimizer_s'] / cost['step_time_s']:.0%} in the optimizer step)"
     if cost["price"] is None:
         head += f", price unknown ({cost['source']})"
     else:

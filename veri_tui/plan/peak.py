@@ -13,8 +13,10 @@ holds (docs/planning.md, Peak memory):
   the states already count (its compute copy); DDP's gradients are bucket views (states).
 - the optimizer step, beside the states when the activations are gone: torch's AdamW
   (foreach, the default on CUDA) makes one fp32 temporary the size of the second moments
-  (sqrt(v)); the bf16 full fine-tune's AdamW (veri_tui/trainer/adamw.py) works in chunks of SR_CHUNK
-  elements, SR_STEP_TEMP_BYTES each (fp32 weight, gradient, m, v, denominator, random bits).
+  (sqrt(v)); the bf16 full fine-tune's AdamW (veri_tui/trainer/adamw.py) is one compiled
+  kernel with no temporary from SR_COMPILE_MIN_PARAMETERS parameters on, and below that works
+  in batches of SR_CHUNK elements, SR_STEP_TEMP_BYTES each (joined bf16 inputs, fp32 working
+  copies, random bits).
 - eval (with eval_fraction or an eval_dataset; veri_tui/trainer/evaluate.py): a forward without
   gradients at the same micro-batch, holding the bf16 logits of its tokens and one fp32
   loss chunk beside the states and the units in flight (a layer's own transient outputs are
@@ -39,10 +41,11 @@ from veri_tui.plan.model_info import ModelInfo
 if TYPE_CHECKING:
     from veri_tui.jobfolder.knobs.fields import Checkpointing
 
-# veri_tui/trainer/adamw.py's CHUNK and STEP_TEMP_BYTES (tests/trainer/test_adamw.py checks they
-# agree).
+# veri_tui/trainer/adamw.py's CHUNK, STEP_TEMP_BYTES and COMPILE_MIN_PARAMETERS
+# (tests/trainer/test_adamw.py checks they agree).
 SR_CHUNK = 1 << 22
-SR_STEP_TEMP_BYTES = 24
+SR_STEP_TEMP_BYTES = 28
+SR_COMPILE_MIN_PARAMETERS = 1 << 25
 PARTS = ("states", "activations", "logits", "in_flight", "optimizer_step", "overhead")
 # The knob that moves each part most, named beside the largest part (the app, `memory:`);
 # jobfolder's: the canary's gate names it too.
@@ -54,14 +57,18 @@ def optimizer_step_bytes(est: MemoryEstimate) -> int:
 
     torch's AdamW (fp32 master weights, fp32 LoRA adapters; foreach on CUDA): one sqrt(v)
     the size of the trainable share, fp32. The bf16 full fine-tune's stochastically rounded
-    AdamW (veri_tui/trainer/adamw.py) works chunk by chunk: SR_STEP_TEMP_BYTES per element of at
-    most SR_CHUNK elements of the share (its fp32 working copies and random bits).
+    AdamW (veri_tui/trainer/adamw.py): on CUDA one compiled kernel per parameter (Triton, no
+    temporary) for a model of SR_COMPILE_MIN_PARAMETERS or more, else eager batches,
+    SR_STEP_TEMP_BYTES per element of at most SR_CHUNK elements of the share. (A GPU host
+    without Triton runs the batches at any size: at most 0.12 GB, inside the 2 GiB reserve.)
     """
     if est.cpu_offload:
         return 0
     div = 1 if est.zero_stage == 0 else est.data_parallel_size
     share = -(-est.trainable_parameter_count // div)
     if est.precision == "bf16" and not est.lora_rank:
+        if est.trainable_parameter_count >= SR_COMPILE_MIN_PARAMETERS:
+            return 0
         return SR_STEP_TEMP_BYTES * min(share, SR_CHUNK)
     return trained_weight_bytes(est.precision, est.lora_rank) * share
 

@@ -24,6 +24,9 @@ and reduce-scatter (n-1)/n):
     unit ahead, which on the slow links where the choice matters does not keep up)
   DPO full fine-tune at stages 2 and 3: the reference, sharded per layer, is all-gathered
     unit by unit for its forward on every micro-batch (bf16), exposed like forward gathers
+optimizer step (veri_tui/plan/optimizer_time.py): once per optimizer step, after the last
+  backward: the clipping and the update's launches and memory traffic on the GPU, or on the
+  host with cpu_offload; exposed (the next forward needs the updated weights)
 multi-node (the hierarchy, docs/planning.md): a collective over N nodes x G GPUs runs inside
   each node over NVLink (busbw, the G-GPU factor) and across nodes over the network (the node's
   internode bandwidth shared by its G GPUs, each moving 1/G of the bytes: the N-node factor
@@ -39,16 +42,17 @@ from veri_tui.plan.activations import sequence_length
 from veri_tui.plan.gpus import GPU
 from veri_tui.plan.memory import COMPUTE_BYTES, trained_weight_bytes
 from veri_tui.plan.model_info import ModelInfo
+from veri_tui.plan.optimizer_time import optimizer_seconds
 
 # Share of the dense bf16 peak an eager PyTorch step's matmuls reach (the bundled trainer runs
 # eager), and the elementwise memory traffic per token, layer, hidden unit and pass: fitted
 # to published eager FSDP runs by benchmarks/estimate_accuracy.py (docs/accuracy.md).
 # Hopper parts reach a lower share than Ampere with the same eager kernels. GPUs without
 # published runs here (L4, B200) take the lower figure.
-MATMUL_EFFICIENCY = {"A10G-24GB": 0.79, "A100-40GB": 0.79, "A100-80GB": 0.79,
-                     "H100-80GB": 0.59, "H200-141GB": 0.59}  # fmt: skip
-DEFAULT_MATMUL_EFFICIENCY = 0.59
-ELEMENTWISE_BYTES = 165
+MATMUL_EFFICIENCY = {"A10G-24GB": 0.80, "A100-40GB": 0.80, "A100-80GB": 0.80,
+                     "H100-80GB": 0.61, "H200-141GB": 0.61}  # fmt: skip
+DEFAULT_MATMUL_EFFICIENCY = 0.61
+ELEMENTWISE_BYTES = 170
 # HBM bandwidth, GB/s, from each datasheet (A100-40GB: 1,555; A100 80GB SXM: 2,039).
 HBM_GBPS = {"L4-24GB": 300.0, "A10G-24GB": 600.0, "A100-40GB": 1555.0, "A100-80GB": 2039.0,
             "H100-80GB": 3350.0, "H200-141GB": 4800.0, "B200-180GB": 8000.0}  # fmt: skip
@@ -197,10 +201,16 @@ def estimate_throughput(
         host_s = ga * moved / (HOST_LINK_GBPS * 1e9)
         raw_comm += host_s
         exposed += host_s
-    step_s = compute_s + exposed
+    knobs: dict[str, Any] = {"precision": precision, "lora_rank": lora_rank}
+    opt = optimizer_seconds(info, hbm, **knobs, zero_stage=zero_stage, gpu_count=n,
+                            cpu_offload=cpu_offload)  # fmt: skip
+    optimizer_s = opt.pop("optimizer_s")
+    step_s = compute_s + exposed + optimizer_s
     gbs = micro_batch_size * ga * n
     tokens_step = gbs * seq
-    single_s = (gbs // micro_batch_size) * mb_s  # one GPU doing the same optimizer batch
+    # One GPU doing the same optimizer batch, and its optimizer step on the whole model.
+    alone = optimizer_seconds(info, hbm, **knobs, zero_stage=0, gpu_count=1, cpu_offload=False)
+    single_s = (gbs // micro_batch_size) * mb_s + alone["optimizer_s"]
     return {
         "known": True,
         "gpu_count": n,
@@ -214,6 +224,8 @@ def estimate_throughput(
         "compute_s": compute_s,
         "communication_s": raw_comm,
         "exposed_communication_s": exposed,
+        "optimizer_s": optimizer_s,
+        "optimizer": opt,
         "step_time_s": step_s,
         "tokens_per_step": tokens_step,
         "tokens_per_s": tokens_step / step_s,

@@ -9,12 +9,24 @@ probability equal to the fraction of a bf16 step the value lies above the lower 
 The rounding is unbiased, so an update of a tenth of a step lands in one step out of ten and
 weight decay takes effect in expectation (docs/trainer.md, Precision).
 
-The random bits are a function of (seed, step, parameter index, element index in the WHOLE
-parameter) only: each rank draws the chunks of the whole flattened parameter that overlap its
-own rows and keeps its part. So DDP replicas round identically (their weights stay equal),
-and DDP, FSDP2 at either stage and one process make the same update from the same gradient.
-Work is done on local shards (a DTensor's to_local() view) in chunks of CHUNK elements, so
-the step's temporary is bounded (veri_tui/plan/peak.py counts it: STEP_TEMP_BYTES).
+The random bits are a hash of (seed, step, parameter index, element index in the WHOLE
+parameter) computed for the rank's own elements only (veri_tui/trainer/adamw_kernel.py), so
+DDP replicas round identically (their weights stay equal), and DDP, FSDP2 at either stage
+and one process make the same update from the same gradient. The update runs one of three
+ways, picked from facts every rank shares (the device type, the compilers present, the
+model's parameter count), so all ranks run the same one:
+
+- "native": parameters in host memory (a CPU run; cpu_offload's host step): one C loop over
+  the whole group, on the rank's threads (veri_tui/trainer/adamw_native.py); no temporary.
+- "compiled": CUDA with Triton and at least COMPILE_MIN_PARAMETERS: `update_` compiled by
+  torch.compile into one kernel, launched once per parameter; no temporary.
+- "eager": anywhere else: `update_`'s torch ops over batches of at most CHUNK elements
+  (veri_tui/trainer/adamw_batch.py); STEP_TEMP_BYTES per element of one batch.
+
+veri_tui/trainer/adamw_regions.py places each rank's elements in their parameters.
+
+veri_tui/plan/peak.py counts the step's temporary of the way the GPU runs (SR_STEP_TEMP_BYTES,
+SR_CHUNK, SR_COMPILE_MIN_PARAMETERS) and veri_tui/plan/throughput.py its time.
 """
 
 from __future__ import annotations
@@ -24,69 +36,41 @@ from collections.abc import Iterable
 from typing import Any
 
 import torch
+from torch._subclasses.fake_tensor import is_fake
+from torch.optim.adamw import adamw as torch_adamw
+from torch.utils._python_dispatch import _get_current_dispatch_mode
 
-CHUNK = 1 << 22  # elements per random draw and per fp32 working set
-# fp32 working copies alive at once per element: weight, gradient, m, v, the denominator
-# and the int32 random bits (veri_tui/plan/peak.py's SR_STEP_TEMP_BYTES is the same figure).
-STEP_TEMP_BYTES = 24
-_LOW16 = (1 << 16) - 1
-_HIGH16 = -(1 << 16)  # 0xFFFF0000 as an int32: clears the bits bf16 drops
-_MIX = 0x9E3779B97F4A7C15  # splitmix64's increment: spreads consecutive keys apart
-_MASK63 = (1 << 63) - 1
+from veri_tui.trainer import adamw_native
+from veri_tui.trainer.adamw_batch import CHUNK, STEP_TEMP_BYTES, Piece, run_batched
+from veri_tui.trainer.adamw_kernel import (
+    compiled_update,
+    keyed_update_,
+    round_into_,
+    triton_present,
+)
+from veri_tui.trainer.adamw_regions import Regions, key, local_region
+
+__all__ = ["CHUNK", "STEP_TEMP_BYTES", "StochasticAdamW", "make_optimizer", "local_region"]
+# Below this many parameters (the whole model's, the same on every rank) the eager batches
+# cost a GPU a few milliseconds a step, not worth torch.compile's tens of seconds at start.
+COMPILE_MIN_PARAMETERS = 1 << 25
+WAYS = ("native", "compiled", "eager")
 
 
 def stochastic_round_(dst: torch.Tensor, src: torch.Tensor, bits: torch.Tensor) -> None:
     """Write fp32 `src` into bf16 `dst`, rounded stochastically by `bits` (int32 in
-    [0, 2^16), one per element).
-
-    Adding the bits to the low 16 bits of the fp32 pattern carries into the bf16 part with
-    probability (low 16 bits) / 2^16, the distance to the lower neighbour in bf16 steps;
-    clearing the low bits then leaves an exact bf16 value. Sign-magnitude makes this round
-    the magnitude, symmetrically for negative values.
-    """
-    pattern = src.view(torch.int32).add(bits).bitwise_and_(_HIGH16)
-    dst.copy_(pattern.view(torch.float32))
-
-
-def _key(*parts: int) -> int:
-    """A 63-bit generator seed from small integers (splitmix64-style mixing)."""
-    x = 0
-    for p in parts:
-        x = (x + p + _MIX) & 0xFFFFFFFFFFFFFFFF
-        x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & 0xFFFFFFFFFFFFFFFF
-        x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & 0xFFFFFFFFFFFFFFFF
-        x ^= x >> 31
-    return x & _MASK63
-
-
-def local_region(t: torch.Tensor) -> tuple[torch.Tensor, int]:
-    """This rank's part of `t` and the flat index, in the whole tensor, where it starts.
-
-    FSDP2 shards dim 0 over a 1-D mesh in torch.chunk pieces (veri_tui/trainer/loading.py reads the
-    checkpoint the same way); a replicated DTensor or a plain tensor is whole here.
-    """
-    from torch.distributed.tensor import DTensor, Shard
-
-    if not isinstance(t, DTensor):
-        return t, 0
-    local = t.to_local()
-    if not any(isinstance(p, Shard) for p in t.placements) or t.dim() == 0:
-        return local, 0
-    if t.device_mesh.ndim != 1 or t.placements[0] != Shard(0):
-        raise ValueError(f"bf16 AdamW: cannot place a shard with placements {t.placements}")
-    rows, world = t.shape[0], t.device_mesh.size()
-    per = -(-rows // world)
-    start = min(t.device_mesh.get_local_rank() * per, rows)
-    return local, start * math.prod(t.shape[1:])
+    [0, 2^16), one per element); `src` is left as it was."""
+    round_into_(dst, src.clone(), bits)
 
 
 class StochasticAdamW(torch.optim.Optimizer):
     """AdamW (torch's formula: decoupled decay, bias-corrected moments) for bf16 parameters,
-    with the new weight, m and v rounded stochastically to the parameter's dtype (bf16).
+    with the new weight, m and v rounded stochastically to bf16.
 
-    Parameters of another dtype get the same arithmetic written back unrounded. `seed` makes
-    the rounding deterministic: the same seed, step, gradients and parameter order give the
-    same weights, on any number of ranks.
+    Parameters of another dtype get torch's AdamW. `seed` makes the rounding deterministic:
+    the same seed, step, gradients and parameter order give the same weights, on any number
+    of ranks. `way`: one of WAYS to force it (tests, benchmarks; "compiled" also runs on
+    CPU, through torch.compile's C++ backend), None to pick it (the module's docstring).
     """
 
     def __init__(
@@ -97,18 +81,50 @@ class StochasticAdamW(torch.optim.Optimizer):
         eps: float = 1e-8,
         weight_decay: float = 0.01,
         seed: int = 0,
+        way: str | None = None,
     ) -> None:
         if lr < 0 or eps < 0 or weight_decay < 0 or not all(0 <= b < 1 for b in betas):
             raise ValueError(f"bf16 AdamW: invalid lr={lr}, betas={betas}, eps={eps}")
         defaults = {"lr": lr, "betas": betas, "eps": eps, "weight_decay": weight_decay}
         super().__init__(params, defaults)
-        self.seed = seed
-        self._generators: dict[torch.device, torch.Generator] = {}
+        if way is not None and way not in WAYS:
+            raise ValueError(f"bf16 AdamW: way {way!r} is not one of {', '.join(WAYS)}")
+        self.seed, self.way = seed, way
+        self._host = adamw_native.HostKernel()
+        self._regions = Regions(seed)
 
-    def _generator(self, device: torch.device) -> torch.Generator:
-        if device not in self._generators:
-            self._generators[device] = torch.Generator(device=device)
-        return self._generators[device]
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """torch's, dropping the cached views of the states it replaces (else kept alive)."""
+        self._regions = Regions(self.seed)
+        super().load_state_dict(state_dict)
+
+    def pick_way(self, device: torch.device) -> str:
+        """The way this optimizer's update runs for parameters on `device` (module docstring)."""
+        if self.way is None:
+            every = [p for g in self.param_groups for p in g["params"]]
+            big = sum(p.numel() for p in every) >= COMPILE_MIN_PARAMETERS
+            if device.type == "cpu" and adamw_native.load() is not None:
+                self.way = "native"
+            elif device.type == "cuda" and big and triton_present():
+                self.way = "compiled"
+            else:
+                self.way = "eager"
+        return self.way
+
+    def describe(self) -> str:
+        """The run log's line: which way the update runs, and why not a faster one."""
+        params = [p for g in self.param_groups for p in g["params"]]
+        device = local_region(params[0])[0].device
+        way = self.pick_way(device)
+        if way == "native":
+            how = f"the host's C kernel on {torch.get_num_threads()} thread(s)"
+        elif way == "compiled":
+            how = "one compiled kernel per parameter (torch.compile)"
+        elif device.type == "cpu":
+            how = f"eager torch ops ({adamw_native.why or 'forced'})"
+        else:
+            how = f"eager torch ops in batches of {CHUNK:,} elements"
+        return f"optimizer: bf16 AdamW with stochastic rounding, {way}: {how}"
 
     @torch.no_grad()
     def step(self, closure: Any = None) -> Any:
@@ -119,8 +135,10 @@ class StochasticAdamW(torch.optim.Optimizer):
                 loss = closure()
         index = 0
         for group in self.param_groups:
+            rounded: list[tuple[Any, Any, int]] = []
+            other: list[tuple[Any, Any, int]] = []
             for p in group["params"]:
-                index += 1  # counts every parameter, so the keys do not depend on which have grads
+                index += 1  # counts every parameter: the keys do not depend on which have grads
                 if p.grad is None:
                     continue
                 state = self.state[p]
@@ -128,72 +146,66 @@ class StochasticAdamW(torch.optim.Optimizer):
                     state["step"] = torch.zeros((), dtype=torch.float32)
                     state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
                     state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
-                state["step"] += 1
-                self._update(p, state, group, index)
+                (rounded if p.dtype == torch.bfloat16 else other).append((p, state, index))
+            if rounded:
+                self._rounded(group, rounded)
+            if other:
+                _torch_adamw(group, [p for p, _, _ in other], [s for _, s, _ in other])
         return loss
 
-    def _update(
-        self, p: torch.Tensor, state: dict[str, Any], group: dict[str, Any], index: int
+    def _rounded(self, group: dict[str, Any], items: list[tuple[Any, Any, int]]) -> None:
+        steps = [state["step"] for _, state, _ in items]
+        torch._foreach_add_(steps, 1)
+        counts = [int(s) for s in torch.stack(steps).tolist()]
+        first = local_region(items[0][0])[0]
+        device, way = first.device, self.pick_way(first.device)
+        if way == "native" and is_fake(first):  # fake CUDA's offload (a trace): no memory
+            way = "eager"
+        by_step: dict[int, list[Piece]] = {}
+        for (p, state, index), step in zip(items, counts, strict=True):
+            by_step.setdefault(step, []).extend(self._regions.pieces(p, state, index, device, way))
+        for step, pieces in by_step.items():
+            hyper, step_key = hyper_values(group, step), key(self.seed, step)
+            if way != "eager":  # a gradient not in bf16 (rare) goes the eager way
+                eager = [p for p in pieces if p.g.dtype != torch.bfloat16]
+                pieces = [p for p in pieces if p.g.dtype == torch.bfloat16]
+                run_batched(eager, hyper, step_key)
+            if way == "native":
+                self._host.run(pieces, hyper, step_key)
+            elif way == "compiled":
+                self._run_compiled(pieces, hyper, step_key, device)
+            else:
+                run_batched(pieces, hyper, step_key)
+
+    def _run_compiled(
+        self, pieces: list[Piece], values: list[float], step_key: int, device: torch.device
     ) -> None:
-        assert p.grad is not None  # step() passes only the parameters that have one
-        weight, start = local_region(p)
-        tensors = [weight, local_region(p.grad)[0]]
-        tensors += [local_region(state[k])[0] for k in ("exp_avg", "exp_avg_sq")]
-        flat = [(t if t.is_contiguous() else t.contiguous()).view(-1) for t in tensors]
-        key = (self.seed, int(state["step"].item()), index)
-        update_region(*flat, start=start, total=p.numel(), key=key, group=group,
-                      generator=self._generator(weight.device))  # fmt: skip
-        for t, f in zip(tensors, flat, strict=True):
-            if f.data_ptr() != t.data_ptr():  # a non-contiguous tensor was worked on a copy
-                t.copy_(f.view_as(t))
+        """The compiled kernel, once per piece (its Python, the same ops eagerly, under a
+        dispatch mode such as a memory census: torch.compile refuses to run under one)."""
+        hyper = torch.tensor(values, dtype=torch.float32, device=device)
+        skey = torch.tensor(step_key, dtype=torch.int32, device=device)
+        update: Any = keyed_update_ if _get_current_dispatch_mode() else compiled_update()
+        for piece in pieces:
+            update(piece.w, piece.g, piece.m, piece.v, hyper, piece.keys, skey)
 
 
-def update_region(
-    weight: torch.Tensor,
-    grad: torch.Tensor,
-    m: torch.Tensor,
-    v: torch.Tensor,
-    *,
-    start: int,
-    total: int,
-    key: tuple[int, int, int],
-    group: dict[str, Any],
-    generator: torch.Generator,
-) -> None:
-    """AdamW on the flat elements [start, start + len) of a parameter of `total` elements,
-    in place. `key` = (seed, step, parameter index): with it, an element's rounding depends on
-    its index in the whole parameter, never on where the region begins."""
-    seed, step, index = key
-    beta1, beta2 = group["betas"]
+def hyper_values(group: dict[str, Any], step: int) -> list[float]:
+    """The kernel's scalars (adamw_kernel.HYPER's order) for `step` (1-based)."""
+    b1, b2 = group["betas"]
     lr, eps, decay = group["lr"], group["eps"], group["weight_decay"]
-    step_size = lr / (1 - beta1**step)
-    root2 = math.sqrt(1 - beta2**step)
-    rounded = weight.dtype == torch.bfloat16
-    end = start + weight.numel()
-    for first in range(start - start % CHUNK, end, CHUNK):
-        lo, hi = max(first, start), min(first + CHUNK, end)
-        w, g, m_, v_ = (t[lo - start : hi - start] for t in (weight, grad, m, v))
-        w32, g32 = w.float(), g.float()
-        w32.mul_(1 - lr * decay)
-        m32 = m_.float().lerp_(g32, 1 - beta1)
-        v32 = v_.float().mul_(beta2).addcmul_(g32, g32, value=1 - beta2)
-        del g32
-        denom = v32.sqrt().div_(root2).add_(eps)
-        w32.addcdiv_(m32, denom, value=-step_size)
-        del denom
-        if not rounded:  # fp32 (or another dtype): written back as computed
-            for out, value in ((w, w32), (m_, m32), (v_, v32)):
-                out.copy_(value)
-            continue
-        # The whole chunk's bits are drawn on every rank, so the rounding of an element
-        # does not depend on which rank holds it; weight, m and v each get their own.
-        generator.manual_seed(_key(seed, step, index, first // CHUNK))
-        size = min(CHUNK, total - first)
-        for out, value in ((w, w32), (m_, m32), (v_, v32)):
-            bits = torch.randint(
-                0, _LOW16 + 1, (size,), generator=generator, dtype=torch.int32, device=w.device
-            )
-            stochastic_round_(out, value, bits[lo - first : hi - first])
+    inv_root2 = 1 / math.sqrt(1 - b2**step)
+    return [1 - lr * decay, b1, 1 - b1, b2, 1 - b2, inv_root2, eps, -lr / (1 - b1**step)]
+
+
+def _torch_adamw(group: dict[str, Any], params: list[Any], states: list[Any]) -> None:
+    """torch's AdamW, for parameters that are not bf16 (written back unrounded)."""
+    beta1, beta2 = group["betas"]
+    torch_adamw(
+        params, [p.grad for p in params], [s["exp_avg"] for s in states],
+        [s["exp_avg_sq"] for s in states], [], [s["step"] for s in states],
+        amsgrad=False, beta1=beta1, beta2=beta2, lr=group["lr"],
+        weight_decay=group["weight_decay"], eps=group["eps"], maximize=False,
+    )  # fmt: skip
 
 
 def make_optimizer(

@@ -1,10 +1,10 @@
 """The final artifact: a complete model directory, written aside and renamed into place.
 
-Written collectively without gathering the model: for a full fine-tune rank 0 receives one
-parameter at a time (each rank sends its rows, point to point, straight into that tensor),
-appends it to the Hugging Face safetensors shards (`veri_tui.trainer.weights.ShardWriter`) and frees
-it, so rank 0 holds at most the largest parameter (the embedding) beyond its shard, and the
-others nothing. The shards are
+Written collectively without gathering the model: for a full fine-tune rank 0 receives the
+parameters a group at a time (a decoder layer's together: one gather over the job's process
+group, veri_tui/trainer/gather.py), appends each to the Hugging Face safetensors shards
+(`veri_tui.trainer.weights.ShardWriter`) and frees them, so rank 0 holds at most one group
+(a layer, or the embedding) beyond its shard, and the others nothing. The shards are
 `model.safetensors`, or `model-0000k-of-0000n.safetensors` + `model.safetensors.index.json`
 above the `artifact_shard_bytes` knob (default 5 GB, as `save_pretrained`), in the dtype trained
 (bf16, or the fp32 masters; transformers 5's fused routed experts written back one tensor
@@ -24,11 +24,11 @@ from typing import TYPE_CHECKING, Any, cast
 import torch
 import torch.distributed as dist
 from torch import nn
-from torch.distributed.tensor import DTensor
 
 from veri_tui.jobfolder.contract import manifest
 from veri_tui.jobfolder.contract.atomic import fsync_dir
 from veri_tui.trainer.experts import ATTR, split, unfused
+from veri_tui.trainer.gather import gathered
 from veri_tui.trainer.measure import mark_memory
 from veri_tui.trainer.parallelize import unwrap
 from veri_tui.trainer.weights import Planned, ShardWriter, plan_shards
@@ -60,31 +60,6 @@ def _replace_dir(tmp: Path, out: Path) -> None:
         shutil.rmtree(old, ignore_errors=True)
 
 
-def _to_rank0(t: torch.Tensor, rank: int) -> torch.Tensor | None:
-    """The whole tensor on rank 0 (None elsewhere); collective for a DTensor.
-
-    FSDP2 shards dim 0 in `torch.chunk` pieces, rank r holding rows [r*c, (r+1)*c). Rank 0
-    receives each piece straight into its rows of one tensor (point to point): no rank
-    gathers the whole (`full_tensor()` would, on every rank).
-    """
-    if not isinstance(t, DTensor):
-        return t.detach() if rank == 0 else None
-    local = t.to_local().detach()
-    rows, world = t.shape[0], dist.get_world_size()
-    step = -(-rows // world)
-    if rank != 0:
-        if local.numel():
-            dist.send(local.contiguous(), dst=0)
-        return None
-    whole = torch.empty(t.shape, dtype=t.dtype, device=local.device)
-    whole[: local.shape[0]].copy_(local)
-    for r in range(1, world):
-        part = whole[r * step : min(rows, (r + 1) * step)]
-        if part.numel():
-            dist.recv(part, src=r)
-    return whole
-
-
 def _model_tensors(base: nn.Module) -> list[tuple[str, torch.Tensor]]:
     """Parameters (a tied one once, under its first name) then persistent buffers."""
     keys = set(base.state_dict())
@@ -112,8 +87,7 @@ def _write_full(
         else:
             plan.append(Planned(n, t.dtype, tuple(t.shape)))
     writer = ShardWriter(tmp, plan_shards(plan, shard_bytes)) if rank == 0 else None
-    for name, t in tensors:
-        whole = _to_rank0(t, rank)
+    for name, whole in gathered(tensors, rank):
         if writer is not None and whole is not None:
             if name in layouts:
                 pieces = zip(
@@ -140,11 +114,11 @@ def _write_full(
 
 def _write_adapter(base: nn.Module, tmp: Path, rank: int) -> dict[str, Any]:
     adapter = {}
-    for name, p in base.named_parameters():
-        if p.requires_grad:  # only the adapter trains; the frozen base is never gathered
-            whole = _to_rank0(p, rank)
-            if whole is not None:
-                adapter[name] = whole.to("cpu")
+    # Only the adapter trains; the frozen base is never gathered.
+    trained = [(n, p) for n, p in base.named_parameters() if p.requires_grad]
+    for name, whole in gathered(trained, rank):
+        if whole is not None:
+            adapter[name] = whole.to("cpu")
     if rank == 0:
         cast("PeftModel", base).save_pretrained(str(tmp), state_dict=adapter)  # a LoRA job's
     return {}

@@ -6,6 +6,8 @@ wait at the gate; go continues the same process from step K, no-go ends it.
   planned micro batch; every row is still trained on once per epoch.
 - Each canary step is timed by phase and measured by term (veri_tui/trainer/canarymeter.py); the
   first is the warm-up (lazy initialisation, optimizer states made), left out of the rates.
+  The optimizer's time ends when its step does (a step post-hook): clipping and the update,
+  what the plan's optimizer term counts; the loss's all-reduce after it is `after_update`.
 - After step K: one checkpoint saved (the job's own `step-K`), then loaded back in place
   over zeroed trainable parameters and optimizer states, which must come back exactly
   (float64 sums of every local shard).
@@ -103,6 +105,9 @@ class Canary:
                 )
             if self.cfg.zero_stage == 3:
                 self.hooks += watch_units(model, decoder_layers(model), self.in_flight)
+        if opt is not None:  # the update's end: the optimizer time is clipping plus update
+            clock = self.clock
+            self.hooks.append(opt.register_step_post_hook(lambda *_: clock.note("updated")))
         self.states_before = self._opt_tensors(opt)
         self.clock.note("start")
 

@@ -133,15 +133,19 @@ class PhaseClock(Progress):
 
 
 def split_times(marks: list[tuple[str, float, int]]) -> dict[str, float]:
-    """data / forward+backward / optimizer seconds of one step's marks (`start` ... `end`)."""
+    """data / forward+backward / optimizer / after_update seconds of one step's marks
+    (`start` ... `end`): the optimizer's from its mark (clipping, then the update) to
+    `updated` (the optimizer's step post-hook), then the rest (the loss's all-reduce)."""
     at: dict[str, float] = {}
     for phase, t, _ in marks:
         at.setdefault(phase, t)
     end = marks[-1][1]
+    updated = at.get("updated", end)
     return {
         "data": at["forward"] - at["start"],
         "forward_backward": at["optimizer"] - at["forward"],
-        "optimizer": end - at["optimizer"],
+        "optimizer": updated - at["optimizer"],
+        "after_update": end - updated,
     }
 
 

@@ -95,7 +95,7 @@ def rank_record(canary: Any, save_s: float, load_s: float, ok: bool, why: str | 
     warm = WARMUP if len(runs) > WARMUP else 0
     steady = runs[warm:]
     split = {k: statistics.median(r[k] for r in steady)
-             for k in ("data", "forward_backward", "optimizer")}  # fmt: skip
+             for k in ("data", "forward_backward", "optimizer", "after_update")}  # fmt: skip
     split["save"] = save_s
     stats = canary.stats.record(final=False)
     setup = {k: v for k, v in (stats.get("setup_s") or {}).items() if k != "first_step"}

@@ -15,6 +15,7 @@ import torch
 from veri_tui.jobfolder.contract.errors import ConfigError
 from veri_tui.jobfolder.supervise.progress import Progress
 from veri_tui.trainer import checkpoint
+from veri_tui.trainer.adamw import StochasticAdamW
 from veri_tui.trainer.artifact import save_artifact
 from veri_tui.trainer.canary import Canary
 from veri_tui.trainer.config import TrainConfig
@@ -75,6 +76,8 @@ def train(cfg: TrainConfig, ctx: RankContext, log: RankLog) -> None:
         log.info(f"cpu_offload: the host-side optimizer step runs on {threads} threads per rank")
     parts = build_parts(cfg, rt, path, total, stats.setup, lambda: progress.mark("load"))
     model, ref, opt, sched = parts.model, parts.ref, parts.opt, parts.sched
+    if isinstance(opt, StochasticAdamW):
+        log.info(opt.describe())  # after offload_threads: the host kernel's thread count
     start = _resume(cfg, model, opt, sched, log) if cfg.resume or cfg.resume_from else 0
     meter = StateMeter(ctx, step=min(2, total), device=rt.device)
     if ref is not None and meter.enabled:

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from veri_tui.jobfolder.canary.canarytable import canary_lines, money
+from veri_tui.jobfolder.canary.canaryterms import memory_terms, num, optimizer_time, rank_max
 from veri_tui.jobfolder.contract.atomic import write_json_atomic
 from veri_tui.jobfolder.contract.layout import CANARY
 from veri_tui.jobfolder.contract.record import now_iso
@@ -76,51 +77,10 @@ def read_decision(job_dir: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) and "go" in data else None
 
 
-def _num(value: Any) -> float | None:
-    ok = isinstance(value, int | float) and not isinstance(value, bool)
-    return float(value) if ok else None
-
-
-def _max(ranks: list[dict[str, Any]], key: str) -> float | None:
-    values = [v for r in ranks if (v := _num((r.get("memory") or {}).get(key))) is not None]
-    return max(values) if values else None
-
-
 def _median(values: list[float]) -> float:
     ordered = sorted(values)
     mid = len(ordered) // 2
     return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
-
-
-#: (term, planned key of `predicted.peak_parts` or of `predicted`, measured key of memory)
-TERMS = (
-    ("states", "states", "states_bytes"),
-    ("activations", "activations", "activations_bytes"),
-    ("loss", "logits_and_loss_bytes", "loss_bytes"),
-    ("in_flight", "in_flight", "in_flight_bytes"),
-    ("optimizer_step", "optimizer_step_bytes", "optimizer_step_bytes"),
-    ("overhead", "overhead", "overhead_bytes"),
-    ("allocated_peak", "allocated_bytes", "allocated_peak_bytes"),
-    ("reserved_peak", None, "reserved_peak_bytes"),
-    ("device_peak", "peak_bytes", "device_peak_bytes"),
-    ("alloc_retries", None, "alloc_retries"),
-)
-
-
-def memory_terms(ranks: list[dict[str, Any]], predicted: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """Each term: the plan's bytes per GPU beside the largest any rank measured (None: not
-    measured there, e.g. reserved bytes off CUDA), and each rank's figure."""
-    parts = dict(predicted.get("peak_parts") or {})
-    if parts.get("activations") is not None:  # the plan's activation peak holds its logits
-        parts["activations"] = parts["activations"] + (parts.get("logits") or 0)
-    parts["alloc_retries"] = 0
-    out = []
-    for term, pkey, mkey in TERMS:
-        planned = parts.get(pkey) if pkey else parts.get(term)
-        per_rank = [(r.get("memory") or {}).get(mkey) for r in ranks]
-        out.append({"term": term, "planned": _num(planned), "measured": _max(ranks, mkey),
-                    "per_rank": per_rank})  # fmt: skip
-    return out
 
 
 def extrapolate(first: Mapping[str, Any], price: float | None, gpus: int) -> dict[str, Any]:
@@ -152,7 +112,7 @@ def extrapolate(first: Mapping[str, Any], price: float | None, gpus: int) -> dic
 
 
 def _capacity(ranks: list[dict[str, Any]]) -> float | None:
-    values = [v for r in ranks if (v := _num((r.get("memory") or {}).get("capacity_bytes")))]
+    values = [v for r in ranks if (v := num((r.get("memory") or {}).get("capacity_bytes")))]
     return min(values) if values else None
 
 
@@ -161,7 +121,7 @@ def gate(block: dict[str, Any], limits: Mapping[str, Any], ranks: list[dict[str,
     """The gate's failures, each one line naming the limit and the knob that fixes it."""
     failed = []
     ext = block["extrapolated"]
-    max_cost, max_hours = _num(limits.get("max_cost")), _num(limits.get("max_hours"))
+    max_cost, max_hours = num(limits.get("max_cost")), num(limits.get("max_hours"))
     if max_cost is not None:
         if not ext.get("known") or ext.get("cost") is None:
             failed.append(f"--max-cost {max_cost:g}: no cost to judge (no steady step or no "
@@ -175,16 +135,16 @@ def gate(block: dict[str, Any], limits: Mapping[str, Any], ranks: list[dict[str,
         lo, hi = ext["hours_band"]
         failed.append(f"--max-hours {max_hours:g}: extrapolated {ext['hours']:.3g} h (band "
                       f"{lo:.3g}-{hi:.3g} h); {TIME_KNOB}, or raise --max-hours")  # fmt: skip
-    headroom = _num(limits.get("headroom"))
+    headroom = num(limits.get("headroom"))
     headroom = DEFAULT_HEADROOM if headroom is None else headroom
-    capacity, peak = _capacity(ranks), _max(ranks, "device_peak_bytes")
+    capacity, peak = _capacity(ranks), rank_max(ranks, "device_peak_bytes")
     if capacity and peak is not None and peak > (1 - headroom) * capacity:
         terms = {t["term"].replace("loss", "logits"): t["measured"] or 0 for t in block["terms"]}
         largest = max([k for k in KNOB_FOR_PART if k != "overhead"], key=lambda k: terms.get(k, 0))
         failed.append(f"--headroom {headroom:g}: peak {peak / 1e9:.3g} GB of "
                       f"{capacity / 1e9:.3g} GB per rank leaves under {headroom:.0%}; largest "
                       f"{largest}: {KNOB_FOR_PART[largest]}, or lower --headroom")  # fmt: skip
-    retries = _max(ranks, "alloc_retries")
+    retries = rank_max(ranks, "alloc_retries")
     if retries:
         failed.append(f"allocator retried {retries:.0f} times (fragmented at the limit); lower "
                       "micro_batch_size or activation_checkpointing=full")  # fmt: skip
@@ -199,9 +159,9 @@ def gate(block: dict[str, Any], limits: Mapping[str, Any], ranks: list[dict[str,
 def price_of(spec: Mapping[str, Any], predicted: Mapping[str, Any]) -> float | None:
     """The price per GPU-hour: the plan's, else the one the job set (a plan made where the
     job's cost could not be estimated keeps none)."""
-    price = _num(predicted.get("price_per_gpu_hour"))
+    price = num(predicted.get("price_per_gpu_hour"))
     if price is None:
-        price = _num((spec.get("hyperparameters") or {}).get("price_per_gpu_hour"))
+        price = num((spec.get("hyperparameters") or {}).get("price_per_gpu_hour"))
     return price
 
 
@@ -215,6 +175,7 @@ def judge(ranks: list[dict[str, Any]], spec: Mapping[str, Any], predicted: Mappi
         "steps": first.get("steps"), "ranks": len(ranks), "device": first.get("device"),
         "device_name": first.get("device_name"), "planned_gpu": predicted.get("gpu"),
         "gpu_count": gpus, "limits": limits, "terms": memory_terms(ranks, predicted),
+        "optimizer": optimizer_time(ranks, predicted),
         "time": {k: first.get(k) for k in ("split_s", "step_s", "rates", "warmup_steps",
                                             "save_s", "load_s", "setup_s", "tokens")},
         "planned": {k: predicted.get(k) for k in ("tokens_per_s", "step_time_s", "gpu_hours",

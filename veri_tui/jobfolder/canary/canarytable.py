@@ -62,12 +62,27 @@ def _table(rows: list[tuple[str, str, str, str]]) -> list[str]:
             for r in rows]  # fmt: skip
 
 
+SPLIT = {"forward_backward": "forward/backward", "after_update": "after update"}
+
+
+def _optimizer_line(opt: Mapping[str, Any]) -> list[str]:
+    """The optimizer step's time beside the plan's: `  optimizer (clip + update): ...`."""
+    m, p = opt.get("measured"), opt.get("planned")
+    if m is None:
+        return []
+    ranks = ", ".join("-" if v is None else f"{v:.3g}" for v in opt.get("per_rank") or [])
+    vs = f"; planned {p:.3g} s ({opt.get('planned_as')}): {m / p:.3g}x" if p else ""
+    return [f"  optimizer (clip + update): {m:.3g} s on the slowest rank (ranks: {ranks} s)"
+            f"{vs}"]  # fmt: skip
+
+
 def _time_lines(block: Mapping[str, Any]) -> list[str]:
     t, planned = block.get("time") or {}, block.get("planned") or {}
     split = t.get("split_s") or {}
-    parts = " + ".join(f"{k.replace('_', '/')} {v:.3g} s" for k, v in split.items() if k != "save")
+    parts = " + ".join(f"{SPLIT.get(k, k)} {v:.3g} s" for k, v in split.items() if k != "save")
     out = [f"  step time (median after warm-up): {parts or '-'}; checkpoint save "
            f"{t.get('save_s') or 0:.3g} s, load back {t.get('load_s') or 0:.3g} s"]  # fmt: skip
+    out += _optimizer_line(block.get("optimizer") or {})
     ext = block.get("extrapolated") or {}
     if not ext.get("known"):
         return [*out, "  extrapolated: - (no steady step to time)"]
