@@ -109,7 +109,7 @@ async def test_suggestion_applied_with_one_key(veri_home: Path, tmp_path: Path) 
         text = str(screen.query_one("#suggestions", Static).render())
         first = record.suggestions[0]
         assert first.text in text
-        trace = str(screen.query_one("#trace", Static).render()).splitlines()
+        trace = str(screen.query_one("#decision-trace", Static).render()).splitlines()
         # The header's decision line once, then the rest of the trace (why it does not fit).
         decision = record.resolved_parallelism["decision_trace"][0]
         assert [line for line in trace if decision in line] == [f"decision: {decision}"]
@@ -128,7 +128,7 @@ async def test_header_shows_the_decision_once(veri_home: Path) -> None:
     async with app.run_test(size=(120, 40)) as pilot:
         await editor_ready(pilot)
         screen = app.screen
-        trace = str(screen.query_one("#trace", Static).render()).splitlines()
+        trace = str(screen.query_one("#decision-trace", Static).render()).splitlines()
         assert trace == screen.record.header_lines  # a plan that fits: nothing after it
         assert sum("stage-0 states" in line for line in trace) == 1
         assert trace[-1].startswith("decision: stage-0 states ")

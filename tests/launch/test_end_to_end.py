@@ -227,6 +227,8 @@ def _running_job(home: Path) -> tuple[str, Path, list[int]]:
     out = cli("launch", "--gpu-count", "2", "--set", "max_steps=100000")
     job_id = out.stdout.strip()  # stdout is the id alone; stderr says how to go on
     assert out.stderr.splitlines() == [
+        "warning: no CUDA GPU on this machine: the job runs 2 CPU processes (gloo) instead of "
+        "the planned 2 x L4-24GB; the plan's memory, speed and cost figures are for those GPUs",
         f"job {job_id} started detached; it runs on without this terminal:",
         f"  follow it:  veri-tui logs {job_id} -f",
         f"  cancel it:  veri-tui cancel {job_id}",

@@ -46,7 +46,7 @@ def test_bundled_examples_print_the_cost_line(name: str, capsys) -> None:
     assert "full-length samples assumed" not in lines[0]  # counted with the tokenizer
 
 
-def test_hub_examples_without_a_tokenizer_assume_full_length(
+def test_hub_examples_without_a_tokenizer_assume_full_length_and_refuse(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, model_dirs: dict[str, Path], capsys
 ) -> None:
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
@@ -61,11 +61,15 @@ def test_hub_examples_without_a_tokenizer_assume_full_length(
         (repo_dir / "refs").mkdir()
         (repo_dir / "refs" / "main").write_text("r1")
     for name, gpus in (("qwen3-0.6b-l4x4.toml", 4), ("llama-70b-h100x8.toml", 8)):
-        assert main(["plan", str(EXAMPLES / name)]) == 0
-        line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("cost:"))
+        # The cost is still estimated (full-length rows), and `plan` exits 2: the launch
+        # would refuse a model folder without a tokenizer (issue 35).
+        assert main(["plan", str(EXAMPLES / name)]) == 2
+        out, err = capsys.readouterr()
+        line = next(x for x in out.splitlines() if x.startswith("cost:"))
         assert COST_RE.match(line) and f" on {gpus} x " in line
         assert "full-length samples assumed: no tokenizer.json in" in line
-        cost = plan_json(capsys, str(EXAMPLES / name))["cost"]
+        assert err.startswith("error: model: ") and "has no tokenizer files" in err, err
+        cost = plan_json(capsys, str(EXAMPLES / name), rc=2)["cost"]
         # 64 rows, gbs 64, one epoch: one step at max_seq_length.
         assert cost["dataset_tokens"] is None and cost["steps"] == 1
         assert cost["sample_length"] in (2048, 4096)
@@ -139,12 +143,18 @@ def test_bad_prices_file_is_one_warning(
 def test_unknown_cost_says_why(tmp_path: Path, capsys) -> None:
     assert plan_json(capsys)["cost"]["reason"] == "no dataset given"
     small = sft_rows(tmp_path / "small.jsonl", 5)
-    cost = plan_json(capsys, "--dataset", str(small), "--set", "global_batch_size=8")["cost"]
+    # The plan is shown without a cost, and `plan` exits 2 as the launch would refuse it.
+    argv = ("--dataset", str(small), "--set", "global_batch_size=8")
+    cost = plan_json(capsys, *argv, rc=2)["cost"]
     assert (
         not cost["known"]
         and "global_batch_size 8 is more than the dataset's 5 rows" in (cost["reason"])
     )
     assert cost["steps"] is None and cost["price"] is None
+    err = capsys.readouterr().err
+    assert main(["plan", *argv]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].startswith("error: global_batch_size: 8 "), err
     # A dataset launch would refuse: the plan is still printed, and `plan` exits 2 with one
     # error line naming the file and line (issue 27).
     (tmp_path / "bad.jsonl").write_text('{"text": "a"}\nnot json\n')

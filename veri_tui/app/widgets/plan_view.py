@@ -50,7 +50,7 @@ class PlanView(VerticalScroll):
         yield Static("", id="throughput-line", markup=False)  # the plan's own tokens/s
         yield ThroughputChart(id="throughput")
         yield CostView(id="cost")
-        yield Static("", id="trace", classes="trace", markup=False)
+        yield Static("", id="decision-trace", classes="trace", markup=False)
 
     def show_errors(self, lines: list[str]) -> None:
         """Errors that have no field of their own in the form (model, dataset, ...)."""
@@ -112,4 +112,4 @@ class PlanView(VerticalScroll):
             chart.sweep, chart.current = sweep, current
         self.query_one(CostView).show(record.cost if record else None)
         trace = decision_trace(record) if record else []
-        show(self.query_one("#trace", Static), "\n".join(trace))
+        show(self.query_one("#decision-trace", Static), "\n".join(trace))
