@@ -35,8 +35,9 @@ MEMORY = {
     "gradient_accumulation_steps": (1, 4, {}),
     "global_batch_size": (4, 16, {}),  # sets gradient_accumulation_steps (above)
     # Packed rows attend with a mask: the memory-efficient kernel keeps k and v repeated to
-    # every head and an S x S bias per layer (veri_tui/plan/activations.py).
-    "packing": (False, True, {}),
+    # every head and an S x S bias per layer (veri_tui/plan/activations.py); checkpointed,
+    # only the recomputed layer holds them, below the loss's backward here.
+    "packing": (False, True, {"activation_checkpointing": "none"}),
 }
 NOT_MEMORY = {
     "data_parallel_size": (2, "must equal gpu_count (refused otherwise): gpu_count divides"),
