@@ -238,7 +238,7 @@ def launch(
             raise VeriError(list(dict.fromkeys(problems)))
         measured = (
             fleet_probe(hosts, facts, job, probe or ProbeChoice())
-            if needs_probe(hosts, facts, job)
+            if needs_probe(hosts, facts, job, backend)
             else None
         )
         if measured is not None:

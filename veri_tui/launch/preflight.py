@@ -98,7 +98,7 @@ def preflight(job: JobConfig, plan_record: PlanRecord | None, dest: Destination[
             rows, job = _node_rows(hosts, facts, job, problems)
         else:
             rows = [("host", True, line) for line in facts[0].summary()]
-            if not found and needs_probe(hosts, facts, job):  # 2 GPUs or more: their health
+            if not found and needs_probe(hosts, facts, job, dest.backend):  # 2 GPUs or more: their health
                 report = _collect(problems, lambda: fleet_probe(hosts, facts, job, ProbeChoice()))
                 rows += [("probe", True, report.lines()[-1])] if report is not None else []
         out_job = _collect(problems, lambda: head.output_for(job, facts[0]))
