@@ -29,6 +29,7 @@ import shutil
 import sys
 import tempfile
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -37,6 +38,7 @@ TESTS = Path(__file__).resolve().parent
 if str(TESTS) not in sys.path:
     sys.path.insert(0, str(TESTS))
 
+from support.leaks import kill_processes_mentioning  # noqa: E402
 from support.session import slurm_cluster, sshd, sshd2  # noqa: E402
 
 __all__ = ["slurm_cluster", "sshd", "sshd2"]
@@ -57,6 +59,17 @@ def _group(item: pytest.Item) -> str:
     # no "]" in a group's name: xdist takes what follows the last "@" as the group only when
     # no "]" comes after it (its test ids end in "]" where parametrized)
     return f"{rel.as_posix()}:{backend}" if backend else rel.as_posix()
+
+
+@pytest.fixture(autouse=True)
+def _no_process_outlives_its_test(request: pytest.FixtureRequest) -> Iterator[None]:
+    """After a test that has a tmp_path, every process naming that folder is killed
+    (support/leaks.py): a job a failing test launched detached must not run on beside the
+    rest of the suite."""
+    folder = request.getfixturevalue("tmp_path") if "tmp_path" in request.fixturenames else None
+    yield
+    if folder is not None:
+        kill_processes_mentioning(str(folder))
 
 
 def pytest_configure(config: pytest.Config) -> None:

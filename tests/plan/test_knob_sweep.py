@@ -30,15 +30,13 @@ MEMORY = {
     "max_length": (1024, 512, {"method": "dpo"}),
     "gpu_count": (2, 4, {}),
     "method": ("sft_text", "dpo", {}),  # the reference model, chosen and rejected
+    # FSDP2's gradient shards exist from a step's first backward on: a later micro-batch's
+    # backward starts with them (veri_tui/plan/moments.py); the activations do not add up.
+    "gradient_accumulation_steps": (1, 4, {}),
+    "global_batch_size": (4, 16, {}),  # sets gradient_accumulation_steps (above)
 }
 NOT_MEMORY = {
     "data_parallel_size": (2, "must equal gpu_count (refused otherwise): gpu_count divides"),
-    "gradient_accumulation_steps": (
-        4,
-        "each micro-batch's activations are freed by its backward, and gradients "
-        "accumulate in place (DDP's bucket views, FSDP2's sharded gradient)",
-    ),
-    "global_batch_size": (8, "sets gradient_accumulation_steps (above)"),
     "lora_alpha": (64.0, "a scale applied in the forward, no tensor"),
     "lora_dropout": (
         0.1,

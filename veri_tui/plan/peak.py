@@ -37,6 +37,7 @@ from veri_tui.plan.layout import Layout
 from veri_tui.plan.losses import loss_chunk_bytes
 from veri_tui.plan.memory import MemoryEstimate, in_flight_bytes, trained_weight_bytes
 from veri_tui.plan.model_info import ModelInfo
+from veri_tui.plan.moments import backward_moments, fsdp_terms
 
 if TYPE_CHECKING:
     from veri_tui.jobfolder.knobs.fields import Checkpointing
@@ -110,6 +111,7 @@ def estimate_peak(
         transient += 2 * max(i * o for i, o, _ in lay.linears()) if known else 0
     # With cpu_offload the states on the GPU are the units in flight (memory.py).
     in_flight = est.states_bytes_per_gpu if est.cpu_offload else transient
+    fsdp = fsdp_terms(info, est, models[activation_checkpointing], terms, tokens) if terms else {}
     states = 0 if est.cpu_offload else est.states_bytes_per_gpu
     available = gpu.usable_bytes - states - in_flight
     current = terms.peak if terms else 0
@@ -147,11 +149,16 @@ def estimate_peak(
         "max_micro_batch_size": models[activation_checkpointing].largest_micro_batch(
             seq, available
         ) if known else None,
+        **fsdp,
     }  # fmt: skip
 
 
 def peak_parts(
-    act: dict[str, Any], est: MemoryEstimate, gpu: GPU, evaluating: bool = False
+    act: dict[str, Any],
+    est: MemoryEstimate,
+    gpu: GPU,
+    evaluating: bool = False,
+    accumulating: bool = False,
 ) -> dict[str, Any]:
     """The step's peak per GPU by part, from the (calibrated) activation estimate: the
     backward's moment (states, activations, logits, units in flight) or, when larger, the
@@ -162,6 +169,8 @@ def peak_parts(
     current, logits = act["bytes_per_gpu"], act["logits_at_peak_bytes"]
     parts.update(states=states, overhead=RESERVE_BYTES)
     parts.update(activations=current - logits, logits=logits, in_flight=act["in_flight_bytes"])
+    if (est.zero_stage > 0 or est.cpu_offload) and "keeps_bytes" in act:  # FSDP2 (moments.py)
+        parts.update(backward_moments(act, est, accumulating))
     step = optimizer_step_bytes(est)
     moment = "backward"
     if step > current + act["in_flight_bytes"]:  # the activations are gone by the step

@@ -230,7 +230,9 @@ def plan_job(
     calibration, calibration_warnings = calibration_for(gpu.name, host)
     activations = calibration.activations(activations, info)
     evaluating = bool(job.eval_dataset) or hp.eval_fraction > 0
-    activations["peak"] = calibration.peak(peak_parts(activations, est, gpu, evaluating))
+    activations["peak"] = calibration.peak(
+        peak_parts(activations, est, gpu, evaluating, accumulating=ga > 1)
+    )
     warnings += calibration_warnings
     tp_args = throughput_args(job, info, stage)
     throughput = calibration.throughput(estimate_throughput(info, gpu, **tp_args))

@@ -28,6 +28,8 @@ restores, exactly these:
 - DDP's start-up check that the ranks' parameter shapes agree (it reads tensor bytes in
   C++) is skipped: one process, nothing to disagree with; and the warning about a fake
   tensor's data pointer (the bf16 AdamW compares two, harmlessly: equal) is silenced;
+- torch's optimizers take their foreach path for fake parameters as for CUDA ones (a fake
+  parameter is a FakeTensor, which torch's list of foreach types lacks);
 - DTensor's sharding propagation runs its global-shape shadow ops in a private fake mode,
   as in an eager run (it reuses the active one when there is one, and a tracker in that
   mode would count the shadow ops as memory: 11 MiB of a small FSDP2 optimizer step
@@ -265,6 +267,13 @@ def patched(gpus: int, name: str) -> Iterator[None]:
         stack.enter_context(_attributes(sharding_prop, {"detect_fake_mode": lambda *a: None}))
         verify = {"_verify_param_shape_across_processes": _same_shapes}
         stack.enter_context(_attributes(ddp, verify))
+        import torch.optim.optimizer as optim
+
+        # A fake parameter is a FakeTensor, not a Parameter, so torch's AdamW would take its
+        # one-tensor-at-a-time path where CUDA takes foreach (one temporary the size of the
+        # second moments: the plan's optimizer step; DTensor is on the list already).
+        foreach = [*optim._foreach_supported_types, FakeTensor]
+        stack.enter_context(_attributes(optim, {"_foreach_supported_types": foreach}))
         stack.enter_context(warnings.catch_warnings())
         warnings.filterwarnings("ignore", "Accessing the data pointer of FakeTensor")
         import transformers.masking_utils as masking

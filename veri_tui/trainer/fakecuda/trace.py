@@ -38,6 +38,7 @@ from veri_tui.trainer.fakecuda.session import DEFAULT_GPU_NAME, fake_rank
 from veri_tui.trainer.fakecuda.tracker import Tracker
 from veri_tui.trainer.fakecuda.writer import plan_save
 from veri_tui.trainer.measure import StateMeter
+from veri_tui.trainer.model import decoder_layers
 from veri_tui.trainer.parallelize import Runtime, autocast, init_runtime, offload_active
 from veri_tui.trainer.report import RankContext
 from veri_tui.trainer.setup import Parts, build_parts
@@ -146,6 +147,7 @@ def _run(run: Trace, evaluate: bool, save: bool, inspect: Callable[[Trace], None
             yield
 
     run.parts = parts = build_parts(cfg, rt, on_device=on_device)
+    tracker.layers = len(decoder_layers(parts.model))
     _ddp_reduce_in_place(parts.model, world)
     with mode, tracker:
         pad = 0

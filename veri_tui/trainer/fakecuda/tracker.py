@@ -42,6 +42,8 @@ CATEGORY_OF_PHASE = {
 }  # fmt: skip
 _GATHER_NAMESPACES = ("fsdp", "_c10d_functional", "c10d")
 _FAKE = torch._C._TorchDispatchModeKey.FAKE
+# One per FSDP2 unit: its all-gather in the forward, its reduce-scatter in the backward.
+_UNIT_OPS = {"forward": "all_gather_copy_in", "backward": "_reduce_scatter_base_"}
 
 
 class PhaseStats:
@@ -101,6 +103,13 @@ class Tracker(TorchDispatchMode):  # type: ignore[no-untyped-call]
         self.peak_phase = "load"
         self.peak_op = ""
         self.last_op: Any = None  # the last op that ran (a failure between ops: after it)
+        #: Decoder layers of the model (the trace sets it): `where_peaks` needs it.
+        self.layers = 1
+        #: Each phase's peak at its first layer, at its last layer and in between ((phase,
+        #: "first" | "middle" | "last"): `_where`): what a trace at a few layers extrapolates
+        #: to all of them (docs/trace.md, The depth).
+        self.where_peaks: dict[tuple[str, str], int] = {}
+        self._units_phase, self._units = "", 0
         # id(storage) -> [bytes, device, holder, weakref, the op that made it, its phase]
         self._live: dict[int, list[Any]] = {}
         self._resize = torch.UntypedStorage.resize_
@@ -159,11 +168,26 @@ class Tracker(TorchDispatchMode):  # type: ignore[no-untyped-call]
         self._count(entry, +1)
         self._peaks("resize_")
 
+    def _where(self, phase: str) -> str:
+        """Where a forward or backward is, by the FSDP2 units it has gathered (the root's,
+        then one per layer) or reduced (one per layer, then the root's): at its first layer
+        (with the loss and the root before it in backward, the root and embedding in
+        forward), at its last (and the head, or the root's reduction), or in between. DDP
+        and one process have no units: all of it is "first". Other phases: "first"."""
+        units, layers = self._units, self.layers
+        if phase == "forward":
+            return "first" if units <= 2 else "last" if units >= layers + 1 else "middle"
+        if phase == "backward":
+            return "first" if units == 0 else "last" if units >= layers - 1 else "middle"
+        return "first"
+
     def _peaks(self, op: str) -> None:
         phase = self._phase()
         cuda = self.current["cuda"]
         stats = self.stats[phase]
         stats.peak = max(stats.peak, cuda)
+        where = (phase, self._where(phase))
+        self.where_peaks[where] = max(self.where_peaks.get(where, 0), cuda)
         self.peak["cpu"] = max(self.peak["cpu"], self.current["cpu"])
         if cuda > self.peak["cuda"]:
             if self.detail:  # what each live storage is, at every new peak (costly: tests)
@@ -210,6 +234,10 @@ class Tracker(TorchDispatchMode):  # type: ignore[no-untyped-call]
         stats = self.stats[phase]
         name = str(func.overloadpacket.__name__)
         stats.ops[name] = stats.ops.get(name, 0) + 1
+        if phase != self._units_phase:  # a forward or backward begins: no unit done yet
+            self._units_phase, self._units = phase, 0
+        if name == _UNIT_OPS.get(phase):
+            self._units += 1
         outs = list(_tensors(out if isinstance(out, (list, tuple)) else (out,)))
         stats.bytes += sum(map(_nbytes, _tensors(args))) + sum(map(_nbytes, outs))
         formula = flop_registry.get(func.overloadpacket)
