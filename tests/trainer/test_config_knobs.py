@@ -11,7 +11,7 @@ import pytest
 from veri_tui.jobfolder.contract.errors import ConfigError
 from veri_tui.jobfolder.knobs import Hyperparameters, table
 from veri_tui.plan import job_from_fields, plan_job
-from veri_tui.plan.sources import bundled_tiny_model
+from veri_tui.plan.model_sources import bundled_tiny_model
 from veri_tui.trainer.config import TrainConfig, from_spec
 
 SPEC = {"method": "sft_text", "model_path": "m", "dataset": "d.jsonl"}
