@@ -49,7 +49,7 @@ def hub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def rows_of(value: object, key: str = "dataset") -> list[dict]:
-    job = load_job_config(None, sets=[]).model_copy(update={key: value})
+    job = load_job_config(None, sets=[]).copy_with(update={key: value})
     return [row for _, row in mixed_rows(job_sources(job, key))]
 
 

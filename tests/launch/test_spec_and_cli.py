@@ -76,7 +76,7 @@ def test_model_known_only_from_hub_metadata_is_refused(tmp_path: Path) -> None:
     plan = plan_job(job)
     hub_only = SimpleNamespace(to_dict=lambda: dict(plan.to_dict(), model={"path": None}))
     with pytest.raises(VeriError) as exc:
-        build_record(job.model_copy(update={"model": "Qwen/Qwen3-0.6B"}), hub_only, "x", tmp_path)
+        build_record(job.copy_with(update={"model": "Qwen/Qwen3-0.6B"}), hub_only, "x", tmp_path)
     assert exc.value.lines() == [
         "error: model: Qwen/Qwen3-0.6B is not on this machine (only its Hub metadata was read); "
         "download it (huggingface-cli download Qwen/Qwen3-0.6B) or pass --model DIR"

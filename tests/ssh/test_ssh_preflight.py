@@ -109,7 +109,7 @@ def test_facade_preflight_rows_for_a_host(ssh_env, tmp_path: Path) -> None:
         False,
         f"{taken} already exists on veri-test and is not empty; choose another --output",
     )
-    free = job.model_copy(update={"output": str(tmp_path / "new")})
+    free = job.copy_with(update={"output": str(tmp_path / "new")})
     rows = jobs.preflight(free, None, host=ssh_env.alias)
     assert all(ok for _, ok, _ in rows) and ("output", True, f"{free.output} on veri-test") in rows
     # A CPU host: the job runs, on CPU processes, and the preflight says so (issue 35).

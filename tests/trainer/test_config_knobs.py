@@ -34,7 +34,7 @@ def test_a_planned_job_reaches_the_trainer_whole(tmp_path: Path) -> None:
               "lr_scheduler": "linear", "report_to": ["trackio", "tensorboard"]}  # fmt: skip
     job = job_from_fields(fields)
     record = plan_job(job)
-    spec = {**SPEC, "hyperparameters": job.hyperparameters.model_dump(mode="json"),
+    spec = {**SPEC, "hyperparameters": job.hyperparameters.to_dict(mode="json"),
             "resolved_parallelism": record.resolved_parallelism}  # fmt: skip
     cfg = from_spec(spec, tmp_path)
     rp = record.resolved_parallelism

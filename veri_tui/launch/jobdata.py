@@ -163,4 +163,4 @@ def with_data(job: Any) -> Any:
     update = {"dataset": value[0] if len(value) == 1 else value}
     if data.eval:
         update["eval_dataset"] = [s.to_dict() for s in data.eval]
-    return job.model_copy(update=update)
+    return job.copy_with(update=update)

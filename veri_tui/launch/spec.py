@@ -132,7 +132,7 @@ def make_record(
         "gpu_count": int(job.gpu_count),
         "nproc_per_node": int(job.gpu_count),
         "device": "auto",
-        "hyperparameters": job.hyperparameters.model_dump(mode="json", exclude_none=True),
+        "hyperparameters": job.hyperparameters.to_dict(mode="json", exclude_none=True),
         "resolved_parallelism": resolved,
         "plan_header": header,
         "states_bytes_per_gpu": plan.get("states_bytes_per_gpu"),

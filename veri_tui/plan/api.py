@@ -66,7 +66,7 @@ def _sweep_variant(job: JobConfig, n: int) -> JobConfig:
     update: dict[str, Any] = {"data_parallel_size": None}
     if hp.global_batch_size is not None:
         update["gradient_accumulation_steps"] = None
-    return job.model_copy(update={"gpu_count": n, "hyperparameters": hp.model_copy(update=update)})
+    return job.copy_with(update={"gpu_count": n, "hyperparameters": hp.copy_with(update=update)})
 
 
 def _skip_reason(job: JobConfig, errors: list[Refusal]) -> str:

@@ -117,7 +117,7 @@ class SlurmHost:
     def _login_facts(self, job: JobConfig, dataset_bytes: int) -> HostFacts:
         """The login node's facts; an SSH login node's are its host's probe for no GPU."""
         if not self.machine.local:
-            return self.login.probe(job.model_copy(update={"gpu_count": 0}), dataset_bytes)
+            return self.login.probe(job.copy_with(update={"gpu_count": 0}), dataset_bytes)
         from veri_tui.jobfolder.contract.layout import veri_home
 
         home, python = str(Path.home()), self.machine.python
@@ -136,7 +136,7 @@ class SlurmHost:
             # Planned with the dataset it trains on, so the predicted price counts its tokens.
             for key in ("dataset", "eval_dataset"):
                 self._job_update.setdefault(key, getattr(with_data(job), key))
-        laid_out, rec = self.login.plan(job.model_copy(update=self._job_update), facts)
+        laid_out, rec = self.login.plan(job.copy_with(update=self._job_update), facts)
         return laid_out, on_partition(rec, self.partition)
 
     # -- the job folder on the shared filesystem: as a direct job's on the login node -----

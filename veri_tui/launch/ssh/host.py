@@ -69,7 +69,7 @@ class SshHost:
         from veri_tui.plan import plan_job, read_model_info
 
         if facts.gpu_name:
-            job = job.model_copy(update={"gpu": facts.gpu_name})
+            job = job.copy_with(update={"gpu": facts.gpu_name})
         info = facts.model_info if facts.model_info is not None else read_model_info(None)
         return job, plan_job(job, info, host=facts.host)
 
@@ -85,7 +85,7 @@ class SshHost:
         if machine.exists(output) and (not machine.is_dir(output) or machine.listdir(output)):
             raise VeriError(f"{output} already exists on {facts.host} and is not empty; "
                             "choose another --output", key="output")  # fmt: skip
-        return job.model_copy(update={"output": output})
+        return job.copy_with(update={"output": output})
 
     def job_paths(self, job: JobConfig, plan: PlanRecord, job_dir: str, facts: HostFacts
                   ) -> tuple[str, JobData, str, str | None]:  # fmt: skip
