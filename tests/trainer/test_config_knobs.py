@@ -62,6 +62,9 @@ def test_a_planned_job_reaches_the_trainer_whole(tmp_path: Path) -> None:
         ({"report_to": "tb"}, "report_to: 'tb' is not one of tensorboard, trackio, wandb, mlflow"),
         ({"report_to": ["trackio", "x"]},
          "report_to: 'x' is not one of tensorboard, trackio, wandb, mlflow"),
+        # the values that run are the knob's `available` (knobs/fields.py), "auto" resolved
+        ({"precision": "fp16"}, "precision: 'fp16' is not available; use bf16 or fp32"),
+        ({"zero_stage": 1}, "zero_stage: 1 is not one of 0, 2, 3"),
     ],
 )  # fmt: skip
 def test_a_bad_value_names_its_key(tmp_path: Path, hp: dict, message: str) -> None:
