@@ -15,7 +15,7 @@ from textual.widgets import Input, Select, Static
 
 from veri_tui.app import create_app
 from veri_tui.app.screens.launch import LaunchScreen
-from veri_tui.plan.sources import bundled_tiny_model
+from veri_tui.plan.model_sources import bundled_tiny_model
 
 SSH_TESTS = Path(__file__).resolve().parents[1] / "ssh"
 
@@ -51,7 +51,7 @@ async def test_two_hosts_show_both_nodes_rows_and_the_layout(
         panel = launch.query_one("#preflight", Static)
         target = launch.query_one("#target", Select)
         await until(pilot, lambda: len(target._options) > 2, "both hosts from the config")
-        more = launch.query_one("#more", Input)
+        more = launch.query_one("#direct-host", Input)  # direct's `more hosts`
         more.focus()
         await pilot.press(*sshd2.alias)  # not checked per key: the panel asks for Enter
         await until(pilot, lambda: "enter: check" in str(panel.render()), "the Enter hint")

@@ -155,7 +155,7 @@ async def test_placeholders_are_short_hints_and_focus_shows_the_full_help(
         assert not help_line.display
         await pilot.click("#knob-micro_batch_size")
         await pilot.pause()
-        described = Hyperparameters.model_fields["micro_batch_size"].description
+        described = Hyperparameters.knob_table["micro_batch_size"].description
         assert described == "samples per GPU per forward/backward (alias: batch_size)"
         assert help_line.display
         assert str(help_line.render()) == f"micro_batch_size: {described}"

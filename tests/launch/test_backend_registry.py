@@ -1,5 +1,5 @@
 """The backend registry (veri_tui/launch/backends): each backend's declared options are the
-CLI's flags and the app's Slurm fields, where a job goes is read from them (two backends at
+CLI's flags and the app's scheduler fields, where a job goes is read from them (two backends at
 once refused in one line), and no module outside the registry chooses between backends by
 kind or type; a backend's `submit` gives the typed handle of the nodes it started (or
 `SubmitError` naming them), kept in the registry's entry shape. Fast: no job is launched
@@ -40,13 +40,28 @@ def test_every_declared_option_is_a_flag(command: str, capsys) -> None:
             assert f"  {option.cli_flag} {option.metavar}" in shown, option
 
 
-def test_the_apps_slurm_fields_are_the_slurm_backends_options() -> None:
-    from veri_tui.app.widgets.slurm_fields import FIELDS, WHOLE
+def test_the_probes_flags_are_the_backends_probe_options(capsys) -> None:
+    with pytest.raises(SystemExit):
+        main(["probe", "--help"])
+    shown = capsys.readouterr().out
+    for backend in backends.backends():
+        for option in backend.probe_options:
+            assert f"  {option.cli_flag}" in shown, option
+    assert {o.name for b in backends.backends() for o in b.probe_options} >= {"host", "slurm"}
 
-    declared = [o for o in backends.options_of("slurm") if o.label is not None]
-    assert [f[0] for f in FIELDS[:-1]] == [o.name for o in declared]
-    assert [f[1] for f in FIELDS[:-1]] == [o.label for o in declared]
-    assert set(WHOLE) == {o.name for o in declared if o.type is int}
+
+def test_the_apps_schedulers_and_fields_are_the_backends_options() -> None:
+    from veri_tui.app.widgets.backend_fields import GPU_FIELD, fields_of, schedulers
+
+    assert schedulers() == [("direct: torchrun on the target", "direct"),
+                            ("slurm: sbatch from the target", "slurm")]  # fmt: skip
+    for backend in backends.backends():
+        declared = [(o.name, o.label, o.hint or "") for o in backend.options if o.label]
+        assert fields_of(backend.name) == declared + ([GPU_FIELD] if backend.allocates else [])
+    assert [f[0] for f in fields_of("direct")] == ["host"]
+    assert [f[0] for f in fields_of("slurm")] == [
+        "partition", "nodes", "gpus_per_node", "account", "time", "qos", "exclude", "gpu"
+    ]  # fmt: skip
 
 
 def test_two_backends_at_once_are_one_line(capsys, tmp_path: Path, monkeypatch) -> None:

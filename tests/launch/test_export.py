@@ -22,7 +22,7 @@ from launch_helpers import cli
 from veri_tui.bundled import assets_dir
 from veri_tui.cli import main
 from veri_tui.jobfolder.contract import manifest
-from veri_tui.jobfolder.data.datasource import Source, fingerprint
+from veri_tui.jobfolder.data.source import Source, fingerprint
 
 pytestmark = pytest.mark.timeout(900)  # two launches side by side, then the exports
 TINY = assets_dir() / "tiny-model"
@@ -165,19 +165,25 @@ def test_a_bad_job_id_is_one_line(
     ]
 
 
+@pytest.mark.parametrize(("kind", "label"), [("ssh", "gpu-box"), ("slurm", "slurm:gpu-box")])
 def test_a_job_on_an_ssh_host_says_how_to_bring_its_folder_here(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
+    kind: str,
+    label: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:  # a Slurm job's folder: on its login node's disks (the label is the backend's)
     from veri_tui.launch import registry
 
     monkeypatch.setenv("VERI_HOME", str(tmp_path))
     job_id, folder = "20261206-010203-abcd", "/home/u/.veri/jobs/20261206-010203-abcd"
     record = {"job_id": job_id, "status": "succeeded", "spec": {}}
-    registry.save(registry.RegistryEntry(job_id, "gpu-box", folder, None, "python3", record))
+    registry.save(registry.RegistryEntry(job_id, "gpu-box", folder, None, "python3", record,
+                                         kind=kind))  # fmt: skip
     assert main(["export", job_id, "--merge"]) == 2  # and no connection is tried
     out = capsys.readouterr()
     assert (out.out + out.err).splitlines() == [
-        f"error: export: job {job_id} ran on gpu-box: its artifact is in {folder} there. Copy "
+        f"error: export: job {job_id} ran on {label}: its artifact is in {folder} there. Copy "
         f"that folder into $VERI_HOME/jobs/ here (e.g. scp -r gpu-box:{folder} ~/.veri/jobs/), "
         f"then run `veri-tui export {job_id}` again"
     ]

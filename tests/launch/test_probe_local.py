@@ -18,6 +18,7 @@ import pytest
 from support.fakenvml import python_with_fake_nvml
 
 from veri_tui.errors import VeriError
+from veri_tui.launch.backends import backend_of
 from veri_tui.launch.local_host import LocalHost
 from veri_tui.launch.probe.fleet import ProbeChoice, fleet_probe, needs_probe
 from veri_tui.launch.probe.report import cached, hosts_key
@@ -30,15 +31,20 @@ def host(kind: str) -> SimpleNamespace:
     return SimpleNamespace(kind=kind)
 
 
+def probe_first(hosts: list[SimpleNamespace], facts: list[SimpleNamespace], job: object) -> bool:
+    """needs_probe with the backend of the first host's kind, as a launch passes it."""
+    return needs_probe(hosts, facts, job, backend_of(hosts[0].kind))  # type: ignore[arg-type]
+
+
 def test_which_launches_probe_first() -> None:
     two, none = SimpleNamespace(gpus=[H100, H100]), SimpleNamespace(gpus=[])
     job2, job1 = SimpleNamespace(gpu_count=2), SimpleNamespace(gpu_count=1)
-    assert needs_probe([host("ssh"), host("ssh")], [none, none], job2)  # several nodes
-    assert needs_probe([host("local")], [two], job2)  # 2 GPUs of this machine
-    assert needs_probe([host("ssh")], [two], job2)  # of one SSH host
-    assert not needs_probe([host("local")], [two], job1)  # one GPU: nothing among them
-    assert not needs_probe([host("local")], [none], job2)  # CPU ranks
-    assert not needs_probe([host("slurm")], [two], job2)  # nodes unknown before allocation
+    assert probe_first([host("ssh"), host("ssh")], [none, none], job2)  # several nodes
+    assert probe_first([host("local")], [two], job2)  # 2 GPUs of this machine
+    assert probe_first([host("ssh")], [two], job2)  # of one SSH host
+    assert not probe_first([host("local")], [two], job1)  # one GPU: nothing among them
+    assert not probe_first([host("local")], [none], job2)  # CPU ranks
+    assert not probe_first([host("slurm")], [two], job2)  # nodes unknown before allocation
 
 
 @pytest.mark.slow
@@ -50,7 +56,7 @@ def test_a_sick_gpu_of_this_machine_refuses_the_launch_by_name(home: Path, tmp_p
     local.machine.python = python
     facts = local.probe(job, 0)
     facts.gpus = [H100, H100]  # what torch.cuda would say on that machine
-    assert needs_probe([local], [facts], job)
+    assert needs_probe([local], [facts], job, backend_of("local"))
     start = time.monotonic()
     with pytest.raises(VeriError) as refused:
         fleet_probe([local], [facts], job, ProbeChoice())

@@ -15,7 +15,7 @@ from test_records import make_job
 from veri_tui.bundled import assets_dir
 from veri_tui.cli import main
 from veri_tui.errors import VeriError
-from veri_tui.launch.jobdata import BUNDLED_DATASETS
+from veri_tui.launch.job_datasets import BUNDLED_DATASETS
 from veri_tui.launch.spec import build_record
 from veri_tui.plan import load_job_config, plan_job
 
@@ -76,7 +76,7 @@ def test_model_known_only_from_hub_metadata_is_refused(tmp_path: Path) -> None:
     plan = plan_job(job)
     hub_only = SimpleNamespace(to_dict=lambda: dict(plan.to_dict(), model={"path": None}))
     with pytest.raises(VeriError) as exc:
-        build_record(job.model_copy(update={"model": "Qwen/Qwen3-0.6B"}), hub_only, "x", tmp_path)
+        build_record(job.copy_with(update={"model": "Qwen/Qwen3-0.6B"}), hub_only, "x", tmp_path)
     assert exc.value.lines() == [
         "error: model: Qwen/Qwen3-0.6B is not on this machine (only its Hub metadata was read); "
         "download it (huggingface-cli download Qwen/Qwen3-0.6B) or pass --model DIR"

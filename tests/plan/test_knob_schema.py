@@ -55,8 +55,8 @@ def test_every_value_is_checked_as_pydantic_checks_it(knob: schema.Knob) -> None
 
 
 def test_one_field_list_for_planner_trainer_and_records() -> None:
-    assert list(Hyperparameters.model_fields) == [k.name for k in table(schema.Hyperparameters)]
-    assert list(JobConfig.model_fields) == [k.name for k in table(schema.Job)]
+    assert list(Hyperparameters.knob_table) == [k.name for k in table(schema.Hyperparameters)]
+    assert list(JobConfig.knob_table) == [k.name for k in table(schema.Job)]
     assert PIN_KEYS == tuple(k.name for k in table(schema.Hyperparameters) if k.pin)
     assert schema.CHECKPOINTING == typing.get_args(schema.fields.Checkpointing)
 
@@ -79,7 +79,7 @@ def test_set_activation_checkpointing_none_turns_checkpointing_off() -> None:
 def test_alias_is_the_schema_s() -> None:
     job = load_job_config(sets=["batch_size=3"])
     assert job.hyperparameters.micro_batch_size == 3
-    assert job.hyperparameters.model_fields_set == {"micro_batch_size"}
+    assert job.hyperparameters.fields_given == {"micro_batch_size"}
 
 
 def test_plan_help_lists_every_knob(capsys: pytest.CaptureFixture[str]) -> None:

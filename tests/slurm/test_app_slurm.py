@@ -19,7 +19,7 @@ from textual.widgets import DataTable, Input, Select, Static
 
 from veri_tui.app import create_app
 from veri_tui.app.screens.jobs import JobsScreen
-from veri_tui.app.screens.launch import SLURM, LaunchScreen
+from veri_tui.app.screens.launch import LaunchScreen
 from veri_tui.app.screens.monitor import MonitorScreen
 from veri_tui.app.screens.plan_editor import PlanEditorScreen
 
@@ -72,10 +72,10 @@ async def test_a_slurm_job_from_the_app_waits_with_its_reason_and_cancels(
         # shows the gap).
         await _wait(pilot, lambda: launch.is_mounted, 10, "the launch screen mounted")
         assert not launch.query_one("#slurm-fields").display
-        launch.query_one("#scheduler", Select).value = SLURM
+        launch.query_one("#scheduler", Select).value = "slurm"
         await pilot.pause()
         assert launch.query_one("#slurm-fields").display
-        assert not launch.query_one("#more-line").display
+        assert not launch.query_one("#direct-fields").display
         # A debug-partition node: one sbatch knows, which this job would never get anyway.
         await _type(pilot, "exclude", "127.0.0.2")
         await _type(pilot, "partition", "nope")

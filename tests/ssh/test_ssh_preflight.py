@@ -20,7 +20,7 @@ from veri_tui.launch.ssh.connection import Connection
 from veri_tui.launch.ssh.host import SshHost
 from veri_tui.launch.ssh.preflight import run_preflight
 from veri_tui.plan import load_job_config, read_model_info
-from veri_tui.plan.sources import bundled_tiny_model
+from veri_tui.plan.model_sources import bundled_tiny_model
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(90)]
 
@@ -109,7 +109,7 @@ def test_facade_preflight_rows_for_a_host(ssh_env, tmp_path: Path) -> None:
         False,
         f"{taken} already exists on veri-test and is not empty; choose another --output",
     )
-    free = job.model_copy(update={"output": str(tmp_path / "new")})
+    free = job.copy_with(update={"output": str(tmp_path / "new")})
     rows = jobs.preflight(free, None, host=ssh_env.alias)
     assert all(ok for _, ok, _ in rows) and ("output", True, f"{free.output} on veri-test") in rows
     # A CPU host: the job runs, on CPU processes, and the preflight says so (issue 35).

@@ -59,10 +59,12 @@ def _base(spec: Mapping[str, Any], given: str | None) -> Path:
     return path
 
 
-def _remote_line(job_id: str, host: str, folder: str) -> str:
-    login = host.removeprefix("slurm:")  # a Slurm job's folder is on its login node's disks
-    return (f"job {job_id} ran on {host}: its artifact is in {folder} there. Copy that "
-            f"folder into $VERI_HOME/jobs/ here (e.g. scp -r {login}:{folder} ~/.veri/jobs/), "
+def _remote_line(job_id: str, host: tuple[str, str], folder: str) -> str:
+    """The way out for a job whose folder is on ``host`` (its label, and the machine the
+    folder is on: a Slurm job's login node)."""
+    label, machine = host
+    return (f"job {job_id} ran on {label}: its artifact is in {folder} there. Copy that "
+            f"folder into $VERI_HOME/jobs/ here (e.g. scp -r {machine}:{folder} ~/.veri/jobs/), "
             f"then run `veri-tui export {job_id}` again")  # fmt: skip
 
 

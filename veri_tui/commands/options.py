@@ -143,19 +143,11 @@ def _resume_options(p: argparse.ArgumentParser) -> None:
 
 
 def _probe_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--host", action="append", metavar="SSH_HOST",
-        help="~/.ssh/config alias or user@host[:port]; repeat for several nodes (node 0 first); "
-        "none: this machine",
-    )  # fmt: skip
+    from veri_tui.launch.backends import add_probe_options
+
+    add_probe_options(p)  # --host, --slurm, ...: each backend's nodes
     p.add_argument("--trust-host", metavar="FINGERPRINT",
                    help="accept an unknown SSH host key with this SHA256 fingerprint")  # fmt: skip
-    p.add_argument(
-        "--slurm", action="store_true",
-        help="the nodes of this Slurm allocation ($SLURM_JOB_ID), else of one srun allocates",
-    )  # fmt: skip
-    p.add_argument("--partition", metavar="P", help="with --slurm outside an allocation")
-    p.add_argument("--nodes", type=int, metavar="N", help="with --slurm: nodes (default: all)")
     p.add_argument(
         "--ranks-per-node", type=int, metavar="G",
         help="processes a node (default: its GPUs; CPU: 1 a node, 2 on one machine)",

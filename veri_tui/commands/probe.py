@@ -1,5 +1,6 @@
 """`veri-tui probe`: collective bus bandwidth and GPU health of this machine, SSH hosts or a
-Slurm allocation; the measured network is cached for plans on the same hosts.
+Slurm allocation (the nodes a backend's probe options name: veri_tui/launch/backends); the
+measured network is cached for plans on the same hosts.
 
 Prints the bandwidth table, the network figure, the health lines; exit 0, or 1 with one
 `error: hosts: node K (name) is slow|sick: ...` line per node refused (a launch would refuse
@@ -30,29 +31,13 @@ def _sizes(text: str | None) -> list[int] | None:
 
 def run(args: argparse.Namespace) -> int:
     """Probe, print, cache; exit status."""
+    from veri_tui.launch import backends
     from veri_tui.launch.probe.report import save
 
     sizes = _sizes(args.sizes)
     if args.ranks_per_node is not None and args.ranks_per_node < 1:
         raise VeriError("--ranks-per-node must be at least 1", key="ranks_per_node")
-    if not args.slurm and (args.partition or args.nodes):
-        raise VeriError("--partition and --nodes go with --slurm (SSH hosts: one --host per "
-                        "node)", key="slurm")  # fmt: skip
-    if args.slurm:
-        if args.host:
-            raise VeriError("--slurm and --host are two targets; keep one", key="slurm")
-        from veri_tui.launch.probe.slurm import probe_allocation
-
-        report = probe_allocation(args.partition, args.nodes, args.ranks_per_node, sizes)
-    else:
-        from veri_tui.launch import backends
-        from veri_tui.launch.probe.fleet import probe_hosts
-
-        names = list(args.host or [])
-        if len(set(names)) < len(names):
-            raise VeriError("a host is named twice; one node per host", key="hosts")
-        report = probe_hosts(backends.destination(names), args.trust_host,
-                             ranks_per_node=args.ranks_per_node, sizes=sizes)  # fmt: skip
+    report = backends.probe(vars(args), args.trust_host, args.ranks_per_node, sizes)
     path = save(report)
     if args.json:
         json.dump(report.to_dict(), sys.stdout, indent=2)

@@ -95,16 +95,17 @@ def target_for(job_id: str) -> JobTarget:
     return target
 
 
-def job_location(job_id: str) -> tuple[str | None, str]:
+def job_location(job_id: str) -> tuple[tuple[str, str] | None, str]:
     """(host, folder) of the job's node 0 without connecting: host None for this machine
     (a local job, or one whose folder was copied into $VERI_HOME/jobs), else the host as
-    job records name it (`slurm:<login>` for Slurm); VeriError for an unknown id."""
+    job records name it (`slurm:<login>` for Slurm) and the machine its files are on (the
+    login node); VeriError for an unknown id."""
     target = target_for(job_id)
     try:
         node = target.nodes[0]
         if isinstance(node.host, LocalHost) or target.entry is None:
             return None, node.job_dir
-        return label_of(target.entry), node.job_dir
+        return (label_of(target.entry), target.entry.host), node.job_dir
     finally:
         target.close()
 

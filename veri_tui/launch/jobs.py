@@ -24,26 +24,28 @@ from veri_tui.jobfolder.contract.procs import pid_alive
 from veri_tui.jobfolder.contract.record import JobRecord, pending_reason, scheduler_of
 from veri_tui.launch import backends, registry
 from veri_tui.launch.backends import Destination, Option
+from veri_tui.launch.backends.api import AnyBackend
 from veri_tui.launch.handle import JobHandle
 from veri_tui.launch.host import Row, row_text
 from veri_tui.launch.jobindex import job_location, target_for
 from veri_tui.launch.joblist import list_jobs, local_jobs
+from veri_tui.launch.loglines import LogLine
 from veri_tui.launch.measured import comparison_lines
 from veri_tui.launch.metrics import log_row, metric_of
 from veri_tui.launch.probe.fleet import ProbeChoice
-from veri_tui.launch.records import LogLine
-from veri_tui.launch.slurm.options import SlurmOptions, slurm_options
+from veri_tui.launch.slurm.options import SlurmOptions
 from veri_tui.launch.spec import canary_spec
 
 if TYPE_CHECKING:
     from veri_tui.plan import JobConfig, PlanRecord
 
 __all__ = [
-    "JobHandle", "LogLine", "ProbeChoice", "Row", "SlurmOptions", "backend_options", "cancel",
+    "JobHandle", "LogLine", "Option", "ProbeChoice", "Row", "SlurmOptions", "backend_named",
+    "backend_options", "backends_shown", "cancel",
     "canary_spec", "comparison_lines", "dry_run", "follow_log", "get_job", "host_aliases",
     "job_location", "launch", "list_jobs", "local_jobs", "log_row", "metric_of", "open",
     "pending_reason", "preflight", "read_log", "resume", "row_text", "scheduler_of",
-    "slurm_options", "target_for", "trace", "trace_lines", "trust_key", "watch", "watcher_of",
+    "target_for", "trace", "trace_lines", "trust_key", "watch", "watcher_of",
     "where_of",
 ]  # fmt: skip
 
@@ -67,6 +69,16 @@ def where_of(name: str, values: dict[str, object]) -> Where:
 def backend_options(name: str) -> tuple[Option, ...]:
     """The options backend ``name`` declares (the app's launch-screen fields)."""
     return backends.options_of(name)
+
+
+def backend_named(name: str) -> AnyBackend:
+    """The backend registered as ``name``; VeriError for an unknown one."""
+    return backends.named(name)
+
+
+def backends_shown() -> list[AnyBackend]:
+    """Every backend, `direct` first: the app's scheduler choices."""
+    return backends.backends()
 
 
 def launch(

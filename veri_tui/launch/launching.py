@@ -46,7 +46,7 @@ from veri_tui.launch.datacheck import check_data
 from veri_tui.launch.device import device_line, device_row
 from veri_tui.launch.host import Host, HostFacts, Row, check_disk, check_memory
 from veri_tui.launch.hostpool import all_or_raise, in_parallel
-from veri_tui.launch.jobdata import data_bytes
+from veri_tui.launch.job_datasets import data_bytes
 from veri_tui.launch.nodes import agreement, disk_of, node_label, probe_rendezvous
 from veri_tui.launch.probe.fleet import ProbeChoice, fleet_probe, needs_probe
 from veri_tui.launch.probe.report import with_cached_network, with_network
@@ -71,9 +71,9 @@ def probe_all(
     gpu_count is nodes x GPUs per node: given, or each node's detected GPUs), and every
     problem found (the hosts' own, and their disagreement)."""
     nodes = len(hosts)
-    given = "gpu_count" in job.model_fields_set
+    given = "gpu_count" in job.fields_given
     per_node = job.gpu_count // nodes if given else 1
-    probe_job = job if nodes == 1 else job.model_copy(update={"gpu_count": per_node})
+    probe_job = job if nodes == 1 else job.copy_with(update={"gpu_count": per_node})
     facts = backend.probe(hosts, probe_job, dataset_bytes)
     problems = [p for pf in facts for p in pf.problems]
     if nodes > 1:
@@ -81,7 +81,7 @@ def probe_all(
         if not given:
             per_node = len(facts[0].gpus) or 1  # detected: nodes x GPUs per node
         hosts_list = [h.machine.name for h in hosts]
-        job = job.model_copy(update={"gpu_count": nodes * per_node, "hosts": hosts_list})
+        job = job.copy_with(update={"gpu_count": nodes * per_node, "hosts": hosts_list})
     return facts, job, problems
 
 
@@ -100,7 +100,7 @@ def plan_on(job: JobConfig, dest: Destination[object], trust: str | None = None
     from veri_tui.plan import validate
 
     names = dest.names
-    errors = validate(job.model_copy(update={"hosts": names}) if len(names) > 1 else job)
+    errors = validate(job.copy_with(update={"hosts": names}) if len(names) > 1 else job)
     if errors:
         raise VeriError(errors)
     hosts = dest.open(trust)
@@ -226,7 +226,7 @@ def launch(
     hosts = dest.open(trust)
     backend, names = dest.backend, dest.names
     try:
-        own_checks(job.model_copy(update={"hosts": names}) if len(names) > 1 else job, hosts)
+        own_checks(job.copy_with(update={"hosts": names}) if len(names) > 1 else job, hosts)
         size = 0 if hosts[0].machine.local else data_bytes(job)
         facts, job, problems = probe_all(backend, hosts, job, size)
         rdzv = None
@@ -238,7 +238,7 @@ def launch(
             raise VeriError(list(dict.fromkeys(problems)))
         measured = (
             fleet_probe(hosts, facts, job, probe or ProbeChoice())
-            if needs_probe(hosts, facts, job)
+            if needs_probe(hosts, facts, job, backend)
             else None
         )
         if measured is not None:

@@ -33,7 +33,7 @@ from veri_tui.errors import Refusal, VeriError
 from veri_tui.launch.backends import Destination
 from veri_tui.launch.datacheck import check_data
 from veri_tui.launch.host import Host, HostFacts, Row
-from veri_tui.launch.jobdata import data_bytes
+from veri_tui.launch.job_datasets import data_bytes
 from veri_tui.launch.launching import device_rows, own_checks, probe_all
 from veri_tui.launch.nodes import disk_of, node_label, probe_rendezvous, storage_row
 from veri_tui.launch.probe.fleet import ProbeChoice, fleet_probe, needs_probe
@@ -89,7 +89,7 @@ def preflight(job: JobConfig, plan_record: PlanRecord | None, dest: Destination[
     hosts = dest.open(trust)
     try:
         head = hosts[0]
-        checked = job.model_copy(update={"hosts": names}) if many else job
+        checked = job.copy_with(update={"hosts": names}) if many else job
         own = _collect(problems, lambda: own_checks(checked, hosts)) is None and problems
         size = _collect(problems, lambda: 0 if head.machine.local else data_bytes(job))
         facts, job, found = probe_all(dest.backend, hosts, job, size or 0)
@@ -98,7 +98,9 @@ def preflight(job: JobConfig, plan_record: PlanRecord | None, dest: Destination[
             rows, job = _node_rows(hosts, facts, job, problems)
         else:
             rows = [("host", True, line) for line in facts[0].summary()]
-            if not found and needs_probe(hosts, facts, job):  # 2 GPUs or more: their health
+            if not found and needs_probe(
+                hosts, facts, job, dest.backend
+            ):  # 2 GPUs or more: their health
                 report = _collect(problems, lambda: fleet_probe(hosts, facts, job, ProbeChoice()))
                 rows += [("probe", True, report.lines()[-1])] if report is not None else []
         out_job = _collect(problems, lambda: head.output_for(job, facts[0]))

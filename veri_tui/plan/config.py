@@ -18,7 +18,7 @@ from veri_tui.plan.knobs import JOB_KEYS, Hyperparameters, JobConfig
 from veri_tui.plugins import backend_modules
 
 ALIASES = aliases(Hyperparameters)  # batch_size -> micro_batch_size
-HP_KEYS = tuple(sorted(set(Hyperparameters.model_fields) | set(ALIASES)))
+HP_KEYS = tuple(sorted(set(Hyperparameters.knob_table) | set(ALIASES)))
 ALL_KEYS = tuple(sorted(set(HP_KEYS) | set(JOB_KEYS)))
 KNOBS = {**by_name(JobConfig), **by_name(Hyperparameters)}
 
@@ -126,7 +126,7 @@ def _parse(fields: Mapping[str, Any]) -> tuple[JobConfig | None, list[Refusal]]:
     cleaned = {k: v for k, v in fields.items() if v is not None and v != ""}
     nested = _split_fields(cleaned, errors)
     try:
-        job = JobConfig.model_validate(nested)
+        job = JobConfig.from_dict(nested)
     except KnobErrors as exc:
         errors.extend(_knob_errors(exc))
         return None, errors
@@ -202,7 +202,7 @@ def load_job_config(
             if isinstance(data.get(key), dict):
                 fields.update(data.pop(key))
         fields.update(data)
-        from veri_tui.plan.data_sources import rebase
+        from veri_tui.plan.dataset_locations import rebase
 
         for key in ("dataset", "eval_dataset"):  # each source's path beside the file
             if key in fields:

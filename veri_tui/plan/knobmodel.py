@@ -1,8 +1,9 @@
 """The planner's face on a schema dataclass: validated construction, copies and dumps.
 
-`KnobModel` gives a class made of the schema's fields (veri_tui/jobfolder/knobs) the part of
-pydantic's model API the code base uses (`model_fields`, `model_fields_set`,
-`model_copy(update=)`, `model_dump()`, `model_validate()`), with each value checked by
+`KnobModel` gives a class made of the schema's fields (veri_tui/jobfolder/knobs) its knobs by
+name (`knob_table`), the names given at construction (`fields_given`), a checked copy
+(`copy_with(update=)`), a dict and back (`to_dict()`, `from_dict()`): named for what they do,
+not after pydantic's model API, which they once mirrored. Each value is checked by
 `knobcheck.check` (pydantic's rules and messages) and every refusal collected into one
 `KnobErrors`, in field order, as a pydantic ValidationError would list them.
 """
@@ -32,26 +33,26 @@ class KnobErrors(ValueError):
 class KnobModel:
     """A schema dataclass's values, checked; `nested` names the fields that are models."""
 
-    model_fields: ClassVar[dict[str, Knob]] = {}
+    knob_table: ClassVar[dict[str, Knob]] = {}
     nested: ClassVar[dict[str, type[KnobModel]]] = {}
     _aliases: ClassVar[dict[str, str]] = {}
-    model_fields_set: set[str]
+    fields_given: set[str]
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         # A class hashes by identity whatever its instances do (they are mutable).
-        cls.model_fields = {k.name: k for k in table(cast(type, cls))}
-        cls._aliases = {k.alias: k.name for k in cls.model_fields.values() if k.alias}
+        cls.knob_table = {k.name: k for k in table(cast(type, cls))}
+        cls._aliases = {k.alias: k.name for k in cls.knob_table.values() if k.alias}
 
     def __init__(self, **data: Any) -> None:
         given = {self._aliases.get(k, k): v for k, v in data.items()}
         errors = [
             {"loc": (k,), "msg": "Extra inputs are not permitted", "input": data[k]}
             for k in data
-            if self._aliases.get(k, k) not in self.model_fields and k not in self.nested
+            if self._aliases.get(k, k) not in self.knob_table and k not in self.nested
         ]
         values: dict[str, Any] = {}
-        for name, knob in self.model_fields.items():
+        for name, knob in self.knob_table.items():
             if name in given:
                 try:
                     values[name] = check(knob, given[name])
@@ -60,40 +61,40 @@ class KnobModel:
         for name, model in self.nested.items():
             raw = given.get(name, {})
             try:
-                values[name] = raw if isinstance(raw, model) else model.model_validate(raw)
+                values[name] = raw if isinstance(raw, model) else model.from_dict(raw)
             except KnobErrors as exc:
                 errors += [{**e, "loc": (name, *e["loc"])} for e in exc.errors()]
         if errors:
             raise KnobErrors(errors)
-        for name, knob in self.model_fields.items():
+        for name, knob in self.knob_table.items():
             setattr(self, name, values.get(name, knob.default))
         for name in self.nested:
             setattr(self, name, values[name])
-        self.model_fields_set = {k for k in given if k in values}
+        self.fields_given = {k for k in given if k in values}
 
     @classmethod
-    def model_validate(cls, data: Mapping[str, Any]) -> Self:
+    def from_dict(cls, data: Mapping[str, Any]) -> Self:
         """A model from a mapping of raw values (KnobErrors lists every refusal)."""
         if not isinstance(data, Mapping):
             msg = "Input should be a valid dictionary"
             raise KnobErrors([{"loc": (), "msg": msg, "input": data}])
         return cls(**data)
 
-    def model_copy(self, *, update: Mapping[str, Any] | None = None) -> Self:
+    def copy_with(self, *, update: Mapping[str, Any] | None = None) -> Self:
         """A shallow copy with `update`'s values set as given (not checked), and marked set."""
         out = copy.copy(self)
-        out.model_fields_set = set(self.model_fields_set) | set(update or ())
+        out.fields_given = set(self.fields_given) | set(update or ())
         for key, value in (update or {}).items():
             setattr(out, key, value)
         return out
 
-    def model_dump(self, *, mode: str = "python", exclude_none: bool = False) -> dict[str, Any]:
+    def to_dict(self, *, mode: str = "python", exclude_none: bool = False) -> dict[str, Any]:
         """Every field in field order (models nested as dicts); None left out on request."""
         out: dict[str, Any] = {}
-        for name in (*self.model_fields, *self.nested):
+        for name in (*self.knob_table, *self.nested):
             value = getattr(self, name)
             if isinstance(value, KnobModel):
-                value = value.model_dump(mode=mode, exclude_none=exclude_none)
+                value = value.to_dict(mode=mode, exclude_none=exclude_none)
             elif isinstance(value, list):
                 value = list(value)
             if value is not None or not exclude_none:
@@ -101,10 +102,10 @@ class KnobModel:
         return out
 
     def __eq__(self, other: object) -> bool:
-        return type(other) is type(self) and self.model_dump() == other.model_dump()
+        return type(other) is type(self) and self.to_dict() == other.to_dict()
 
     __hash__ = None  # type: ignore[assignment]  # mutable, as pydantic models are
 
     def __repr__(self) -> str:
-        shown = ", ".join(f"{k}={getattr(self, k)!r}" for k in (*self.model_fields, *self.nested))
+        shown = ", ".join(f"{k}={getattr(self, k)!r}" for k in (*self.knob_table, *self.nested))
         return f"{type(self).__name__}({shown})"

@@ -30,10 +30,10 @@ class JobConfig(KnobModel, schema.Job):
 
     def __init__(self, **data: Any) -> None:
         super().__init__(**data)
-        from veri_tui.jobfolder.data.datasource import sources_of
+        from veri_tui.jobfolder.data.source import sources_of
 
         errors = []
-        # their forms: veri_tui/jobfolder/data/datasource.py
+        # their forms: veri_tui/jobfolder/data/source.py
         for key in ("dataset", "eval_dataset"):
             try:
                 sources_of(getattr(self, key))
@@ -50,11 +50,11 @@ class JobConfig(KnobModel, schema.Job):
     def hyperparameters_set(self) -> dict[str, Any]:
         """Only the knobs the user set, under their canonical names (for records and pins)."""
         hp = self.hyperparameters
-        return {k: getattr(hp, k) for k in sorted(hp.model_fields_set)}
+        return {k: getattr(hp, k) for k in sorted(hp.fields_given)}
 
 
 MULTI_GPU_KEYS = tuple(k.name for k in table(schema.Hyperparameters) if k.multi_gpu)
 
 # Knobs that are the job's own (contracts section 1) but may be written among the
 # hyperparameters, as the seed does ("Set gpu_count above 1 on ... job").
-JOB_KEYS = tuple(JobConfig.model_fields)
+JOB_KEYS = tuple(JobConfig.knob_table)

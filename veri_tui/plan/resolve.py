@@ -19,10 +19,10 @@ from veri_tui.plan.gpus import GPU, get_gpu, gpus_text
 from veri_tui.plan.knobs import JobConfig
 from veri_tui.plan.memory import MemoryEstimate, gb
 from veri_tui.plan.model_info import ModelInfo
+from veri_tui.plan.model_sources import read_model_info
 from veri_tui.plan.moe import moe_line
 from veri_tui.plan.peak import estimate_peak, peak_parts
 from veri_tui.plan.record import PlanRecord, plan_line
-from veri_tui.plan.sources import read_model_info
 from veri_tui.plan.suggest import Suggestion, suggestions_for
 from veri_tui.plan.throughput import estimate_throughput, flops_per_token
 from veri_tui.plan.validate import NETWORK_GBPS, validate
@@ -145,9 +145,9 @@ def _notes(job: JobConfig, info: ModelInfo) -> list[str]:
             f"{length_key}={getattr(hp, length_key)} exceeds the model's "
             f"max_position_embeddings ({limit}); estimates assume full-length samples"
         )
-    if job.method == "sft_text" and "max_length" in hp.model_fields_set:
+    if job.method == "sft_text" and "max_length" in hp.fields_given:
         out.append("max_length applies to dpo; sft_text truncates at max_seq_length")
-    if job.method == "dpo" and "max_seq_length" in hp.model_fields_set:
+    if job.method == "dpo" and "max_seq_length" in hp.fields_given:
         out.append("max_seq_length applies to sft_text; dpo truncates at max_length")
     for key in ("use_unsloth", "use_liger"):
         if getattr(hp, key):
@@ -270,7 +270,7 @@ def plan_job(
         activations=activations,
         throughput=throughput,
         resolved_parallelism=rp,
-        job=job.model_dump(mode="json"),
+        job=job.to_dict(mode="json"),
         model=info.to_dict(),
         gpu=gpu.to_dict(),
         disk=disk,

@@ -58,10 +58,10 @@ def ways_out_title(suggestions: list[Suggestion]) -> str:
 def variant(job: JobConfig, change: dict[str, Any]) -> JobConfig:
     """`job` with the knobs of `change` set (gpu_count is the job's, the rest hyperparameters)."""
     knobs = {k: v for k, v in change.items() if k != "gpu_count"}
-    update: dict[str, Any] = {"hyperparameters": job.hyperparameters.model_copy(update=knobs)}
+    update: dict[str, Any] = {"hyperparameters": job.hyperparameters.copy_with(update=knobs)}
     if "gpu_count" in change:
         update["gpu_count"] = change["gpu_count"]
-    return job.model_copy(update=update)
+    return job.copy_with(update=update)
 
 
 def _shown(value: Any) -> str:

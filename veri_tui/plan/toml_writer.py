@@ -20,7 +20,7 @@ from typing import Any
 from veri_tui.plan.knobs import JobConfig
 
 #: Job keys written at top level, in the schema's order (the method goes inside [method]).
-TOP_KEYS = tuple(k for k in JobConfig.model_fields if k != "method")
+TOP_KEYS = tuple(k for k in JobConfig.knob_table if k != "method")
 
 # TOML basic strings must escape the quote, the backslash and every control character but
 # tab (U+0000-U+001F, U+007F); everything else is written as UTF-8 text.

@@ -7,20 +7,21 @@ checks a service makes before any GPU is billed.
 from __future__ import annotations
 
 from veri_tui.errors import Refusal, VeriError
-from veri_tui.jobfolder.knobs import Hyperparameters, table
+from veri_tui.jobfolder.knobs import Hyperparameters, by_name, table
 from veri_tui.plan.gpus import get_gpu, gpus_text
 from veri_tui.plan.knobs import METHODS, METHODS_OTHER, MULTI_GPU_KEYS, JobConfig
 
-PRECISIONS = ("bf16", "fp32")
 #: The knobs whose feature is not available: only their default runs (knobs/fields.py).
 UNAVAILABLE = tuple(k for k in table(Hyperparameters) if k.unavailable)
-NOT_AVAILABLE_PRECISIONS = ("fp16", "fp8")
+#: The knobs that run only some of their values (their `available`: precision, zero_stage,
+#: network), as the schema declares them.
+KNOBS = by_name(Hyperparameters)
 
 
 def _method_errors(job: JobConfig) -> list[Refusal]:
     if job.method in METHODS_OTHER:
         hp = job.hyperparameters
-        multi = [k for k in MULTI_GPU_KEYS if k in hp.model_fields_set]
+        multi = [k for k in MULTI_GPU_KEYS if k in hp.fields_given]
         if job.gpu_count > 1:
             multi.insert(0, "gpu_count")
         if multi:
@@ -70,8 +71,8 @@ def _parallel_errors(job: JobConfig) -> list[Refusal]:
                 "ZeRO-1 is not available; use zero_stage 2, which costs no extra communication",
             )
         )
-    elif z != "auto" and z not in (0, 2, 3):
-        errs.append(Refusal("zero_stage", f'expected "auto", 0, 2 or 3 (got {z!r})'))
+    elif z not in KNOBS["zero_stage"].available:
+        errs.append(Refusal("zero_stage", KNOBS["zero_stage"].offered(z)))
     if hp.cpu_offload and z == 0:
         errs.append(
             Refusal("cpu_offload", "needs sharding: set zero_stage 3 (or auto), or drop it")
@@ -123,7 +124,7 @@ def _memory_knob_errors(job: JobConfig) -> list[Refusal]:
     is for sft_text."""
     hp, errs = job.hyperparameters, []
     mode = hp.activation_checkpointing
-    if mode is not None and "gradient_checkpointing" in hp.model_fields_set:
+    if mode is not None and "gradient_checkpointing" in hp.fields_given:
         # on is any checkpointing (full unless activation_checkpointing says selective).
         if hp.gradient_checkpointing != (mode != "none"):
             gc = str(hp.gradient_checkpointing).lower()
@@ -139,8 +140,9 @@ def _memory_knob_errors(job: JobConfig) -> list[Refusal]:
     return errs
 
 
-#: Default inter-node bandwidth per node, Gb/s, by network type (docs/planning.md).
-NETWORK_GBPS = {"ethernet": 25.0, "infiniband": 400.0}
+#: Default inter-node bandwidth per node, Gb/s, by network type (docs/planning.md): one for
+#: each of the `network` knob's available values.
+NETWORK_GBPS: dict[str, float] = dict(zip(KNOBS["network"].available, (25.0, 400.0), strict=True))
 
 
 def _node_errors(job: JobConfig) -> list[Refusal]:
@@ -156,7 +158,7 @@ def _node_errors(job: JobConfig) -> list[Refusal]:
         errs.append(Refusal("hosts", f"{', '.join(twice)} listed twice; one node per host"))
     nodes = job.nodes
     # Unset, gpu_count is detected at the preflight (nodes x GPUs per node).
-    if nodes > 1 and "gpu_count" in job.model_fields_set and job.gpu_count % nodes:
+    if nodes > 1 and "gpu_count" in job.fields_given and job.gpu_count % nodes:
         lo = max(nodes, job.gpu_count // nodes * nodes)
         errs.append(
             Refusal("gpu_count", f"{gpus_text(job.gpu_count)} cannot split over {nodes} nodes "
@@ -170,8 +172,8 @@ def _node_errors(job: JobConfig) -> list[Refusal]:
                                 "address[:port]; e.g. 10.0.0.5 or 10.0.0.5:29400"))  # fmt: skip
     net = job.hyperparameters.network
     if net not in NETWORK_GBPS:
-        errs.append(Refusal("network", f"unknown network {net!r}; use ethernet or infiniband "
-                            "(or set internode_bandwidth_gbps)"))  # fmt: skip
+        way_out = f"{KNOBS['network'].offered(net)} (or set internode_bandwidth_gbps)"
+        errs.append(Refusal("network", way_out))
     return errs
 
 
@@ -219,8 +221,8 @@ def validate(job: JobConfig) -> list[Refusal]:
     (`--host n0 --host n1 --set zero_stage=3` is not "one GPU"), leaving the rules that
     need the exact count to the plan made with the layout.
     """
-    if job.nodes > 1 and "gpu_count" not in job.model_fields_set:
-        smallest = validate(job.model_copy(update={"gpu_count": job.nodes}))
+    if job.nodes > 1 and "gpu_count" not in job.fields_given:
+        smallest = validate(job.copy_with(update={"gpu_count": job.nodes}))
         return [e for e in smallest if e.key not in EXACT_COUNT_KEYS]
     errs = _method_errors(job)
     try:
@@ -232,8 +234,6 @@ def validate(job: JobConfig) -> list[Refusal]:
     errs.extend(_node_errors(job))
     errs.extend(_memory_knob_errors(job))
     p = job.hyperparameters.precision
-    if p in NOT_AVAILABLE_PRECISIONS:
-        errs.append(Refusal("precision", f"{p} is not available; use bf16 or fp32"))
-    elif p not in PRECISIONS:
-        errs.append(Refusal("precision", f"unknown precision {p!r}; use bf16 or fp32"))
+    if p not in KNOBS["precision"].available:
+        errs.append(Refusal("precision", KNOBS["precision"].offered(p)))
     return errs

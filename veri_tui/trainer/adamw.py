@@ -45,7 +45,6 @@ from veri_tui.trainer.adamw_batch import CHUNK, STEP_TEMP_BYTES, Piece, run_batc
 from veri_tui.trainer.adamw_kernel import (
     compiled_update,
     keyed_update_,
-    round_into_,
     triton_present,
 )
 from veri_tui.trainer.adamw_regions import Regions, key, local_region
@@ -55,12 +54,6 @@ __all__ = ["CHUNK", "STEP_TEMP_BYTES", "StochasticAdamW", "make_optimizer", "loc
 # cost a GPU a few milliseconds a step, not worth torch.compile's tens of seconds at start.
 COMPILE_MIN_PARAMETERS = 1 << 25
 WAYS = ("native", "compiled", "eager")
-
-
-def stochastic_round_(dst: torch.Tensor, src: torch.Tensor, bits: torch.Tensor) -> None:
-    """Write fp32 `src` into bf16 `dst`, rounded stochastically by `bits` (int32 in
-    [0, 2^16), one per element); `src` is left as it was."""
-    round_into_(dst, src.clone(), bits)
 
 
 class StochasticAdamW(torch.optim.Optimizer):

@@ -19,10 +19,13 @@ from typing import Any
 
 from veri_tui.jobfolder.contract.errors import ConfigError
 from veri_tui.jobfolder.contract.layout import CHECKPOINTS, OUTPUT
-from veri_tui.jobfolder.data.datasource import Source, sources_of
-from veri_tui.jobfolder.knobs import METHODS_TRAINED, PIN_KEYS, Hyperparameters, table
+from veri_tui.jobfolder.data.source import Source, sources_of
+from veri_tui.jobfolder.knobs import METHODS_TRAINED, PIN_KEYS, Hyperparameters, by_name, table
 from veri_tui.jobfolder.knobs.fields import Checkpointing
 from veri_tui.jobfolder.knobs.rules import canonical, checkpointing_mode, coerce
+
+#: The schema's knobs by name: the values of each that run (`available`) are its to say.
+_KNOBS = by_name(Hyperparameters)
 
 
 @dataclass
@@ -49,7 +52,7 @@ class TrainConfig(Hyperparameters):
     gradient_accumulation_steps: int = field(default=1, kw_only=True)
     activation_checkpointing: Checkpointing = field(default="full", kw_only=True)
     # --- datasets (issue 27): job.json `spec.datasets` (the mixture, this machine's paths) and
-    # `spec.eval_datasets`, else `spec.dataset` alone (veri_tui/jobfolder/data/datasource.py); the
+    # `spec.eval_datasets`, else `spec.dataset` alone (veri_tui/jobfolder/data/source.py); the
     # eval knobs (eval_fraction, eval_steps) are the schema's ---
     sources: list[Source] = field(default_factory=list, kw_only=True)
     eval_sources: list[Source] = field(default_factory=list, kw_only=True)
@@ -177,10 +180,15 @@ def _checkpointing(cfg: TrainConfig, hp: dict[str, Any]) -> None:
 
 
 def _check(cfg: TrainConfig) -> None:
-    if cfg.zero_stage not in (0, 2, 3):
-        raise ConfigError(f"zero_stage: {cfg.zero_stage} is not one of 0, 2, 3")
-    if cfg.precision not in ("bf16", "fp32"):
-        raise ConfigError(f"precision: {cfg.precision!r} is not available; use bf16 or fp32")
+    stages = [s for s in _KNOBS["zero_stage"].available if s != "auto"]  # the plan chose
+    if cfg.zero_stage not in stages:
+        raise ConfigError(
+            f"zero_stage: {cfg.zero_stage} is not one of {', '.join(map(str, stages))}"
+        )
+    precisions = _KNOBS["precision"].available
+    if cfg.precision not in precisions:
+        raise ConfigError(f"precision: {cfg.precision!r} is not available; use "
+                          f"{' or '.join(precisions)}")  # fmt: skip
     if cfg.device not in ("auto", "cpu", "cuda"):
         raise ConfigError(f"device: {cfg.device!r} is not one of auto, cpu, cuda")
     positive = ("micro_batch_size", "gradient_accumulation_steps", "data_parallel_size")

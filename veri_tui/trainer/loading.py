@@ -109,11 +109,6 @@ def defer(model: nn.Module, path: Path) -> nn.Module:
     return model
 
 
-def is_pending(model: nn.Module) -> bool:
-    """Whether `model` still waits for `materialize`."""
-    return PENDING in model.__dict__
-
-
 def _region(t: torch.Tensor) -> tuple[torch.Tensor, int]:
     """This rank's storage of `t` and the first global row it holds (FSDP2 shards dim 0)."""
     from torch.distributed.tensor import DTensor, Shard

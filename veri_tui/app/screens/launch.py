@@ -1,12 +1,15 @@
-"""The launch screen: target, scheduler, more hosts or the Slurm fields, dataset, output,
-preflight, host-key trust, confirm. With Slurm the target is the login node (`local`: sbatch on
-this machine): the job is submitted with sbatch for the partition, nodes and limits the Slurm
-fields give (widgets/slurm_fields.py), planned for the partition's GPUs, and the monitor shows
-why it waits while Slurm keeps it pending (docs/slurm.md). With more hosts the job runs on
-every host named, one node each, the target first (node 0): the preflight shows every node's
-rows (`node 1 (b): ...`) and the layout (`nodes: 2 x 1 GPU (a, b)`), and Launch starts the
-multi-node job, all through the launch facade. That field and the dataset are checked on Enter,
-not on every key (each check opens SSH sessions to every host, or reads the whole dataset).
+"""The launch screen: target, scheduler, the scheduler's fields, dataset, output, preflight,
+host-key trust, confirm. The schedulers are the backend registry's (veri_tui/launch/backends),
+each with the fields its options declare (widgets/backend_fields.py); the target fills the
+option a backend marks as its target. `direct`: with more hosts the job runs on every host
+named, one node each, the target first (node 0): the preflight shows every node's rows
+(`node 1 (b): ...`) and the layout (`nodes: 2 x 1 GPU (a, b)`), and Launch starts the
+multi-node job. `slurm`: the target is the login node (`local`: sbatch on this machine), the
+job submitted for the partition, nodes and limits its fields give, planned for the
+partition's GPUs, and the monitor shows why it waits while Slurm keeps it pending
+(docs/slurm.md). All through the launch facade. A backend's fields and the dataset are
+checked on Enter, not on every key (each check opens SSH sessions to every host, asks the
+cluster, or reads the whole dataset).
 
 Canary (^k) launches the same job with a canary and the canary line's limits
 (widgets/canary_fields.py, docs/canary.md). The dataset and output fields start with the
@@ -30,20 +33,23 @@ from textual.worker import get_current_worker
 from veri_tui import plan as core
 from veri_tui.app.messages import HostsListed, Launched, PreflightDone
 from veri_tui.app.screens.host_key import TrustAsker, host_key_of
+from veri_tui.app.widgets.backend_fields import BackendFields, FieldValues, schedulers
 from veri_tui.app.widgets.canary_fields import CanaryFields
 from veri_tui.app.widgets.knob_form import FormValues
-from veri_tui.app.widgets.slurm_fields import SlurmFields, SlurmValues
 from veri_tui.errors import VeriError
+from veri_tui.launch import jobs
 
 if TYPE_CHECKING:
     from veri_tui.app.app import VeriApp
     from veri_tui.launch.jobs import Where
 
 LOCAL = "local"
-DIRECT, SLURM = "direct", "slurm"
 DATA_HINT = "file, save_to_disk folder or Hub id (empty: bundled sample); enter checks it"
 OUT_HINT = "empty: <job folder>/output"
-SCHEDULERS = [("direct: torchrun on the target", DIRECT), ("Slurm: sbatch from the target", SLURM)]
+#: The scheduler choices: the backend registry's, `direct` first.
+SCHEDULERS = schedulers()
+#: The two the facade's `where_of` returns: (backend, its fields' values).
+Choice = tuple[str, FieldValues]
 
 
 class LaunchScreen(TrustAsker, Screen[None]):
@@ -70,13 +76,9 @@ class LaunchScreen(TrustAsker, Screen[None]):
                 yield Select([(LOCAL, LOCAL)], value=LOCAL, allow_blank=False, id="target")
             with Horizontal(classes="field-line"):
                 yield Label("scheduler", classes="field-label")
-                yield Select(SCHEDULERS, value=DIRECT, allow_blank=False, id="scheduler")
-            with Horizontal(classes="field-line", id="more-line"):
-                yield Label("more hosts", classes="field-label")
-                yield Input(
-                    placeholder="multi-node: other hosts, space-separated (enter)", id="more"
-                )
-            yield SlurmFields(id="slurm-fields")
+                yield Select(SCHEDULERS, value=SCHEDULERS[0][1], allow_blank=False, id="scheduler")
+            for _, name in SCHEDULERS:
+                yield BackendFields(name)
             with Horizontal(classes="field-line"):
                 yield Label("dataset", classes="field-label")
                 yield Input(self._given("dataset"), placeholder=DATA_HINT, id="dataset")
@@ -93,7 +95,7 @@ class LaunchScreen(TrustAsker, Screen[None]):
         yield Footer()
 
     def on_mount(self) -> None:
-        self.query_one(SlurmFields).display = False
+        self._show_fields()
         self.list_hosts()
         self.action_preflight()
 
@@ -103,8 +105,6 @@ class LaunchScreen(TrustAsker, Screen[None]):
     def list_hosts(self) -> None:
         """Host aliases from the SSH client config (wildcard patterns are not targets)."""
         try:
-            from veri_tui.launch import jobs
-
             self.post_message(HostsListed(jobs.host_aliases()))
         except (OSError, VeriError) as exc:
             self.post_message(HostsListed(error=str(exc)))
@@ -119,17 +119,17 @@ class LaunchScreen(TrustAsker, Screen[None]):
     def job_fields(self) -> FormValues:
         """The editor's fields with this screen's dataset and output (emptied: the default).
         With Slurm the partition's GPUs (gres or the Slurm fields' type; nodes x GPUs per
-        node) replace the editor's gpu and gpu_count."""
+        node) replace the editor's gpu and gpu_count (a backend that `allocates` the nodes)."""
         out = dict(self.fields)
         for key in ("dataset", "output"):
             value = self.query_one(f"#{key}", Input).value.strip()
             out.pop(key, None)
             if value:
                 out[key] = value
-        if self.slurm:
+        if jobs.backend_named(self.scheduler).allocates:
             out.pop("gpu_count", None)
             out.pop("gpu", None)
-            gpu = self.query_one(SlurmFields).gpu()
+            gpu = self.fields_shown.gpu()
             out.update({"gpu": gpu} if gpu else {})
         return out
 
@@ -139,29 +139,34 @@ class LaunchScreen(TrustAsker, Screen[None]):
         return None if value in (LOCAL, Select.BLANK) else str(value)
 
     @property
-    def slurm(self) -> bool:
-        return self.query_one("#scheduler", Select).value == SLURM
+    def scheduler(self) -> str:
+        """The backend chosen."""
+        return str(self.query_one("#scheduler", Select).value)
+
+    @property
+    def fields_shown(self) -> BackendFields:
+        return self.query_one(f"#{self.scheduler}-fields", BackendFields)
 
     @property
     def hosts(self) -> list[str]:
-        """Every node's host, node 0 (the target) first; empty for this machine. With Slurm
-        only the login node, an SSH host (empty: sbatch here)."""
-        if self.slurm:
-            return [self.host] if self.host else []
-        more = self.query_one("#more", Input).value.replace(",", " ").split()
-        return list(dict.fromkeys(([self.host] if self.host else []) + more))
+        """Every node's host the fields name, node 0 (the target) first; empty for this
+        machine. With Slurm only the login node, an SSH host (empty: sbatch here)."""
+        return self.fields_shown.hosts(self.host)
 
-    def slurm_values(self) -> SlurmValues | None:
-        """The Slurm fields for the facade's `slurm_options`; None without Slurm."""
-        return self.query_one(SlurmFields).values(self.host or LOCAL) if self.slurm else None
+    def choice(self) -> Choice:
+        """The backend chosen and its fields' values, for the facade's `where_of`."""
+        return self.scheduler, self.fields_shown.values(self.host)
+
+    def _show_fields(self) -> None:  # the chosen backend's fields alone
+        for fields in self.query(BackendFields).results(BackendFields):
+            fields.display = fields.backend == self.scheduler
 
     @on(Input.Changed)
     @on(Select.Changed)
     def _inputs_changed(self, event: Input.Changed | Select.Changed) -> None:
         if event.control.id == "scheduler":
-            self.query_one("#more-line").display = not self.slurm
-            self.query_one(SlurmFields).display = self.slurm
-        on_enter = event.control.id in ("more", "dataset") or "slurm-field" in event.control.classes
+            self._show_fields()
+        on_enter = event.control.id == "dataset" or "backend-field" in event.control.classes
         if not on_enter:
             self.action_preflight()
             return
@@ -173,7 +178,7 @@ class LaunchScreen(TrustAsker, Screen[None]):
         self._enable(False)
         self.query_one("#preflight", Static).update("enter: check these settings")
 
-    @on(Input.Submitted, "#more, #dataset, .slurm-field")
+    @on(Input.Submitted, "#dataset, .backend-field")
     def _more_submitted(self) -> None:
         self.action_preflight()
 
@@ -194,30 +199,26 @@ class LaunchScreen(TrustAsker, Screen[None]):
         self.ready = False
         self._enable(False)
         self.query_one("#preflight", Static).update("checking...")
-        self.preflight(self.job_fields(), self.hosts, self.slurm_values())
+        self.preflight(self.job_fields(), self.hosts, self.choice())
 
-    def _where(self, job: core.JobConfig, hosts: list[str], slurm: SlurmValues | None
+    def _where(self, job: core.JobConfig, choice: Choice
                ) -> tuple[Where, core.PlanRecord | None]:  # fmt: skip
-        """Where the facade sends the job (the Slurm options, the hosts, or None: here) and
-        the plan made here (none for a host or a partition: planned for what it has)."""
-        from veri_tui.launch import jobs
-
-        if slurm is not None:
-            return jobs.slurm_options(None, slurm), None
-        return hosts or None, self.local_plan(job, hosts[0] if hosts else None)
+        """Where the facade sends the job (the backend's destination; None: this machine)
+        and the plan made here (none elsewhere: planned for what the hosts or the partition
+        have)."""
+        where = jobs.where_of(*choice)
+        return where, self.local_plan(job, None) if where is None else None
 
     @work(thread=True, exclusive=True, group="preflight")
-    def preflight(self, fields: FormValues, hosts: list[str], slurm: SlurmValues | None
-                  ) -> None:  # fmt: skip
-        """The launch facade's preflight for these hosts (none: this machine) or the Slurm
-        options; each row is (check, ok, detail), every node's labelled by its node."""
-        from veri_tui.launch import jobs
-
+    def preflight(self, fields: FormValues, hosts: list[str], choice: Choice) -> None:
+        """The launch facade's preflight where the chosen backend's fields send the job
+        (``hosts``: the SSH hosts they name, none for this machine); each row is (check, ok,
+        detail), every node's labelled by its node."""
         checks: list[tuple[str, bool, str]] = []
         try:
             job = core.job_from_fields(fields)
             trust = self._trust(hosts) if hosts else None
-            where, plan = self._where(job, hosts, slurm)
+            where, plan = self._where(job, choice)
             checks = jobs.preflight(job, plan, host=where, trust_host=trust)
         except VeriError as exc:
             key = host_key_of(exc)
@@ -237,9 +238,8 @@ class LaunchScreen(TrustAsker, Screen[None]):
             )
             self._ask_trust(host, fingerprint, then=self.action_preflight)
             return
-        from veri_tui.launch.jobs import row_text  # ok, WARN (runs, not as planned), FAIL
-
-        self.query_one("#preflight", Static).update("\n".join(map(row_text, message.checks)))
+        rows = map(jobs.row_text, message.checks)  # ok, WARN (runs, not as planned), FAIL
+        self.query_one("#preflight", Static).update("\n".join(rows))
         self.ready = bool(message.checks) and all(ok for _, ok, _ in message.checks)
         self._enable(self.ready)
 
@@ -251,7 +251,7 @@ class LaunchScreen(TrustAsker, Screen[None]):
             return
         self._enable(False)
         self.notify("launching with a canary..." if canary else "launching...")
-        self.start(self.job_fields(), self.hosts, self.slurm_values(), canary)
+        self.start(self.job_fields(), self.hosts, self.choice(), canary)
 
     def action_canary(self) -> None:
         try:
@@ -262,16 +262,14 @@ class LaunchScreen(TrustAsker, Screen[None]):
         self.action_confirm(canary)
 
     @work(thread=True, exclusive=True, group="launch")
-    def start(self, fields: FormValues, hosts: list[str], slurm: SlurmValues | None,
+    def start(self, fields: FormValues, hosts: list[str], choice: Choice,
               canary: dict[str, Any] | None = None) -> None:  # fmt: skip
-        """The launch facade's launch: here, on one host, one node on each host, or
-        submitted to Slurm."""
-        from veri_tui.launch import jobs
-
+        """The launch facade's launch where the chosen backend's fields send it: here, on
+        one host, one node on each host, or submitted to Slurm."""
         try:
             job = core.job_from_fields(fields)
             trust = self._trust(hosts) if hosts else None
-            where, record = self._where(job, hosts, slurm)
+            where, record = self._where(job, choice)
             job_id = jobs.launch(job, record, host=where, trust_host=trust, canary=canary)
             self.post_message(Launched(job_id))
         except VeriError as exc:

@@ -74,7 +74,7 @@ class FieldSpec:
 
 
 def _fields() -> tuple[FieldSpec, ...]:
-    shown = [k for cls in (JobConfig, Hyperparameters) for k in cls.model_fields.values()]
+    shown = [k for cls in (JobConfig, Hyperparameters) for k in cls.knob_table.values()]
     ordered = sorted((k for k in shown if k.section), key=lambda k: SECTIONS.index(k.section))
     out, last = [], ""
     for k in ordered:

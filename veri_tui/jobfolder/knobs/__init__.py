@@ -19,7 +19,7 @@ from veri_tui.jobfolder.knobs.fields import (
 )
 from veri_tui.jobfolder.knobs.job import Job
 from veri_tui.jobfolder.knobs.rules import pin_keys
-from veri_tui.jobfolder.knobs.schema import Knob, knob, table
+from veri_tui.jobfolder.knobs.schema import Knob, by_name, knob, table
 
 #: The knobs of `resolved_parallelism` that pin the plan (the schema's `pin` flags): copied
 #: into hyperparameters they make `plan` decide the same again, and the trainer takes them
@@ -36,6 +36,7 @@ __all__ = [
     "Hyperparameters",
     "Job",
     "Knob",
+    "by_name",
     "knob",
     "table",
 ]

@@ -52,7 +52,8 @@ class Hyperparameters:
     zero_stage: Literal["auto"] | int = knob(
         "auto", '"auto" (0 if the states fit one GPU, else 3), 0 = DDP, 2 or 3 = FSDP2; '
         "1 is not available (use 2)", pin=True, multi_gpu=True,
-        error='expected "auto", 0, 2 or 3', section=_PAR, choices=("auto", "0", "1", "2", "3"))
+        error='expected "auto", 0, 2 or 3', section=_PAR, choices=("auto", "0", "1", "2", "3"),
+        available=("auto", 0, 2, 3))
     micro_batch_size: int = knob(
         1, "samples per GPU per forward/backward (alias: batch_size)", ge=1,
         alias="batch_size", pin=True, section=_PAR)
@@ -65,7 +66,8 @@ class Hyperparameters:
     precision: str = knob(
         "bf16", '"bf16" (default: bf16 weights and moments, stochastically rounded AdamW) or '
         '"fp32" (fp32 master weights, bf16 compute); LoRA adapters are fp32 in both',
-        pin=True, section=_PAR, choices=("bf16", "fp32", "fp16", "fp8"))
+        pin=True, section=_PAR, choices=("bf16", "fp32", "fp16", "fp8"),
+        available=("bf16", "fp32"))
     gradient_checkpointing: bool = knob(
         True, "recompute activations in backward (on: full, off: none)",
         pin=True, section=_PAR, label="grad checkpointing")
@@ -158,7 +160,7 @@ class Hyperparameters:
     # --- planning only, multi-node jobs (the trainer ignores them) ---
     network: str = knob(
         "ethernet", "the link between nodes: ethernet (default 25 Gb/s per node) or "
-        "infiniband (default 400 Gb/s per node)")
+        "infiniband (default 400 Gb/s per node)", available=("ethernet", "infiniband"))
     internode_bandwidth_gbps: float | None = knob(
         None, "Gb/s per node between nodes (default: from network)", gt=0, finite=True,
         unit="Gb/s")

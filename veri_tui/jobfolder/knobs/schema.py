@@ -34,6 +34,7 @@ class Knob(NamedTuple):
     pin: bool = False  # copied from the plan's resolved_parallelism: it pins the plan
     multi_gpu: bool = False  # a multi-GPU key (refused for methods with their own layout)
     unavailable: str = ""  # what it would turn on, not available: only its default is run
+    available: tuple[Any, ...] = ()  # the values that run (empty: any its type allows)
     error: str = ""  # the one message for any bad value (else the type's own); bools refused
     section: str = ""
     label: str = ""
@@ -46,6 +47,16 @@ class Knob(NamedTuple):
     def literals(self) -> tuple[Any, ...]:
         """The Literal values its type allows (empty when it has none)."""
         return literal_values(self.type)
+
+    def offered(self, value: Any) -> str:
+        """How the refusal of ``value`` (not `available`) reads: one of the choices that does
+        not run, or an unknown one; the way out is the values that run."""
+        if self.error:
+            return f"{self.error} (got {value!r})"
+        either = " or ".join(map(str, self.available))
+        if str(value) in self.choices:
+            return f"{value} is not available; use {either}"
+        return f"unknown {self.name} {value!r}; use {either}"
 
     @property
     def kind(self) -> str:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from veri_tui.errors import VeriError
@@ -29,11 +29,12 @@ from veri_tui.launch.backends.api import AnyBackend, Destination, Option
 from veri_tui.plugins import backend_modules
 
 if TYPE_CHECKING:
+    from veri_tui.launch.probe.report import ProbeReport
     from veri_tui.plan import JobConfig
 
 __all__ = [
     "Destination", "Option", "add_cli_options", "backend_of", "backends", "destination",
-    "named", "options_of", "where_from",
+    "add_probe_options", "named", "options_of", "probe", "where_from",
 ]  # fmt: skip
 
 _BACKENDS: dict[str, AnyBackend] = {}
@@ -100,13 +101,43 @@ def add_cli_options(parser: argparse.ArgumentParser, grouped: bool) -> None:
             continue
         group = parser if backend.group is None else parser.add_argument_group(backend.group)
         for opt in backend.options:
-            if opt.many:
-                group.add_argument(opt.cli_flag, dest=opt.name, help=opt.help,
-                                   metavar=opt.metavar, action="append")  # fmt: skip
-            else:
-                group.add_argument(opt.cli_flag, dest=opt.name, help=opt.help,
-                                   metavar=opt.metavar,
-                                   type=int if opt.type is int else str)  # fmt: skip
+            _add(group, opt)
+
+
+def _add(group: argparse.ArgumentParser | argparse._ArgumentGroup, opt: Option) -> None:
+    """``opt`` as a flag: repeatable, on or off (a bool), or one whole number or text."""
+    if opt.many:
+        group.add_argument(opt.cli_flag, dest=opt.name, help=opt.help, metavar=opt.metavar,
+                           action="append")  # fmt: skip
+    elif opt.type is bool:
+        group.add_argument(opt.cli_flag, dest=opt.name, help=opt.help, action="store_true")
+    else:
+        group.add_argument(opt.cli_flag, dest=opt.name, help=opt.help, metavar=opt.metavar,
+                           type=int if opt.type is int else str)  # fmt: skip
+
+
+def add_probe_options(parser: argparse.ArgumentParser) -> None:
+    """`veri-tui probe`'s flags that name the nodes: each backend's `probe_options`."""
+    for backend in backends():
+        for opt in backend.probe_options:
+            _add(parser, opt)
+
+
+def probe(values: Mapping[str, object], trust: str | None, ranks_per_node: int | None,
+          sizes: Sequence[int] | None) -> ProbeReport:  # fmt: skip
+    """`veri-tui probe`: the report of the nodes the values (by option name) name, asked of
+    the one backend whose probe options are given (`direct`, asked last: this machine when
+    none is). VeriError for two backends given at once, or a bad value."""
+    given = [(b, next(o.cli_flag for o in b.probe_options if values.get(o.name)))
+             for b in backends() if any(values.get(o.name) for o in b.probe_options)]  # fmt: skip
+    if len(given) > 1:
+        both = " and ".join(flag for _, flag in reversed(given))
+        raise VeriError(f"{both} are two targets; keep one", key=given[-1][0].name)
+    for backend in _load().values():
+        report = backend.probe_nodes(values, trust, ranks_per_node, sizes)
+        if report is not None:
+            return report
+    raise VeriError("no backend probes these nodes", key="backend")
 
 
 def where_from(

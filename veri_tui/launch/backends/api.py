@@ -22,8 +22,9 @@ if TYPE_CHECKING:
     from veri_tui.jobfolder.contract.record import JobRecord, JobSpec, ResumeChoice
     from veri_tui.launch.backends.ref import JobRef
     from veri_tui.launch.host import Host, HostFacts
+    from veri_tui.launch.loglines import LogLine
     from veri_tui.launch.probe.fleet import ProbeChoice
-    from veri_tui.launch.records import LogLine
+    from veri_tui.launch.probe.report import ProbeReport
     from veri_tui.launch.target import JobTarget, Node
     from veri_tui.plan import JobConfig
 
@@ -35,7 +36,9 @@ class Option:
     """One option a backend takes: ``name`` is its key (veri.toml's `[<backend>]` table, the
     argparse dest), ``type`` str or int, ``help`` the flag's help. ``flag``: the CLI flag
     when not `--<name with dashes>`; ``many``: repeatable (a list); ``label``/``hint``: the
-    app's field label and placeholder (None: not an app field)."""
+    app's field label and placeholder (None: not an app field); ``target``: the launch
+    screen's target fills it (`local` for this machine; a ``many`` one takes the target
+    first, then its field's hosts)."""
 
     name: str
     type: type
@@ -46,6 +49,7 @@ class Option:
     many: bool = False
     label: str | None = None
     hint: str | None = None
+    target: bool = False
 
     @property
     def cli_flag(self) -> str:
@@ -63,11 +67,19 @@ class Backend(Protocol[D]):
     group: str | None
     #: Its options, in the order shown.
     options: tuple[Option, ...]
+    #: Its options of `veri-tui probe`, which name the nodes it probes (none: its nodes are
+    #: probed only within a launch).
+    probe_options: tuple[Option, ...]
     #: Whether a launch on one of its hosts with 2 GPUs or more probes that host first
     #: (probe/fleet.py; a Slurm partition's nodes are unknown before the allocation).
     probes_one_host: bool
     #: How the CLI names its destination in a message (`--slurm`).
     given_as: str
+    #: What it does, as the app's scheduler choice says it (`torchrun on the target`).
+    summary: str
+    #: Whether its scheduler allocates the nodes: the job is planned for what it gives (the
+    #: app drops the editor's gpu and gpu_count, and asks for a GPU type instead).
+    allocates: bool
 
     def where_from(
         self,
@@ -95,6 +107,13 @@ class Backend(Protocol[D]):
 
     def label(self, host: str) -> str:
         """The host as job records name it."""
+
+    def probe_nodes(self, values: Mapping[str, object], trust: str | None,
+                    ranks_per_node: int | None, sizes: Sequence[int] | None
+                    ) -> ProbeReport | None:  # fmt: skip
+        """`veri-tui probe` of the nodes ``values`` (its probe options, by name) name: their
+        report; None when the values name none of its. VeriError for a bad value, or when
+        the probe fails."""
 
     def check_dry_run(self) -> None:
         """VeriError when `launch --dry-run` has nothing to print for this backend."""

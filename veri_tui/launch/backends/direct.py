@@ -9,19 +9,20 @@ it keeps no `[direct]` table.
 from __future__ import annotations
 
 import posixpath
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, cast
 
 from veri_tui.errors import VeriError
 from veri_tui.jobfolder.contract.layout import SUPERVISOR_LOG
-from veri_tui.launch.backends.api import Option
+from veri_tui.launch.backends.api import Destination, Option
 from veri_tui.launch.backends.supervised import SupervisedBackend, supervisor_pid
 
 if TYPE_CHECKING:
     from veri_tui.jobfolder.contract.record import JobRecord, JobSpec
     from veri_tui.launch.host import Host
+    from veri_tui.launch.loglines import LogLine
     from veri_tui.launch.probe.fleet import ProbeChoice
-    from veri_tui.launch.records import LogLine
+    from veri_tui.launch.probe.report import ProbeReport
     from veri_tui.launch.target import JobTarget, Node
     from veri_tui.plan import JobConfig
 
@@ -43,12 +44,20 @@ class DirectBackend(SupervisedBackend):
     group: str | None = None
     given_as: str = "--host (or veri.toml's hosts)"
     probes_one_host: bool = True
+    summary: str = "torchrun on the target"
     options: tuple[Option, ...] = (
         Option(
             "host", str, metavar="SSH_HOST", many=True,
             help="~/.ssh/config alias or user@host[:port]; repeat for a multi-node job "
-            "(node 0 first)",
+            "(node 0 first)", target=True, label="more hosts",
+            hint="multi-node: other hosts, space-separated (enter)",
         ),
+    )  # fmt: skip
+
+    probe_options: tuple[Option, ...] = (
+        Option("host", str, metavar="SSH_HOST", many=True,
+               help="~/.ssh/config alias or user@host[:port]; repeat for several nodes (node 0 "
+               "first); none: this machine"),
     )  # fmt: skip
 
     def where_from(
@@ -71,6 +80,19 @@ class DirectBackend(SupervisedBackend):
             named = [str(h) for h in where or ()]
             return tuple(named or (job.hosts if job is not None else None) or ())
         return None
+
+    def probe_nodes(self, values: Mapping[str, object], trust: str | None,
+                    ranks_per_node: int | None, sizes: Sequence[int] | None
+                    ) -> ProbeReport:  # fmt: skip
+        """The hosts named (none: this machine), opened and probed; it takes whatever no
+        other backend does, as `accepts` does."""
+        from veri_tui.launch.probe.fleet import probe_hosts
+
+        names = [str(h) for h in cast("list[str] | None", values.get("host")) or ()]
+        if len(set(names)) < len(names):
+            raise VeriError("a host is named twice; one node per host", key="hosts")
+        return probe_hosts(Destination(self, tuple(names)), trust,
+                           ranks_per_node=ranks_per_node, sizes=sizes)  # fmt: skip
 
     def host_names(self, where: Hosts) -> list[str]:
         return list(where)

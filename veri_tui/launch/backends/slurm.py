@@ -11,19 +11,21 @@ job id, so a registry entry (kind `slurm`) is kept also when the login node is t
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, cast
 
+from veri_tui.errors import VeriError
 from veri_tui.launch.backends.api import Option
 from veri_tui.launch.backends.supervised import SupervisedBackend
-from veri_tui.launch.records import follow_lines
+from veri_tui.launch.loglines import follow_lines
 from veri_tui.launch.slurm.options import SlurmOptions, keys, slurm_options
 
 if TYPE_CHECKING:
     from veri_tui.jobfolder.contract.record import JobRecord, JobSpec
     from veri_tui.launch.host import Host
+    from veri_tui.launch.loglines import LogLine
     from veri_tui.launch.probe.fleet import ProbeChoice
-    from veri_tui.launch.records import LogLine
+    from veri_tui.launch.probe.report import ProbeReport
     from veri_tui.launch.slurm.host import SlurmHost
     from veri_tui.launch.target import JobTarget, Node
     from veri_tui.plan import JobConfig
@@ -38,11 +40,22 @@ class SlurmBackend(SupervisedBackend):
     group: str | None = "Slurm (also veri.toml [slurm]; these win)"
     given_as: str = "--slurm"
     probes_one_host: bool = False
+    summary: str = "sbatch from the target"
+    allocates: bool = True
     #: `[slurm]`'s keys, each spelled once: a field of `SlurmOptions` (slurm/options.py).
     options: tuple[Option, ...] = tuple(
         Option(k.name, k.type, k.doc.help, k.default, k.doc.metavar, k.doc.flag,
-               label=k.doc.label, hint=k.doc.hint)
+               label=k.doc.label, hint=k.doc.hint, target=k.name == "login")
         for k in keys()
+    )  # fmt: skip
+
+    #: `veri-tui probe --slurm`: this allocation's nodes (probe/allocation.py), or those srun
+    #: allocates for the probe alone.
+    probe_options: tuple[Option, ...] = (
+        Option("slurm", bool, "the nodes of this Slurm allocation ($SLURM_JOB_ID), else of one "
+               "srun allocates"),
+        Option("partition", str, "with --slurm outside an allocation", metavar="P"),
+        Option("nodes", int, "with --slurm: nodes (default: all)", metavar="N"),
     )  # fmt: skip
 
     def where_from(
@@ -55,6 +68,20 @@ class SlurmBackend(SupervisedBackend):
 
     def accepts(self, where: object, job: JobConfig | None) -> SlurmOptions | None:
         return where if isinstance(where, SlurmOptions) else None
+
+    def probe_nodes(self, values: Mapping[str, object], trust: str | None,
+                    ranks_per_node: int | None, sizes: Sequence[int] | None
+                    ) -> ProbeReport | None:  # fmt: skip
+        partition, nodes = values.get("partition"), values.get("nodes")
+        if not values.get("slurm"):
+            if partition or nodes:
+                raise VeriError("--partition and --nodes go with --slurm (SSH hosts: one "
+                                "--host per node)", key="slurm")  # fmt: skip
+            return None
+        from veri_tui.launch.probe.allocation import probe_allocation
+
+        return probe_allocation(cast("str | None", partition), cast("int | None", nodes),
+                                ranks_per_node, sizes)  # fmt: skip
 
     def host_names(self, where: SlurmOptions) -> list[str]:
         return [where.login]  # one host, its login node: the allocation's nodes are Slurm's

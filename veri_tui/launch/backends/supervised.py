@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 import posixpath
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, cast
 
 from veri_tui.errors import NotFoundError, VeriError
@@ -40,8 +40,10 @@ from veri_tui.launch.backends.ref import JobRef, NodeRef, SubmitError
 from veri_tui.launch.hostpool import all_or_raise, in_parallel
 
 if TYPE_CHECKING:
+    from veri_tui.launch.backends.api import Option
     from veri_tui.launch.host import Host, HostFacts
-    from veri_tui.launch.records import LogLine
+    from veri_tui.launch.loglines import LogLine
+    from veri_tui.launch.probe.report import ProbeReport
     from veri_tui.launch.target import JobTarget, Node
     from veri_tui.plan import JobConfig
 
@@ -66,6 +68,17 @@ class SupervisedBackend:
     """The operations; a backend subclass gives `start`, `judge`, `stop` and `tail`."""
 
     name: str
+    #: The app's scheduler choice says only its name unless a backend says what it does.
+    summary: str = ""
+    #: Its hosts are the nodes (a scheduler that allocates them says so).
+    allocates: bool = False
+    #: `veri-tui probe` probes none of its nodes unless a backend says how.
+    probe_options: tuple[Option, ...] = ()
+
+    def probe_nodes(self, values: Mapping[str, object], trust: str | None,
+                    ranks_per_node: int | None, sizes: Sequence[int] | None
+                    ) -> ProbeReport | None:  # fmt: skip
+        return None
 
     # -- what a backend gives --------------------------------------------------------------
 

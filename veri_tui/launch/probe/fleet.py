@@ -22,16 +22,18 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from veri_tui.errors import VeriError
 from veri_tui.jobfolder.probe.probe_verdict import HEALTH_MARK, PROBE_MARK, marked
-from veri_tui.launch.backends import Destination, backend_of
 from veri_tui.launch.host import Host, HostFacts
 from veri_tui.launch.hostpool import all_or_raise, in_parallel
 from veri_tui.launch.machine import Result
 from veri_tui.launch.nodes import probe_rendezvous
 from veri_tui.launch.probe.report import ProbeReport, cached, from_dict, hosts_key, save
+
+if TYPE_CHECKING:  # the backends call this module (their probe_nodes): it imports none of them
+    from veri_tui.launch.backends.api import AnyBackend, Destination
 
 #: Seconds one node's torchrun may take: start, rendezvous, a few dozen collectives.
 PROBE_TIMEOUT_S = 600.0
@@ -123,7 +125,7 @@ def measure(hosts: Sequence[Host], facts: list[HostFacts], *, ranks_per_node: in
     return report
 
 
-def probe_hosts(dest: Destination[object], trust: str | None = None, *,
+def probe_hosts(dest: Destination[Any], trust: str | None = None, *,
                 ranks_per_node: int | None = None, sizes: Sequence[int] | None = None,
                 ) -> ProbeReport:  # fmt: skip
     """`veri-tui probe [--host ...]`: open the hosts, read their facts, probe them."""
@@ -143,16 +145,16 @@ def probe_hosts(dest: Destination[object], trust: str | None = None, *,
             host.machine.close()
 
 
-def needs_probe(hosts: Sequence[Host], facts: list[HostFacts], job: Any) -> bool:
+def needs_probe(hosts: Sequence[Host], facts: list[HostFacts], job: Any,
+                backend: AnyBackend) -> bool:  # fmt: skip
     """Whether the launch probes its hosts first: several nodes; or one machine (this one, an
     SSH host) whose job runs on 2 of its GPUs or more. Not a Slurm partition (its nodes are
-    unknown before the allocation: its cached probe is used), nor CPU ranks on one machine
-    (no GPU to judge, no link to measure)."""
+    unknown before the allocation: its cached probe is used; ``backend`` says), nor CPU ranks
+    on one machine (no GPU to judge, no link to measure)."""
     if len(hosts) > 1:
         return True
     gpus = len(facts[0].gpus) if facts else 0
-    one_probed = backend_of(hosts[0].kind).probes_one_host
-    return one_probed and gpus >= 2 and int(job.gpu_count or 0) >= 2
+    return backend.probes_one_host and gpus >= 2 and int(job.gpu_count or 0) >= 2
 
 
 def fleet_probe(hosts: Sequence[Host], facts: list[HostFacts], job: Any, choice: ProbeChoice

@@ -111,11 +111,11 @@ def with_network(job: Any, gbps: float | None, note: str) -> Any:
     """``job`` planned with the measured network (Gb/s per node), unless the user set
     internode_bandwidth_gbps (theirs wins) or there is no figure (one node)."""
     hp = job.hyperparameters
-    if not gbps or "internode_bandwidth_gbps" in hp.model_fields_set:
+    if not gbps or "internode_bandwidth_gbps" in hp.fields_given:
         return job
-    measured = hp.model_copy(update={"internode_bandwidth_gbps": round(gbps, 3),
+    measured = hp.copy_with(update={"internode_bandwidth_gbps": round(gbps, 3),
                                      "network_measured": note})  # fmt: skip
-    return job.model_copy(update={"hyperparameters": measured})
+    return job.copy_with(update={"hyperparameters": measured})
 
 
 def with_cached_network(job: Any, probed_as: tuple[str, int] | None = None) -> Any:

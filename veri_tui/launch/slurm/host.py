@@ -36,7 +36,7 @@ from veri_tui.launch.slurm.partition import (
 from veri_tui.launch.slurm.script import batch_script
 
 if TYPE_CHECKING:
-    from veri_tui.launch.jobdata import JobData
+    from veri_tui.launch.job_datasets import JobData
     from veri_tui.plan import JobConfig, PlanRecord
     from veri_tui.plan.disk import DiskEstimate
 
@@ -117,7 +117,7 @@ class SlurmHost:
     def _login_facts(self, job: JobConfig, dataset_bytes: int) -> HostFacts:
         """The login node's facts; an SSH login node's are its host's probe for no GPU."""
         if not self.machine.local:
-            return self.login.probe(job.model_copy(update={"gpu_count": 0}), dataset_bytes)
+            return self.login.probe(job.copy_with(update={"gpu_count": 0}), dataset_bytes)
         from veri_tui.jobfolder.contract.layout import veri_home
 
         home, python = str(Path.home()), self.machine.python
@@ -131,12 +131,12 @@ class SlurmHost:
         """The login node's plan of the job laid out on the partition (``given`` is not used:
         it was made for another layout)."""
         if self.machine.local:
-            from veri_tui.launch.jobdata import with_data
+            from veri_tui.launch.job_datasets import with_data
 
             # Planned with the dataset it trains on, so the predicted price counts its tokens.
             for key in ("dataset", "eval_dataset"):
                 self._job_update.setdefault(key, getattr(with_data(job), key))
-        laid_out, rec = self.login.plan(job.model_copy(update=self._job_update), facts)
+        laid_out, rec = self.login.plan(job.copy_with(update=self._job_update), facts)
         return laid_out, on_partition(rec, self.partition)
 
     # -- the job folder on the shared filesystem: as a direct job's on the login node -----

@@ -152,12 +152,12 @@ def layout(job: Any, part: Partition, opts: SlurmOptions) -> tuple[int, str | No
                 f"{part.name} has {len(part.nodes)}; lower --nodes",
             )
         )
-    given = "gpu_count" in job.model_fields_set
+    given = "gpu_count" in job.fields_given
     gpu = None
     if part.gpus_per_node:
         per = opts.gpus_per_node or part.gpus_per_node
         have, what = part.gpus_per_node, "GPUs"
-        if "gpu" in job.model_fields_set:
+        if "gpu" in job.fields_given:
             gpu = job.gpu  # the user's word for the hardware: the way out of an unknown type
         else:
             gpu = catalog_gpu(part.gpu_type or "")

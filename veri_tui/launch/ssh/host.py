@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from veri_tui.errors import Refusal, VeriError
-from veri_tui.jobfolder.data.datasource import files_of
+from veri_tui.jobfolder.data.source import files_of
 from veri_tui.launch.host import HostFacts, Row, capacity_rows
-from veri_tui.launch.jobdata import JobData, local_data
+from veri_tui.launch.job_datasets import JobData, local_data
 from veri_tui.launch.ssh import files
 from veri_tui.launch.ssh.connection import Connection
 from veri_tui.launch.ssh.machine import SshMachine
@@ -69,7 +69,7 @@ class SshHost:
         from veri_tui.plan import plan_job, read_model_info
 
         if facts.gpu_name:
-            job = job.model_copy(update={"gpu": facts.gpu_name})
+            job = job.copy_with(update={"gpu": facts.gpu_name})
         info = facts.model_info if facts.model_info is not None else read_model_info(None)
         return job, plan_job(job, info, host=facts.host)
 
@@ -85,7 +85,7 @@ class SshHost:
         if machine.exists(output) and (not machine.is_dir(output) or machine.listdir(output)):
             raise VeriError(f"{output} already exists on {facts.host} and is not empty; "
                             "choose another --output", key="output")  # fmt: skip
-        return job.model_copy(update={"output": output})
+        return job.copy_with(update={"output": output})
 
     def job_paths(self, job: JobConfig, plan: PlanRecord, job_dir: str, facts: HostFacts
                   ) -> tuple[str, JobData, str, str | None]:  # fmt: skip
@@ -108,7 +108,7 @@ class SshHost:
                 files.makedirs(sftp, posixpath.dirname(target))
                 files.upload_file(sftp, f, target)
         if not job.model:
-            from veri_tui.plan.sources import bundled_tiny_model
+            from veri_tui.plan.model_sources import bundled_tiny_model
 
             files.makedirs(sftp, posixpath.join(tmp, "model"))
             for part in sorted(bundled_tiny_model().iterdir()):
