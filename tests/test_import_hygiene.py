@@ -66,7 +66,7 @@ def test_a_jsonl_dataset_never_imports_datasets(tmp_path) -> None:
         "import contextlib, io, os\n"
         f"os.environ['VERI_HOME'] = {str(tmp_path)!r}\n"
         "from veri_tui.cli import main\n"
-        "from veri_tui.launch.jobdata import BUNDLED_DATASETS\n"
+        "from veri_tui.launch.job_datasets import BUNDLED_DATASETS\n"
         "with contextlib.redirect_stdout(io.StringIO()):\n"
         "    assert main(['plan', '--dataset', str(BUNDLED_DATASETS['sft_text'])]) == 0\n"
     )

@@ -15,7 +15,7 @@ from textual.widgets import Input, Select, Static
 
 from veri_tui.app import create_app
 from veri_tui.app.screens.launch import LaunchScreen
-from veri_tui.plan.sources import bundled_tiny_model
+from veri_tui.plan.model_sources import bundled_tiny_model
 
 SSH_TESTS = Path(__file__).resolve().parents[1] / "ssh"
 

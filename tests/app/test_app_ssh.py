@@ -29,10 +29,10 @@ from veri_tui.app.screens.launch import LaunchScreen
 from veri_tui.app.screens.monitor import MonitorScreen
 from veri_tui.jobfolder.contract.status import has_ended
 from veri_tui.launch import jobs, registry
-from veri_tui.launch.jobdata import BUNDLED_DATASETS
+from veri_tui.launch.job_datasets import BUNDLED_DATASETS
 from veri_tui.launch.registry import RegistryEntry
 from veri_tui.plan import read_model_info
-from veri_tui.plan.sources import bundled_tiny_model
+from veri_tui.plan.model_sources import bundled_tiny_model
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(90)]
 

@@ -36,7 +36,7 @@ from veri_tui.jobfolder.contract.status import has_ended
 from veri_tui.launch import backends, jobs
 from veri_tui.launch.backends.ref import JobRef
 from veri_tui.plan import load_job_config
-from veri_tui.plan.sources import bundled_tiny_model
+from veri_tui.plan.model_sources import bundled_tiny_model
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 

@@ -25,9 +25,9 @@ from support.datafiles import (
 
 from veri_tui.cli import main
 from veri_tui.jobfolder.data.dataload import eval_split, mixed_rows
-from veri_tui.jobfolder.data.datasource import parse_source, sources_of
+from veri_tui.jobfolder.data.source import parse_source, sources_of
 from veri_tui.plan import load_job_config
-from veri_tui.plan.data_sources import job_sources
+from veri_tui.plan.dataset_locations import job_sources
 from veri_tui.plan.tokens import count_tokens
 
 REPO = Path(__file__).resolve().parents[2]
@@ -172,7 +172,7 @@ def test_a_folder_that_is_no_dataset_is_one_line_without_walking_it_all(
     assert main(["plan", "--dataset", str(tmp_path / "notes")]) == 2
     [line] = capsys.readouterr().err.splitlines()
     assert line.startswith(f"error: dataset: {tmp_path / 'notes'}: a folder with no data file")
-    monkeypatch.setattr("veri_tui.jobfolder.data.datasource.MAX_FOLDER_ENTRIES", 3)
+    monkeypatch.setattr("veri_tui.jobfolder.data.source.MAX_FOLDER_ENTRIES", 3)
     (tmp_path / "many").mkdir()
     for i in range(4):
         write_jsonl(tmp_path / "many" / f"{i}.jsonl", ROWS[:1])

@@ -19,7 +19,7 @@ from launch_helpers import leftover_pids, wait_ended, wait_for
 from veri_tui.bundled import assets_dir
 from veri_tui.jobfolder.contract.procs import pid_alive, read_pid
 from veri_tui.launch import jobs
-from veri_tui.launch.jobdata import BUNDLED_DATASETS
+from veri_tui.launch.job_datasets import BUNDLED_DATASETS
 from veri_tui.launch.metrics import log_row
 from veri_tui.plan import load_job_config, plan_job
 

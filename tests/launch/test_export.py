@@ -22,7 +22,7 @@ from launch_helpers import cli
 from veri_tui.bundled import assets_dir
 from veri_tui.cli import main
 from veri_tui.jobfolder.contract import manifest
-from veri_tui.jobfolder.data.datasource import Source, fingerprint
+from veri_tui.jobfolder.data.source import Source, fingerprint
 
 pytestmark = pytest.mark.timeout(900)  # two launches side by side, then the exports
 TINY = assets_dir() / "tiny-model"

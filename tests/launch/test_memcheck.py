@@ -16,7 +16,7 @@ from launch_helpers import cli
 from support.synthetic import LLAMA_3_1_70B, add_tokenizer, write_checkpoint
 
 from veri_tui.launch import jobs
-from veri_tui.launch.jobdata import BUNDLED_DATASETS
+from veri_tui.launch.job_datasets import BUNDLED_DATASETS
 from veri_tui.launch.memcheck import local_available, mem_available
 from veri_tui.plan import load_job_config, plan_job
 from veri_tui.plan.memory import gb

@@ -11,7 +11,7 @@ import pytest
 from veri_tui.bundled import assets_dir
 from veri_tui.errors import VeriError
 from veri_tui.launch import jobs
-from veri_tui.launch.jobdata import BUNDLED_DATASETS
+from veri_tui.launch.job_datasets import BUNDLED_DATASETS
 from veri_tui.plan import load_job_config, plan_job
 
 SAMPLE = str(BUNDLED_DATASETS["sft_text"])  # a model of your own needs a dataset (issue 35)

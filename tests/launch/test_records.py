@@ -14,7 +14,7 @@ import pytest
 from veri_tui.errors import VeriError
 from veri_tui.jobfolder.contract.lost import read_status
 from veri_tui.launch import jobs
-from veri_tui.launch.records import LogLine, follow_lines, split_lines
+from veri_tui.launch.loglines import LogLine, follow_lines, split_lines
 from veri_tui.launch.spec import new_job_id
 
 

@@ -15,7 +15,7 @@ from test_records import make_job
 from veri_tui.bundled import assets_dir
 from veri_tui.cli import main
 from veri_tui.errors import VeriError
-from veri_tui.launch.jobdata import BUNDLED_DATASETS
+from veri_tui.launch.job_datasets import BUNDLED_DATASETS
 from veri_tui.launch.spec import build_record
 from veri_tui.plan import load_job_config, plan_job
 

@@ -9,7 +9,7 @@ import pytest
 from veri_tui.errors import VeriError
 from veri_tui.plan import load_job_config, plan_job
 from veri_tui.plan.config import parse_value
-from veri_tui.plan.sources import bundled_tiny_model
+from veri_tui.plan.model_sources import bundled_tiny_model
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "assets" / "examples"
 

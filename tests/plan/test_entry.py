@@ -20,7 +20,7 @@ import pytest
 
 from veri_tui import cli
 from veri_tui.plan import plan
-from veri_tui.plan.sources import bundled_tiny_model
+from veri_tui.plan.model_sources import bundled_tiny_model
 
 # Printed by an atexit hook: present when the interpreter tore down as usual, absent after
 # the entry's os._exit (which runs no atexit hooks).
@@ -158,7 +158,7 @@ FAKE_HUB = '''
 import json, struct
 from pathlib import Path
 from types import SimpleNamespace as NS
-from veri_tui.plan.sources import bundled_tiny_model
+from veri_tui.plan.model_sources import bundled_tiny_model
 TINY = bundled_tiny_model()
 CALLS = []
 

@@ -25,7 +25,7 @@ import pytest
 
 from veri_tui.plan import plan
 from veri_tui.plan.memory import FROZEN_BYTES, NF4_DEN, NF4_NUM
-from veri_tui.plan.sources import read_model_info
+from veri_tui.plan.model_sources import read_model_info
 
 ASSETS = Path(__file__).resolve().parents[2] / "veri_tui" / "assets"
 # transformers 4.x builds each routed expert (and the router) of a MoE as nn.Linear modules,

@@ -16,7 +16,7 @@ from veri_tui.cli import main
 from veri_tui.errors import VeriError
 from veri_tui.plan import plan
 from veri_tui.plan.cost import cost_line
-from veri_tui.plan.sources import bundled_tiny_model
+from veri_tui.plan.model_sources import bundled_tiny_model
 
 
 def _header_in_out(modules: set[str]) -> tuple[int, int]:

@@ -105,6 +105,17 @@ def test_precision_refusals() -> None:
     assert "unknown precision" in errors_for(precision="int8")["precision"]
 
 
+def test_the_values_a_knob_runs_are_its_declarations_words() -> None:
+    """precision, zero_stage and network refuse what their `available` lacks, in its words
+    (knobs/fields.py), the way out naming the values that run."""
+    assert errors_for(precision="fp16")["precision"] == "fp16 is not available; use bf16 or fp32"
+    assert errors_for(precision="int8")["precision"] == "unknown precision 'int8'; use bf16 or fp32"
+    assert errors_for(zero_stage=5)["zero_stage"] == 'expected "auto", 0, 2 or 3 (got 5)'
+    assert errors_for(network="wifi")["network"] == (
+        "unknown network 'wifi'; use ethernet or infiniband (or set internode_bandwidth_gbps)"
+    )
+
+
 def test_unknown_gpu_lists_known_names() -> None:
     msg = errors_for(gpu="H100")["gpu"]
     assert "H100-80GB" in msg and "custom-<N>GB" in msg

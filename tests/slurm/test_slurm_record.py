@@ -11,8 +11,8 @@ from pathlib import Path
 
 from veri_tui.jobfolder.contract.atomic import write_json_atomic
 from veri_tui.jobfolder.contract.record import read_job
-from veri_tui.jobfolder.supervise.slurm import SlurmRun
 from veri_tui.jobfolder.supervise.slurmjob import begin_allocation
+from veri_tui.jobfolder.supervise.srun_tasks import SlurmRun
 
 
 def _job(tmp_path: Path, status: str, attempts: list[dict], restarts: int = 1) -> Path:

@@ -51,7 +51,7 @@ from veri_tui.jobfolder.contract.layout import CANCEL_REQUEST
 from veri_tui.jobfolder.contract.procs import job_processes
 from veri_tui.jobfolder.contract.record import read_job
 from veri_tui.jobfolder.contract.stopping import PREEMPTED, TIME_LIMIT, read_stopped
-from veri_tui.jobfolder.supervise.slurm import CANCEL, SlurmRun, seconds
+from veri_tui.jobfolder.supervise.srun_tasks import CANCEL, SlurmRun, seconds
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(420)]
 ZERO = {"zero_stage": 3, "micro_batch_size": 2}  # FSDP2; a global batch of 4

@@ -15,7 +15,7 @@ import pytest
 from multinode_helpers import losses, two_node_env
 from ssh_helpers import cli
 
-from veri_tui.plan.sources import bundled_tiny_model
+from veri_tui.plan.model_sources import bundled_tiny_model
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 

@@ -32,7 +32,7 @@ from veri_tui.launch.nodes import shared_storage
 from veri_tui.launch.registry import RegistryEntry
 from veri_tui.launch.restart import layout_refusal, retry_due
 from veri_tui.launch.ssh.host import SshHost
-from veri_tui.plan.sources import bundled_tiny_model
+from veri_tui.plan.model_sources import bundled_tiny_model
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "launch"))
 from launch_helpers import leftover_pids, wait_for  # noqa: E402

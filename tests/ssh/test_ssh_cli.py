@@ -16,10 +16,10 @@ import pytest
 from ssh_helpers import cli, fake_gpu_pythons
 
 from veri_tui.launch import registry
-from veri_tui.launch.jobdata import BUNDLED_DATASETS
+from veri_tui.launch.job_datasets import BUNDLED_DATASETS
 from veri_tui.launch.jobs import list_jobs
 from veri_tui.plan import read_model_info
-from veri_tui.plan.sources import bundled_tiny_model
+from veri_tui.plan.model_sources import bundled_tiny_model
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(60)]
 

@@ -18,7 +18,7 @@ from veri_tui.launch.ssh.hosts import resolve_host
 from veri_tui.launch.ssh.preflight import run_preflight
 from veri_tui.launch.ssh.remote_model import hub_cache_dir, remote_hub_cache
 from veri_tui.plan import read_model_info
-from veri_tui.plan.sources import bundled_tiny_model
+from veri_tui.plan.model_sources import bundled_tiny_model
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(60)]
 

@@ -18,7 +18,7 @@ from support.datafiles import write_jsonl
 from veri_tui.errors import VeriError
 from veri_tui.launch import jobs
 from veri_tui.plan import load_job_config
-from veri_tui.plan.sources import bundled_tiny_model
+from veri_tui.plan.model_sources import bundled_tiny_model
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(150)]
 

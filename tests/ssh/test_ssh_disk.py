@@ -22,7 +22,7 @@ from veri_tui.launch.nodes import node_disk
 from veri_tui.launch.ssh import preflight
 from veri_tui.plan import load_job_config, plan_job
 from veri_tui.plan.disk import DiskEstimate, size
-from veri_tui.plan.sources import bundled_tiny_model
+from veri_tui.plan.model_sources import bundled_tiny_model
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 SETS = ["max_steps=40", "checkpoint_steps=1", "keep_checkpoints=8"]

@@ -20,7 +20,7 @@ from veri_tui.launch.handle import JobHandle
 from veri_tui.launch.jobs import launch
 from veri_tui.launch.jobs import target_for as target_for_job
 from veri_tui.plan import load_job_config
-from veri_tui.plan.sources import bundled_tiny_model
+from veri_tui.plan.model_sources import bundled_tiny_model
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "launch"))
 from launch_helpers import leftover_pids, wait_for  # noqa: E402

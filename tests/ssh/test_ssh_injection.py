@@ -14,10 +14,10 @@ import pytest
 from ssh_helpers import cli
 
 from veri_tui.jobfolder.contract.procs import job_processes
-from veri_tui.launch.jobdata import BUNDLED_DATASETS
+from veri_tui.launch.job_datasets import BUNDLED_DATASETS
 from veri_tui.launch.ssh.connection import Connection
 from veri_tui.launch.ssh.remote_model import locate_model
-from veri_tui.plan.sources import bundled_tiny_model
+from veri_tui.plan.model_sources import bundled_tiny_model
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(90)]
 

@@ -21,7 +21,7 @@ from veri_tui.launch.handle import JobHandle
 from veri_tui.launch.jobs import launch, list_jobs
 from veri_tui.launch.jobs import target_for as target_for_job
 from veri_tui.plan import load_job_config, read_model_info
-from veri_tui.plan.sources import bundled_tiny_model
+from veri_tui.plan.model_sources import bundled_tiny_model
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(150)]
 

@@ -15,14 +15,14 @@ from support.synthetic import LLAMA_3_1_70B, add_tokenizer, write_checkpoint
 
 from veri_tui.errors import VeriError
 from veri_tui.launch import jobs
-from veri_tui.launch.jobdata import BUNDLED_DATASETS
+from veri_tui.launch.job_datasets import BUNDLED_DATASETS
 from veri_tui.launch.jobs import launch
 from veri_tui.launch.memcheck import local_available
 from veri_tui.launch.ssh.connection import Connection
 from veri_tui.launch.ssh.preflight import run_preflight
 from veri_tui.plan import load_job_config, plan_job
 from veri_tui.plan.memory import gb
-from veri_tui.plan.sources import bundled_tiny_model
+from veri_tui.plan.model_sources import bundled_tiny_model
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 

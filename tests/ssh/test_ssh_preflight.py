@@ -20,7 +20,7 @@ from veri_tui.launch.ssh.connection import Connection
 from veri_tui.launch.ssh.host import SshHost
 from veri_tui.launch.ssh.preflight import run_preflight
 from veri_tui.plan import load_job_config, read_model_info
-from veri_tui.plan.sources import bundled_tiny_model
+from veri_tui.plan.model_sources import bundled_tiny_model
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(90)]
 

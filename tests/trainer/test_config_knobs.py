@@ -11,7 +11,7 @@ import pytest
 from veri_tui.jobfolder.contract.errors import ConfigError
 from veri_tui.jobfolder.knobs import Hyperparameters, table
 from veri_tui.plan import job_from_fields, plan_job
-from veri_tui.plan.sources import bundled_tiny_model
+from veri_tui.plan.model_sources import bundled_tiny_model
 from veri_tui.trainer.config import TrainConfig, from_spec
 
 SPEC = {"method": "sft_text", "model_path": "m", "dataset": "d.jsonl"}
@@ -62,6 +62,9 @@ def test_a_planned_job_reaches_the_trainer_whole(tmp_path: Path) -> None:
         ({"report_to": "tb"}, "report_to: 'tb' is not one of tensorboard, trackio, wandb, mlflow"),
         ({"report_to": ["trackio", "x"]},
          "report_to: 'x' is not one of tensorboard, trackio, wandb, mlflow"),
+        # the values that run are the knob's `available` (knobs/fields.py), "auto" resolved
+        ({"precision": "fp16"}, "precision: 'fp16' is not available; use bf16 or fp32"),
+        ({"zero_stage": 1}, "zero_stage: 1 is not one of 0, 2, 3"),
     ],
 )  # fmt: skip
 def test_a_bad_value_names_its_key(tmp_path: Path, hp: dict, message: str) -> None:

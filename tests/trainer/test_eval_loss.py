@@ -23,7 +23,7 @@ from support.wandbfile import read_run
 from trainer_jobs import DATASETS, TINY, metrics, run_many, write_job
 
 from veri_tui.jobfolder.data.dataload import eval_split, mixed_rows
-from veri_tui.jobfolder.data.datasource import sources_of
+from veri_tui.jobfolder.data.source import sources_of
 from veri_tui.trainer.data import encode_row
 from veri_tui.trainer.losses import count_targets, sft_loss_sum
 

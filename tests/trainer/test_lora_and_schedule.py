@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from veri_tui.jobfolder.contract.errors import ConfigError
-from veri_tui.plan.sources import bundled_tiny_model
+from veri_tui.plan.model_sources import bundled_tiny_model
 from veri_tui.trainer.config import TrainConfig, from_spec
 from veri_tui.trainer.model import build_policy
 from veri_tui.trainer.schedule import lr_factor, scheduler

@@ -42,7 +42,7 @@ ENV = "VERI_FIRST_PLAN"
 HELPER = "import sys; from veri_tui.app.first_plan import main; main(sys.argv[1:])"
 
 
-# The bundled model's folder from veri_tui.bundled, not veri_tui.plan.sources (importing
+# The bundled model's folder from veri_tui.bundled, not veri_tui.plan.model_sources (importing
 # veri_tui.plan loads the whole planning core).
 _BUNDLED = bundled_model()
 # The code the opening plan depends on (hashed into the cache key below).

@@ -30,7 +30,7 @@ from veri_tui.commands.common import hosts_of, job_from_args
 from veri_tui.jobfolder.contract.record import JobRecord
 from veri_tui.jobfolder.contract.status import SUCCEEDED
 from veri_tui.launch import jobs
-from veri_tui.launch.jobdata import with_data
+from veri_tui.launch.job_datasets import with_data
 from veri_tui.launch.spec import check_job
 
 

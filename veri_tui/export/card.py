@@ -4,7 +4,7 @@ it answers.
 The fields come from the job's own files, never re-estimated: the plan lines the trainer
 logged (job.json `spec.plan_header`), the knobs as resolved, the data's hash (the token
 cache's key, `tokens/meta.json`: sha256 over the sources' bytes and options, veri_tui/jobfolder/
-datasource.py `fingerprint`), the losses of metrics.jsonl, the predicted and measured cost
+source.py `fingerprint`), the losses of metrics.jsonl, the predicted and measured cost
 (job.json `predicted` and `measured`, the GPU-hours its attempts held) and the smoke
 generation beside the base's.
 """

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 from veri_tui.errors import Refusal
 from veri_tui.jobfolder.data.encode import tokenizer_files
 from veri_tui.launch.host import Host, HostFacts, Row
-from veri_tui.launch.jobdata import JobData, local_data
+from veri_tui.launch.job_datasets import JobData, local_data
 
 if TYPE_CHECKING:
     from veri_tui.plan import JobConfig, PlanRecord
@@ -207,7 +207,7 @@ def _stored(model: str, job: JobConfig, data: JobData) -> Path | None:
     import hashlib
     import importlib.metadata
 
-    from veri_tui.jobfolder.data.datasource import fingerprint
+    from veri_tui.jobfolder.data.source import fingerprint
 
     hp = job.hyperparameters
     digest = hashlib.sha256(b"veri-datacheck-v1\0")
@@ -258,6 +258,6 @@ def _stamp(host: Host, model: str) -> tuple[Any, ...]:
 
 
 def _stats(data: JobData) -> tuple[Any, ...]:
-    from veri_tui.jobfolder.data.datasource import stat_key
+    from veri_tui.jobfolder.data.source import stat_key
 
     return (stat_key(list(data.train)), stat_key(list(data.eval)))

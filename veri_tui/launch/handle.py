@@ -21,7 +21,7 @@ from veri_tui.jobfolder.contract.procs import GRACE_S
 from veri_tui.jobfolder.contract.record import JobRecord, JobSpec
 from veri_tui.jobfolder.contract.status import has_ended
 from veri_tui.launch.backends import named
-from veri_tui.launch.records import LogLine, follow_lines
+from veri_tui.launch.loglines import LogLine, follow_lines
 from veri_tui.launch.retries import wait_settled
 from veri_tui.launch.settle import settle
 from veri_tui.launch.target import JobTarget

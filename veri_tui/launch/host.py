@@ -33,7 +33,7 @@ from veri_tui.launch.diskcheck import refusals, row
 from veri_tui.launch.machine import Machine
 
 if TYPE_CHECKING:
-    from veri_tui.launch.jobdata import JobData
+    from veri_tui.launch.job_datasets import JobData
     from veri_tui.plan import JobConfig, PlanRecord
     from veri_tui.plan.disk import DiskEstimate
     from veri_tui.plan.model_info import ModelInfo

@@ -29,10 +29,10 @@ from veri_tui.launch.handle import JobHandle
 from veri_tui.launch.host import Row, row_text
 from veri_tui.launch.jobindex import job_location, target_for
 from veri_tui.launch.joblist import list_jobs, local_jobs
+from veri_tui.launch.loglines import LogLine
 from veri_tui.launch.measured import comparison_lines
 from veri_tui.launch.metrics import log_row, metric_of
 from veri_tui.launch.probe.fleet import ProbeChoice
-from veri_tui.launch.records import LogLine
 from veri_tui.launch.slurm.options import SlurmOptions
 from veri_tui.launch.spec import canary_spec
 

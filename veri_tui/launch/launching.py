@@ -46,7 +46,7 @@ from veri_tui.launch.datacheck import check_data
 from veri_tui.launch.device import device_line, device_row
 from veri_tui.launch.host import Host, HostFacts, Row, check_disk, check_memory
 from veri_tui.launch.hostpool import all_or_raise, in_parallel
-from veri_tui.launch.jobdata import data_bytes
+from veri_tui.launch.job_datasets import data_bytes
 from veri_tui.launch.nodes import agreement, disk_of, node_label, probe_rendezvous
 from veri_tui.launch.probe.fleet import ProbeChoice, fleet_probe, needs_probe
 from veri_tui.launch.probe.report import with_cached_network, with_network

@@ -17,7 +17,7 @@ from veri_tui.errors import Refusal, VeriError
 from veri_tui.jobfolder.contract.layout import veri_home
 from veri_tui.launch.device import local_cuda
 from veri_tui.launch.host import HostFacts, Row, capacity_rows, tracker_problems
-from veri_tui.launch.jobdata import JobData
+from veri_tui.launch.job_datasets import JobData
 from veri_tui.launch.local_machine import LocalMachine
 from veri_tui.launch.memcheck import local_available
 from veri_tui.launch.spec import local_paths

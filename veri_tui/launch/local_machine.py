@@ -18,8 +18,8 @@ from typing import Any
 from veri_tui.jobfolder.contract.atomic import write_bytes_atomic
 from veri_tui.jobfolder.contract.procs import pid_alive
 from veri_tui.launch.diskcheck import Place, local_place
+from veri_tui.launch.loglines import LogLine, follow_lines
 from veri_tui.launch.machine import Result
-from veri_tui.launch.records import LogLine, follow_lines
 
 # Processes this process started: polled so that a long-lived launcher (the app) reaps them.
 _children: list[subprocess.Popen[bytes]] = []

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Protocol
 from veri_tui.launch.diskcheck import Place
 
 if TYPE_CHECKING:
-    from veri_tui.launch.records import LogLine
+    from veri_tui.launch.loglines import LogLine
 
 
 @dataclass(frozen=True)

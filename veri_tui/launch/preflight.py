@@ -33,7 +33,7 @@ from veri_tui.errors import Refusal, VeriError
 from veri_tui.launch.backends import Destination
 from veri_tui.launch.datacheck import check_data
 from veri_tui.launch.host import Host, HostFacts, Row
-from veri_tui.launch.jobdata import data_bytes
+from veri_tui.launch.job_datasets import data_bytes
 from veri_tui.launch.launching import device_rows, own_checks, probe_all
 from veri_tui.launch.nodes import disk_of, node_label, probe_rendezvous, storage_row
 from veri_tui.launch.probe.fleet import ProbeChoice, fleet_probe, needs_probe

@@ -102,7 +102,7 @@ def resume_spec(
     `--set`), else the re-planned spec with the job's paths. ``plan_for(job)`` returns the
     (job, plan record) as the target plans it (here: `plan_job`; a host: its preflight).
     Raises VeriError for every refusal."""
-    from veri_tui.launch.jobdata import JobData
+    from veri_tui.launch.job_datasets import JobData
     from veri_tui.launch.spec import make_record
     from veri_tui.plan import job_from_fields, validate
     from veri_tui.plan.config import parse_sets

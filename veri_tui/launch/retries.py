@@ -18,7 +18,7 @@ from veri_tui.jobfolder.contract.procs import pid_alive
 from veri_tui.jobfolder.contract.record import JobRecord
 from veri_tui.jobfolder.contract.status import Status, has_ended
 from veri_tui.launch import registry
-from veri_tui.launch.records import wait_until_ended
+from veri_tui.launch.loglines import wait_until_ended
 from veri_tui.launch.registry import RegistryEntry
 
 if TYPE_CHECKING:

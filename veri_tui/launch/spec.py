@@ -5,7 +5,7 @@ The record is the one contract between this side and the trainer (docs/interface
 section 2): every path in it is absolute, the model is a local directory, and the plan header
 is copied verbatim so the trainer prints exactly what `veri-tui plan` printed.
 Validate-before-start: `launch` refuses what `plan` refuses, plus a model that is not on disk,
-a dataset that is missing or has a bad row (veri_tui/launch/jobdata.py), and an output
+a dataset that is missing or has a bad row (veri_tui/launch/job_datasets.py), and an output
 directory that already holds something.
 """
 
@@ -19,8 +19,8 @@ from typing import Any
 from veri_tui.errors import Refusal, VeriError
 from veri_tui.jobfolder.contract.record import FORMAT, JobRecord, JobSpec
 from veri_tui.jobfolder.contract.status import PENDING
-from veri_tui.jobfolder.data.datasource import Source
-from veri_tui.launch.jobdata import JobData, job_data, local_data
+from veri_tui.jobfolder.data.source import Source
+from veri_tui.launch.job_datasets import JobData, job_data, local_data
 from veri_tui.launch.measured import predicted_of
 
 

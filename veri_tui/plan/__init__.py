@@ -13,9 +13,9 @@ from veri_tui.plan.config import job_from_fields, load_job_config
 from veri_tui.plan.gpus import GPU, GPU_CATALOG, get_gpu
 from veri_tui.plan.knobs import Hyperparameters, JobConfig
 from veri_tui.plan.model_info import ModelInfo
+from veri_tui.plan.model_sources import read_model_info
 from veri_tui.plan.record import PlanRecord
 from veri_tui.plan.resolve import plan_job
-from veri_tui.plan.sources import read_model_info
 from veri_tui.plan.toml_writer import job_to_toml
 from veri_tui.plan.validate import validate
 

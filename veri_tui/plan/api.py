@@ -13,6 +13,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from veri_tui.errors import Refusal, VeriError
+from veri_tui.jobfolder.knobs import Job
 from veri_tui.plan.config import job_from_fields
 from veri_tui.plan.decide import states_for
 from veri_tui.plan.gpus import get_gpu
@@ -25,9 +26,9 @@ from veri_tui.plan.validate import validate
 
 def plan(
     model: str | None = None,
-    method: str = "sft_text",
-    gpu: str = "L4-24GB",
-    gpu_count: int = 1,
+    method: str = Job.method,  # the schema's defaults (jobfolder/knobs/job.py)
+    gpu: str = Job.gpu,
+    gpu_count: int = Job.gpu_count,
     dataset: str | None = None,
     output: str | None = None,
     **hyperparameters: Any,

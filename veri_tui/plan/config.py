@@ -202,7 +202,7 @@ def load_job_config(
             if isinstance(data.get(key), dict):
                 fields.update(data.pop(key))
         fields.update(data)
-        from veri_tui.plan.data_sources import rebase
+        from veri_tui.plan.dataset_locations import rebase
 
         for key in ("dataset", "eval_dataset"):  # each source's path beside the file
             if key in fields:

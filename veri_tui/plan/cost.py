@@ -86,7 +86,7 @@ def job_tokens(job: Any, model_path: str | None, count: bool = True) -> TokenCou
     full-length samples); None when it is not cached and `count` is False. DataError for
     a dataset that cannot be read or counted. The app calls it in a worker to fill the cache."""
     # Imported with a dataset only: a plan without one never pays for them.
-    from veri_tui.plan.data_sources import job_sources
+    from veri_tui.plan.dataset_locations import job_sources
     from veri_tui.plan.tokens import cached_count, count_tokens, tokenizer_path
 
     dataset = job_sources(job)
@@ -136,7 +136,7 @@ def estimate_cost(
         if found is None:
             return _unknown("counting the dataset's tokens", pending=True, **price_info), warnings
         if isinstance(found, str):
-            from veri_tui.plan.data_sources import job_sources
+            from veri_tui.plan.dataset_locations import job_sources
             from veri_tui.plan.tokens import count_rows
 
             rows = count_rows(job_sources(job))

@@ -30,10 +30,10 @@ class JobConfig(KnobModel, schema.Job):
 
     def __init__(self, **data: Any) -> None:
         super().__init__(**data)
-        from veri_tui.jobfolder.data.datasource import sources_of
+        from veri_tui.jobfolder.data.source import sources_of
 
         errors = []
-        # their forms: veri_tui/jobfolder/data/datasource.py
+        # their forms: veri_tui/jobfolder/data/source.py
         for key in ("dataset", "eval_dataset"):
             try:
                 sources_of(getattr(self, key))

@@ -19,10 +19,10 @@ from veri_tui.plan.gpus import GPU, get_gpu, gpus_text
 from veri_tui.plan.knobs import JobConfig
 from veri_tui.plan.memory import MemoryEstimate, gb
 from veri_tui.plan.model_info import ModelInfo
+from veri_tui.plan.model_sources import read_model_info
 from veri_tui.plan.moe import moe_line
 from veri_tui.plan.peak import estimate_peak, peak_parts
 from veri_tui.plan.record import PlanRecord, plan_line
-from veri_tui.plan.sources import read_model_info
 from veri_tui.plan.suggest import Suggestion, suggestions_for
 from veri_tui.plan.throughput import estimate_throughput, flops_per_token
 from veri_tui.plan.validate import NETWORK_GBPS, validate

@@ -25,8 +25,8 @@ from pydantic_core import from_json
 
 from veri_tui.jobfolder.contract.errors import DataError
 from veri_tui.jobfolder.contract.layout import veri_home
-from veri_tui.jobfolder.data.datasource import Source, as_sources, fingerprint, stat_key
 from veri_tui.jobfolder.data.rows import no_shape, text_field
+from veri_tui.jobfolder.data.source import Source, as_sources, fingerprint, stat_key
 
 if TYPE_CHECKING:
     from veri_tui.plan.chat import ChatTemplate
@@ -40,7 +40,7 @@ def describe_sources(sources: list[Source]) -> str:
     return ", ".join(s.label for s in sources)
 
 
-CACHE_VERSION = 2  # 2: keyed by the sources' fingerprint (veri_tui/jobfolder/data/datasource.py)
+CACHE_VERSION = 2  # 2: keyed by the sources' fingerprint (veri_tui/jobfolder/data/source.py)
 CHUNK = 8192  # texts per encode_batch call
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja")
 # In-process memo for re-plans on every keystroke: (file stats, method) -> the count, or the

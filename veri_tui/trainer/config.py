@@ -19,7 +19,7 @@ from typing import Any
 
 from veri_tui.jobfolder.contract.errors import ConfigError
 from veri_tui.jobfolder.contract.layout import CHECKPOINTS, OUTPUT
-from veri_tui.jobfolder.data.datasource import Source, sources_of
+from veri_tui.jobfolder.data.source import Source, sources_of
 from veri_tui.jobfolder.knobs import METHODS_TRAINED, PIN_KEYS, Hyperparameters, by_name, table
 from veri_tui.jobfolder.knobs.fields import Checkpointing
 from veri_tui.jobfolder.knobs.rules import canonical, checkpointing_mode, coerce
@@ -52,7 +52,7 @@ class TrainConfig(Hyperparameters):
     gradient_accumulation_steps: int = field(default=1, kw_only=True)
     activation_checkpointing: Checkpointing = field(default="full", kw_only=True)
     # --- datasets (issue 27): job.json `spec.datasets` (the mixture, this machine's paths) and
-    # `spec.eval_datasets`, else `spec.dataset` alone (veri_tui/jobfolder/data/datasource.py); the
+    # `spec.eval_datasets`, else `spec.dataset` alone (veri_tui/jobfolder/data/source.py); the
     # eval knobs (eval_fraction, eval_steps) are the schema's ---
     sources: list[Source] = field(default_factory=list, kw_only=True)
     eval_sources: list[Source] = field(default_factory=list, kw_only=True)

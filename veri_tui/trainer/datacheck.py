@@ -6,7 +6,7 @@ machine as `python -m veri_tui.trainer.datacheck`, on an SSH host or a Slurm log
 rows (nothing is written there). Its input is one zlib-compressed JSON object on stdin:
 `model` (the folder there), `method`, `max_length` (max_seq_length, or dpo's max_length),
 `limit` (how many bad rows to name), and per part (`train`, `eval`) either `sources`
-(veri_tui/jobfolder/data/datasource.py dicts, read here) or `rows` ([where, row] pairs read by the
+(veri_tui/jobfolder/data/source.py dicts, read here) or `rows` ([where, row] pairs read by the
 launcher). It prints one JSON line: the tokenizer's class, the problems (key, message), and
 per part the rows and each training row's tokens (what packing and the global batch count).
 
@@ -79,7 +79,7 @@ def _rows(part: dict[str, Any], method: str) -> Iterator[tuple[str, dict[str, An
         yield from ((str(where), row) for where, row in part["rows"])
         return
     from veri_tui.jobfolder.data.dataload import mixed_rows
-    from veri_tui.jobfolder.data.datasource import sources_of
+    from veri_tui.jobfolder.data.source import sources_of
 
     yield from mixed_rows(sources_of(part["sources"]), method=method)
 

@@ -35,7 +35,7 @@ from veri_tui.jobfolder.contract.atomic import fsync_dir, write_json_atomic
 from veri_tui.jobfolder.contract.errors import DataError
 from veri_tui.jobfolder.contract.stopping import SHARED_ENV
 from veri_tui.jobfolder.data.dataload import mixed_rows
-from veri_tui.jobfolder.data.datasource import Source, as_sources, fingerprint
+from veri_tui.jobfolder.data.source import Source, as_sources, fingerprint
 from veri_tui.trainer.config import TrainConfig
 from veri_tui.trainer.data import encode_row
 from veri_tui.trainer.report import RankContext, RankLog
@@ -61,7 +61,7 @@ def cache_key(
     dataset: Sources, method: str, max_len: int, model_dir: Path, tok: Any
 ) -> dict[str, Any]:
     """What a cache's tokens were made from; a cache whose key differs is rebuilt. The
-    datasets count by their bytes and options (veri_tui/jobfolder/data/datasource.py
+    datasets count by their bytes and options (veri_tui/jobfolder/data/source.py
     `fingerprint`: a touched or moved file with the same rows is the same)."""
     sources = as_sources(dataset)
     try:

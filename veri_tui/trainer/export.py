@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from veri_tui.jobfolder.contract.errors import DataError
-from veri_tui.jobfolder.data.datasource import sources_of
+from veri_tui.jobfolder.data.source import sources_of
 from veri_tui.trainer.merge import MergeError, merge_lora
 
 

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from veri_tui.jobfolder.contract.errors import DataError
 from veri_tui.jobfolder.data.dataload import mixed_rows
-from veri_tui.jobfolder.data.datasource import Source
+from veri_tui.jobfolder.data.source import Source
 
 if TYPE_CHECKING:
     from torch import nn

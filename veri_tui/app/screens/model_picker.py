@@ -104,7 +104,7 @@ class ModelPickerScreen(ModalScreen[str | None]):
         """The bundled models (the tiny dense one, the tiny mixture of experts), recent
         picks, and the complete snapshots in the HF cache."""
         from veri_tui.bundled import bundled_moe
-        from veri_tui.plan.sources import bundled_tiny_model, cached_snapshot, hub_cache_dir
+        from veri_tui.plan.model_sources import bundled_tiny_model, cached_snapshot, hub_cache_dir
 
         rows = [("bundled", str(bundled_tiny_model()), "tiny-model"),
                 ("bundled", str(bundled_moe()), "tiny-moe (mixture of experts)")]  # fmt: skip

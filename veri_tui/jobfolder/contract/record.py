@@ -48,7 +48,7 @@ class JobSpec(TypedDict, total=False):
     model: str
     model_path: str
     dataset: str  # the first source's path (records before issue 27 have only this)
-    datasets: list[dict[str, Any]]  # every source, this machine's paths (datasource.py)
+    datasets: list[dict[str, Any]]  # every source, this machine's paths (source.py)
     eval_datasets: list[dict[str, Any]]  # the eval_loss rows' own sources, when given
     output_dir: str
     gpu: str

@@ -17,8 +17,8 @@ import shlex
 from typing import Any
 
 from veri_tui.jobfolder.contract.errors import DataError
-from veri_tui.jobfolder.data.datasource import Source
 from veri_tui.jobfolder.data.rows import SFT_SHAPES, columns_text, lacking
+from veri_tui.jobfolder.data.source import Source
 
 #: The names datasets commonly give each row key's column, most telling first.
 SYNONYMS: dict[str, tuple[str, ...]] = {

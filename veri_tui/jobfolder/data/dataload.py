@@ -26,8 +26,8 @@ from typing import Any
 from veri_tui.jobfolder.contract.errors import DataError
 from veri_tui.jobfolder.data.colhint import check_keys
 from veri_tui.jobfolder.data.columns import map_row
-from veri_tui.jobfolder.data.datasource import Source
 from veri_tui.jobfolder.data.rows import numbered_lines, parse_row
+from veri_tui.jobfolder.data.source import Source
 
 TABULAR = {".parquet": "parquet", ".csv": "csv", ".tsv": "csv"}
 _LOADED: dict[Source, Any] = {}  # this process's open `datasets` tables, by source

@@ -82,7 +82,7 @@ def analyze(
     ``memory``, the supervisor's samples, explains a SIGKILL by the OOM killer; ``node``,
     this machine's node rank in a multi-node job (its elastic files name local ranks only).
     ``logs``: (node, torchrun log dir, torchrun output) of every node whose torchrun wrote
-    into this folder (a Slurm job: veri_tui/jobfolder/supervise/slurm.py node_logs); default
+    into this folder (a Slurm job: veri_tui/jobfolder/supervise/srun_tasks.py node_logs); default
     this node's."""
     job_dir = Path(job_dir)
     logs = logs or [(node, job_dir / ELASTIC, job_dir / TORCHRUN_LOG)]

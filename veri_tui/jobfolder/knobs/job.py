@@ -27,7 +27,7 @@ class Job:
                     section="Job", label="GPU type", widget="select")
     gpu_count: int = knob(1, "GPUs (training processes)", section="Job")
     # --- datasets (issue 27): a source is a path or Hub id with options (veri_tui/jobfolder/
-    # datasource.py: "PATH,config=C,split=S,weight=W,prompt=COLUMN", or a table); a list
+    # source.py: "PATH,config=C,split=S,weight=W,prompt=COLUMN", or a table); a list
     # of sources is a mixture. The planner checks them (veri_tui/plan/knobs.py). ---
     dataset: str | dict[str, Any] | list[str | dict[str, Any]] | None = knob(
         None, "JSONL/JSON/parquet/CSV file, save_to_disk folder or Hub id (org/name), "

@@ -41,7 +41,7 @@ from veri_tui.jobfolder.contract.status import (
 from veri_tui.jobfolder.contract.stopping import TIME_LIMIT, read_stopped, request_stop
 from veri_tui.jobfolder.failures import failures
 from veri_tui.jobfolder.supervise.launcher import CANCEL as CANCEL_STOP
-from veri_tui.jobfolder.supervise.slurm import (
+from veri_tui.jobfolder.supervise.srun_tasks import (
     CANCEL,
     SlurmRun,
     node_log_dir,

@@ -15,7 +15,7 @@ after a grace period; with `peer_failed.json` there (a multi-node job's watcher:
 failed) a failure instead. How an attempt's ranks start, and what a signal means, is its launcher's
 (launcher.py): torchrun here, or inside a Slurm allocation (spec `slurm`, $SLURM_JOB_ID) srun
 starting one torchrun per node, where SIGTERM/SIGUSR1 may mean a preemption or the time limit
-instead (slurmjob.py, slurm.py, docs/slurm.md).
+instead (slurmjob.py, srun_tasks.py, docs/slurm.md).
 
 Stdlib only: it must start fast and run on a GPU machine whose image has only the trainer's
 dependencies (no torch import here, no pydantic, paramiko or textual). The job folder's

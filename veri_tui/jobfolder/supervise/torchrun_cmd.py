@@ -3,7 +3,7 @@
 One node: ``--standalone`` (a free rendezvous port per job). Several (a multi-node SSH job,
 each node's supervisor starting its own torchrun): torchrun's c10d rendezvous with node 0
 hosting the store. The trainer runs as ``-m veri_tui.trainer --job <job.json>`` in every rank.
-A Slurm job's command is srun's instead (slurm.py). The ranks' environment: unbuffered output
+A Slurm job's command is srun's instead (srun_tasks.py). The ranks' environment: unbuffered output
 (the log is followed live), one thread per CPU rank and CUDA's expandable segments, each unless
 the user set it. Stdlib only, as the whole package.
 """

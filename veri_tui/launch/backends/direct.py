@@ -20,9 +20,9 @@ from veri_tui.launch.backends.supervised import SupervisedBackend, supervisor_pi
 if TYPE_CHECKING:
     from veri_tui.jobfolder.contract.record import JobRecord, JobSpec
     from veri_tui.launch.host import Host
+    from veri_tui.launch.loglines import LogLine
     from veri_tui.launch.probe.fleet import ProbeChoice
     from veri_tui.launch.probe.report import ProbeReport
-    from veri_tui.launch.records import LogLine
     from veri_tui.launch.target import JobTarget, Node
     from veri_tui.plan import JobConfig
 

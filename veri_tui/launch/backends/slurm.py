@@ -17,15 +17,15 @@ from typing import TYPE_CHECKING, cast
 from veri_tui.errors import VeriError
 from veri_tui.launch.backends.api import Option
 from veri_tui.launch.backends.supervised import SupervisedBackend
-from veri_tui.launch.records import follow_lines
+from veri_tui.launch.loglines import follow_lines
 from veri_tui.launch.slurm.options import SlurmOptions, keys, slurm_options
 
 if TYPE_CHECKING:
     from veri_tui.jobfolder.contract.record import JobRecord, JobSpec
     from veri_tui.launch.host import Host
+    from veri_tui.launch.loglines import LogLine
     from veri_tui.launch.probe.fleet import ProbeChoice
     from veri_tui.launch.probe.report import ProbeReport
-    from veri_tui.launch.records import LogLine
     from veri_tui.launch.slurm.host import SlurmHost
     from veri_tui.launch.target import JobTarget, Node
     from veri_tui.plan import JobConfig
@@ -49,7 +49,7 @@ class SlurmBackend(SupervisedBackend):
         for k in keys()
     )  # fmt: skip
 
-    #: `veri-tui probe --slurm`: this allocation's nodes (probe/slurm.py), or those srun
+    #: `veri-tui probe --slurm`: this allocation's nodes (probe/allocation.py), or those srun
     #: allocates for the probe alone.
     probe_options: tuple[Option, ...] = (
         Option("slurm", bool, "the nodes of this Slurm allocation ($SLURM_JOB_ID), else of one "
@@ -78,7 +78,7 @@ class SlurmBackend(SupervisedBackend):
                 raise VeriError("--partition and --nodes go with --slurm (SSH hosts: one "
                                 "--host per node)", key="slurm")  # fmt: skip
             return None
-        from veri_tui.launch.probe.slurm import probe_allocation
+        from veri_tui.launch.probe.allocation import probe_allocation
 
         return probe_allocation(cast("str | None", partition), cast("int | None", nodes),
                                 ranks_per_node, sizes)  # fmt: skip

@@ -42,8 +42,8 @@ from veri_tui.launch.hostpool import all_or_raise, in_parallel
 if TYPE_CHECKING:
     from veri_tui.launch.backends.api import Option
     from veri_tui.launch.host import Host, HostFacts
+    from veri_tui.launch.loglines import LogLine
     from veri_tui.launch.probe.report import ProbeReport
-    from veri_tui.launch.records import LogLine
     from veri_tui.launch.target import JobTarget, Node
     from veri_tui.plan import JobConfig
 

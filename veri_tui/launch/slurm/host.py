@@ -36,7 +36,7 @@ from veri_tui.launch.slurm.partition import (
 from veri_tui.launch.slurm.script import batch_script
 
 if TYPE_CHECKING:
-    from veri_tui.launch.jobdata import JobData
+    from veri_tui.launch.job_datasets import JobData
     from veri_tui.plan import JobConfig, PlanRecord
     from veri_tui.plan.disk import DiskEstimate
 
@@ -131,7 +131,7 @@ class SlurmHost:
         """The login node's plan of the job laid out on the partition (``given`` is not used:
         it was made for another layout)."""
         if self.machine.local:
-            from veri_tui.launch.jobdata import with_data
+            from veri_tui.launch.job_datasets import with_data
 
             # Planned with the dataset it trains on, so the predicted price counts its tokens.
             for key in ("dataset", "eval_dataset"):

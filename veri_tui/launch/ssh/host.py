@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from veri_tui.errors import Refusal, VeriError
-from veri_tui.jobfolder.data.datasource import files_of
+from veri_tui.jobfolder.data.source import files_of
 from veri_tui.launch.host import HostFacts, Row, capacity_rows
-from veri_tui.launch.jobdata import JobData, local_data
+from veri_tui.launch.job_datasets import JobData, local_data
 from veri_tui.launch.ssh import files
 from veri_tui.launch.ssh.connection import Connection
 from veri_tui.launch.ssh.machine import SshMachine
@@ -108,7 +108,7 @@ class SshHost:
                 files.makedirs(sftp, posixpath.dirname(target))
                 files.upload_file(sftp, f, target)
         if not job.model:
-            from veri_tui.plan.sources import bundled_tiny_model
+            from veri_tui.plan.model_sources import bundled_tiny_model
 
             files.makedirs(sftp, posixpath.join(tmp, "model"))
             for part in sorted(bundled_tiny_model().iterdir()):

@@ -21,7 +21,7 @@ from veri_tui.launch.ssh.preflight import DISK_SCRIPT, remote_python
 from veri_tui.launch.ssh.tail import follow_remote
 
 if TYPE_CHECKING:
-    from veri_tui.launch.records import LogLine
+    from veri_tui.launch.loglines import LogLine
 
 
 class _Channel:

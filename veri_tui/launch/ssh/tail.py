@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from veri_tui.errors import VeriError
-from veri_tui.launch.records import LogLine, split_lines
+from veri_tui.launch.loglines import LogLine, split_lines
 from veri_tui.launch.ssh.connection import Connection, ConnectionLost, command_line, exited
 from veri_tui.launch.ssh.hostkeys import ChangedHostKeyError, UnknownHostKeyError
 

@@ -4,7 +4,7 @@ Inside an allocation ($SLURM_JOB_ID: `salloc -N 2 veri-tui probe --slurm`, or a 
 script) its nodes are probed; outside one, srun allocates `--nodes` of `--partition` (the
 default partition when not given) for the probe alone. One srun task per node, each
 `python -m veri_tui.trainer.gpuhealth`, then its node's torchrun (torch's static rendezvous on the
-allocation's first host, as a Slurm job's own, veri_tui/jobfolder/supervise/slurm.py) running
+allocation's first host, as a Slurm job's own, veri_tui/jobfolder/supervise/srun_tasks.py) running
 `veri_tui.trainer.probe`. The tasks import this installation's trainer (PYTHONPATH: the folder it is
 in), which a cluster's shared filesystem shows every node, as `launch --slurm local` relies on; srun
 passes the environment on (VERI_PROBE_DELAY included). Cached per partition, where

@@ -17,7 +17,7 @@ from typing import Any
 from veri_tui.bundled import assets_dir, bundled_dataset
 from veri_tui.errors import Refusal, VeriError
 from veri_tui.jobfolder.contract.errors import DataError
-from veri_tui.jobfolder.data.datasource import Source, files_of
+from veri_tui.jobfolder.data.source import Source, files_of
 
 #: The bundled dataset each method trains on when no --dataset is given.
 BUNDLED_DATASETS = {
@@ -48,13 +48,13 @@ def is_bundled_model(model: str | None) -> bool:
 @dataclass(frozen=True)
 class JobData:
     """The job's datasets as one machine reads them: the training mixture and the eval
-    sources (veri_tui/jobfolder/data/datasource.py), each with its path there."""
+    sources (veri_tui/jobfolder/data/source.py), each with its path there."""
 
     train: tuple[Source, ...]
     eval: tuple[Source, ...] = ()
 
     def __str__(self) -> str:
-        from veri_tui.plan.data_sources import describe
+        from veri_tui.plan.dataset_locations import describe
 
         text = describe(list(self.train))
         return text + (f"; eval: {describe(list(self.eval))}" if self.eval else "")
@@ -71,7 +71,7 @@ class JobData:
     @classmethod
     def from_spec(cls, spec: Any) -> JobData:
         """The datasets a job.json spec names (its paths as they are)."""
-        from veri_tui.jobfolder.data.datasource import sources_of
+        from veri_tui.jobfolder.data.source import sources_of
 
         train = sources_of(spec.get("datasets") or spec.get("dataset"))
         return cls(tuple(train), tuple(sources_of(spec.get("eval_datasets"))))
@@ -84,7 +84,7 @@ class JobData:
 def job_data(job: Any) -> tuple[JobData | None, Refusal | None]:
     """The job's datasets on this machine (a Hub id from the local HF cache, downloaded
     when it is not there and HF_HUB_OFFLINE is unset), every row checked (`check_rows`)."""
-    from veri_tui.plan.data_sources import job_sources
+    from veri_tui.plan.dataset_locations import job_sources
 
     try:
         train = job_sources(job, "dataset", download=True)
@@ -113,8 +113,8 @@ def check_rows(data: JobData, method: str) -> Refusal | None:
     and line (a source's row), before anything is uploaded or submitted. Remembered per
     process by the files' stats, so a preflight and its launch read a dataset once."""
     from veri_tui.jobfolder.data.dataload import mixed_rows
-    from veri_tui.jobfolder.data.datasource import stat_key
     from veri_tui.jobfolder.data.rows import check_row
+    from veri_tui.jobfolder.data.source import stat_key
 
     for key, sources in (("dataset", data.train), ("eval_dataset", data.eval)):
         if not sources:

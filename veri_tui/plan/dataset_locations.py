@@ -1,5 +1,5 @@
 """A job's `dataset` and `eval_dataset` as sources on this machine
-(veri_tui/jobfolder/data/datasource.py).
+(veri_tui/jobfolder/data/source.py).
 
 A local path is taken as it is (a relative one beside the veri.toml that names it); a Hub
 id (`org/name`, not a path here) is looked up in the local HF cache first
@@ -17,14 +17,14 @@ from pathlib import Path
 from typing import Any
 
 from veri_tui.jobfolder.contract.errors import DataError
-from veri_tui.jobfolder.data.datasource import (
+from veri_tui.jobfolder.data.source import (
     DATA_FILES,
     Source,
     files_of,
     parse_source,
     sources_of,
 )
-from veri_tui.plan.sources import _offline, hub_cache_dir
+from veri_tui.plan.model_sources import _offline, hub_cache_dir
 
 HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
 
