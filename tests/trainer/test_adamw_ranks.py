@@ -86,6 +86,11 @@ def _ranks(out: Path) -> None:
     _train(net, list(net.parameters()), rank, "native", units=[net[0], net[2]])
     named = net.named_parameters()
     got["fsdp-overlap"] = {n: p.full_tensor().float().flatten().tolist() for n, p in named}
+    # Each unit's pre-forward hooks, in the order they run: the overlap's wait first.
+    got["hooks"] = [
+        [getattr(h, "__qualname__", type(h).__name__) for h in unit._forward_pre_hooks.values()]
+        for unit in (net, net[0], net[2])
+    ]
     (out / f"rank-{rank}.json").write_text(json.dumps(got))
     dist.destroy_process_group()
 
@@ -105,6 +110,9 @@ def test_ddp_replicas_agree_and_fsdp2_shards_update_as_the_whole(tmp_path: Path)
         # shards rounded as the whole parameters, by either way
         assert r0[f"fsdp-{way}"] == r1[f"fsdp-{way}"] == r0[f"ddp-{way}"] == r0["ddp-native"]
     assert r0["fsdp-overlap"] == r1["fsdp-overlap"] == r0["ddp-native"]
+    for hooks in r0["hooks"]:  # the wait ahead of FSDP2's pre-forward (its shard's copy-in)
+        assert hooks[0].startswith(("install.", "_unit_wait.")), hooks
+        assert any("pre_forward" in h for h in hooks[1:]), hooks
     init = {n: p.float().flatten().tolist() for n, p in _model().named_parameters()}
     assert all(r0["ddp-native"][n] != init[n] for n in init)  # it trained
 
