@@ -1,6 +1,6 @@
 """Final losses of the bundled trainer's precisions against Hugging Face Trainer's bf16=True.
 
-    python benchmarks/bench_bf16_learning.py [--old DIR] [--markdown]
+    python benchmarks/bench_bf16_learning.py [--old DIR] [--markdown] [--timeout S]
 
 Runs the comparison of tests/trainer/test_bf16_learning.py (the counting task of
 tests/trainer/learning_task.py, 80 steps, one process, lr 1e-4 and 2e-5, full fine-tune and
@@ -42,15 +42,21 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--old", type=Path, help="a checkout of the trainer before the change")
     parser.add_argument("--markdown", action="store_true", help="print a markdown table")
+    parser.add_argument(
+        "--timeout", type=float, default=900.0,
+        help="seconds each of the two training processes may take (0: no limit; a loaded "
+        "2-core machine needs more than the default)",
+    )  # fmt: skip
     args = parser.parse_args()
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        got = run_all(root / "new")
+        limit = args.timeout or None
+        got = run_all(root / "new", timeout=limit)
         moved = {k: moved_share(root / "new", f"{k[0]}-lr{k[1]}-r{k[2]}") for k in got}
         if args.old:
             old = run_all(root / "old", python_path=args.old, runs=[("bf16", 0), ("bf16", LORA)],
-                          hf=False)  # fmt: skip
+                          hf=False, timeout=limit)  # fmt: skip
             for (p, lr, r), losses in old.items():
                 got[("bf16 old", lr, r)] = losses
                 moved[("bf16 old", lr, r)] = moved_share(root / "old", f"{p}-lr{lr}-r{r}")

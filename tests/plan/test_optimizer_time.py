@@ -64,9 +64,15 @@ def test_offload_puts_the_host_step_in_the_step_time(infos: dict[str, ModelInfo]
     assert ot.trainable_tensors(llama, 0) == (tensors, 80 * 7 + 2)
     bound = (14 + 6) * per_rank / (ot.HOST_GBPS_PER_GPU * 1e9)
     assert tp["optimizer_s"] == pytest.approx(bound + tensors * ot.HOST_PER_TENSOR_S)
-    parts = tp["compute_s"] + tp["exposed_communication_s"] + tp["optimizer_s"]
+    # The layers' share of the host step hides behind the next forward's matmuls (the
+    # trainer updates unit by unit beside it): at most the forward's third of the compute
+    # without recomputation, a quarter with full checkpointing; the root's share never.
+    hidden = opt["hidden_s"]
+    assert 0 < hidden <= tp["compute_s"] / 4
+    parts = tp["compute_s"] + tp["exposed_communication_s"] + tp["optimizer_s"] - hidden
     assert tp["step_time_s"] == pytest.approx(parts)
-    assert tp["optimizer_s"] > 5  # seconds: the term the plan was missing
+    assert tp["optimizer_s"] - hidden > 5  # seconds: the term the plan was missing
+    assert _tp(llama)["optimizer"]["hidden_s"] == 0  # on the GPU: nothing beside the forward
     assert opt["host_one_thread_s"] == pytest.approx(
         per_rank * (ot.HOST_NATIVE_S + 3 * ot.HOST_CLIP_S) + tensors * ot.HOST_PER_TENSOR_S
     )

@@ -1,5 +1,6 @@
 """The bf16 AdamW on 2 real ranks (torchrun, gloo): DDP replicas stay bit-identical, and an
-FSDP2 shard gets the update the whole parameter gets.
+FSDP2 shard gets the update the whole parameter gets, also with the update overlapped with
+the next forward (cpu_offload's way, veri_tui/trainer/adamw_overlap.py).
 
 Run as a script under torchrun, each rank trains the same small bf16 model on its own
 batches for STEPS steps twice, under DDP and under FSDP2 (`fully_shard`, dim-0 shards of
@@ -35,18 +36,26 @@ def _model() -> Any:
     return net.to(torch.bfloat16)
 
 
-def _train(net: Any, params: list[Any], rank: int, way: str) -> None:
+def _train(
+    net: Any, params: list[Any], rank: int, way: str, units: list[Any] | None = None
+) -> None:
+    """STEPS steps; with `units` (FSDP2 units in forward order) the update overlapped with
+    the next forward, unit by unit (veri_tui/trainer/adamw_overlap.py)."""
     import torch
 
     from veri_tui.trainer.adamw import StochasticAdamW
+    from veri_tui.trainer.adamw_overlap import overlap_forward, settle
 
     opt = StochasticAdamW(params, lr=1e-3, weight_decay=0.1, seed=42, way=way)
+    if units is not None:
+        overlap_forward(net, units, opt)
     g = torch.Generator().manual_seed(100 + rank)  # each rank its own batches
     for _ in range(STEPS):
         x = torch.randn(8, 16, generator=g).bfloat16()
         net(x).float().square().mean().backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
+    settle(opt)
 
 
 def _ranks(out: Path) -> None:
@@ -68,6 +77,20 @@ def _ranks(out: Path) -> None:
         _train(net, list(net.parameters()), rank, way)
         named = net.named_parameters()
         got[f"fsdp-{way}"] = {n: p.full_tensor().float().flatten().tolist() for n, p in named}
+    # cpu_offload's overlap: each linear its own FSDP2 unit, whose all-gather (in FSDP2's
+    # pre-forward hook) must read the shard its update wrote.
+    net = _model()
+    mesh = init_device_mesh("cpu", (2,))
+    for unit in (net[0], net[2], net):
+        fully_shard(unit, mesh=mesh)
+    _train(net, list(net.parameters()), rank, "native", units=[net[0], net[2]])
+    named = net.named_parameters()
+    got["fsdp-overlap"] = {n: p.full_tensor().float().flatten().tolist() for n, p in named}
+    # Each unit's pre-forward hooks, in the order they run: the overlap's wait first.
+    got["hooks"] = [
+        [getattr(h, "__qualname__", type(h).__name__) for h in unit._forward_pre_hooks.values()]
+        for unit in (net, net[0], net[2])
+    ]
     (out / f"rank-{rank}.json").write_text(json.dumps(got))
     dist.destroy_process_group()
 
@@ -86,6 +109,10 @@ def test_ddp_replicas_agree_and_fsdp2_shards_update_as_the_whole(tmp_path: Path)
         assert r0[f"ddp-{way}"] == r1[f"ddp-{way}"]  # bit-identical replicas
         # shards rounded as the whole parameters, by either way
         assert r0[f"fsdp-{way}"] == r1[f"fsdp-{way}"] == r0[f"ddp-{way}"] == r0["ddp-native"]
+    assert r0["fsdp-overlap"] == r1["fsdp-overlap"] == r0["ddp-native"]
+    for hooks in r0["hooks"]:  # the wait ahead of FSDP2's pre-forward (its shard's copy-in)
+        assert hooks[0].startswith(("install.", "_unit_wait.")), hooks
+        assert any("pre_forward" in h for h in hooks[1:]), hooks
     init = {n: p.float().flatten().tolist() for n, p in _model().named_parameters()}
     assert all(r0["ddp-native"][n] != init[n] for n in init)  # it trained
 

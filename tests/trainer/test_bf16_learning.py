@@ -56,10 +56,15 @@ def task_job(root: Path, name: str, model: Path, data: Path, **hp: object) -> Pa
 
 
 def run_all(
-    root: Path, python_path: Path = REPO, runs: list[tuple[str, int]] = RUNS, hf: bool = True
+    root: Path,
+    python_path: Path = REPO,
+    runs: list[tuple[str, int]] = RUNS,
+    hf: bool = True,
+    timeout: float | None = 900,
 ) -> dict[tuple, list[float]]:
     """Our `runs` in one process (veri-tui from `python_path`), HF's (both LoRA ranks) in
-    another beside it; {(precision or "hf", lr, lora_rank): losses}."""
+    another beside it, each given `timeout` seconds (None: no limit);
+    {(precision or "hf", lr, lora_rank): losses}."""
     model, data = make_task(root / "task")
     ours, theirs = {}, {}
     for lr in LRS:
@@ -87,8 +92,14 @@ def run_all(
         for part in (items[: len(items) // 2], items[len(items) // 2 :])
         if part
     ]
-    for p in procs:
-        out, _ = p.communicate(timeout=900)
+    try:
+        outs = [p.communicate(timeout=timeout)[0] for p in procs]
+    except subprocess.TimeoutExpired:
+        for p in procs:  # none left training in a folder about to be removed
+            p.kill()
+            p.wait()
+        raise
+    for p, out in zip(procs, outs, strict=True):
         assert p.returncode == 0, out[-4000:]
     got = {k: [m["loss"] for m in metrics(j.parent)] for k, j in ours.items()}
     for k, j in theirs.items():

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from typing import Any
 
 from veri_tui.commands.common import hosts_of, job_from_args
 from veri_tui.errors import Refusal, VeriError
@@ -53,7 +54,8 @@ def summary_lines(rec: PlanRecord) -> list[str]:
             f"throughput: ~{tp['tokens_per_s']:,.0f} tokens/s{active}, "
             f"step {tp['step_time_s']:.2f} s "
             f"(compute {tp['compute_s']:.2f} s + exposed communication "
-            f"{tp['exposed_communication_s']:.2f} s + optimizer {tp['optimizer_s']:.2f} s), "
+            f"{tp['exposed_communication_s']:.2f} s + optimizer {tp['optimizer_s']:.2f} s"
+            f"{beside_forward(tp)}), "
             f"scaling efficiency "
             f"{tp['scaling_efficiency']:.0%}{bound}{calibrated_note(tp)}"
         )
@@ -144,3 +146,9 @@ def launch_refusals(job: JobConfig, rec: PlanRecord) -> list[Refusal]:
     from veri_tui.launch.local_host import LocalHost
 
     return check_data(LocalHost(), None, job, rec)[1]
+
+
+def beside_forward(tp: dict[str, Any]) -> str:
+    """` - 0.56 s beside the next forward`: the host step's part the plan hides (cpu_offload)."""
+    hidden = (tp.get("optimizer") or {}).get("hidden_s") or 0.0
+    return f" - {hidden:.2f} s beside the next forward" if hidden > 0 else ""

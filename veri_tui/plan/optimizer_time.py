@@ -17,8 +17,10 @@ With cpu_offload the update and the clipping run on the host, on the rank's shar
 cores (the trainer gives each rank cores / local ranks: HOST_THREADS_PER_GPU assumed here)
 at the per-thread rate measured on a 2-core machine, and no faster than the rank's share of
 the host's memory bandwidth (HOST_GBPS_PER_GPU) moves the same bytes. The PCIe copies are
-throughput.py's. Nothing of this overlaps the forward: the next step's first layer needs
-its updated weights, and the trainer updates before it starts. `host_one_thread_s` is the
+throughput.py's. On the GPU nothing of this overlaps the forward: the next step's first
+layer needs its updated weights, and the trainer updates before it starts; the host step
+runs beside the next forward, unit by unit, and throughput.py takes the part it hides off
+the step (`hidden_s`). `host_one_thread_s` is the
 same host step on one thread: what a CPU run's rank takes (the supervisor's
 OMP_NUM_THREADS=1), the figure a CPU canary's measured optimizer time is set beside.
 """

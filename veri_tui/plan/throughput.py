@@ -26,7 +26,9 @@ and reduce-scatter (n-1)/n):
     unit by unit for its forward on every micro-batch (bf16), exposed like forward gathers
 optimizer step (veri_tui/plan/optimizer_time.py): once per optimizer step, after the last
   backward: the clipping and the update's launches and memory traffic on the GPU, or on the
-  host with cpu_offload; exposed (the next forward needs the updated weights)
+  host with cpu_offload; exposed (the next forward needs the updated weights), but the host
+  step's share of the layers hides behind the next forward's matmuls (`optimizer.hidden_s`:
+  the trainer updates unit by unit beside it)
 multi-node (the hierarchy, docs/planning.md): a collective over N nodes x G GPUs runs inside
   each node over NVLink (busbw, the G-GPU factor) and across nodes over the network (the node's
   internode bandwidth shared by its G GPUs, each moving 1/G of the bytes: the N-node factor
@@ -205,7 +207,16 @@ def estimate_throughput(
     opt = optimizer_seconds(info, hbm, **knobs, zero_stage=zero_stage, gpu_count=n,
                             cpu_offload=cpu_offload)  # fmt: skip
     optimizer_s = opt.pop("optimizer_s")
-    step_s = compute_s + exposed + optimizer_s
+    hidden_s = 0.0
+    if opt["way"] == "host native":
+        # The trainer updates the host shards unit by unit beside the next forward
+        # (veri_tui/trainer/adamw_overlap.py): the root's (embedding, head) before it starts,
+        # the layers' hidden behind the first micro-batch's forward matmuls at most.
+        root = info.vocab_size * info.hidden_size * (1 if info.tied_embeddings else 2)
+        layers_s = optimizer_s * max(0.0, 1 - root / max(info.parameter_count, 1))
+        hidden_s = min(layers_s, f["forward"] * tokens_mb / peak)
+    opt["hidden_s"] = hidden_s
+    step_s = compute_s + exposed + optimizer_s - hidden_s
     gbs = micro_batch_size * ga * n
     tokens_step = gbs * seq
     # One GPU doing the same optimizer batch, and its optimizer step on the whole model.

@@ -23,7 +23,9 @@ model's parameter count), so all ranks run the same one:
 - "eager": anywhere else: `update_`'s torch ops over batches of at most CHUNK elements
   (veri_tui/trainer/adamw_batch.py); STEP_TEMP_BYTES per element of one batch.
 
-veri_tui/trainer/adamw_regions.py places each rank's elements in their parameters.
+veri_tui/trainer/adamw_regions.py places each rank's elements in their parameters. With
+cpu_offload the native way's work runs beside the next forward, unit by unit, when the loop
+gives the optimizer an `overlap` (veri_tui/trainer/adamw_overlap.py); `wait` settles it.
 
 veri_tui/plan/peak.py counts the step's temporary of the way the GPU runs (SR_STEP_TEMP_BYTES,
 SR_CHUNK, SR_COMPILE_MIN_PARAMETERS) and veri_tui/plan/throughput.py its time.
@@ -33,6 +35,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
+from functools import partial
 from typing import Any
 
 import torch
@@ -47,6 +50,7 @@ from veri_tui.trainer.adamw_kernel import (
     keyed_update_,
     triton_present,
 )
+from veri_tui.trainer.adamw_overlap import Overlap
 from veri_tui.trainer.adamw_regions import Regions, key, local_region
 
 __all__ = ["CHUNK", "STEP_TEMP_BYTES", "StochasticAdamW", "make_optimizer", "local_region"]
@@ -85,9 +89,21 @@ class StochasticAdamW(torch.optim.Optimizer):
         self.seed, self.way = seed, way
         self._host = adamw_native.HostKernel()
         self._regions = Regions(seed)
+        self.overlap: Overlap | None = None  # the host step beside the next forward
+
+    def wait(self) -> None:
+        """Block until an overlapped update is done (adamw_overlap.py); no-op otherwise."""
+        if self.overlap is not None:
+            self.overlap.wait()
+
+    def state_dict(self) -> dict[str, Any]:
+        """torch's, once an overlapped update is done."""
+        self.wait()
+        return super().state_dict()
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """torch's, dropping the cached views of the states it replaces (else kept alive)."""
+        self.wait()
         self._regions = Regions(self.seed)
         super().load_state_dict(state_dict)
 
@@ -122,11 +138,16 @@ class StochasticAdamW(torch.optim.Optimizer):
     @torch.no_grad()
     def step(self, closure: Any = None) -> Any:
         """One AdamW step over every parameter that has a gradient."""
+        self.wait()  # the last step's overlapped update, if any (every forward waited on it)
         loss = None
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
         index = 0
+        # The host kernel's work per overlap unit, when overlapped: (pieces, hyper, key).
+        deferred: list[list[tuple[list[Piece], list[float], int]]] | None = None
+        if self.overlap is not None:
+            deferred = [[] for _ in range(self.overlap.count)]
         for group in self.param_groups:
             rounded: list[tuple[Any, Any, int]] = []
             other: list[tuple[Any, Any, int]] = []
@@ -141,12 +162,19 @@ class StochasticAdamW(torch.optim.Optimizer):
                     state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
                 (rounded if p.dtype == torch.bfloat16 else other).append((p, state, index))
             if rounded:
-                self._rounded(group, rounded)
+                self._rounded(group, rounded, deferred)
             if other:
                 _torch_adamw(group, [p for p, _, _ in other], [s for _, s, _ in other])
+        if self.overlap is not None and deferred is not None and any(deferred):
+            self.overlap.start([partial(_run_host, self._host, work) for work in deferred])
         return loss
 
-    def _rounded(self, group: dict[str, Any], items: list[tuple[Any, Any, int]]) -> None:
+    def _rounded(
+        self,
+        group: dict[str, Any],
+        items: list[tuple[Any, Any, int]],
+        deferred: list[list[tuple[list[Piece], list[float], int]]] | None = None,
+    ) -> None:
         steps = [state["step"] for _, state, _ in items]
         torch._foreach_add_(steps, 1)
         counts = [int(s) for s in torch.stack(steps).tolist()]
@@ -155,15 +183,28 @@ class StochasticAdamW(torch.optim.Optimizer):
         if way == "native" and is_fake(first):  # fake CUDA's offload (a trace): no memory
             way = "eager"
         by_step: dict[int, list[Piece]] = {}
+        units = self.overlap.unit_of if self.overlap is not None and way == "native" else {}
+        unit_of: dict[int, int] = {}  # id(piece) -> its overlap unit
         for (p, state, index), step in zip(items, counts, strict=True):
-            by_step.setdefault(step, []).extend(self._regions.pieces(p, state, index, device, way))
+            got = self._regions.pieces(p, state, index, device, way)
+            by_step.setdefault(step, []).extend(got)
+            if id(p) in units:
+                unit_of.update((id(piece), units[id(p)]) for piece in got)
         for step, pieces in by_step.items():
             hyper, step_key = hyper_values(group, step), key(self.seed, step)
             if way != "eager":  # a gradient not in bf16 (rare) goes the eager way
                 eager = [p for p in pieces if p.g.dtype != torch.bfloat16]
                 pieces = [p for p in pieces if p.g.dtype == torch.bfloat16]
                 run_batched(eager, hyper, step_key)
-            if way == "native":
+            if way == "native" and deferred is not None and unit_of:
+                for unit in range(len(deferred)):  # the unit's share, run beside the forward
+                    mine = [p for p in pieces if unit_of.get(id(p)) == unit]
+                    if mine:
+                        deferred[unit].append((mine, hyper, step_key))
+                rest = [p for p in pieces if id(p) not in unit_of]
+                if rest:  # in no unit: updated now
+                    self._host.run(rest, hyper, step_key)
+            elif way == "native":
                 self._host.run(pieces, hyper, step_key)
             elif way == "compiled":
                 self._run_compiled(pieces, hyper, step_key, device)
@@ -180,6 +221,14 @@ class StochasticAdamW(torch.optim.Optimizer):
         update: Any = keyed_update_ if _get_current_dispatch_mode() else compiled_update()
         for piece in pieces:
             update(piece.w, piece.g, piece.m, piece.v, hyper, piece.keys, skey)
+
+
+def _run_host(
+    host: adamw_native.HostKernel, work: list[tuple[list[Piece], list[float], int]]
+) -> None:
+    """One overlap unit's share of the step (its pieces, per step count)."""
+    for pieces, hyper, step_key in work:
+        host.run(pieces, hyper, step_key)
 
 
 def hyper_values(group: dict[str, Any], step: int) -> list[float]:

@@ -36,6 +36,7 @@ from veri_tui.jobfolder.canary.canary import outcome_file, rank_file, read_decis
 from veri_tui.jobfolder.contract.atomic import write_json_atomic
 from veri_tui.jobfolder.contract.errors import TrainerError
 from veri_tui.trainer import checkpoint, data
+from veri_tui.trainer.adamw_overlap import settle
 from veri_tui.trainer.canarymeter import (
     CensusPoints,
     CudaPoints,
@@ -107,7 +108,14 @@ class Canary:
                 self.hooks += watch_units(model, decoder_layers(model), self.in_flight)
         if opt is not None:  # the update's end: the optimizer time is clipping plus update
             clock = self.clock
-            self.hooks.append(opt.register_step_post_hook(lambda *_: clock.note("updated")))
+
+            # An update overlapped with the next forward (cpu_offload) is waited for here:
+            # the canary times the whole of it, as the plan counts it.
+            def updated(*_: Any) -> None:
+                settle(opt)
+                clock.note("updated")
+
+            self.hooks.append(opt.register_step_post_hook(updated))
         self.states_before = self._opt_tensors(opt)
         self.clock.note("start")
 

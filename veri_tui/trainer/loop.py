@@ -16,6 +16,7 @@ from veri_tui.jobfolder.contract.errors import ConfigError
 from veri_tui.jobfolder.supervise.progress import Progress
 from veri_tui.trainer import checkpoint
 from veri_tui.trainer.adamw import StochasticAdamW
+from veri_tui.trainer.adamw_overlap import overlap_forward, settle
 from veri_tui.trainer.artifact import save_artifact
 from veri_tui.trainer.canary import Canary
 from veri_tui.trainer.config import TrainConfig
@@ -78,6 +79,9 @@ def train(cfg: TrainConfig, ctx: RankContext, log: RankLog) -> None:
     model, ref, opt, sched = parts.model, parts.ref, parts.opt, parts.sched
     if isinstance(opt, StochasticAdamW):
         log.info(opt.describe())  # after offload_threads: the host kernel's thread count
+        if offload_active(cfg, rt) and opt.way == "native":
+            overlap_forward(model, decoder_layers(model), opt)
+            log.info("cpu_offload: each unit's host update runs beside the next forward")
     start = _resume(cfg, model, opt, sched, log) if cfg.resume or cfg.resume_from else 0
     meter = StateMeter(ctx, step=min(2, total), device=rt.device)
     if ref is not None and meter.enabled:
@@ -121,6 +125,7 @@ def train(cfg: TrainConfig, ctx: RankContext, log: RankLog) -> None:
                 return
         elif cfg.checkpoint_steps and (step + 1) % cfg.checkpoint_steps == 0:
             saver.save(step + 1)
+    settle(opt)  # the last update, overlapped with nothing
     stats.write()  # the peak of training, before the artifact's gather
     progress.mark("artifact")
     save_artifact(
