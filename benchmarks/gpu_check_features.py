@@ -77,6 +77,7 @@ def layout_peak(info: Any, gpu: Any, job: Any, mbs: int, layout: dict[str, Any])
         info, gpu, est, method=job.method, micro_batch_size=mbs,
         max_seq_length=hp.max_seq_length, max_length=hp.max_length,
         activation_checkpointing=hp.checkpointing,
+        packing=hp.packing and job.method == "sft_text",
     )  # fmt: skip
     act["peak"] = peak_parts(act, est, gpu)
     return {"states_bytes": est.states_bytes_per_gpu, "activations": act}

@@ -34,6 +34,10 @@ MEMORY = {
     # backward starts with them (veri_tui/plan/moments.py); the activations do not add up.
     "gradient_accumulation_steps": (1, 4, {}),
     "global_batch_size": (4, 16, {}),  # sets gradient_accumulation_steps (above)
+    # Packed rows attend with a mask: the memory-efficient kernel keeps k and v repeated to
+    # every head and an S x S bias per layer (veri_tui/plan/activations.py); checkpointed,
+    # only the recomputed layer holds them, below the loss's backward here.
+    "packing": (False, True, {"activation_checkpointing": "none"}),
 }
 NOT_MEMORY = {
     "data_parallel_size": (2, "must equal gpu_count (refused otherwise): gpu_count divides"),
@@ -75,11 +79,6 @@ NOT_MEMORY = {
     # The eval forward holds less than a training step's backward (no gradients of the
     # logits): it is in the peak record (eval_bytes), below the peak, so the peak stays.
     "eval_fraction": (0.1, "an eval forward at the same micro-batch, below the step's peak"),
-    "packing": (
-        True,
-        "a row is planned at max_seq_length tokens already (the worst case), the length "
-        "packing fills; the steps and padded length follow the packed rows (the cost)",
-    ),
     "eval_steps": (5, "how often the eval forward runs, not what it holds"),
     "report_to": ("tensorboard", "rank 0 writes the metric lines to a tracker, on the host"),
     "gpu": (

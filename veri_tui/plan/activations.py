@@ -11,7 +11,11 @@ real model keeps (tests/plan/test_saved_tensors.py; the derivation is in docs/pl
 - a linear keeps its input when its weight trains: one copy shared by q, k and v (and by
   gate and up); autocast casts it for each linear; a LoRA adapter keeps its rank-r middle;
 - attention keeps rotated q, k, v, its output and the fp32 log-sum-exp (Qwen3's per-head
-  q/k norms add their inputs; DeepSeek's latent attention its two normed latents);
+  q/k norms add their inputs; DeepSeek's latent attention its two normed latents). With
+  an attention mask (packed rows: `mask_length`, the row's tokens) SDPA cannot run flash:
+  transformers repeats k and v to every query head (`repeat_kv`: no grouped-query SDPA on
+  CUDA with a mask) and the memory-efficient kernel keeps those copies and its additive
+  bias, the boolean mask made bf16 inside each layer's SDPA call (2 x row bytes per token);
 - a dense MLP keeps gate, silu(gate) and up, and their product when down trains (8I or 6I);
   a mixture-of-experts block its routed copies, router probabilities and shared experts
   (`mlp_saved`, measured by tests/trainer/test_moe_training.py).
@@ -76,11 +80,14 @@ class ActivationModel:
         *,
         lora_rank: int = 0,
         autocast: bool = False,
+        mask_length: int = 0,
     ) -> None:
         self.layout = layout
         self.checkpointing: Checkpointing = checkpointing
         self.lora_rank = lora_rank
         self.autocast = autocast
+        #: The tokens of a row when attention gets a mask (packed rows), else 0.
+        self.mask_length = mask_length
         self.frozen = lora_rank > 0  # the base is frozen, in bf16; the adapters train
         self.cast = autocast and not self.frozen  # fp32 weights computing under autocast
         #: Bytes per hidden unit of the residual stream between layers (fp32 under autocast;
@@ -97,8 +104,10 @@ class ActivationModel:
         *,
         lora_rank: int = 0,
         autocast: bool = False,
+        mask_length: int = 0,
     ) -> ActivationModel:
-        return cls(Layout.of(info), checkpointing, lora_rank=lora_rank, autocast=autocast)
+        return cls(Layout.of(info), checkpointing, lora_rank=lora_rank, autocast=autocast,
+                   mask_length=mask_length)  # fmt: skip
 
     @property
     def checkpointed(self) -> bool:

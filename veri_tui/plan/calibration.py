@@ -178,7 +178,7 @@ class Calibration(NamedTuple):
         available = act["available_bytes"] / f  # f x activations(mbs) <= available
         model = ActivationModel.of(
             info, act["activation_checkpointing"], lora_rank=act["lora_rank"],
-            autocast=act["autocast"],
+            autocast=act["autocast"], mask_length=act.get("mask_length", 0),
         )  # fmt: skip
         out["max_micro_batch_size"] = model.largest_micro_batch(act["sequence_length"], available)
         out["calibration"] = {**self._meta("activation"), "model_bytes": act["bytes_per_gpu"]}

@@ -17,6 +17,9 @@ if TYPE_CHECKING:
 # routing weight (2); per expert of the router: its fp32 probability (measured).
 MOE_INDEX_BYTES = 34
 ROUTER_BYTES_PER_EXPERT = 4
+# The memory-efficient attention's additive bias, per query and key: SDPA makes a boolean
+# mask the query's dtype (bf16: FSDP2 and autocast compute in bf16).
+MASK_BYTES = 2
 
 
 class LayerKind:
@@ -27,6 +30,7 @@ class LayerKind:
         layout, checkpointing = model.layout, model.checkpointing
         self.layout, self.moe, self.count = layout, moe, count
         self.lora_rank, self.autocast = model.lora_rank, model.autocast
+        self.mask_length = model.mask_length
         self.frozen, self.cast = model.frozen, model.cast
         self.mlp_trains = not self.frozen or not layout.moe_model  # LoRA on MoE: attention
         self.mms = layout.mms(moe, model.lora_rank)
@@ -99,6 +103,8 @@ class LayerKind:
         if frozen and autocast:
             inputs = 3 * 2 * h + 2 * qd + (2 * 2 * h if dense_trains else 0)
         attention = 2 * qd + 2 * kd + 2 * lay.vd + 2 * lay.od + 4 * lay.heads
+        if self.mask_length:  # k and v repeated to every head, the bf16 bias (activations.py)
+            attention += 2 * (qd - kd) + 2 * (lay.od - lay.vd) + MASK_BYTES * self.mask_length
         attention += 8 * (lay.info.q_lora_rank + lay.info.kv_lora_rank)
         if lay.info.qk_norm:
             attention += 4 * qd + 4 * lay.heads + 4 * kd + 4 * lay.kv_heads

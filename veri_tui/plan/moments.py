@@ -20,6 +20,14 @@ Under FSDP2 the backward's peak is one of these moments, each summed here:
   the gradient shards of all the others. In between lies between (both are affine in the
   layer), so the larger of the two is the peak.
 
+At stage 3 the forward competes too: its last layer's copy-out holds the root gathered
+(FSDP2 keeps it through the forward), that layer's all-gather output and the parameters it
+is copied out to, and the previous layer's all-gather output, which wait_for_unshard frees
+only when it returns (torch 2.13: `prev_all_gather_state` keeps the deferred result alive
+through the copy-out; a GPU's caching allocator frees on the same reference count), beside
+the keeps of every layer before it. It is the peak when the backward is light: a mixture
+of experts under LoRA (large gathered layers, no gradient of its base).
+
 The states' gradient shards exist only once a backward has reduced them: the optimizer
 zeroes them to None (veri_tui/trainer/step.py), so a step of one micro-batch starts its
 backward without them; with accumulation, every later micro-batch has them all.
@@ -58,6 +66,7 @@ def fsdp_terms(
         "layer_keep_bytes": tokens * max(kind.kept for kind in model.kinds),
         "logits_grad_bytes": 2 * info.vocab_size * tokens,
         "root_gather_bytes": COMPUTE_BYTES * root,
+        "layer_gather_bytes": COMPUTE_BYTES * ((info.parameter_count - root) // layers),
         # The head's weight gradient (a tied head's is the embedding's: the same size).
         "head_grad_bytes": 0 if lora else COMPUTE_BYTES * info.vocab_size * info.hidden_size,
         "layer_grad_shard_bytes": shard,
@@ -65,12 +74,12 @@ def fsdp_terms(
     }
 
 
-def backward_moments(
+def fsdp_moments(
     act: dict[str, Any], est: MemoryEstimate, accumulating: bool
-) -> dict[str, int]:
-    """The peak's parts (states, activations, logits, in_flight) at the largest of the
-    backward's moments (module docstring); `accumulating`: a later micro-batch of several,
-    whose backward starts with every gradient shard."""
+) -> tuple[str, dict[str, int]]:
+    """The largest of the moments (module docstring), "forward" or "backward", and the
+    peak's parts there (states, activations, logits, in_flight); `accumulating`: a later
+    micro-batch of several, whose forward and backward start with every gradient shard."""
     states = 0 if est.cpu_offload else est.states_bytes_per_gpu
     grads = 0 if est.cpu_offload else est.components.get("gradients", 0)
     base = states if accumulating else states - grads
@@ -88,4 +97,12 @@ def backward_moments(
         dict(states=base + later, logits=0, in_flight=in_flight,
              activations=keeps - (layers - 1) * keep + act["recompute_bytes"]),
     ]  # fmt: skip
-    return max(moments, key=lambda m: sum(m.values()))
+    backward = max(moments, key=lambda m: sum(m.values()))
+    if est.zero_stage != 3 or "layer_gather_bytes" not in act:
+        return "backward", backward
+    # The last layer's copy-out: every layer's keep but its own, three layers' gathered.
+    forward = dict(states=base, activations=keeps - keep, logits=0,
+                   in_flight=act["root_gather_bytes"] + 3 * act["layer_gather_bytes"])  # fmt: skip
+    if sum(forward.values()) > sum(backward.values()):
+        return "forward", forward
+    return "backward", backward

@@ -37,7 +37,7 @@ from veri_tui.plan.layout import Layout
 from veri_tui.plan.losses import loss_chunk_bytes
 from veri_tui.plan.memory import MemoryEstimate, in_flight_bytes, trained_weight_bytes
 from veri_tui.plan.model_info import ModelInfo
-from veri_tui.plan.moments import backward_moments, fsdp_terms
+from veri_tui.plan.moments import fsdp_moments, fsdp_terms
 
 if TYPE_CHECKING:
     from veri_tui.jobfolder.knobs.fields import Checkpointing
@@ -89,9 +89,11 @@ def estimate_peak(
     max_seq_length: int,
     max_length: int,
     activation_checkpointing: Checkpointing,
+    packing: bool = False,
 ) -> dict[str, Any]:
     """The activation estimate (with and without checkpointing, the largest mbs that fits)
-    and the step's peak per GPU by part. Keys kept from before: bytes_per_gpu (activations
+    and the step's peak per GPU by part (`packing`: the rows are packed, so attention gets
+    a mask: activations.py). Keys kept from before: bytes_per_gpu (activations
     and logits at the peak), with/without_checkpointing_bytes, transient_gather_bytes."""
     seq = sequence_length(method, max_seq_length, max_length)
     known = info.hidden_size > 0 and info.vocab_size > 0
@@ -101,7 +103,11 @@ def estimate_peak(
     # under autocast at stage 0 (veri_tui/trainer/parallelize.py); FSDP2 gathers bf16 copies.
     autocast = (est.precision == "fp32" or lora > 0) and stage == 0
     lay = Layout.of(info)
-    models = {m: ActivationModel(lay, m, lora_rank=lora, autocast=autocast) for m in CHECKPOINTING}
+    mask = seq if packing else 0
+    models = {
+        m: ActivationModel(lay, m, lora_rank=lora, autocast=autocast, mask_length=mask)
+        for m in CHECKPOINTING
+    }
     by_mode = {m: model.terms(tokens) if known else None for m, model in models.items()}
     terms = by_mode[activation_checkpointing]
     transient = 0 if est.cpu_offload else in_flight_bytes(
@@ -130,6 +136,7 @@ def estimate_peak(
         "activation_checkpointing": activation_checkpointing,
         "lora_rank": lora,
         "autocast": autocast,
+        "mask_length": mask,
         "gradient_checkpointing": activation_checkpointing != "none",
         "bytes_per_gpu": current,
         "phase": terms.phase if terms else None,
@@ -161,18 +168,20 @@ def peak_parts(
     accumulating: bool = False,
 ) -> dict[str, Any]:
     """The step's peak per GPU by part, from the (calibrated) activation estimate: the
-    backward's moment (states, activations, logits, units in flight) or, when larger, the
-    optimizer step's (states and AdamW's temporary) or, for a job that evaluates, the eval
-    forward's (states, its logits and loss chunk, units in flight); plus the overhead."""
+    backward's moment, or under FSDP2 its forward's or backward's (moments.py) (states,
+    activations, logits, units in flight) or, when larger, the optimizer step's (states
+    and AdamW's temporary) or, for a job that evaluates, the eval forward's (states, its
+    logits and loss chunk, units in flight); plus the overhead."""
     parts = dict.fromkeys(PARTS, 0)
     states = 0 if est.cpu_offload else est.states_bytes_per_gpu
     current, logits = act["bytes_per_gpu"], act["logits_at_peak_bytes"]
     parts.update(states=states, overhead=RESERVE_BYTES)
     parts.update(activations=current - logits, logits=logits, in_flight=act["in_flight_bytes"])
-    if (est.zero_stage > 0 or est.cpu_offload) and "keeps_bytes" in act:  # FSDP2 (moments.py)
-        parts.update(backward_moments(act, est, accumulating))
-    step = optimizer_step_bytes(est)
     moment = "backward"
+    if (est.zero_stage > 0 or est.cpu_offload) and "keeps_bytes" in act:  # FSDP2 (moments.py)
+        moment, at = fsdp_moments(act, est, accumulating)
+        parts.update(at)
+    step = optimizer_step_bytes(est)
     if step > current + act["in_flight_bytes"]:  # the activations are gone by the step
         parts.update(activations=0, logits=0, in_flight=0, optimizer_step=step)
         moment = "optimizer step"
@@ -194,7 +203,7 @@ def peak_parts(
         "fits": allocated + RESERVE_BYTES <= gpu.memory_bytes,
         "largest": largest,
         "knob": KNOB_FOR_PART[largest],
-        "moment": moment,  # backward, optimizer step or eval: when the peak is reached
+        "moment": moment,  # forward, backward, optimizer step or eval: when the peak is reached
         "eval_bytes": eval_bytes,  # the eval forward's allocated bytes (None: no eval)
         "optimizer_step_bytes": step,  # AdamW's temporary, whichever moment is the peak
     }

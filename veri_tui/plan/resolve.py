@@ -226,7 +226,9 @@ def plan_job(
         "max_seq_length": hp.max_seq_length,
         "max_length": hp.max_length,
     }
-    activations = estimate_peak(info, gpu, est, activation_checkpointing=hp.checkpointing, **common)
+    packing = hp.packing and job.method == "sft_text"  # a dpo pair is one forward of its own
+    activations = estimate_peak(info, gpu, est, activation_checkpointing=hp.checkpointing,
+                                packing=packing, **common)  # fmt: skip
     calibration, calibration_warnings = calibration_for(gpu.name, host)
     activations = calibration.activations(activations, info)
     evaluating = bool(job.eval_dataset) or hp.eval_fraction > 0
