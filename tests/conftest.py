@@ -72,6 +72,16 @@ def _no_process_outlives_its_test(request: pytest.FixtureRequest) -> Iterator[No
         kill_processes_mentioning(str(folder))
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _autograd_started_on_fake_cuda() -> None:
+    """The worker's first backward runs on fake CUDA, before any test's
+    (support/fakecuda.start_autograd_on_fake_cuda): the in-process traces then pass
+    whichever tests ran before them on the worker."""
+    from support.fakecuda import start_autograd_on_fake_cuda
+
+    start_autograd_on_fake_cuda()
+
+
 def pytest_configure(config: pytest.Config) -> None:
     """Keep the collection's order when handing out groups (xdist >= 3.8 sorts them by test
     count otherwise, and a count says little about a group's cost). Every test's launches

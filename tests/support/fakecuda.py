@@ -7,7 +7,9 @@ process, at a public model's shapes (veri_tui/trainer/fakecuda, docs/trace.md).
 - `job_spec(model, ranks, **knobs)`: the job spec a launch writes, the knobs split as the
   plan resolves them (resolved_parallelism) and as the user sets them (hyperparameters);
 - `traced(model, ranks, tmp, **knobs)`: the spec through the trainer's config and traced
-  (veri_tui.trainer.fakecuda.trace.trace); the Trace comes back.
+  (veri_tui.trainer.fakecuda.trace.trace); the Trace comes back;
+- `start_autograd_on_fake_cuda()`: a process's first backward, on the fake device (the suite
+  does it in every worker before any test: tests/conftest.py).
 """
 
 from __future__ import annotations
@@ -72,3 +74,25 @@ def traced(
 
     cfg = from_spec(job_spec(model, ranks, method, **knobs), job_dir)
     return trace(cfg, ranks, save=save)
+
+
+def start_autograd_on_fake_cuda() -> bool:
+    """Run this process's first backward on a fake CUDA tensor, so that a later trace here
+    works whatever ran before it; False where the fake device is not available (another
+    torch). torch's autograd engine sizes its per-device queues once, at a process's first
+    backward, from the device guards registered then: after a CPU-only first backward it has
+    none, and every later backward of a fake CUDA tensor fails an internal assert
+    (`device_ready_queues_`), so in-process traces passed or failed by which test a pytest
+    worker ran first."""
+    import torch
+
+    from veri_tui.trainer.fakecuda import device, runtime
+
+    try:
+        device.check_torch()
+    except device.FakeCudaError:
+        return False
+    with device.installed(), runtime.patched(8, "first backward"), runtime.Mode():
+        layer = torch.nn.Linear(2, 2, device="cuda")
+        layer(torch.empty(1, 2, device="cuda")).sum().backward()
+    return True
