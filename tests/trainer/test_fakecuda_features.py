@@ -15,6 +15,7 @@ torch and transformers are imported once for every row.
 
 from __future__ import annotations
 
+import importlib.metadata
 from pathlib import Path
 from typing import Any
 
@@ -56,7 +57,20 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return {name: checkpoint(root / name, config, LAYERS) for name, config in MODELS.items()}
 
 
-@pytest.mark.parametrize("feature", FEATURES)
+# transformers 4 builds a mixture of experts as one module per expert, routed by a
+# data-dependent nonzero() that fake tensors cannot trace, and the trainer refuses its full
+# fine-tune across ranks (trainer/config.py): the MoE rows need transformers 5's fused
+# experts (the lowest-versions run, .ci/lowest.sh, has 4.x).
+_FUSED_EXPERTS = int(importlib.metadata.version("transformers").split(".")[0]) >= 5
+ROWS = [
+    pytest.param(name, marks=pytest.mark.skipif(
+        not _FUSED_EXPERTS, reason="a mixture of experts needs transformers 5 (fused experts)"))
+    if FEATURES[name][0] == "moe" else name
+    for name in FEATURES
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("feature", ROWS)
 def test_every_tensor_is_where_the_plan_puts_it(
     feature: str, models: dict[str, Path], tmp_path: Path
 ) -> None:
