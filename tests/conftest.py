@@ -82,10 +82,10 @@ def _no_process_outlives_its_test(request: pytest.FixtureRequest) -> Iterator[No
 def _autograd_started_on_fake_cuda() -> None:
     """The worker's first backward runs on fake CUDA, before any test's
     (support/fakecuda.start_autograd_on_fake_cuda): the in-process traces then pass
-    whichever tests ran before them on the worker."""
-    from support.fakecuda import start_autograd_on_fake_cuda
-
-    start_autograd_on_fake_cuda()
+    whichever tests ran before them on the worker. Only where a collected module uses the
+    harness (collection imported it): a run of tests/plan pays no torch import for it."""
+    if "support.fakecuda" in sys.modules:
+        sys.modules["support.fakecuda"].start_autograd_on_fake_cuda()
 
 
 def pytest_configure(config: pytest.Config) -> None:
