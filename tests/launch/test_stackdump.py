@@ -32,15 +32,23 @@ def waiting_thread():
         time.sleep(0.25)
 
 def hold_the_rank():
+    # "ready" from inside: once the test reads it, this frame is on the stack (printed before
+    # the call, a SIGSTOP under load could land at the module's call line).
+    print("ready", flush=True)
     n = 0
     while True:
         n += 1
 
 threading.Thread(target=waiting_thread, daemon=True).start()
 register_stack_dump(sys.argv[1], 1)
-print("ready", flush=True)
 hold_the_rank()
 """
+
+_LINES = SPINNER.splitlines()
+SPINNER_BODY = (  # 1-based lines of hold_the_rank's print and its `n += 1`
+    next(i for i, t in enumerate(_LINES, 1) if "print(" in t),
+    next(i for i, t in enumerate(_LINES, 1) if "n += 1" in t),
+)
 
 FAULTHANDLER = """\
 Current thread 0x00007f09b06df6c0 (most recent call first):
@@ -86,9 +94,9 @@ def test_a_stopped_rank_is_placed_at_its_stack_and_stays_stopped(tmp_path: Path)
         assert state(other.pid) == "T"
         assert other.poll() is None and 2 not in got.stacks
         assert got.stacks[1][-1][2] == "hold_the_rank", got.stacks[1]
-        # The loop's `while True:` (line 10) or its `n += 1` (11): where SIGSTOP landed.
+        # Any line of hold_the_rank from its print on: where SIGSTOP landed.
         line = got.stacks[1][-1][1]
-        assert line in (10, 11), got.stacks[1]
+        assert line in range(SPINNER_BODY[0], SPINNER_BODY[1] + 1), got.stacks[1]
         assert got.stacks[1][-1][0] == str(script)
         assert "stopped (SIGSTOP" in got.silent[1]
         assert "Thread 0x" in stack_path(tmp_path, 1).read_text()
