@@ -247,6 +247,7 @@ def test_a_pending_job_shows_its_reason_and_cancel_and_resume_resubmit(
     assert cli(capsys, "cancel", job_id)[0] == 0 and slurm.jobs() == []
 
 
+@pytest.mark.trial
 def test_two_nodes_one_rank_each_match_a_local_run(slurm: SlurmCluster, home: Path, capsys) -> None:
     # The batch job probes its two nodes first (veri_tui/jobfolder/probe/slurmprobe.py), then
     # trains.

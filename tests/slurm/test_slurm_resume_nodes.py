@@ -16,7 +16,7 @@ from veri_tui.launch import jobs
 __all__ = ["home"]  # the fixture, imported for the test below
 
 SLURM = ("--slurm", "local")
-pytestmark = pytest.mark.slow  # Slurm jobs: seconds each
+pytestmark = [pytest.mark.slow, pytest.mark.trial]  # Slurm jobs: seconds each
 
 
 def test_resume_on_another_node_count_reshards_the_shared_checkpoint(

@@ -17,7 +17,7 @@ from ssh_helpers import cli
 
 from veri_tui.plan.model_sources import bundled_tiny_model
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.slow, pytest.mark.trial, pytest.mark.timeout(300)]
 
 JOB = ["--model", str(bundled_tiny_model()), "--set", "max_steps=4", "--set",
        "max_seq_length=64", "--set", "precision=fp32", "--set", "zero_stage=0"]  # fmt: skip

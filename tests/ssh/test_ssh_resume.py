@@ -30,7 +30,7 @@ from veri_tui.plan.model_sources import bundled_tiny_model
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "launch"))
 from launch_helpers import leftover_pids, wait_for  # noqa: E402
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
+pytestmark = [pytest.mark.slow, pytest.mark.trial, pytest.mark.timeout(240)]
 STEPS = 30
 
 

@@ -96,6 +96,7 @@ def test_a_rank_loads_its_shard_not_the_model(models: dict, tmp_path: Path) -> N
 
 
 @pytest.mark.slow
+@pytest.mark.trial
 @pytest.mark.timeout(600)
 def test_training_losses_equal_the_from_pretrained_path(tmp_path: Path) -> None:
     cases = {"z3-lora": (3, 4, "sft_text"), "z2-dpo-full": (2, 0, "dpo")}

@@ -21,6 +21,7 @@ HP = {"zero_stage": 3, "micro_batch_size": 2, "max_steps": 32, "checkpoint_steps
 
 
 @pytest.mark.slow
+@pytest.mark.trial
 @pytest.mark.timeout(300)
 def test_kill_during_save_keeps_previous_checkpoint_and_resume_matches(tmp_path: Path) -> None:
     straight = write_job(tmp_path / "straight", **HP)

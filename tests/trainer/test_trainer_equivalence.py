@@ -32,6 +32,7 @@ SPLITS = {
 
 
 @pytest.mark.slow
+@pytest.mark.trial
 @pytest.mark.timeout(240)
 def test_splits_of_one_global_batch_train_the_same(tmp_path: Path) -> None:
     results = {}
