@@ -63,11 +63,12 @@ def sample(seen: dict[str, list[Any]]) -> None:
             fields = rest.split()
             key = f"{pid}:{fields[19]}"
             cpu = (int(fields[11]) + int(fields[12])) / HZ
-            if key not in seen:
-                raw = Path(f"/proc/{pid}/cmdline").read_bytes()
-                seen[key] = [cpu, kind(raw.replace(b"\0", b" ").decode(errors="replace"),
-                                       head.split("(", 1)[1])]  # fmt: skip
-            seen[key][0] = cpu
+            if key in seen:
+                seen[key][0] = cpu
+                continue
+            raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+            seen[key] = [cpu, kind(raw.replace(b"\0", b" ").decode(errors="replace"),
+                                   head.split("(", 1)[1])]  # fmt: skip
         except (OSError, IndexError, ValueError):  # gone meanwhile
             continue
 
