@@ -2,10 +2,11 @@
 
 End to end (real torchrun, 2 CPU ranks, the tiny model): with `max_restarts=1`, rank 1
 SIGKILLed from outside mid-run is retried by the supervisor itself from the newest verified
-checkpoint and the job succeeds with the uninterrupted run's loss; a DATA_ERROR is never
-retried. Then the rules without torchrun: which codes retry, the GPU-seconds credited, the
-real write paths of the supervisor, cancel and resume racing another writer, and the stdlib
-modules the supervisor imports staying Python 3.8-clean at run time.
+checkpoint and the job succeeds with the uninterrupted run's loss (that a DATA_ERROR is
+never retried: tests/launch/test_end_to_end.py, its data error in a run). Then the rules
+without torchrun: which codes retry, the GPU-seconds credited, the real write paths of the
+supervisor, cancel and resume racing another writer, and the stdlib modules the supervisor
+imports staying Python 3.8-clean at run time.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from launch_helpers import cli, leftover_pids, wait_ended, wait_for
+from launch_helpers import leftover_pids, wait_ended, wait_for
 from resume_helpers import STEPS, killed_job, metrics, reference_run  # noqa: F401
 
 from veri_tui.jobfolder.contract import attempts
@@ -50,27 +51,6 @@ def test_a_killed_rank_is_retried_and_the_job_succeeds(home: Path, reference: li
     assert [m["step"] for m in got] == list(range(1, STEPS + 1))
     assert abs(got[-1]["loss"] - reference[-1]["loss"]) <= 1e-3 * abs(reference[-1]["loss"])
     wait_for(lambda: not leftover_pids(job_dir), 30, "the supervisor to exit")
-
-
-@pytest.mark.slow
-@pytest.mark.timeout(120)
-def test_a_data_error_is_never_retried(home: Path, tmp_path: Path) -> None:
-    # A row the preflight never saw (it refuses a bad row, and one with nothing to train on,
-    # before the launch), written once the job started and failing in the run: its prompt
-    # alone fills max_seq_length. The ranks read the file seconds later (torch's imports).
-    rows = [{"prompt": "hi", "completion": " yes"}] * 5
-    bad = tmp_path / "long.jsonl"
-    bad.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    sets = ["--set", "max_restarts=3", "--set", "max_seq_length=16", "--set", "max_steps=2"]
-    out = cli("launch", "--gpu-count", "2", "--dataset", str(bad), *sets)
-    rows[4] = {"prompt": "long " * 40, "completion": "x"}
-    bad.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    job_id = out.stdout.split()[0]
-    rec = wait_ended(job_id, timeout=100)
-    assert rec["status"] == "failed" and rec["error"]["code"] == "DATA_ERROR"
-    assert [a["status"] for a in rec["attempts"]] == ["failed"]
-    assert rec["credited_gpu_s"] == 0  # the customer's failure is not credited
-    assert "retry:" not in (home / "jobs" / job_id / "log.txt").read_text()
 
 
 def test_only_platform_failures_retry() -> None:

@@ -163,7 +163,10 @@ def commit(
 def exchange(ctx: RankContext, work: Callable[[], Any]) -> list[tuple[int, int, Any]]:
     """Run `work` here, then all-gather (node, local_rank, result) from every rank. A
     DataError on any rank is raised on every rank: the one of the first line in the file
-    (as if each rank had checked every row); the rank that found it raises its own."""
+    (as if each rank had checked every row), a plain DataError everywhere, so the job's
+    failure line reads the same whichever rank is blamed (a subclass such as NothingToTrain
+    named itself on the finder only). The rank that found it chains its own error, whose
+    traceback shows where it was found."""
     err, mine = None, None
     try:
         mine = work()
@@ -176,7 +179,7 @@ def exchange(ctx: RankContext, work: Callable[[], Any]) -> list[tuple[int, int, 
     if notes:
         line, rank, message = notes[0]
         if err is not None and rank == ctx.rank:
-            raise err
+            raise DataError(message, line or None) from err
         raise DataError(message, line or None)
     return [g[:3] for g in got]
 
