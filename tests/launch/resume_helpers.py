@@ -1,6 +1,6 @@
-"""Helpers for the resume and retry tests: an uninterrupted
-reference run shared by the test modules (one per session), and a job whose rank 1 is
-SIGKILLed from outside once a checkpoint is committed.
+"""Helpers for the resume and retry tests: an uninterrupted reference run shared by the test
+modules (one per session, across xdist workers: support/session.py), and a job whose rank 1
+is SIGKILLed from outside once a checkpoint is committed.
 
 Every job here is the bundled tiny model on 2 CPU ranks, 60 steps, a checkpoint every 10.
 """
@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from launch_helpers import cli, wait_for
+from support.session import once_per_session
 
 from veri_tui.jobfolder.contract.procs import read_pid
 from veri_tui.jobfolder.contract.record import read_job
@@ -30,13 +31,18 @@ def metrics(job_dir: Path) -> list[dict]:
 
 @pytest.fixture(scope="session", name="reference")
 def reference_run(tmp_path_factory: pytest.TempPathFactory) -> list[dict]:
-    """The metric lines of an uninterrupted run of the job (its own VERI_HOME)."""
-    home = tmp_path_factory.mktemp("reference-home")
-    out = cli("launch", *JOB, "--wait", env=dict(os.environ, VERI_HOME=str(home)))
-    assert out.returncode == 0, out.stderr[-3000:]
-    got = metrics(home / "jobs" / out.stdout.splitlines()[0])
-    assert [m["step"] for m in got] == list(range(1, STEPS + 1))
-    return got
+    """The metric lines of an uninterrupted run of the job (its own VERI_HOME): one run for
+    the whole session, whichever workers the resume and retry modules run on."""
+
+    def run() -> list[dict]:
+        home = tmp_path_factory.mktemp("reference-home")
+        out = cli("launch", *JOB, "--wait", env=dict(os.environ, VERI_HOME=str(home)))
+        assert out.returncode == 0, out.stderr[-3000:]
+        got = metrics(home / "jobs" / out.stdout.splitlines()[0])
+        assert [m["step"] for m in got] == list(range(1, STEPS + 1))
+        return got
+
+    return once_per_session(tmp_path_factory, "resume-reference", run)
 
 
 def killed_job(

@@ -1,6 +1,7 @@
 """The session's shared servers, one each whatever folder asks for them: `sshd` and `sshd2`
 (two real OpenSSH servers on 127.0.0.1, support/sshd.py) and `slurm_cluster` (one real Slurm
-cluster, support/slurm_cluster.py).
+cluster, support/slurm_cluster.py); and `once_per_session`, a result made once for all the
+session's xdist workers.
 
 tests/conftest.py imports these fixtures, so tests/ssh, tests/slurm and the backend
 conformance suite (tests/backends) share one instance of each per session (per xdist worker)
@@ -11,8 +12,11 @@ VERI_REQUIRE_SLURM=1 (CI), where they fail instead.
 
 from __future__ import annotations
 
+import fcntl
+import json
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 
@@ -65,3 +69,26 @@ def slurm_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmClu
                 pytest.fail(f"the test cluster did not start twice: {exc}")
     yield cluster
     cluster.stop()
+
+
+def once_per_session(factory: pytest.TempPathFactory, name: str, compute: Callable[[], Any]) -> Any:
+    """``compute()``'s result (JSON-serialisable), made once for every worker of this run.
+
+    A session fixture runs once per worker that asks for it; when modules on different
+    workers need the same expensive result (an uninterrupted reference run: seconds of two
+    CPU ranks), the first worker to ask computes it under a lock in the run's own temporary
+    folder and the others read the file it left. Without xdist it simply computes: the
+    folder above a lone session's basetemp is shared by every session of the user."""
+    if "PYTEST_XDIST_WORKER" not in os.environ:
+        return compute()
+    root = factory.getbasetemp().parent  # pytest-<N>/: this run's, above popen-gw<k>/
+    kept = root / f"{name}.json"
+    with open(root / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # the first worker computes; the others wait, read
+        if kept.exists():
+            return json.loads(kept.read_text())
+        result = compute()
+        tmp = kept.with_suffix(".tmp")
+        tmp.write_text(json.dumps(result))
+        tmp.rename(kept)
+        return result
