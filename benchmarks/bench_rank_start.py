@@ -10,8 +10,8 @@ Each run is a fresh interpreter doing what a rank does before its first step: im
 `gc.freeze` do nothing before that import, which is how every rank started before. Runs
 alternate between the two, so drift in the machine's speed hits both alike; the figure is
 each side's median of process CPU time (user + system, `time.process_time`). Every rank of
-every job pays this once; the suite starts about 200 ranks. Results go into docs/ci.md by
-hand.
+every job pays this once; the suite starts about 200 ranks. Results go into docs/trainer.md
+(A rank's start) by hand.
 """
 
 from __future__ import annotations
