@@ -2,10 +2,12 @@
 
 One remote Python run (a fixed script; the only arguments are quoted argv entries) reports
 the Python and torch versions, the CUDA GPUs (torch, and nvidia-smi when present), whether the
-trainer's libraries are importable, the free disk under the remote veri home and the free
-memory. The model is found and counted over SFTP (remote_model). The answer is the host's
-`HostFacts` (veri_tui/launch/facts.py); every problem becomes one Refusal line. `DISK_SCRIPT`
-measures free space where a job writes (ssh/host.py `places`).
+trainer's libraries are importable (found on its path; torch imported where an NVIDIA device
+or nvidia-smi is present, else read from its version file: nothing there could show torch a
+GPU, and importing it cost the probe 2 CPU-s of its 2.2), the free disk under the remote veri
+home and the free memory. The model is found and counted over SFTP (remote_model). The
+answer is the host's `HostFacts` (veri_tui/launch/facts.py); every problem becomes one
+Refusal line. `DISK_SCRIPT` measures free space where a job writes (ssh/host.py `places`).
 """
 
 from __future__ import annotations
@@ -41,18 +43,6 @@ for mod in ("transformers", "peft", "safetensors"):
         out["missing"].append(mod)
 out["trackers"] = [m for m in ("tensorboard", "trackio", "wandb", "mlflow")
                    if importlib.util.find_spec(m) is not None]
-try:
-    import torch
-    out["torch"] = torch.__version__
-    out["cuda_build"] = torch.version.cuda
-    n = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    out["cuda"] = [{"name": torch.cuda.get_device_name(i),
-                    "memory_bytes": torch.cuda.get_device_properties(i).total_memory}
-                   for i in range(n)]
-except Exception as exc:
-    out["torch"] = None
-    out["torch_error"] = f"{type(exc).__name__}: {exc}"
-    out["cuda"] = []
 smi = shutil.which("nvidia-smi")
 if smi:
     try:
@@ -63,6 +53,38 @@ if smi:
         out["nvidia_smi"] = [{"name": n.strip(), "memory_bytes": int(m) * 2**20} for n, m in rows]
     except Exception as exc:
         out["nvidia_smi_error"] = f"{type(exc).__name__}: {exc}"
+try:
+    devs = os.listdir("/dev")
+except OSError:
+    devs = []
+nvidia = smi or any(d.startswith("nvidia") and d[6:].isdigit() for d in devs)
+spec = importlib.util.find_spec("torch")
+version = None
+if spec is not None and not nvidia and spec.submodule_search_locations:
+    # No NVIDIA device here, so torch would see no CUDA GPU: its version file says the rest,
+    # without the seconds of importing it (a probe ran per plan and launch on a host).
+    try:
+        version = {}
+        with open(os.path.join(list(spec.submodule_search_locations)[0], "version.py")) as f:
+            exec(f.read(), version)
+        out["torch"] = str(version["__version__"])
+        out["cuda_build"] = version.get("cuda")
+        out["cuda"] = []
+    except Exception:
+        version = None
+if version is None:
+    try:
+        import torch
+        out["torch"] = torch.__version__
+        out["cuda_build"] = torch.version.cuda
+        n = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        out["cuda"] = [{"name": torch.cuda.get_device_name(i),
+                        "memory_bytes": torch.cuda.get_device_properties(i).total_memory}
+                       for i in range(n)]
+    except Exception as exc:
+        out["torch"] = None
+        out["torch_error"] = f"{type(exc).__name__}: {exc}"
+        out["cuda"] = []
 path = os.path.expanduser(sys.argv[1])
 while not os.path.isdir(path):
     path = os.path.dirname(path) or "/"
