@@ -104,8 +104,8 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
-    """Set what collection imported (torch, transformers, textual, the tests' modules: some
-    million objects that live as long as the worker) aside from the cyclic collector
+    """Set what collection imported (torch, transformers, textual, the tests' modules:
+    objects that live as long as the worker) aside from the cyclic collector
     (`gc.freeze`), so its full passes stop walking them during every test: 6-7% less CPU for
     the in-process tests (tests/plan and two app modules, 2026-12-07, docs/ci.md). Garbage
     that tests make is collected as before."""
