@@ -102,8 +102,8 @@ def _imported() -> None:
     """Turn the cyclic collector back on, the imported modules' objects set aside for good.
 
     Importing torch and the trainer creates several hundred thousand objects that live as
-    long as the process; with the collector on, its full passes walk them again and again while they
-    load: 0.6-1.1 CPU-s of a rank's ~5.5 s start here (benchmarks/bench_rank_start.py,
+    long as the process; with the collector on, its full passes walk them again and again
+    while they load: 0.6-1.1 CPU-s of a rank's ~5.5 s start here (benchmarks/bench_rank_start.py,
     docs/trainer.md). `gc.freeze` moves them to a generation no collection visits; from
     here on (the model's load, the steps) the collector runs as usual, so cyclic garbage
     that holds tensors is collected as before. Only imports run while it is off.

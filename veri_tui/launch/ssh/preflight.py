@@ -2,7 +2,7 @@
 
 One remote Python run (a fixed script; the only arguments are quoted argv entries) reports
 the Python and torch versions, the CUDA GPUs (torch, and nvidia-smi when present), whether the
-trainer's libraries are importable (found on its path; torch imported where an NVIDIA device
+trainer's libraries are importable (found on its path; torch imported where a GPU device node
 or nvidia-smi is present, else read from its version file: nothing there could show torch a
 GPU, and importing it cost the probe 2 CPU-s of its 2.2), the free disk under the remote veri
 home and the free memory. The model is found and counted over SFTP (remote_model). The
@@ -57,16 +57,19 @@ try:
     devs = os.listdir("/dev")
 except OSError:
     devs = []
-nvidia = smi or any(d.startswith("nvidia") and d[6:].isdigit() for d in devs)
+gpu = smi or "kfd" in devs or any(d.startswith("nvidia") and d[6:].isdigit() for d in devs)
 spec = importlib.util.find_spec("torch")
 version = None
-if spec is not None and not nvidia and spec.submodule_search_locations:
-    # No NVIDIA device here, so torch would see no CUDA GPU: its version file says the rest,
-    # without the seconds of importing it (a probe ran per plan and launch on a host).
+if spec is not None and not gpu and spec.submodule_search_locations:
+    # No GPU device here (NVIDIA's, or ROCm's /dev/kfd), so torch would see none: its
+    # version file says the rest, without the seconds of importing it (a probe runs per
+    # plan and launch on a host). A ROCm build is imported whatever the devices say.
     try:
         version = {}
         with open(os.path.join(list(spec.submodule_search_locations)[0], "version.py")) as f:
             exec(f.read(), version)
+        if version.get("hip"):
+            raise ValueError("a ROCm build")
         out["torch"] = str(version["__version__"])
         out["cuda_build"] = version.get("cuda")
         out["cuda"] = []
