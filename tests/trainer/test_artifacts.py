@@ -202,10 +202,16 @@ def _gather_worker() -> None:
     named = list(model.named_parameters())
     equal, largest = [], 0
     with Census(exclude=[p.to_local() for _, p in named]) as census:
-        for i, (_, got) in enumerate(gathered(named, rank)):  # as the artifact consumes it
+        # As the artifact consumes it: a plain loop that drops each tensor. (enumerate() kept
+        # the previous item in its reused result tuple while the next group was gathered: one
+        # tensor more, which with gloo's thread still holding the previous group's rows
+        # crossed the bound once in a full suite run.)
+        i = 0
+        for _, got in gathered(named, rank):
             equal.append(None if got is None else bool(torch.equal(got, want[i])))
             largest = max(largest, want[i].numel() * want[i].element_size())
             del got
+            i += 1
     sizes = [sum(-(-p.shape[0] // 2) * 2 * p[0].numel() * 4 for _, p in g)
              for g in groups(named)]  # fmt: skip
     out = {"equal": equal, "gathers": len(calls), "peak_bytes": census.peak(),
