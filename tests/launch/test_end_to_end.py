@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from launch_helpers import leftover_pids, wait_ended, wait_for
+from trainer.trainer_jobs import failure
 
 from veri_tui.bundled import assets_dir
 from veri_tui.jobfolder.contract.procs import pid_alive, read_pid
@@ -39,12 +40,6 @@ def cli(*args: str, timeout: float = 80, **kw) -> subprocess.CompletedProcess[st
         check=False,
         **kw,
     )
-
-
-def rank_failure(job_dir: Path, rank: int) -> dict | None:
-    """The rank's own failure record (failures/rank-<r>.json), or None when it left none."""
-    path = job_dir / "failures" / f"rank-{rank}.json"
-    return json.loads(path.read_text()) if path.exists() else None
 
 
 def failed_error(home: Path, out: subprocess.CompletedProcess[str]) -> dict:
@@ -194,7 +189,7 @@ def test_missing_model_file_is_model_load_error(home: Path, tmp_path: Path) -> N
     assert (err["code"], err["attribution"]) == ("MODEL_LOAD_ERROR", "customer")
     assert err["rank"] in (0, 1)
     for rank in (0, 1):  # each rank met the missing file itself and left its own record
-        rec = rank_failure(home / "jobs" / job_id, rank)
+        rec = failure(home / "jobs" / job_id, rank)
         assert rec is not None, f"rank {rank} left no failure record"
         assert rec["code"] == "MODEL_LOAD_ERROR" and rec["rank"] == rank
         assert str(model) in rec["message"] and "model.safetensors" in rec["message"]
@@ -215,11 +210,11 @@ def test_oom_on_rank_1_is_blamed_not_its_peer(home: Path, monkeypatch) -> None:
     assert "rank 0/2" not in log and "OutOfMemoryError" in log.split(err["summary"])[1]
     # The ranks' own records: rank 1 raised it; its peer, when SIGTERM did not end it first,
     # is marked a peer failure, later.
-    rec = rank_failure(job_dir, 1)
+    rec = failure(job_dir, 1)
     assert rec is not None and rec["code"] == "CUDA_OOM" and rec["type"] == "OutOfMemoryError"
     assert rec["message"].startswith("CUDA out of memory. Tried to allocate 2.00 GiB")
     assert not rec["peer_failure"]
-    peer = rank_failure(job_dir, 0)
+    peer = failure(job_dir, 0)
     if peer is not None:
         assert peer["peer_failure"] and peer["code"] == "COMM_ERROR"
         assert peer["time_ns"] > rec["time_ns"]

@@ -59,7 +59,7 @@ except OSError:
     devs = []
 gpu = smi or "kfd" in devs or any(d.startswith("nvidia") and d[6:].isdigit() for d in devs)
 spec = importlib.util.find_spec("torch")
-version = None
+read = False
 if spec is not None and not gpu and spec.submodule_search_locations:
     # No GPU device here (NVIDIA's, or ROCm's /dev/kfd), so torch would see none: its
     # version file says the rest, without the seconds of importing it (a probe runs per
@@ -68,14 +68,12 @@ if spec is not None and not gpu and spec.submodule_search_locations:
         version = {}
         with open(os.path.join(list(spec.submodule_search_locations)[0], "version.py")) as f:
             exec(f.read(), version)
-        if version.get("hip"):
-            raise ValueError("a ROCm build")
-        out["torch"] = str(version["__version__"])
-        out["cuda_build"] = version.get("cuda")
-        out["cuda"] = []
+        if not version.get("hip"):
+            out.update(torch=str(version["__version__"]), cuda_build=version.get("cuda"), cuda=[])
+            read = True
     except Exception:
-        version = None
-if version is None:
+        pass
+if not read:
     try:
         import torch
         out["torch"] = torch.__version__
