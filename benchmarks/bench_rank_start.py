@@ -6,8 +6,9 @@ runs it (off while modules import, then frozen and on) against the collector on 
 Each run is a fresh interpreter doing what a rank does before its first step: import
 `veri_tui.trainer.__main__` (torch, the trainer's entry) and `veri_tui.trainer.loop`, then
 `_imported()`, then load the tokenizer and the model with the trainer's own functions
-(`load_tokenizer`, `load_base`). The "collector on" runs make `gc.disable` and
-`gc.freeze` do nothing before that import, which is how every rank started before. Runs
+(`load_tokenizer`, `load_base`). The "rank" runs turn the collector off first, as the entry
+does when run as `-m veri_tui.trainer`; in the "collector on" runs `_imported()` finds it on
+and does nothing, which is how every rank started before. Runs
 alternate between the two, so drift in the machine's speed hits both alike; the figure is
 each side's median of process CPU time (user + system, `time.process_time`). Every rank of
 every job pays this once; the suite starts about 200 ranks. Results go into docs/trainer.md
@@ -28,9 +29,9 @@ TINY = REPO / "veri_tui" / "assets" / "tiny-model"
 RUN = r"""
 import sys, time
 t0 = time.process_time()
-if sys.argv[1] == "on":  # the collector on throughout: the rank's switches do nothing
+if sys.argv[1] == "rank":  # as `-m veri_tui.trainer` runs the entry (its __name__ check)
     import gc
-    gc.disable = gc.freeze = lambda: None
+    gc.disable()
 import veri_tui.trainer.__main__ as entry
 from veri_tui.trainer.loop import train  # noqa: F401 - the rank imports it here
 entry._imported()

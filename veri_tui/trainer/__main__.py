@@ -23,8 +23,8 @@ from typing import NoReturn
 from veri_tui.jobfolder.supervise.torchrun_cmd import alloc_conf
 
 alloc_conf(os.environ)  # before the first import of torch (next line): the allocator's setting
-# No cyclic collection while torch and the trainer's modules import (see _imported).
-gc.disable()
+if __name__ == "__main__":  # a rank (`-m veri_tui.trainer`), not a test importing `leave`
+    gc.disable()  # no cyclic collection while torch and the trainer's modules import (_imported)
 
 from torch.distributed.elastic.multiprocessing.errors import record  # noqa: E402
 
@@ -108,8 +108,9 @@ def _imported() -> None:
     here on (the model's load, the steps) the collector runs as usual, so cyclic garbage
     that holds tensors is collected as before. Only imports run while it is off.
     """
-    gc.freeze()
-    gc.enable()
+    if not gc.isenabled():  # turned off above: this process is a rank
+        gc.freeze()
+        gc.enable()
 
 
 def _start_memory_log(ctx: RankContext) -> None:
